@@ -1,0 +1,302 @@
+"""The ``dare`` command.
+
+``dare run SPEC`` (eval before, train, eval after, report), ``dare train SPEC``, ``dare eval SPEC``,
+``dare generate``, ``dare validate SPEC``, ``dare schema``, ``dare plugins``, ``dare new-plugin``,
+``dare create-model``. Plugins add commands through the ``register_commands`` hook.
+
+Errors caused by input (:class:`dare.errors.DareError`) are printed as one paragraph without a
+traceback, and the command exits with status 2.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import click
+
+from dare.errors import DareError
+
+__all__ = ["main", "cli"]
+
+_OVERRIDE_HELP = "Override a spec value, e.g. --set train.max_steps=10 (repeatable)."
+
+
+def _console():
+    from rich.console import Console
+
+    return Console()
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="dare-dllm")
+def cli():
+    """DARE: post-train and evaluate diffusion LLMs from declarative run specs."""
+
+
+# --------------------------------------------------------------------------- run / train / eval
+@cli.command()
+@click.argument("spec", type=click.Path(dir_okay=False))
+@click.option("--set", "overrides", multiple=True, help=_OVERRIDE_HELP)
+def run(spec, overrides):
+    """Evaluate (before), train, evaluate (after) and write a report, as SPEC says."""
+    from dare.run import Run
+
+    r = Run.from_file(spec, list(overrides))
+    out = r.execute()
+    _print_stages(out["stages"])
+    click.echo(f"run directory: {r.dir}")
+
+
+@cli.command()
+@click.argument("spec", type=click.Path(dir_okay=False))
+@click.option("--set", "overrides", multiple=True, help=_OVERRIDE_HELP)
+def train(spec, overrides):
+    """Train only (no evaluation); resumes from the last checkpoint of the same spec."""
+    from dare.run import Run
+
+    r = Run.from_file(spec, list(overrides))
+    out = r.execute(train=True, evaluate=False)
+    click.echo(json.dumps(out["train"], indent=2))
+    click.echo(f"trained model: {r.model_dir}")
+
+
+@cli.command(name="eval")
+@click.argument("spec", type=click.Path(dir_okay=False))
+@click.option("--set", "overrides", multiple=True, help=_OVERRIDE_HELP)
+def eval_cmd(spec, overrides):
+    """Evaluate SPEC's model on its eval benchmarks (no training)."""
+    from dare.run import Run
+
+    r = Run.from_file(spec, list(overrides))
+    if r.spec.eval is None:
+        raise DareError("the spec has no eval: section; add eval.benchmarks")
+    out = r.execute(train=False, evaluate=True)
+    _print_stages(out["stages"])
+    click.echo(f"report: {r.dir / 'report.md'}")
+
+
+def _print_stages(stages):
+    if not stages:
+        return
+    from rich.table import Table
+
+    t = Table(title="results")
+    for col in ("stage", "benchmark", "accuracy", "mean reward", "samples", "NFE", "tokens/s"):
+        t.add_column(col)
+    for stage, results in stages.items():
+        for r in results:
+            t.add_row(stage, r["name"], f"{r['accuracy']:.4f}", f"{r['mean_reward']:.4f}", str(r["n"]), str(r["nfe"]),
+                      f"{r['tokens_per_second']:.1f}")
+    _console().print(t)
+
+
+# --------------------------------------------------------------------------- generate
+@cli.command()
+@click.option("--model", "model_path", required=True, help="Checkpoint directory (official format) or hub id.")
+@click.option("--prompt", "prompts", multiple=True, help="Prompt text (repeatable); '-' reads lines from stdin.")
+@click.option("--sampler", "sampler_name", default=None, help="Sampler name (default: the family's official decoder).")
+@click.option("--param", "params", multiple=True, help="Sampler param key=value (YAML value), repeatable.")
+@click.option("--chat/--no-chat", default=True, help="Wrap the prompt with the tokenizer's chat template.")
+@click.option("--dtype", default="float32", type=click.Choice(["float32", "bfloat16", "float16"]))
+@click.option("--seed", default=0, type=int)
+@click.option("--json", "as_json", is_flag=True, help="Print JSON with the trajectory and NFE.")
+def generate(model_path, prompts, sampler_name, params, chat, dtype, seed, as_json):
+    """Prompt in, text out."""
+    import torch
+    import yaml
+
+    from dare.modeling import load_model
+    from dare.plugins import get_registry
+    from dare.sampling.text import encode_prompts, decode_completions
+    from dare.spec import pydantic_problems
+    from pydantic import ValidationError
+
+    texts = []
+    for p in prompts:
+        texts.extend(line.rstrip("\n") for line in sys.stdin) if p == "-" else texts.append(p)
+    if not texts:
+        raise DareError("give at least one --prompt")
+    lm = load_model(model_path, dtype=dtype)
+    entry = get_registry().get("sampler", sampler_name or lm.family.default_sampler)
+    raw = {}
+    for kv in params:
+        if "=" not in kv:
+            raise DareError(f"--param {kv!r} must look like key=value")
+        k, v = kv.split("=", 1)
+        raw[k] = yaml.safe_load(v)
+    try:
+        sampler = entry.create(raw)
+    except ValidationError as exc:
+        from dare.errors import SpecError
+
+        raise SpecError(pydantic_problems(exc, entry.cls.Params, prefix="--param")) from None
+    rendered = [
+        lm.tokenizer.apply_chat_template([{"role": "user", "content": t}], tokenize=False, add_generation_prompt=True)
+        if chat and lm.tokenizer.chat_template
+        else t
+        for t in texts
+    ]
+    ids, attn = encode_prompts(lm.tokenizer, rendered, lm.tokens.pad_id)
+    gen = torch.Generator().manual_seed(seed)
+    lm.model.eval()
+    out = sampler.generate(lm.model, lm.family, lm.tokens, ids, attn, generator=gen)
+    completions = decode_completions(lm.tokenizer, out.completions, lm.tokens)
+    if as_json:
+        click.echo(json.dumps({"completions": completions, "nfe": out.nfe, "unmask_step": out.unmask_step.tolist()}))
+    else:
+        for c in completions:
+            click.echo(c)
+
+
+# --------------------------------------------------------------------------- validate / schema / plugins
+@cli.command()
+@click.argument("spec", type=click.Path(dir_okay=False))
+@click.option("--set", "overrides", multiple=True, help=_OVERRIDE_HELP)
+def validate(spec, overrides):
+    """Validate SPEC (structure, component params, files, model config) without loading weights."""
+    from dare.spec import load_spec
+
+    load_spec(spec, overrides=list(overrides))
+    click.echo(f"{spec}: valid")
+
+
+@cli.command()
+@click.option("--output", "-o", default="schemas/run-spec.schema.json", show_default=True, help="Where to write ('-' = stdout).")
+@click.option("--check", is_flag=True, help="Exit 1 if the file differs from what would be written.")
+def schema(output, check):
+    """Write the JSON Schema of the run spec, covering every installed component's params."""
+    from dare.io import atomic_write_text
+    from dare.spec import json_schema
+
+    text = json.dumps(json_schema(), indent=2, sort_keys=True) + "\n"
+    if output == "-":
+        click.echo(text, nl=False)
+        return
+    if check:
+        cur = Path(output).read_text() if Path(output).is_file() else ""
+        if cur != text:
+            click.echo(f"{output} is stale; run `dare schema`", err=True)
+            sys.exit(1)
+        click.echo(f"{output} is up to date")
+        return
+    atomic_write_text(output, text)
+    click.echo(f"wrote {output}")
+
+
+@cli.command()
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@click.option("--params", "with_params", is_flag=True, help="Include each component's params JSON schema (with --json).")
+def plugins(as_json, with_params):
+    """List installed components: kind, name, distribution, version; and plugins that failed to load."""
+    from dare.errors import PluginError
+    from dare.plugins import get_plugin_manager, reset
+
+    reset()
+    get_plugin_manager()
+    from dare import plugins as P
+
+    reg = P._registry
+    conflicts = list(reg.conflicts)
+    rows = [
+        {"kind": e.kind, "name": e.name, "distribution": e.distribution, "version": e.version, "plugin": e.plugin,
+         "description": e.cls.description(), **({"params": e.cls.Params.model_json_schema()} if with_params else {})}
+        for e in reg.all()
+    ]
+    failures = [{"plugin": f.plugin, "distribution": f.distribution, "error": f.error} for f in reg.failures]
+    if as_json:
+        click.echo(json.dumps({"components": rows, "failed": failures, "conflicts": conflicts}, indent=2))
+    else:
+        from rich.table import Table
+
+        t = Table(title="DARE components")
+        for col in ("kind", "name", "distribution", "version"):
+            t.add_column(col)
+        for r in rows:
+            t.add_row(r["kind"], r["name"], r["distribution"], r["version"])
+        con = _console()
+        con.print(t)
+        for f in failures:
+            con.print(f"[red]failed to load plugin {f['plugin']} ({f['distribution']}): {f['error']}[/red]")
+        for c in conflicts:
+            con.print(f"[red]conflict: {c}[/red]")
+    if conflicts:
+        raise PluginError("; ".join(conflicts))
+
+
+# --------------------------------------------------------------------------- scaffolding
+@cli.command(name="new-plugin")
+@click.argument("name")
+@click.option("--kind", required=True, type=click.Choice(["objective", "model", "sampler", "evaluator", "reward"]))
+@click.option("--output", "-o", default=".", show_default=True, help="Parent directory of the new package.")
+def new_plugin(name, kind, output):
+    """Scaffold an installable plugin package NAME with one component of KIND and a passing test."""
+    from dare.scaffold import render_plugin
+
+    path = render_plugin(name, kind, Path(output))
+    click.echo(f"created {path}\nnext: pip install -e {path} && dare plugins && pytest {path}")
+
+
+@cli.command(name="create-model")
+@click.argument("family")
+@click.argument("out_dir", type=click.Path(file_okay=False))
+@click.option("--preset", default="tiny", show_default=True)
+@click.option("--set", "overrides", multiple=True, help="config.json override key=value (YAML value).")
+@click.option("--seed", default=0, type=int)
+@click.option("--overwrite", is_flag=True)
+def create_model_cmd(family, out_dir, preset, overrides, seed, overwrite):
+    """Create a randomly initialised FAMILY model (official format) with DARE's byte tokenizer."""
+    import yaml
+
+    from dare.modeling import create_model
+    from dare.plugins import get_registry
+
+    fam = get_registry().get("model_family", family).create()
+    cfg = {}
+    for kv in overrides:
+        if "=" not in kv:
+            raise DareError(f"--set {kv!r} must look like key=value")
+        k, v = kv.split("=", 1)
+        cfg[k] = yaml.safe_load(v)
+    try:
+        lm = create_model(fam, out_dir, preset=preset, overrides=cfg, seed=seed, overwrite=overwrite)
+    except FileExistsError:
+        raise DareError(f"{out_dir} is not empty; choose another directory or pass --overwrite") from None
+    n = sum(p.numel() for p in lm.model.parameters())
+    click.echo(f"created {family} ({preset}, {n:,} parameters) in {out_dir}")
+
+
+def _load_plugin_commands():
+    try:
+        from dare.plugins import get_plugin_manager
+
+        get_plugin_manager().hook.register_commands(cli=cli)
+    except DareError:
+        pass  # reported by the command that needs the registry
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Console entry point: runs the CLI, printing :class:`DareError` as one paragraph (exit 2)."""
+    _load_plugin_commands()
+    try:
+        cli.main(args=argv, standalone_mode=False)
+    except click.exceptions.Abort:
+        click.echo("aborted", err=True)
+        sys.exit(130)
+    except click.ClickException as exc:
+        exc.show()
+        sys.exit(exc.exit_code)
+    except DareError as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(2)
+    except FileExistsError as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(2)
+    except KeyboardInterrupt:
+        click.echo("interrupted", err=True)
+        sys.exit(130)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

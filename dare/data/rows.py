@@ -1,0 +1,114 @@
+"""Reading dataset rows from parquet, JSONL, packaged assets or the hub."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from dare.errors import DataError
+
+__all__ = ["load_rows", "dataset_columns", "to_python"]
+
+_SUFFIXES = (".parquet", ".jsonl", ".json")
+
+
+def _local(path: str) -> Path | None:
+    from dare.spec import resolve_path
+
+    p = resolve_path(path)
+    if p.suffix in _SUFFIXES or p.exists() or path.startswith(("dare://", ".", "/", "~")):
+        return p
+    return None  # looks like a hub id
+
+
+def to_python(value: Any) -> Any:
+    """Convert numpy arrays/scalars inside a row (as pandas returns them) to lists and Python scalars."""
+    if isinstance(value, dict):
+        return {k: to_python(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [to_python(v) for v in value]
+    tolist = getattr(value, "tolist", None)
+    if tolist is not None:
+        return to_python(tolist())
+    return value
+
+
+def dataset_columns(path: str) -> list[str] | None:
+    """Column names of a local parquet/JSONL file without reading it whole; None for hub ids.
+
+    :raises DataError: missing file or unsupported format.
+    """
+    p = _local(path)
+    if p is None:
+        return None
+    if not p.is_file():
+        raise DataError(f"dataset file {path!r} does not exist")
+    if p.suffix == ".parquet":
+        import pyarrow.parquet as pq
+
+        try:
+            return list(pq.read_schema(p).names)
+        except Exception as exc:  # noqa: BLE001
+            raise DataError(f"{path!r} is not a readable parquet file: {exc}") from None
+    if p.suffix in (".jsonl", ".json"):
+        with p.open() as f:
+            line = f.readline()
+        try:
+            first = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise DataError(f"{path!r}: first line is not JSON: {exc}") from None
+        if not isinstance(first, dict):
+            raise DataError(f"{path!r}: each line must be a JSON object")
+        return list(first)
+    raise DataError(f"{path!r}: unsupported file type {p.suffix!r}; use .parquet or .jsonl")
+
+
+def load_rows(path: str, limit: int | None = None, split: str = "train", columns: list[str] | None = None) -> list[dict]:
+    """Load rows as plain Python dicts.
+
+    :param path: parquet/JSONL path, ``dare://`` asset or hub dataset id.
+    :param limit: keep only the first ``limit`` rows.
+    :param columns: columns that must exist.
+    :raises DataError: missing file, unreadable file, or a missing column.
+    """
+    p = _local(path)
+    if p is None:
+        try:
+            import datasets
+
+            ds = datasets.load_dataset(path, split=split)
+        except Exception as exc:  # noqa: BLE001
+            raise DataError(f"could not load hub dataset {path!r} (split {split!r}): {exc}") from None
+        if limit is not None:
+            ds = ds.select(range(min(limit, len(ds))))
+        rows = [dict(r) for r in ds]
+    else:
+        cols = dataset_columns(path)
+        if p.suffix == ".parquet":
+            import pyarrow.parquet as pq
+
+            table = pq.read_table(p)
+            if limit is not None:
+                table = table.slice(0, limit)
+            rows = [to_python(r) for r in table.to_pylist()]
+        else:
+            rows = []
+            with p.open() as f:
+                for i, line in enumerate(f):
+                    if limit is not None and len(rows) >= limit:
+                        break
+                    line = line.strip()
+                    if not line:
+                        continue
+                    try:
+                        rows.append(json.loads(line))
+                    except json.JSONDecodeError as exc:
+                        raise DataError(f"{path!r} line {i + 1} is not JSON: {exc}") from None
+        del cols
+    for col in columns or []:
+        if rows and col not in rows[0]:
+            raise DataError(f"{path!r} has no column {col!r}; its columns are: {', '.join(rows[0])}")
+    if not rows:
+        raise DataError(f"{path!r} has no rows")
+    return rows

@@ -1,0 +1,100 @@
+"""Prompt/response templates (Jinja2) and chat formatting."""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from typing import Any
+
+import jinja2
+from jinja2 import meta
+
+from dare.errors import DataError
+
+__all__ = ["render", "template_fields", "Prompter"]
+
+_env = jinja2.Environment(undefined=jinja2.StrictUndefined, keep_trailing_newline=True, autoescape=False)
+
+
+@lru_cache(maxsize=256)
+def _compile(template: str) -> jinja2.Template:
+    try:
+        return _env.from_string(template)
+    except jinja2.TemplateSyntaxError as exc:
+        raise DataError(f"template {template!r} is not valid Jinja2: {exc}") from None
+
+
+def template_fields(template: str) -> set[str]:
+    """Top-level row fields a template reads (``{{ extra_info.puzzle }}`` -> ``{'extra_info'}``)."""
+    try:
+        ast = _env.parse(template)
+    except jinja2.TemplateSyntaxError as exc:
+        raise DataError(f"template {template!r} is not valid Jinja2: {exc}") from None
+    return set(meta.find_undeclared_variables(ast))
+
+
+def render(template: str, row: dict[str, Any]) -> str:
+    """Render a template over a row.
+
+    :raises DataError: a field the template reads is missing from the row.
+    """
+    try:
+        return _compile(template).render(**row)
+    except jinja2.UndefinedError as exc:
+        raise DataError(f"template {template!r}: {exc.message} (row keys: {', '.join(row)})") from None
+
+
+class Prompter:
+    """Turns rows into prompt text (and response text) for one dataset.
+
+    * With ``prompt_template``: the rendered text is the user message; otherwise the row's
+      ``prompt`` column (chat messages or a string).
+    * With ``chat_template``: messages go through the tokenizer's chat template with
+      ``add_generation_prompt=True``; otherwise the user message text is used as-is.
+    """
+
+    def __init__(
+        self,
+        tokenizer,
+        prompt_template: str | None = None,
+        response_template: str | None = None,
+        chat_template: bool = True,
+        system_prompt: str | None = None,
+    ):
+        self.tokenizer = tokenizer
+        self.prompt_template = prompt_template
+        self.response_template = response_template
+        self.chat_template = chat_template
+        self.system_prompt = system_prompt
+
+    def messages(self, row: dict[str, Any]) -> list[dict[str, str]]:
+        if self.prompt_template is not None:
+            msgs = [{"role": "user", "content": render(self.prompt_template, row)}]
+        else:
+            if "prompt" not in row:
+                raise DataError(f"row has no 'prompt' column and no prompt_template is set (keys: {', '.join(row)})")
+            p = row["prompt"]
+            msgs = [{"role": "user", "content": p}] if isinstance(p, str) else [dict(m) for m in p]
+        if self.system_prompt and not any(m["role"] == "system" for m in msgs):
+            msgs = [{"role": "system", "content": self.system_prompt}] + msgs
+        return msgs
+
+    def prompt(self, row: dict[str, Any]) -> str:
+        """The prompt text the model conditions on."""
+        msgs = self.messages(row)
+        if not self.chat_template:
+            return "\n".join(m["content"] for m in msgs)
+        if not getattr(self.tokenizer, "chat_template", None):
+            raise DataError("the tokenizer has no chat template; set chat_template: false in the dataset spec")
+        return self.tokenizer.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True)
+
+    def response(self, row: dict[str, Any]) -> str:
+        """The target response text (supervised data)."""
+        if self.response_template is not None:
+            return render(self.response_template, row)
+        for key in ("response", "completion", "answer"):
+            if key in row and isinstance(row[key], str):
+                return row[key]
+        raise DataError(
+            "no response_template is set and the row has no 'response'/'completion'/'answer' column; "
+            "set data.train.response_template, e.g. '{{ reward_model.ground_truth }}'"
+        )

@@ -1,0 +1,67 @@
+"""Atomic writes: nothing on disk is half-written.
+
+Files are written to a temporary sibling and renamed into place; directories are built in a
+temporary sibling directory and renamed (an existing target is moved aside first, then removed).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+__all__ = ["atomic_dir", "atomic_write_text", "atomic_write_json"]
+
+
+@contextlib.contextmanager
+def atomic_dir(target: str | os.PathLike, overwrite: bool = False) -> Iterator[Path]:
+    """Yield a temporary directory that replaces ``target`` only if the block succeeds.
+
+    :raises FileExistsError: ``target`` exists, is non-empty and ``overwrite`` is False.
+    """
+    target = Path(target)
+    nonempty = (target.is_dir() and any(target.iterdir())) or (target.exists() and not target.is_dir())
+    if nonempty:
+        if not overwrite:
+            raise FileExistsError(f"{target} already exists and is not empty")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=target.parent))
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(tmp, 0o777 & ~umask)
+    try:
+        yield tmp
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    old = None
+    if target.exists():
+        old = target.parent / f".{target.name}.old-{os.getpid()}"
+        os.replace(target, old)
+    os.replace(tmp, target)
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True) if old.is_dir() else old.unlink()
+
+
+def atomic_write_text(path: str | os.PathLike, text: str) -> None:
+    """Write ``text`` to ``path`` via a temporary file and ``os.replace``."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+
+
+def atomic_write_json(path: str | os.PathLike, data: Any) -> None:
+    atomic_write_text(path, json.dumps(data, indent=2, sort_keys=False, default=str) + "\n")

@@ -1,0 +1,198 @@
+"""Load and create checkpoints in the official format.
+
+A model directory is always what the family's release ships: ``config.json`` (official keys and
+``model_type``), safetensors with the official tensor names, tokenizer files. Importing a family
+plugin registers its classes with transformers' Auto classes, so ``AutoModel.from_pretrained(dir)``
+works without ``trust_remote_code``.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from dare.components import ModelFamily, SpecialTokens
+from dare.errors import CheckpointError
+
+__all__ = ["LoadedModel", "load_model", "create_model", "resolve_family", "checkpoint_shapes", "verify_checkpoint", "DTYPES"]
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+@dataclass
+class LoadedModel:
+    """A model with everything needed to use it: tokenizer, family adapter and special ids."""
+
+    model: Any
+    tokenizer: Any
+    family: ModelFamily
+    tokens: SpecialTokens
+    path: Path | None = None
+
+
+def resolve_family(model_type: str | None, registry=None) -> ModelFamily:
+    """The installed family that loads ``model_type``.
+
+    :raises CheckpointError: no installed family loads it.
+    """
+    from dare.plugins import get_registry
+
+    reg = registry or get_registry()
+    entry = reg.family_for_model_type(model_type) if model_type else None
+    if entry is None:
+        known = sorted(t for e in reg.entries["model_family"].values() for t in e.cls.model_types)
+        raise CheckpointError(
+            f"model_type {model_type!r} is not loaded by any installed model family (known: {', '.join(known)}); "
+            "install the family's plugin, e.g. pip install dare-plugin-llada"
+        )
+    return entry.create()
+
+
+def checkpoint_shapes(model_dir: str | Path) -> dict[str, tuple[int, ...]]:
+    """Tensor name -> shape from the safetensors headers of a checkpoint directory (no weights read).
+
+    :raises CheckpointError: no safetensors files.
+    """
+    from safetensors import safe_open
+
+    model_dir = Path(model_dir)
+    index = model_dir / "model.safetensors.index.json"
+    if index.is_file():
+        files = sorted(set(json.loads(index.read_text())["weight_map"].values()))
+    else:
+        files = sorted(p.name for p in model_dir.glob("*.safetensors"))
+    if not files:
+        raise CheckpointError(f"{model_dir} has no *.safetensors weights")
+    shapes: dict[str, tuple[int, ...]] = {}
+    for name in files:
+        with safe_open(str(model_dir / name), framework="pt") as f:
+            for key in f.keys():
+                shapes[key] = tuple(f.get_slice(key).get_shape())
+    return shapes
+
+
+def expected_shapes(model_class, config) -> dict[str, tuple[int, ...]]:
+    """Tensor name -> shape the model class builds for ``config`` (built on the meta device)."""
+    with torch.device("meta"):
+        model = model_class(config)
+    names = {k: tuple(v.shape) for k, v in model.state_dict().items()}
+    tied = getattr(model, "all_tied_weights_keys", None) or {}
+    for k in tied:
+        names.pop(k, None)
+    return names
+
+
+def verify_checkpoint(model_dir: str | Path, model_class, config) -> None:
+    """Check a checkpoint's tensor names and shapes against what its config implies.
+
+    :raises CheckpointError: naming the first missing, unexpected or mis-shaped tensor.
+    """
+    have = checkpoint_shapes(model_dir)
+    want = expected_shapes(model_class, config)
+    for name in sorted(want):
+        if name not in have:
+            raise CheckpointError(
+                f"{model_dir}: tensor {name!r} (shape {list(want[name])}) is missing from the checkpoint; "
+                "the weights do not match config.json"
+            )
+        if have[name] != want[name]:
+            raise CheckpointError(
+                f"{model_dir}: tensor {name!r} has shape {list(have[name])} but config.json implies {list(want[name])}"
+            )
+    for name in sorted(have):
+        if name not in want:
+            raise CheckpointError(
+                f"{model_dir}: unexpected tensor {name!r} (shape {list(have[name])}); it does not belong to a "
+                f"{config.model_type} model with this config"
+            )
+
+
+def load_model(path: str | Path, dtype: str = "float32", registry=None, verify: bool = True) -> LoadedModel:
+    """Load a checkpoint directory (or hub id) with its tokenizer and family adapter.
+
+    :param dtype: ``float32``, ``bfloat16`` or ``float16``.
+    :raises CheckpointError: no ``config.json``, unknown ``model_type``, tensors not matching the
+        config, or a tokenizer without a mask token.
+    """
+    from transformers import AutoConfig, AutoModel, AutoTokenizer
+
+    from dare.plugins import get_registry
+    from dare.spec import resolve_path
+
+    registry = registry or get_registry()  # imports the family plugins (Auto-class registration)
+    p = resolve_path(str(path))
+    if p.exists():
+        if not (p / "config.json").is_file():
+            raise CheckpointError(f"{path} has no config.json; a model directory needs config.json, weights and tokenizer files")
+        src = str(p)
+    else:
+        src = str(path)
+    try:
+        config = AutoConfig.from_pretrained(src)
+    except Exception as exc:  # noqa: BLE001
+        if p.exists():
+            raw = json.loads((p / "config.json").read_text())
+            resolve_family(raw.get("model_type"), registry)  # raises the clear error
+        raise CheckpointError(f"could not load the config of {path!r}: {exc}") from None
+    family = resolve_family(getattr(config, "model_type", None), registry)
+    if verify and p.exists():
+        family.validate_checkpoint(str(p))
+        verify_checkpoint(p, family.model_class(), config)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(src)
+    except Exception as exc:  # noqa: BLE001
+        raise CheckpointError(f"could not load the tokenizer of {path!r}: {exc}") from None
+    tokens = family.special_tokens(config, tokenizer)
+    if dtype not in DTYPES:
+        raise CheckpointError(f"dtype {dtype!r} is not one of {', '.join(DTYPES)}")
+    model = AutoModel.from_pretrained(src, dtype=DTYPES[dtype])
+    return LoadedModel(model=model, tokenizer=tokenizer, family=family, tokens=tokens, path=p if p.exists() else None)
+
+
+def create_model(
+    family: ModelFamily,
+    out_dir: str | Path,
+    preset: str = "tiny",
+    overrides: dict[str, Any] | None = None,
+    tokenizer: str = "byte",
+    seed: int = 0,
+    overwrite: bool = False,
+) -> LoadedModel:
+    """Create a randomly initialised model in the official format and save it to ``out_dir``.
+
+    The directory is written atomically (temp dir, then rename).
+
+    :param tokenizer: ``"byte"`` for DARE's byte-level tokenizer with the family's special tokens and
+        chat template, or a tokenizer directory.
+    :raises CheckpointError: unknown preset, or a tokenizer without the family's mask token.
+    :raises FileExistsError: ``out_dir`` is non-empty and ``overwrite`` is False.
+    """
+    from transformers import AutoModel, AutoTokenizer
+
+    from dare.io import atomic_dir
+    from dare.modeling.tokenizer import build_byte_tokenizer
+
+    presets = family.presets()
+    if preset not in presets:
+        raise CheckpointError(f"unknown preset {preset!r} for family {family.name}; available: {', '.join(presets)}")
+    if tokenizer == "byte":
+        tok = build_byte_tokenizer(
+            family.special_token_strings,
+            extra_special=tuple(getattr(family, "extra_special_tokens", ())),
+            chat_template=family.chat_template or None,
+        )
+    else:
+        tok = AutoTokenizer.from_pretrained(tokenizer)
+    tokens = family.tokens_from_tokenizer(tok)
+    config = family.new_config(preset, dict(overrides or {}), len(tok), tokens)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = AutoModel.from_config(config)
+    with atomic_dir(out_dir, overwrite=overwrite) as tmp:
+        model.save_pretrained(tmp)
+        tok.save_pretrained(tmp)
+    return LoadedModel(model=model, tokenizer=tok, family=family, tokens=tokens, path=Path(out_dir))

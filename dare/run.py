@@ -1,0 +1,221 @@
+"""A run: a validated spec made concrete (model, sampler, rewards, objective, output directory).
+
+``Run.execute()`` is what ``dare run`` does: evaluate before training (optional), train with the
+spec's objective, evaluate after, then write ``report.{json,md}`` and ``plot.png`` in the run
+directory. Layout of ``output.dir``::
+
+    run.json          resolved spec + hash (a re-run of the same spec resumes; another spec is refused)
+    init-model/       the fresh model, when model.new (official format)
+    checkpoints/      trainer checkpoints (official-format model + optimizer/scheduler/RNG state)
+    model/            the trained model (official format; LoRA runs: adapter/ too)
+    metrics.jsonl     every logged metric; tensorboard/ the same for TensorBoard
+    eval/<stage>.json per-stage benchmark results; samples/ per-row completions and rewards
+    report.json, report.md, plot.png
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from dare.errors import DareError, SpecError
+from dare.io import atomic_write_json
+from dare.spec import RunSpec, build_context, load_spec, spec_hash
+
+__all__ = ["Run"]
+
+log = logging.getLogger("dare.run")
+
+
+class Run:
+    """Everything a trainer or evaluator needs, resolved from a spec.
+
+    :raises SpecError: the spec fails validation (both passes).
+    """
+
+    def __init__(self, spec: RunSpec, source: str | None = None, ctx=None):
+        self.spec = spec
+        self.source = source
+        self.ctx = ctx if ctx is not None else build_context(spec, source)
+        problems = self.ctx.components.pop("__problems__", [])
+        if problems:
+            raise SpecError(problems, source=source)
+        self.dir = Path(spec.output.dir)
+        self.family = self.ctx.family
+        self.sampler = self.ctx.components.get("sampler")
+        self.objective = self.ctx.components.get("algorithm")
+        self.reward = self._weighted([(self.ctx.components[f"rewards[{i}]"], r.weight) for i, r in enumerate(spec.rewards)])
+        self.hash = spec_hash(spec)
+
+    @classmethod
+    def from_file(cls, path: str, overrides: list[str] | None = None) -> Run:
+        spec = load_spec(path, overrides=overrides, check=False)
+        return cls(spec, source=str(path))
+
+    @staticmethod
+    def _weighted(pairs):
+        from dare.rewards import WeightedReward
+
+        return WeightedReward(pairs) if pairs else None
+
+    # ------------------------------------------------------------------ directories
+    @property
+    def checkpoint_dir(self) -> Path:
+        return self.dir / "checkpoints"
+
+    @property
+    def model_dir(self) -> Path:
+        return self.dir / "model"
+
+    def prepare(self) -> None:
+        """Create ``output.dir`` and its ``run.json``; clear it first when it held another run and
+        ``output.overwrite`` is set (validation already refused that case otherwise)."""
+        marker = self.dir / "run.json"
+        if marker.is_file():
+            old = json.loads(marker.read_text()).get("spec_hash")
+            if old != self.hash:
+                if not self.spec.output.overwrite:
+                    raise SpecError([("output.dir", f"{self.dir} already holds a different run; set output.overwrite: true")])
+                shutil.rmtree(self.dir)
+        elif self.dir.is_dir() and any(self.dir.iterdir()) and self.spec.output.overwrite:
+            shutil.rmtree(self.dir)
+        self.dir.mkdir(parents=True, exist_ok=True)
+        atomic_write_json(marker, {"spec_hash": self.hash, "source": self.source, "spec": self.spec.model_dump(mode="json")})
+
+    # ------------------------------------------------------------------ model
+    @cached_property
+    def lm(self):
+        """The ``LoadedModel`` (created under ``init-model/`` when ``model.new``)."""
+        from dare.modeling import create_model, load_model
+        from dare.modeling.checkpoint import DTYPES
+
+        m = self.spec.model
+        if m.new is not None:
+            init_dir = self.dir / "init-model"
+            if (init_dir / "config.json").is_file():
+                lm = load_model(init_dir, dtype=m.dtype)
+            else:
+                lm = create_model(self.family, init_dir, preset=m.new.preset, overrides=m.new.config,
+                                  tokenizer=m.new.tokenizer, seed=m.new.seed)
+                lm.model.to(DTYPES[m.dtype])
+        else:
+            lm = load_model(m.path, dtype=m.dtype)
+        return lm
+
+    @property
+    def model(self):
+        return self.lm.model
+
+    @property
+    def tokenizer(self):
+        return self.lm.tokenizer
+
+    @property
+    def tokens(self):
+        return self.lm.tokens
+
+    # ------------------------------------------------------------------ training
+    def train(self) -> dict[str, float]:
+        """Train with the spec's objective; the trained model ends up in ``model/``."""
+        if self.objective is None:
+            raise DareError("this spec has no algorithm: section, so there is nothing to train")
+        return self.objective.train(self)
+
+    # ------------------------------------------------------------------ evaluation
+    def benchmark_reward(self, index: int):
+        """The reward of ``eval.benchmarks[index]``: its override, else the benchmark's default."""
+        b = self.spec.eval.resolved[index]
+        loc = f"eval.benchmarks[{index}]"
+        if b.reward is not None:
+            return self._weighted([(self.ctx.components[f"{loc}.reward"], 1.0)])
+        ev = self.ctx.components[loc]
+        entry = self.ctx.registry.get("reward", ev.reward)
+        return self._weighted([(entry.create(dict(ev.reward_params)), 1.0)])
+
+    def evaluate(self, stage: str, model=None, limit: int | None = None, benchmarks: list[int] | None = None, save: bool = True):
+        """Run the spec's benchmarks on ``model`` (default: the run's model).
+
+        :returns: list of ``BenchmarkResult``; also written to ``eval/<stage>.json`` when ``save``.
+        """
+        from dare.eval import evaluate_benchmark
+
+        if self.spec.eval is None:
+            return []
+        model = model if model is not None else self.model
+        results = []
+        bspecs = self.spec.eval.resolved
+        for i in benchmarks if benchmarks is not None else range(len(bspecs)):
+            ev = self.ctx.components[f"eval.benchmarks[{i}]"]
+            res = evaluate_benchmark(
+                model, self.family, self.tokens, self.tokenizer, self.sampler, ev, bspecs[i],
+                self.benchmark_reward(i), batch_size=self.spec.eval.batch_size, seed=self.spec.eval.seed, limit=limit,
+            )
+            results.append(res)
+            log.info("%s %s: accuracy %.4f mean reward %.4f", stage, ev.name, res.accuracy, res.mean_reward)
+        if save:
+            atomic_write_json(self.dir / "eval" / f"{stage}.json", {"spec_hash": self.hash, "results": [r.to_dict() for r in results]})
+        return results
+
+    def cached_eval(self, stage: str):
+        """Results of an earlier evaluation of this exact spec at ``stage`` (resume), else None."""
+        from dare.eval import BenchmarkResult
+
+        f = self.dir / "eval" / f"{stage}.json"
+        if not f.is_file():
+            return None
+        data = json.loads(f.read_text())
+        if data.get("spec_hash") != self.hash:
+            return None
+        return [BenchmarkResult(**r) for r in data["results"]]
+
+    def training_eval_fn(self):
+        """``(model) -> metrics`` on the first benchmark (``train.eval_limit`` rows), for in-training eval."""
+        if self.spec.eval is None or self.spec.train is None or not self.spec.train.eval_steps or self.sampler is None:
+            return None
+        limit = self.spec.train.eval_limit
+
+        def fn(model) -> dict[str, float]:
+            (res,) = self.evaluate("train", model=model, limit=limit, benchmarks=[0], save=False)
+            return {f"{res.name}/accuracy": res.accuracy, f"{res.name}/mean_reward": res.mean_reward}
+
+        return fn
+
+    # ------------------------------------------------------------------ whole run
+    def execute(self, train: bool = True, evaluate: bool = True) -> dict[str, Any]:
+        """``dare run``: [eval before] -> train -> eval after -> report + plot. Returns the report data."""
+        from dare.eval import provenance, write_report
+        from dare.eval.report import plot_training
+
+        self.prepare()
+        torch.manual_seed(self.spec.train.seed if self.spec.train else 0)
+        do_train = train and self.objective is not None
+        do_eval = evaluate and self.spec.eval is not None
+        stages: dict[str, list] = {}
+        if do_eval and (not do_train or self.spec.eval.before_train):
+            label = "before" if do_train else "eval"
+            stages[label] = self.cached_eval(label) or self.evaluate(label)
+        train_metrics: dict[str, float] = {}
+        if do_train:
+            train_metrics = self.train() or {}
+        if do_eval and do_train:
+            stages["after"] = self.evaluate("after")
+        prov = provenance(self.spec, self.sampler, self.spec.eval.seed if self.spec.eval else None)
+        extra = {"train_metrics": train_metrics, "run_dir": str(self.dir)}
+        if stages:
+            write_report(self.dir, stages, prov, extra=extra)
+        if do_train:
+            flat = lambda rs: {f"{r.name}/accuracy": r.accuracy for r in rs} | {f"{r.name}/mean_reward": r.mean_reward for r in rs}  # noqa: E731
+            plot_training(
+                self.dir / "metrics.jsonl",
+                self.dir / "plot.png",
+                before=flat(stages.get("before", [])) or None,
+                after=flat(stages.get("after", [])) or None,
+                title=self.spec.output.dir,
+            )
+        return {"stages": {k: [r.to_dict(with_samples=False) for r in v] for k, v in stages.items()}, "train": train_metrics}

@@ -1,0 +1,83 @@
+"""From prompt strings to completion strings with any sampler (left padding, batching, decoding)."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import torch
+
+from dare.components import SamplerOutput, SpecialTokens
+
+__all__ = ["encode_prompts", "decode_completions", "generate_texts", "TextGeneration"]
+
+
+def encode_prompts(tokenizer, prompts: list[str], pad_id: int, device="cpu") -> tuple[torch.Tensor, torch.Tensor]:
+    """Tokenise prompt strings (no extra special tokens: chat templates add their own) and left-pad.
+
+    :returns: ``(input_ids [B, Lp] int64, attention_mask [B, Lp] int64)``.
+    """
+    ids = [tokenizer(p, add_special_tokens=False)["input_ids"] for p in prompts]
+    width = max(len(x) for x in ids)
+    input_ids = torch.full((len(ids), width), pad_id, dtype=torch.long)
+    attn = torch.zeros((len(ids), width), dtype=torch.long)
+    for i, x in enumerate(ids):
+        if x:
+            input_ids[i, width - len(x) :] = torch.tensor(x, dtype=torch.long)
+            attn[i, width - len(x) :] = 1
+    return input_ids.to(device), attn.to(device)
+
+
+def decode_completions(tokenizer, completions: torch.Tensor, tokens: SpecialTokens) -> list[str]:
+    """Text of each completion row: cut at the first stop id (EOS/EOT), drop mask tokens."""
+    texts = []
+    stops = set(tokens.stop_ids)
+    for row in completions.tolist():
+        cut = []
+        for t in row:
+            if t in stops:
+                break
+            if t != tokens.mask_id:
+                cut.append(t)
+        texts.append(tokenizer.decode(cut, skip_special_tokens=True))
+    return texts
+
+
+@dataclass
+class TextGeneration:
+    """Completions for a list of prompts, with the sampler outputs of each batch."""
+
+    texts: list[str] = field(default_factory=list)
+    outputs: list[SamplerOutput] = field(default_factory=list)
+    prompt_ids: list[torch.Tensor] = field(default_factory=list)
+    seconds: float = 0.0
+    nfe: int = 0
+    generated_tokens: int = 0
+
+
+@torch.no_grad()
+def generate_texts(model, family, tokens: SpecialTokens, tokenizer, sampler, prompts: list[str], batch_size: int = 32, generator: torch.Generator | None = None) -> TextGeneration:
+    """Generate one completion per prompt, ``batch_size`` prompts at a time.
+
+    ``generated_tokens`` counts decoded positions (``B x gen_length`` per batch); ``nfe`` sums the
+    sampler's forward passes; ``seconds`` is wall time spent in the sampler.
+    """
+    device = next(model.parameters()).device
+    was_training = model.training
+    model.eval()
+    out = TextGeneration()
+    try:
+        for i in range(0, len(prompts), batch_size):
+            chunk = prompts[i : i + batch_size]
+            ids, attn = encode_prompts(tokenizer, chunk, tokens.pad_id, device)
+            t0 = time.perf_counter()
+            res = sampler.generate(model, family, tokens, ids, attn, generator=generator)
+            out.seconds += time.perf_counter() - t0
+            out.nfe += res.nfe
+            out.generated_tokens += res.completions.numel()
+            out.outputs.append(res)
+            out.prompt_ids.append(ids)
+            out.texts.extend(decode_completions(tokenizer, res.completions, tokens))
+    finally:
+        model.train(was_training)
+    return out

@@ -1,0 +1,607 @@
+"""The declarative run spec (YAML) and its validation.
+
+A spec has the sections ``model / data / algorithm / sampler / rewards / train / eval / output``.
+Validation runs before any weights are loaded, in two passes:
+
+1. structure: :class:`RunSpec` (pydantic, ``extra="forbid"`` everywhere);
+2. components: each ``name`` is resolved in the plugin registry and its ``params`` validated against
+   that component's own ``Params`` model; then cross-field checks (files exist and have the needed
+   columns, the model directory has a ``config.json`` whose ``model_type`` an installed family
+   loads, the tokenizer has a mask token, the sampler fits the family, the output directory does not
+   hold a different run).
+
+Every problem is reported as ``yaml.path: message``; :func:`load_spec` raises one
+:class:`~dare.errors.SpecError` listing all of them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+from typing import Any, Literal, Union
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, model_validator
+
+from dare.errors import DareError, SpecError
+
+__all__ = [
+    "RunSpec",
+    "ModelSpec",
+    "NewModelSpec",
+    "LoraSpec",
+    "DatasetSpec",
+    "DataSpec",
+    "ComponentSpec",
+    "RewardSpec",
+    "TrainSpec",
+    "BenchmarkSpec",
+    "EvalSpec",
+    "OutputSpec",
+    "SpecContext",
+    "load_spec",
+    "validate_spec",
+    "spec_hash",
+    "json_schema",
+    "resolve_path",
+]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+# --------------------------------------------------------------------------- model
+class NewModelSpec(_Strict):
+    """Create a fresh, randomly initialised model in the official checkpoint format."""
+
+    family: str = Field(description="Model family name (see `dare plugins`), e.g. llada.")
+    preset: str = Field("tiny", description="Family preset, e.g. tiny.")
+    config: dict[str, Any] = Field(default_factory=dict, description="config.json overrides, e.g. {d_model: 128}.")
+    tokenizer: str = Field(
+        "byte",
+        description="'byte' builds DARE's byte-level tokenizer with the family's special tokens and chat template; "
+        "otherwise a tokenizer directory.",
+    )
+    seed: int = Field(0, description="Seed of the random initialisation.")
+
+
+class LoraSpec(_Strict):
+    """LoRA adapters through peft."""
+
+    r: int = Field(16, gt=0, description="LoRA rank.")
+    alpha: float = Field(32.0, gt=0, description="LoRA alpha (scale = alpha / r).")
+    dropout: float = Field(0.0, ge=0.0, lt=1.0, description="Dropout on the LoRA input.")
+    target_modules: Union[Literal["all-linear"], list[str]] = Field(
+        "all-linear", description="'all-linear' (resolved per family, LM head excluded) or module names."
+    )
+    include_lm_head: bool = Field(False, description="Also adapt the LM head when target_modules is all-linear.")
+    path: str | None = Field(None, description="Existing adapter directory to continue training from.")
+
+
+class ModelSpec(_Strict):
+    """Which model to train or evaluate: a checkpoint (``path``) or a fresh one (``new``)."""
+
+    path: str | None = Field(None, description="Local checkpoint directory or hub id; family from config.json model_type.")
+    new: NewModelSpec | None = Field(None, description="Create a new random model instead of loading one.")
+    dtype: Literal["float32", "bfloat16", "float16"] = Field("float32", description="Weights dtype.")
+    lora: LoraSpec | None = Field(None, description="Train LoRA adapters instead of all weights.")
+
+    @model_validator(mode="after")
+    def _one_source(self):
+        if (self.path is None) == (self.new is None):
+            raise ValueError("give exactly one of model.path (a checkpoint) or model.new (a fresh model)")
+        return self
+
+
+# --------------------------------------------------------------------------- data
+class DatasetSpec(_Strict):
+    """A dataset file (parquet or JSONL, in the data_source/prompt/reward_model/extra_info format)."""
+
+    path: str = Field(description="parquet/JSONL file, 'dare://' packaged asset, or hub dataset id.")
+    split: str = Field("train", description="Split, for hub datasets.")
+    limit: int | None = Field(None, gt=0, description="Use only the first N rows.")
+    prompt_template: str | None = Field(
+        None, description="Jinja template over row fields giving the user message, e.g. '{{ extra_info.puzzle }}'."
+    )
+    response_template: str | None = Field(
+        None, description="Jinja template giving the target response (supervised training)."
+    )
+    chat_template: bool = Field(True, description="Wrap the prompt with the tokenizer's chat template.")
+    system_prompt: str | None = Field(None, description="System message prepended when chat_template is on.")
+
+
+class DataSpec(_Strict):
+    train: DatasetSpec | None = None
+    eval: DatasetSpec | None = Field(None, description="Held-out rows for in-training metrics.")
+
+
+# --------------------------------------------------------------------------- components
+class ComponentSpec(_Strict):
+    name: str = Field(description="Installed component name (see `dare plugins`).")
+    params: dict[str, Any] = Field(default_factory=dict, description="Validated by the component's own Params model.")
+
+
+class RewardSpec(ComponentSpec):
+    weight: float = Field(1.0, description="Weight in the summed reward.")
+
+
+# --------------------------------------------------------------------------- train / eval / output
+class TrainSpec(_Strict):
+    """Optimisation settings shared by every trainer."""
+
+    learning_rate: float = Field(gt=0, description="Peak learning rate (AdamW).")
+    max_steps: int = Field(gt=0, description="Optimizer steps.")
+    per_device_batch_size: int = Field(8, gt=0, description="Examples (or prompts, for RL) per device per step.")
+    gradient_accumulation_steps: int = Field(1, gt=0)
+    seed: int = 0
+    lr_scheduler: Literal["constant", "constant_with_warmup", "linear", "cosine"] = "constant"
+    warmup_ratio: float = Field(0.0, ge=0.0, lt=1.0)
+    weight_decay: float = Field(0.0, ge=0.0)
+    adam_beta1: float = Field(0.9, ge=0.0, lt=1.0)
+    adam_beta2: float = Field(0.999, ge=0.0, lt=1.0)
+    max_grad_norm: float = Field(1.0, gt=0.0, description="Gradient clipping (global norm).")
+    logging_steps: int = Field(10, gt=0)
+    save_steps: int = Field(500, gt=0, description="Checkpoint every N steps (official format + trainer state).")
+    save_total_limit: int | None = Field(2, gt=0)
+    eval_steps: int | None = Field(None, gt=0, description="Evaluate the first eval benchmark every N steps.")
+    eval_limit: int | None = Field(None, gt=0, description="Rows of that benchmark used for in-training evaluation.")
+    max_length: int | None = Field(None, gt=0, description="Truncate/filter sequences longer than this (tokens).")
+    bf16: bool = Field(False, description="bf16 autocast.")
+    resume: bool = Field(True, description="Resume from the last checkpoint in the output directory, if any.")
+    num_threads: int | None = Field(None, gt=0, description="torch CPU threads (default: torch's choice).")
+
+
+class BenchmarkSpec(_Strict):
+    name: str = Field(description="Evaluator (benchmark) name, e.g. gsm8k, sudoku.")
+    path: str | None = Field(None, description="Data file; defaults to the benchmark's file under $DARE_DATA_DIR.")
+    limit: int | None = Field(None, gt=0)
+    prompt_template: str | None = None
+    chat_template: bool = True
+    system_prompt: str | None = None
+    reward: ComponentSpec | None = Field(None, description="Override the benchmark's reward.")
+
+
+class EvalSpec(_Strict):
+    benchmarks: list[Union[BenchmarkSpec, str]] = Field(description="Benchmarks (names or objects).")
+    before_train: bool = Field(True, description="With `dare run`: also evaluate the model before training.")
+    batch_size: int = Field(32, gt=0)
+    seed: int = 0
+
+    @property
+    def resolved(self) -> list[BenchmarkSpec]:
+        return [BenchmarkSpec(name=b) if isinstance(b, str) else b for b in self.benchmarks]
+
+
+class OutputSpec(_Strict):
+    dir: str = Field(description="Run directory (checkpoints, final model, metrics, report).")
+    overwrite: bool = Field(False, description="Allow replacing a directory that holds a different run.")
+
+
+class RunSpec(_Strict):
+    """A whole run: model, data, algorithm, sampler, rewards, train, eval, output."""
+
+    model: ModelSpec
+    data: DataSpec | None = None
+    algorithm: ComponentSpec | None = None
+    sampler: ComponentSpec | None = None
+    rewards: list[RewardSpec] = Field(default_factory=list)
+    train: TrainSpec | None = None
+    eval: EvalSpec | None = None
+    output: OutputSpec
+
+
+# =========================================================================== helpers
+def resolve_path(path: str) -> Path:
+    """Resolve ``dare://rel`` to a packaged asset; other paths are relative to the working directory."""
+    if path.startswith("dare://"):
+        from dare import assets
+
+        return assets.path(path[len("dare://") :])
+    return Path(os.path.expanduser(path))
+
+
+def _loc_str(loc: tuple) -> str:
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += ("." if out else "") + str(part)
+    return out
+
+
+def _field_keys(model_cls: type[BaseModel]) -> list[str]:
+    return list(model_cls.model_fields)
+
+
+def _model_at(model_cls: type[BaseModel], loc: tuple) -> type[BaseModel] | None:
+    """The pydantic model class reached by following ``loc`` (for listing allowed keys)."""
+    import typing
+
+    cur: Any = model_cls
+    for part in loc:
+        if isinstance(part, int):
+            continue
+        if not (isinstance(cur, type) and issubclass(cur, BaseModel)) or part not in cur.model_fields:
+            return None
+        ann = cur.model_fields[part].annotation
+        cands = [ann]
+        while cands:
+            a = cands.pop()
+            if isinstance(a, type) and issubclass(a, BaseModel):
+                cur = a
+                break
+            cands.extend(typing.get_args(a))
+        else:
+            return None
+    return cur if isinstance(cur, type) and issubclass(cur, BaseModel) else None
+
+
+def pydantic_problems(exc: ValidationError, root_cls: type[BaseModel], prefix: str = "") -> list[tuple[str, str]]:
+    """Turn a pydantic error into ``(yaml_path, message)`` pairs with allowed keys for unknown ones."""
+    problems = []
+    for err in exc.errors():
+        loc = tuple(p for p in err["loc"] if not (isinstance(p, str) and ("[" in p or p.startswith("function-"))))
+        path = _loc_str(loc)
+        if prefix:
+            path = f"{prefix}.{path}" if path and not path.startswith("[") else f"{prefix}{path}"
+        typ = err["type"]
+        if typ == "extra_forbidden":
+            parent = _model_at(root_cls, loc[:-1])
+            allowed = ", ".join(_field_keys(parent)) if parent else "see `dare schema`"
+            msg = f"unknown key; allowed keys here: {allowed}"
+        elif typ == "missing":
+            msg = "required field is missing"
+        else:
+            msg = err["msg"]
+            if "input" in err and typ not in ("model_type", "dict_type"):
+                shown = repr(err["input"])
+                msg += f" (got {shown[:80]})"
+        problems.append((path, msg))
+    return problems
+
+
+def spec_hash(spec: RunSpec) -> str:
+    """SHA-256 (first 16 hex digits) of the validated spec, ignoring ``output.overwrite``/``train.resume``."""
+    data = spec.model_dump(mode="json")
+    data["output"].pop("overwrite", None)
+    if data.get("train"):
+        data["train"].pop("resume", None)
+    blob = json.dumps(data, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+@dataclass
+class SpecContext:
+    """What component ``check`` methods may consult: the spec, the registry and the model's config."""
+
+    spec: RunSpec
+    registry: Any
+    source: str | None = None
+    family: Any = None  # ModelFamily instance, when the model's family could be resolved
+    model_config: dict[str, Any] | None = None
+    components: dict[str, Any] = field(default_factory=dict)  # yaml path -> instantiated component
+
+    @cached_property
+    def tokenizer(self):
+        """The tokenizer of ``model.path`` (a local directory), or None."""
+        if self.spec.model.path is None:
+            return None
+        p = resolve_path(self.spec.model.path)
+        if not p.is_dir():
+            return None
+        from transformers import AutoTokenizer
+
+        return AutoTokenizer.from_pretrained(str(p))
+
+
+# =========================================================================== loading
+def load_spec(path: str | os.PathLike, overrides: list[str] | None = None, check: bool = True) -> RunSpec:
+    """Read, structurally validate and (with ``check``) cross-check a YAML run spec.
+
+    ``overrides`` are ``dotted.key=value`` strings (value parsed as YAML) applied before validation.
+
+    :raises SpecError: listing every problem with its YAML path.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise SpecError([("", f"spec file {str(path)!r} does not exist")])
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as exc:
+        raise SpecError([("", f"not valid YAML: {exc}")], source=str(path)) from None
+    if not isinstance(raw, dict):
+        raise SpecError([("", "the spec must be a mapping with sections model, data, algorithm, ...")], source=str(path))
+    for ov in overrides or []:
+        _apply_override(raw, ov)
+    return validate_spec(raw, source=str(path), check=check)
+
+
+def _apply_override(raw: dict, override: str) -> None:
+    if "=" not in override:
+        raise SpecError([("", f"override {override!r} must look like section.key=value")])
+    key, value = override.split("=", 1)
+    parts = key.split(".")
+    cur = raw
+    for p in parts[:-1]:
+        cur = cur.setdefault(p, {})
+        if not isinstance(cur, dict):
+            raise SpecError([(key, "cannot override inside a non-mapping value")])
+    cur[parts[-1]] = yaml.safe_load(value)
+
+
+def validate_spec(raw: dict | RunSpec, source: str | None = None, check: bool = True) -> RunSpec:
+    """Validate a spec mapping (both passes). Returns the structural :class:`RunSpec`.
+
+    :raises SpecError: listing every problem with its YAML path.
+    """
+    if isinstance(raw, RunSpec):
+        spec = raw
+    else:
+        try:
+            spec = RunSpec.model_validate(raw)
+        except ValidationError as exc:
+            raise SpecError(pydantic_problems(exc, RunSpec), source=source) from None
+    if check:
+        ctx = build_context(spec, source)
+        problems = ctx.components.pop("__problems__")
+        if problems:
+            raise SpecError(problems, source=source)
+    return spec
+
+
+def _component(ctx: SpecContext, problems: list, kind: str, cspec: ComponentSpec, loc: str):
+    from dare.errors import PluginError
+
+    try:
+        entry = ctx.registry.get(kind, cspec.name)
+    except PluginError as exc:
+        problems.append((f"{loc}.name", str(exc)))
+        return None
+    try:
+        params = entry.cls.Params.model_validate(cspec.params)
+    except ValidationError as exc:
+        problems.extend(pydantic_problems(exc, entry.cls.Params, prefix=f"{loc}.params"))
+        return None
+    comp = entry.cls(params)
+    ctx.components[loc] = comp
+    return comp
+
+
+def build_context(spec: RunSpec, source: str | None = None) -> SpecContext:
+    """Second pass: resolve components, validate their params and run cross-field checks.
+
+    Problems are collected in ``ctx.components['__problems__']``.
+    """
+    from dare.plugins import get_registry
+
+    registry = get_registry()
+    ctx = SpecContext(spec=spec, registry=registry, source=source)
+    problems: list[tuple[str, str]] = []
+
+    _check_model(ctx, problems)
+    if spec.algorithm is not None:
+        _component(ctx, problems, "objective", spec.algorithm, "algorithm")
+    if spec.sampler is not None:
+        _component(ctx, problems, "sampler", spec.sampler, "sampler")
+    for i, r in enumerate(spec.rewards):
+        _component(ctx, problems, "reward", r, f"rewards[{i}]")
+    if spec.eval is not None:
+        for i, b in enumerate(spec.eval.resolved):
+            loc = f"eval.benchmarks[{i}]"
+            ev = _component(ctx, problems, "evaluator", ComponentSpec(name=b.name), loc)
+            if b.reward is not None:
+                _component(ctx, problems, "reward", b.reward, f"{loc}.reward")
+            if ev is not None:
+                _check_benchmark_data(ev, b, loc, problems)
+        if spec.sampler is None:
+            problems.append(("sampler", "eval needs a sampler: section to generate answers"))
+    if spec.data is not None:
+        for split in ("train", "eval"):
+            ds = getattr(spec.data, split)
+            if ds is not None:
+                _check_dataset(ds, f"data.{split}", problems)
+    _check_output(spec, problems)
+
+    # component cross-checks, once everything structural passed
+    for loc, comp in list(ctx.components.items()):
+        try:
+            problems.extend(comp.check(ctx, loc))
+        except DareError as exc:
+            problems.append((loc, str(exc)))
+    ctx.components["__problems__"] = problems
+    return ctx
+
+
+def _check_model(ctx: SpecContext, problems: list) -> None:
+    spec = ctx.spec
+    reg = ctx.registry
+    if spec.model.new is not None:
+        new = spec.model.new
+        entry = reg.find("model_family", new.family)
+        if entry is None:
+            problems.append(("model.new.family", reg.unknown_message("model_family", new.family)))
+            return
+        ctx.family = entry.create()
+        presets = ctx.family.presets()
+        if new.preset not in presets:
+            problems.append(
+                ("model.new.preset", f"unknown preset {new.preset!r} for {new.family}; available: {', '.join(presets)}")
+            )
+        else:
+            cfg = dict(presets[new.preset])
+            cfg.update(new.config)
+            ctx.model_config = cfg
+        if new.tokenizer != "byte" and not (resolve_path(new.tokenizer) / "tokenizer_config.json").is_file():
+            problems.append(("model.new.tokenizer", f"{new.tokenizer!r} is neither 'byte' nor a tokenizer directory"))
+        return
+    path = spec.model.path
+    p = resolve_path(path)
+    local = p.exists() or path.startswith((".", "/", "~")) or path.count("/") != 1
+    if not local:
+        return  # hub id: checked when loading
+    if not p.is_dir():
+        problems.append(("model.path", f"model directory {path!r} does not exist"))
+        return
+    cfg_file = p / "config.json"
+    if not cfg_file.is_file():
+        problems.append(("model.path", f"{path!r} has no config.json; point model.path at a checkpoint directory"))
+        return
+    try:
+        cfg = json.loads(cfg_file.read_text())
+    except json.JSONDecodeError as exc:
+        problems.append(("model.path", f"{cfg_file} is not valid JSON: {exc}"))
+        return
+    ctx.model_config = cfg
+    mt = cfg.get("model_type")
+    entry = reg.family_for_model_type(mt) if mt else None
+    if entry is None:
+        known = sorted(t for e in reg.entries["model_family"].values() for t in e.cls.model_types)
+        problems.append(
+            ("model.path", f"config.json model_type {mt!r} is not loaded by any installed family; known: {', '.join(known)}")
+        )
+        return
+    ctx.family = entry.create()
+    try:
+        tok = ctx.tokenizer
+    except Exception as exc:  # noqa: BLE001 - report any tokenizer failure as a spec problem
+        problems.append(("model.path", f"could not load the tokenizer from {path!r}: {exc}"))
+        return
+    if tok is not None:
+        from transformers import AutoConfig
+
+        try:
+            config = AutoConfig.from_pretrained(str(p))
+            ctx.family.special_tokens(config, tok)
+        except DareError as exc:
+            problems.append(("model.path", str(exc)))
+
+
+def _check_dataset(ds: DatasetSpec, loc: str, problems: list, need_prompt: bool = True) -> None:
+    from dare.data import dataset_columns, template_fields
+
+    try:
+        cols = dataset_columns(ds.path)
+    except DareError as exc:
+        problems.append((f"{loc}.path", str(exc)))
+        return
+    if cols is None:  # hub dataset: checked at load time
+        return
+    needed: dict[str, str] = {}
+    for tname in ("prompt_template", "response_template"):
+        tmpl = getattr(ds, tname)
+        if tmpl is not None:
+            try:
+                for f in template_fields(tmpl):
+                    needed.setdefault(f, f"{loc}.{tname}")
+            except DareError as exc:
+                problems.append((f"{loc}.{tname}", str(exc)))
+    if ds.prompt_template is None and need_prompt:
+        needed.setdefault("prompt", f"{loc}.path")
+    for col, where in needed.items():
+        if col not in cols:
+            problems.append((where, f"{ds.path} has no column {col!r}; its columns are: {', '.join(cols)}"))
+
+
+def _check_benchmark_data(ev, b: BenchmarkSpec, loc: str, problems: list) -> None:
+    from dare.eval.runner import benchmark_path
+
+    try:
+        path = benchmark_path(ev, b)
+    except DareError as exc:
+        problems.append((f"{loc}.path", str(exc)))
+        return
+    ds = DatasetSpec(path=str(path), prompt_template=b.prompt_template)
+    _check_dataset(ds, loc, problems)
+
+
+def _check_output(spec: RunSpec, problems: list) -> None:
+    out = Path(spec.output.dir)
+    if out.exists() and not out.is_dir():
+        problems.append(("output.dir", f"{spec.output.dir!r} exists and is not a directory"))
+        return
+    marker = out / "run.json"
+    if marker.is_file() and not spec.output.overwrite:
+        try:
+            old = json.loads(marker.read_text()).get("spec_hash")
+        except (json.JSONDecodeError, AttributeError):
+            old = None
+        if old != spec_hash(spec):
+            problems.append(
+                (
+                    "output.dir",
+                    f"{spec.output.dir!r} already holds a different run (spec hash {old} != {spec_hash(spec)}); "
+                    "choose another output.dir or set output.overwrite: true",
+                )
+            )
+    elif out.is_dir() and any(out.iterdir()) and not marker.is_file() and not spec.output.overwrite:
+        problems.append(
+            ("output.dir", f"{spec.output.dir!r} is a non-empty directory that is not a DARE run; choose another output.dir")
+        )
+
+
+# =========================================================================== JSON schema
+def json_schema(registry=None) -> dict[str, Any]:
+    """One JSON Schema of the run spec, with every installed component's params.
+
+    ``algorithm``/``sampler``/``rewards[]``/``model.new.family``/``eval.benchmarks`` become unions
+    discriminated by ``name`` over the installed components.
+    """
+    from dare.plugins import get_registry
+
+    registry = registry or get_registry()
+
+    def union(kind: str, base: type[BaseModel]):
+        members = []
+        for entry in sorted(registry.entries[kind].values(), key=lambda e: e.name):
+            cls_name = f"{kind.title().replace('_', '')}_{entry.name.replace('-', '_')}"
+            m = create_model(
+                cls_name,
+                __base__=base,
+                name=(Literal[entry.name], Field(description=entry.cls.description() or entry.name)),
+                params=(entry.cls.Params, Field(default_factory=entry.cls.Params)),
+            )
+            members.append(m)
+        if not members:
+            return base
+        if len(members) == 1:
+            return members[0]
+        return Union[tuple(members)]  # type: ignore[return-value]
+
+    Alg = union("objective", ComponentSpec)
+    Samp = union("sampler", ComponentSpec)
+    Rew = union("reward", RewardSpec)
+    fam_names = sorted(registry.entries["model_family"])
+    bench_names = sorted(registry.entries["evaluator"])
+    New = create_model(
+        "NewModelSpec",
+        __base__=NewModelSpec,
+        family=(Literal[tuple(fam_names)] if fam_names else str, Field(description="Model family")),
+    )
+    Model = create_model("ModelSpec", __base__=ModelSpec, new=(New | None, None))
+    Bench = create_model(
+        "BenchmarkSpec",
+        __base__=BenchmarkSpec,
+        name=(Literal[tuple(bench_names)] if bench_names else str, Field(description="Benchmark")),
+        reward=(Rew | None, None),
+    )
+    BenchName = Literal[tuple(bench_names)] if bench_names else str
+    Eval = create_model("EvalSpec", __base__=EvalSpec, benchmarks=(list[Union[Bench, BenchName]], ...))
+    Spec = create_model(
+        "RunSpec",
+        __base__=RunSpec,
+        model=(Model, ...),
+        algorithm=(Alg | None, None),
+        sampler=(Samp | None, None),
+        rewards=(list[Rew], Field(default_factory=list)),
+        eval=(Eval | None, None),
+    )
+    schema = Spec.model_json_schema()
+    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    schema["title"] = "DARE run spec"
+    return schema

@@ -1,0 +1,201 @@
+"""The core trainer every DARE trainer builds on (TRL style, on ``transformers.Trainer``).
+
+What it adds to ``transformers.Trainer``:
+
+* :class:`DareConfig`: our defaults (CPU when no accelerator, no column pruning, safetensors,
+  TensorBoard + JSONL metrics) and ``help`` metadata on every added field;
+* checkpoints are staged in ``<output_dir>/.staging`` and renamed into place, so a process killed
+  while saving never leaves a half-written ``checkpoint-N`` (resume picks the last complete one);
+* every logged metric is appended to ``metrics.jsonl`` (one JSON object per line) and written to
+  TensorBoard;
+* ``eval_fn``: an optional callable ``(model) -> dict[str, float]`` run every ``eval_steps`` (the
+  benchmark score logged beside the loss);
+* ``family`` and ``tokens``: the model family adapter and special ids, for subclasses' losses.
+
+Model checkpoints are the model's own ``save_pretrained`` output, i.e. the official format.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+from transformers import Trainer, TrainerCallback, TrainingArguments
+from transformers.trainer_utils import get_last_checkpoint
+
+__all__ = ["DareConfig", "DareTrainer", "JsonlMetricsCallback", "last_complete_checkpoint"]
+
+
+@dataclass
+class DareConfig(TrainingArguments):
+    """Training arguments with DARE's defaults. All ``TrainingArguments`` fields are accepted."""
+
+    report_to: Any = field(default="none", metadata={"help": "Extra integrations; DARE always writes TensorBoard + JSONL."})
+    remove_unused_columns: bool = field(default=False, metadata={"help": "Keep all batch keys (dLLM collators add masks)."})
+    save_strategy: str = field(default="steps", metadata={"help": "When to checkpoint."})
+    logging_first_step: bool = field(default=True, metadata={"help": "Log the first step's loss."})
+    metrics_file: str | None = field(default=None, metadata={"help": "JSONL metrics path (default <output_dir>/metrics.jsonl)."})
+    tensorboard_dir: str | None = field(default=None, metadata={"help": "TensorBoard log dir (default <output_dir>/tensorboard)."})
+    num_threads: int | None = field(default=None, metadata={"help": "torch.set_num_threads on CPU."})
+
+    def __post_init__(self):
+        if not torch.cuda.is_available():
+            self.use_cpu = True
+        super().__post_init__()
+
+
+def last_complete_checkpoint(output_dir: str | os.PathLike) -> str | None:
+    """The newest ``checkpoint-N`` in ``output_dir`` that holds a ``trainer_state.json`` (written last)."""
+    output_dir = Path(output_dir)
+    if not output_dir.is_dir():
+        return None
+    cands = []
+    for p in output_dir.glob("checkpoint-*"):
+        try:
+            step = int(p.name.split("-")[-1])
+        except ValueError:
+            continue
+        if (p / "trainer_state.json").is_file():
+            cands.append((step, p))
+    if not cands:
+        return None
+    return str(max(cands)[1])
+
+
+class JsonlMetricsCallback(TrainerCallback):
+    """Append every ``Trainer.log`` record to a JSONL file, with step and epoch."""
+
+    def __init__(self, path: str | os.PathLike):
+        self.path = Path(path)
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if not state.is_world_process_zero or not logs:
+            return
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        rec = {"step": state.global_step, "epoch": state.epoch, **{k: _jsonable(v) for k, v in logs.items()}}
+        with self.path.open("a") as f:
+            f.write(json.dumps(rec) + "\n")
+            f.flush()
+
+
+def _jsonable(v):
+    if isinstance(v, torch.Tensor):
+        return v.item()
+    return v
+
+
+class DareTrainer(Trainer):
+    """``transformers.Trainer`` with atomic checkpoints, JSONL/TensorBoard metrics and benchmark eval.
+
+    :param family: the model family adapter (``dare.components.ModelFamily``).
+    :param tokens: special ids (``dare.components.SpecialTokens``).
+    :param eval_fn: ``(model) -> dict[str, float]`` run every ``args.eval_steps`` when set.
+    """
+
+    def __init__(self, *args, family=None, tokens=None, eval_fn: Callable | None = None, **kwargs):
+        targs: DareConfig = kwargs.get("args") if "args" in kwargs else args[1]
+        if targs.num_threads and targs.use_cpu:
+            torch.set_num_threads(targs.num_threads)
+        self.family = family
+        self.tokens = tokens
+        self.eval_fn = eval_fn
+        self._dare_staging: str | None = None
+        if eval_fn is not None and targs.eval_steps:
+            targs.eval_strategy = "steps"
+            kwargs.setdefault("eval_dataset", [0])  # placeholder: evaluate() is ours
+        callbacks = list(kwargs.pop("callbacks", None) or [])
+        metrics_file = targs.metrics_file or os.path.join(targs.output_dir, "metrics.jsonl")
+        callbacks.append(JsonlMetricsCallback(metrics_file))
+        try:
+            from torch.utils.tensorboard import SummaryWriter
+            from transformers.integrations import TensorBoardCallback
+
+            tb_dir = targs.tensorboard_dir or os.path.join(targs.output_dir, "tensorboard")
+            callbacks.append(TensorBoardCallback(tb_writer=SummaryWriter(log_dir=tb_dir)))
+        except ImportError:  # pragma: no cover - tensorboard is a dependency
+            pass
+        super().__init__(*args, callbacks=callbacks, **kwargs)
+        # our losses are already normalised per batch; let Trainer divide by accumulation steps
+        self.model_accepts_loss_kwargs = False
+        self._metrics: dict[str, list[float]] = {}
+
+    # ------------------------------------------------------------------ metrics
+    def record(self, **values: float) -> None:
+        """Accumulate scalar metrics; their means are added to the next training log record."""
+        for k, v in values.items():
+            self._metrics.setdefault(k, []).append(float(v))
+
+    def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
+        if "loss" in logs and self._metrics:
+            for k, vs in self._metrics.items():
+                logs[k] = sum(vs) / len(vs)
+            self._metrics = {}
+        super().log(logs, start_time)
+
+    # ------------------------------------------------------------------ evaluation
+    def evaluate(self, eval_dataset=None, ignore_keys=None, metric_key_prefix: str = "eval") -> dict[str, float]:
+        """Run ``eval_fn`` on the current model and log its metrics (prefixed ``eval/``)."""
+        if self.eval_fn is None:
+            return {}
+        was_training = self.model.training
+        self.model.eval()
+        try:
+            raw = self.eval_fn(self.model)
+        finally:
+            self.model.train(was_training)
+        metrics = {f"{metric_key_prefix}/{k}": float(v) for k, v in raw.items()}
+        self.log(metrics)
+        self.control = self.callback_handler.on_evaluate(self.args, self.state, self.control, metrics=metrics)
+        return metrics
+
+    # ------------------------------------------------------------------ atomic checkpoints
+    def _get_output_dir(self, trial):  # noqa: D401 - transformers hook
+        if self._dare_staging is not None:
+            return self._dare_staging
+        return super()._get_output_dir(trial)
+
+    def _save_checkpoint(self, model, trial):
+        final_root = self.args.output_dir
+        staging = os.path.join(final_root, ".staging")
+        name = f"checkpoint-{self.state.global_step}"
+        if self.args.should_save:
+            shutil.rmtree(os.path.join(staging, name), ignore_errors=True)
+        self._dare_staging = staging
+        try:
+            super()._save_checkpoint(model, trial)
+        finally:
+            self._dare_staging = None
+        if self.args.should_save:
+            target = os.path.join(final_root, name)
+            if os.path.exists(target):
+                shutil.rmtree(target)
+            os.replace(os.path.join(staging, name), target)
+            self._rotate(final_root)
+
+    def _rotate(self, root: str) -> None:
+        limit = self.args.save_total_limit
+        if not limit:
+            return
+        ckpts = []
+        for p in Path(root).glob("checkpoint-*"):
+            try:
+                ckpts.append((int(p.name.split("-")[-1]), p))
+            except ValueError:
+                continue
+        for _, p in sorted(ckpts)[:-limit]:
+            shutil.rmtree(p, ignore_errors=True)
+
+    # ------------------------------------------------------------------ resume
+    def train_or_resume(self, resume: bool = True):
+        """``train()``, resuming from the last complete checkpoint in ``output_dir`` when ``resume``."""
+        ckpt = last_complete_checkpoint(self.args.output_dir) if resume else None
+        return self.train(resume_from_checkpoint=ckpt)
+
+
+# re-exported for callers that want HF's notion too
+get_last_checkpoint = get_last_checkpoint

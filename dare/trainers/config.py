@@ -1,0 +1,39 @@
+"""Map a spec's ``train:`` section onto a trainer config dataclass."""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["config_from_spec"]
+
+
+def config_from_spec(train, output_dir: str, config_cls, **extra: Any):
+    """Build ``config_cls`` (a :class:`~dare.trainers.DareConfig` subclass) from a ``TrainSpec``.
+
+    :param train: ``dare.spec.TrainSpec``. :param output_dir: checkpoint directory.
+    :param extra: objective-specific config fields (override the mapped ones).
+    """
+    kwargs: dict[str, Any] = dict(
+        output_dir=output_dir,
+        learning_rate=train.learning_rate,
+        max_steps=train.max_steps,
+        per_device_train_batch_size=train.per_device_batch_size,
+        gradient_accumulation_steps=train.gradient_accumulation_steps,
+        seed=train.seed,
+        data_seed=train.seed,
+        lr_scheduler_type=train.lr_scheduler,
+        warmup_steps=int(train.warmup_ratio * train.max_steps),
+        weight_decay=train.weight_decay,
+        adam_beta1=train.adam_beta1,
+        adam_beta2=train.adam_beta2,
+        max_grad_norm=train.max_grad_norm,
+        logging_steps=train.logging_steps,
+        save_steps=train.save_steps,
+        save_total_limit=train.save_total_limit,
+        eval_steps=train.eval_steps,
+        bf16=train.bf16,
+        num_threads=train.num_threads,
+        dataloader_num_workers=0,
+    )
+    kwargs.update(extra)
+    return config_cls(**kwargs)

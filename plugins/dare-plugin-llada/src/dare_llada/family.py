@@ -1,0 +1,122 @@
+"""The LLaDA model family adapter (LLaDA-8B-Base/Instruct, LLaDA-1.5; arXiv 2502.09992, 2505.19223)."""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import torch
+
+from dare.components import ModelFamily, SpecialTokens
+
+__all__ = ["LLaDAFamily", "LLADA_CHAT_TEMPLATE"]
+
+#: LLaDA-8B-Instruct's template, made to honour ``add_generation_prompt`` (the release always appends
+#: the assistant header).
+LLADA_CHAT_TEMPLATE = (
+    "{%- for message in messages -%}"
+    "{%- if loop.first -%}{{ bos_token }}{%- endif -%}"
+    "{{ '<|start_header_id|>' + message['role'] + '<|end_header_id|>\\n\\n' + (message['content'] | trim) + '<|eot_id|>' }}"
+    "{%- endfor -%}"
+    "{%- if add_generation_prompt -%}{{ '<|start_header_id|>assistant<|end_header_id|>\\n\\n' }}{%- endif -%}"
+)
+
+_BASE = {
+    "activation_type": "silu",
+    "alibi": False,
+    "alibi_bias_max": 8.0,
+    "attention_dropout": 0.0,
+    "attention_layer_norm": False,
+    "attention_layer_norm_with_affine": True,
+    "bias_for_layer_norm": False,
+    "block_group_size": 1,
+    "block_type": "llama",
+    "embedding_dropout": 0.0,
+    "flash_attention": False,
+    "flash_attn_varlen": False,
+    "include_bias": False,
+    "include_qkv_bias": False,
+    "init_cutoff_factor": None,
+    "init_device": "cpu",
+    "init_fn": "mitchell",
+    "init_std": 0.02,
+    "input_emb_norm": False,
+    "layer_norm_type": "rms",
+    "layer_norm_with_affine": True,
+    "multi_query_attention": None,
+    "precision": "amp_bf16",
+    "residual_dropout": 0.0,
+    "rms_norm_eps": 1e-05,
+    "rope": True,
+    "rope_full_precision": True,
+    "rope_theta": 500000.0,
+    "scale_logits": False,
+    "use_cache": False,
+    "weight_tying": False,
+}
+
+PRESETS: dict[str, dict[str, Any]] = {
+    # model-families.md §1.5: the CPU test size
+    "tiny": {**_BASE, "d_model": 64, "n_heads": 4, "n_kv_heads": 4, "n_layers": 2, "mlp_hidden_size": 128,
+             "mlp_ratio": 4, "max_sequence_length": 64},
+    # the quickstart model: d_model 128, 4 layers, 4 heads (~0.86M parameters with the byte tokenizer)
+    "quickstart": {**_BASE, "d_model": 128, "n_heads": 4, "n_kv_heads": 4, "n_layers": 4, "mlp_hidden_size": 344,
+                   "mlp_ratio": 4, "max_sequence_length": 128},
+    # LLaDA-8B architecture (for shape checks; never instantiated with weights in tests)
+    "8b": {**_BASE, "d_model": 4096, "n_heads": 32, "n_kv_heads": 32, "n_layers": 32, "mlp_hidden_size": 12288,
+           "mlp_ratio": 4, "max_sequence_length": 4096, "init_device": "meta"},
+}
+
+
+class LLaDAFamily(ModelFamily):
+    """LLaDA: bidirectional Llama-style masked diffusion LM; position i scores token i."""
+
+    name = "llada"
+    model_types = ("llada",)
+    attention = "full"
+    pad_in_response = True
+    lora_target_modules = ("q_proj", "k_proj", "v_proj", "attn_out", "ff_proj", "up_proj", "ff_out")
+    lm_head_module = "model.transformer.ff_out"
+    default_sampler = "llada"
+    decoder_layer_class = "LLaDALlamaBlock"
+    chat_template = LLADA_CHAT_TEMPLATE
+    special_token_strings: ClassVar[dict[str, str]] = {
+        "bos": "<|startoftext|>",
+        "eos": "<|endoftext|>",
+        "pad": "<|endoftext|>",
+        "mask": "<|mdm_mask|>",
+        "eot": "<|eot_id|>",
+    }
+    extra_special_tokens = ("<|start_header_id|>", "<|end_header_id|>")
+
+    def config_class(self):
+        from dare_llada.configuration_llada import LLaDAConfig
+
+        return LLaDAConfig
+
+    def model_class(self):
+        from dare_llada.modeling_llada import LLaDAModelLM
+
+        return LLaDAModelLM
+
+    def presets(self) -> dict[str, dict[str, Any]]:
+        return {k: dict(v) for k, v in PRESETS.items()}
+
+    def new_config(self, preset: str, overrides: dict[str, Any], vocab_size: int, tokens: SpecialTokens):
+        cfg = self.presets()[preset]
+        cfg.update(
+            vocab_size=vocab_size,
+            embedding_size=vocab_size,
+            mask_token_id=tokens.mask_id,
+            eos_token_id=tokens.eos_id,
+            pad_token_id=tokens.pad_id,
+        )
+        cfg.update(overrides)
+        return self.config_class()(**cfg)
+
+    def logits(self, model, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None) -> torch.Tensor:
+        """``model(input_ids, attention_mask).logits``: LLaDA's logits are already aligned (i scores i).
+
+        Left padding is handled by the additive key mask; positions are array indices, as in the
+        official generator.
+        """
+        return model(input_ids=input_ids, attention_mask=attention_mask).logits

@@ -1,0 +1,204 @@
+"""LLaDA's official semi-autoregressive low-confidence remasking decoder.
+
+Source: ML-GSAI/LLaDA ``generate.py`` (``generate``), arXiv 2502.09992 §2.4 and Appendix B.3. The
+completion (``gen_length`` masks) is split into ``gen_length / block_length`` blocks decoded left to
+right, ``steps / num_blocks`` denoising steps each. At every step the model predicts all masked
+tokens (Gumbel-max at ``temperature``; greedy at 0), scores them (``low_confidence``: un-tempered
+softmax probability; ``random``: uniform), and commits the ``k`` most confident ones inside the
+current block, ``k`` from :func:`dare.sampling.num_transfer_tokens`. Classifier-free guidance
+re-runs the batch with every prompt position masked: ``un + (cfg + 1)(cond - un)``.
+
+``generate`` keeps the official signature and returns the same tensor at temperature 0 for the same
+weights; :class:`LLaDASampler` wraps it as a DARE ``Sampler`` that decodes any full-attention family
+(through the family's aligned logits) and records the trajectory.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Literal
+
+import torch
+from pydantic import Field, model_validator
+
+from dare.components import Params, Sampler, SamplerOutput
+from dare.sampling import (
+    Trajectory,
+    add_gumbel_noise,
+    completion_mask,
+    confidence_scores,
+    num_transfer_tokens,
+    topk_transfer,
+)
+
+__all__ = ["generate", "decode", "LLaDASampler", "LLaDASamplerParams"]
+
+
+@torch.no_grad()
+def decode(
+    logits_fn: Callable[[torch.Tensor, torch.Tensor | None], torch.Tensor],
+    prompt: torch.Tensor,
+    attention_mask: torch.Tensor | None = None,
+    steps: int = 128,
+    gen_length: int = 128,
+    block_length: int = 128,
+    temperature: float = 0.0,
+    cfg_scale: float = 0.0,
+    remasking: str = "low_confidence",
+    mask_id: int = 126336,
+    logits_eos_inf: bool = False,
+    confidence_eos_eot_inf: bool = False,
+    eos_id: int = 126081,
+    eot_id: int | None = 126348,
+    generator: torch.Generator | None = None,
+) -> tuple[torch.Tensor, torch.Tensor, int]:
+    """The decoding loop over a logits function.
+
+    :param logits_fn: ``(x [B, L] int64, attention_mask [B, L] | None) -> logits [B, L, V]`` aligned.
+    :param prompt: ``[B, Lp]`` int64, left-padded.
+    :param attention_mask: ``[B, Lp]`` (1 real, 0 pad) or None.
+    :returns: ``(x [B, Lp + gen_length], unmask_step [B, gen_length] int64, nfe)``.
+    :raises ValueError: ``gen_length % block_length != 0`` or ``steps % num_blocks != 0``.
+    """
+    if gen_length % block_length != 0:
+        raise ValueError(f"gen_length ({gen_length}) must be a multiple of block_length ({block_length})")
+    num_blocks = gen_length // block_length
+    if steps % num_blocks != 0:
+        raise ValueError(f"steps ({steps}) must be a multiple of the number of blocks ({num_blocks})")
+    steps_per_block = steps // num_blocks
+    B, Lp = prompt.shape
+    x = torch.full((B, Lp + gen_length), mask_id, dtype=torch.long, device=prompt.device)
+    x[:, :Lp] = prompt
+    if attention_mask is not None:
+        attention_mask = torch.cat(
+            [attention_mask, torch.ones((B, gen_length), dtype=attention_mask.dtype, device=prompt.device)], dim=-1
+        )
+    prompt_index = x != mask_id
+    traj = Trajectory(B, gen_length, device=prompt.device)
+    nfe = 0
+    for nb in range(num_blocks):
+        start = Lp + nb * block_length
+        end = start + block_length
+        quota = num_transfer_tokens(x[:, start:end] == mask_id, steps_per_block)
+        for i in range(steps_per_block):
+            mask_index = x == mask_id
+            if cfg_scale > 0.0:
+                un_x = x.clone()
+                un_x[prompt_index] = mask_id
+                am = None if attention_mask is None else torch.cat([attention_mask, attention_mask], dim=0)
+                both = logits_fn(torch.cat([x, un_x], dim=0), am)
+                cond, un = torch.chunk(both, 2, dim=0)
+                logits = un + (cfg_scale + 1) * (cond - un)
+                nfe += 2
+            else:
+                logits = logits_fn(x, attention_mask)
+                nfe += 1
+            if logits_eos_inf:
+                logits[:, :, eos_id] = -torch.inf
+            noisy = add_gumbel_noise(logits, temperature, generator)
+            x0 = torch.argmax(noisy, dim=-1)
+            if confidence_eos_eot_inf:
+                # official: EOS/EOT may still be proposed but are committed last
+                logits[:, :, eos_id] = -torch.inf
+                if eot_id is not None:
+                    logits[:, :, eot_id] = -torch.inf
+            x0_p = confidence_scores(logits, x0, remasking, generator)
+            x0_p[:, end:] = -torch.inf
+            x0 = torch.where(mask_index, x0, x)
+            conf = torch.where(mask_index, x0_p, torch.tensor(-torch.inf, dtype=x0_p.dtype, device=x0_p.device))
+            transfer = topk_transfer(conf, quota[:, i])
+            x[transfer] = x0[transfer]
+            # as in the official code a position may be "committed" with the mask token itself (a model
+            # that proposes [MASK]); it stays masked and is decoded again, so only real tokens are recorded
+            traj.record((transfer & (x0 != mask_id))[:, Lp:], nb * steps_per_block + i)
+    return x, traj.unmask_step, nfe
+
+
+def generate(
+    model,
+    prompt: torch.Tensor,
+    attention_mask: torch.Tensor | None = None,
+    steps: int = 128,
+    gen_length: int = 128,
+    block_length: int = 128,
+    temperature: float = 0.0,
+    cfg_scale: float = 0.0,
+    remasking: str = "low_confidence",
+    mask_id: int = 126336,
+    logits_eos_inf: bool = False,
+    confidence_eos_eot_inf: bool = False,
+) -> torch.Tensor:
+    """Drop-in for the official ``generate(model, prompt, ...)``: returns ``x`` ``[B, Lp + gen_length]``.
+
+    Stochastic parts draw from the global RNG, as the official code does.
+    """
+    x, _, _ = decode(
+        lambda ids, am: model(ids, attention_mask=am).logits,
+        prompt,
+        attention_mask,
+        steps=steps,
+        gen_length=gen_length,
+        block_length=block_length,
+        temperature=temperature,
+        cfg_scale=cfg_scale,
+        remasking=remasking,
+        mask_id=mask_id,
+        logits_eos_inf=logits_eos_inf,
+        confidence_eos_eot_inf=confidence_eos_eot_inf,
+        eos_id=getattr(model.config, "eos_token_id", 126081) or 126081,
+    )
+    return x
+
+
+class LLaDASamplerParams(Params):
+    gen_length: int = Field(128, gt=0, description="Completion length in tokens.")
+    block_length: int = Field(32, gt=0, description="Semi-autoregressive block length; divides gen_length.")
+    steps: int = Field(128, gt=0, description="Total denoising steps; a multiple of gen_length / block_length.")
+    temperature: float = Field(0.0, ge=0.0, description="Gumbel-max temperature (0 = greedy).")
+    remasking: Literal["low_confidence", "random"] = Field("low_confidence", description="Which proposals to commit.")
+    cfg_scale: float = Field(0.0, ge=0.0, description="Classifier-free guidance scale (0 = off).")
+    logits_eos_inf: bool = Field(False, description="Never propose EOS.")
+    confidence_eos_eot_inf: bool = Field(False, description="Commit EOS/EOT proposals last.")
+
+    @model_validator(mode="after")
+    def _blocks(self):
+        if self.gen_length % self.block_length != 0:
+            raise ValueError(
+                f"gen_length ({self.gen_length}) must be a multiple of block_length ({self.block_length})"
+            )
+        nb = self.gen_length // self.block_length
+        if self.steps % nb != 0:
+            raise ValueError(f"steps ({self.steps}) must be a multiple of gen_length / block_length ({nb})")
+        return self
+
+
+class LLaDASampler(Sampler):
+    """LLaDA semi-autoregressive low-confidence remasking (official generate.py), with trajectory."""
+
+    name = "llada"
+    Params = LLaDASamplerParams
+    attention_kinds = ("full",)
+
+    def generate(self, model, family, tokens, prompt_ids, attention_mask=None, generator=None) -> SamplerOutput:
+        p = self.params
+        x, unmask_step, nfe = decode(
+            lambda ids, am: family.logits(model, ids, am),
+            prompt_ids,
+            attention_mask,
+            steps=p.steps,
+            gen_length=p.gen_length,
+            block_length=p.block_length,
+            temperature=p.temperature,
+            cfg_scale=p.cfg_scale,
+            remasking=p.remasking,
+            mask_id=tokens.mask_id,
+            logits_eos_inf=p.logits_eos_inf,
+            confidence_eos_eot_inf=p.confidence_eos_eot_inf,
+            eos_id=tokens.eos_id,
+            eot_id=tokens.eot_id,
+            generator=generator,
+        )
+        Lp = prompt_ids.shape[1]
+        cmask = completion_mask(x[:, Lp:], tokens.stop_ids, family.pad_in_response)
+        return SamplerOutput(
+            sequences=x, prompt_length=Lp, completion_mask=cmask, unmask_step=unmask_step, nfe=nfe, steps=p.steps
+        )

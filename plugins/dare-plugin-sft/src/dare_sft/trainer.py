@@ -1,0 +1,49 @@
+"""Masked-diffusion SFT trainer (TRL style): ``SFTConfig`` + ``SFTTrainer``.
+
+Loss (LLaDA, arXiv 2502.09992, Algorithm 2 and eq. (5)): per example draw ``t = (1 - eps) u + eps``;
+mask every response token independently with probability ``t`` (prompt tokens never);
+``loss = (1 / L') Σ_{masked} CE / t`` with ``L'`` the response length (the paper's normaliser, not the
+masked count); mean over the batch. Which tokens are "response" (EOS padding or not) and how logits
+are obtained (full attention, Dream's shift, block diffusion's ``[x_t ; x_0]`` input) come from the
+model family, so this file never names a family.
+
+Randomness comes from torch's global RNG, which ``transformers.Trainer`` checkpoints and restores,
+so a resumed run draws the same masks as an uninterrupted one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from dare.diffusion import apply_mask, bernoulli_mask, masked_diffusion_loss, sample_mask_ratio
+from dare.trainers import DareConfig, DareTrainer
+
+__all__ = ["SFTConfig", "SFTTrainer"]
+
+
+@dataclass
+class SFTConfig(DareConfig):
+    """``DareConfig`` plus the masked-diffusion SFT knobs."""
+
+    mask_eps: float = field(default=1e-3, metadata={"help": "t = (1 - eps) u + eps: the smallest mask ratio."})
+
+
+class SFTTrainer(DareTrainer):
+    """Trains on batches from ``dare.data.SupervisedCollator`` with the masked-diffusion SFT loss.
+
+    Expects ``family`` and ``tokens`` (see :class:`dare.trainers.DareTrainer`).
+    """
+
+    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        ids = inputs["input_ids"]
+        loss_mask = inputs["loss_mask"]
+        attn = inputs["attention_mask"]
+        t = sample_mask_ratio(ids.shape[0], self.args.mask_eps, device=ids.device)
+        masked = bernoulli_mask(t, loss_mask)
+        noisy = apply_mask(ids, masked, self.tokens.mask_id)
+        model_attn = None if bool(attn.all()) else attn
+        logits = self.family.denoiser_logits(model, noisy, ids, model_attn)
+        loss, _ = masked_diffusion_loss(logits, ids, masked, t, inputs["response_length"])
+        if model.training:
+            self.record(mask_ratio=float(t.mean()), masked_tokens=float(masked.sum()))
+        return (loss, {"logits": logits}) if return_outputs else loss
