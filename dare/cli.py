@@ -118,20 +118,24 @@ def generate(model_path, prompts, sampler_name, params, chat, dtype, seed, as_js
         texts.extend(line.rstrip("\n") for line in sys.stdin) if p == "-" else texts.append(p)
     if not texts:
         raise DareError("give at least one --prompt")
-    lm = load_model(model_path, dtype=dtype)
-    entry = get_registry().get("sampler", sampler_name or lm.family.default_sampler)
     raw = {}
     for kv in params:
         if "=" not in kv:
             raise DareError(f"--param {kv!r} must look like key=value")
         k, v = kv.split("=", 1)
         raw[k] = yaml.safe_load(v)
+    # resolve the family and validate the sampler params before loading any weights
+    from dare.modeling.checkpoint import family_of
+
+    family = family_of(model_path)
+    entry = get_registry().get("sampler", sampler_name or family.default_sampler)
     try:
         sampler = entry.create(raw)
     except ValidationError as exc:
         from dare.errors import SpecError
 
         raise SpecError(pydantic_problems(exc, entry.cls.Params, prefix="--param")) from None
+    lm = load_model(model_path, dtype=dtype)
     rendered = [
         lm.tokenizer.apply_chat_template([{"role": "user", "content": t}], tokenize=False, add_generation_prompt=True)
         if chat and lm.tokenizer.chat_template
@@ -276,8 +280,20 @@ def _load_plugin_commands():
         pass  # reported by the command that needs the registry
 
 
+def _quiet_libraries() -> None:
+    """No per-file progress bars from transformers (loading/saving shards) on the console."""
+    try:
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()
+        hf_logging.set_verbosity_error()
+    except ImportError:  # pragma: no cover
+        pass
+
+
 def main(argv: list[str] | None = None) -> None:
     """Console entry point: runs the CLI, printing :class:`DareError` as one paragraph (exit 2)."""
+    _quiet_libraries()
     _load_plugin_commands()
     try:
         cli.main(args=argv, standalone_mode=False)

@@ -7,7 +7,7 @@ directory. Layout of ``output.dir``::
     run.json          resolved spec + hash (a re-run of the same spec resumes; another spec is refused)
     init-model/       the fresh model, when model.new (official format)
     checkpoints/      trainer checkpoints (official-format model + optimizer/scheduler/RNG state)
-    model/            the trained model (official format; LoRA runs: adapter/ too)
+    model/            the trained model (official format; LoRA runs: merged, with the peft adapter in model/adapter/)
     metrics.jsonl     every logged metric; tensorboard/ the same for TensorBoard
     eval/<stage>.json per-stage benchmark results; samples/ per-row completions and rewards
     report.json, report.md, plot.png
@@ -91,7 +91,13 @@ class Run:
     # ------------------------------------------------------------------ model
     @cached_property
     def lm(self):
-        """The ``LoadedModel`` (created under ``init-model/`` when ``model.new``)."""
+        """The ``LoadedModel`` (created under ``init-model/`` when ``model.new``).
+
+        ``model.path`` may be a LoRA adapter directory (base + adapter, merged; see
+        :func:`dare.modeling.lora.load_adapter_checkpoint`). With ``model.lora`` the model is wrapped in
+        peft adapters (:func:`dare.modeling.lora.apply_lora`, initialised under ``train.seed``), so
+        every trainer trains only the adapters.
+        """
         from dare.modeling import create_model, load_model
         from dare.modeling.checkpoint import DTYPES
 
@@ -104,8 +110,15 @@ class Run:
                 lm = create_model(self.family, init_dir, preset=m.new.preset, overrides=m.new.config,
                                   tokenizer=m.new.tokenizer, seed=m.new.seed)
                 lm.model.to(DTYPES[m.dtype])
+            base = str(init_dir.resolve())
         else:
             lm = load_model(m.path, dtype=m.dtype)
+            base = str(lm.path.resolve()) if lm.path is not None else m.path
+        if m.lora is not None:
+            from dare.modeling.lora import apply_lora
+
+            seed = self.spec.train.seed if self.spec.train else 0
+            lm.model = apply_lora(lm.model, self.family, m.lora, base_name_or_path=base, seed=seed)
         return lm
 
     @property

@@ -258,7 +258,7 @@ def pydantic_problems(exc: ValidationError, root_cls: type[BaseModel], prefix: s
         elif typ == "missing":
             msg = "required field is missing"
         else:
-            msg = err["msg"]
+            msg = err["msg"].removeprefix("Value error, ").removeprefix("Assertion failed, ")
             if "input" in err and typ not in ("model_type", "dict_type"):
                 shown = repr(err["input"])
                 msg += f" (got {shown[:80]})"
@@ -295,6 +295,10 @@ class SpecContext:
         p = resolve_path(self.spec.model.path)
         if not p.is_dir():
             return None
+        if not (p / "tokenizer_config.json").is_file() and (p / "adapter_config.json").is_file():
+            from dare.modeling.lora import adapter_base
+
+            p = resolve_path(adapter_base(p))  # a LoRA adapter without tokenizer files: its base model's
         from transformers import AutoTokenizer
 
         return AutoTokenizer.from_pretrained(str(p))
@@ -385,6 +389,10 @@ def build_context(spec: RunSpec, source: str | None = None) -> SpecContext:
     problems: list[tuple[str, str]] = []
 
     _check_model(ctx, problems)
+    if spec.model.lora is not None:
+        from dare.modeling.lora import lora_spec_problems
+
+        problems.extend(lora_spec_problems(ctx))
     if spec.algorithm is not None:
         _component(ctx, problems, "objective", spec.algorithm, "algorithm")
     if spec.sampler is not None:
@@ -448,6 +456,20 @@ def _check_model(ctx: SpecContext, problems: list) -> None:
     if not p.is_dir():
         problems.append(("model.path", f"model directory {path!r} does not exist"))
         return
+    from dare.modeling.lora import adapter_base
+
+    try:
+        base = adapter_base(p)
+    except DareError as exc:
+        problems.append(("model.path", str(exc)))
+        return
+    if base is not None:  # a LoRA adapter directory: check the base model it names
+        p = resolve_path(base)
+        if not p.is_dir():
+            if Path(base).is_absolute():
+                problems.append(("model.path", f"{path!r} is a LoRA adapter whose base model {base!r} does not exist; "
+                                               "fix base_model_name_or_path in its adapter_config.json"))
+            return
     cfg_file = p / "config.json"
     if not cfg_file.is_file():
         problems.append(("model.path", f"{path!r} has no config.json; point model.path at a checkpoint directory"))

@@ -52,6 +52,36 @@ def resolve_family(model_type: str | None, registry=None) -> ModelFamily:
     return entry.create()
 
 
+def family_of(path: str | Path, registry=None) -> ModelFamily:
+    """The family of a local checkpoint directory from its ``config.json`` (no weights read).
+
+    :raises CheckpointError: no ``config.json`` or an unknown ``model_type``.
+    """
+    from dare.spec import resolve_path
+
+    p = resolve_path(str(path))
+    if not p.exists():  # a hub id: ask the hub (or its cache) for config.json
+        from transformers import AutoConfig
+
+        from dare.plugins import get_registry
+
+        get_registry()
+        try:
+            return resolve_family(AutoConfig.from_pretrained(str(path)).model_type, registry)
+        except CheckpointError:
+            raise
+        except Exception as exc:  # noqa: BLE001
+            raise CheckpointError(f"could not load the config of {str(path)!r} (not a local directory; hub: {exc})") from None
+    cfg = p / "config.json"
+    if not cfg.is_file():
+        raise CheckpointError(f"{path} has no config.json; a model directory needs config.json, weights and tokenizer files")
+    try:
+        model_type = json.loads(cfg.read_text()).get("model_type")
+    except json.JSONDecodeError as exc:
+        raise CheckpointError(f"{cfg} is not valid JSON: {exc}") from None
+    return resolve_family(model_type, registry)
+
+
 def checkpoint_shapes(model_dir: str | Path) -> dict[str, tuple[int, ...]]:
     """Tensor name -> shape from the safetensors headers of a checkpoint directory (no weights read).
 
@@ -114,6 +144,8 @@ def verify_checkpoint(model_dir: str | Path, model_class, config) -> None:
 def load_model(path: str | Path, dtype: str = "float32", registry=None, verify: bool = True) -> LoadedModel:
     """Load a checkpoint directory (or hub id) with its tokenizer and family adapter.
 
+    A LoRA adapter directory (``adapter_config.json``) loads its base model with the adapter merged.
+
     :param dtype: ``float32``, ``bfloat16`` or ``float16``.
     :raises CheckpointError: no ``config.json``, unknown ``model_type``, tensors not matching the
         config, or a tokenizer without a mask token.
@@ -125,6 +157,10 @@ def load_model(path: str | Path, dtype: str = "float32", registry=None, verify: 
 
     registry = registry or get_registry()  # imports the family plugins (Auto-class registration)
     p = resolve_path(str(path))
+    if (p / "adapter_config.json").is_file():  # a LoRA adapter directory: its base + the adapter, merged
+        from dare.modeling.lora import load_adapter_checkpoint
+
+        return load_adapter_checkpoint(p, dtype=dtype, registry=registry, verify=verify)
     if p.exists():
         if not (p / "config.json").is_file():
             raise CheckpointError(f"{path} has no config.json; a model directory needs config.json, weights and tokenizer files")

@@ -51,6 +51,6 @@ def gsm8k_score(completion: str, ground_truth: str) -> float:
         pred = m[-1].strip() if m else None
     if pred is None:
         return 0.0
-    pred = pred.replace(",", "").replace("$", "").strip()
+    pred = pred.replace("\\$", "").replace("$", "").replace(",", "").replace("%", "").strip()
     gold = str(ground_truth).replace(",", "").strip()
     return 1.0 if math_equal(gold, pred) else 0.0

@@ -12,7 +12,9 @@ What it adds to ``transformers.Trainer``:
   benchmark score logged beside the loss);
 * ``family`` and ``tokens``: the model family adapter and special ids, for subclasses' losses.
 
-Model checkpoints are the model's own ``save_pretrained`` output, i.e. the official format.
+Model checkpoints are the model's own ``save_pretrained`` output, i.e. the official format. LoRA
+(peft) models checkpoint their adapter in peft's format; their final ``save_model`` writes the merged
+model in the official format plus the adapter under ``adapter/``.
 """
 
 from __future__ import annotations
@@ -153,6 +155,24 @@ class DareTrainer(Trainer):
         self.control = self.callback_handler.on_evaluate(self.args, self.state, self.control, metrics=metrics)
         return metrics
 
+    # ------------------------------------------------------------------ saving
+    def save_model(self, output_dir: str | None = None, _internal_call: bool = False) -> None:
+        """Save the model (``Trainer.save_model``); a final save of a LoRA model writes both formats.
+
+        For a peft model, a call from user code (the final save) writes the merged weights in the
+        official format to ``output_dir`` and the adapter in peft format to ``output_dir/adapter``;
+        checkpoints (``_internal_call``) keep peft's adapter-only layout, which resume loads.
+        """
+        from dare.modeling.lora import is_peft_model, save_merged
+
+        if _internal_call or not is_peft_model(self.model):
+            super().save_model(output_dir, _internal_call)
+            return
+        output_dir = output_dir if output_dir is not None else self.args.output_dir
+        super().save_model(os.path.join(output_dir, "adapter"), _internal_call)
+        if self.args.should_save:
+            save_merged(self.model, output_dir, tokenizer=self.processing_class)
+
     # ------------------------------------------------------------------ atomic checkpoints
     def _get_output_dir(self, trial):  # noqa: D401 - transformers hook
         if self._dare_staging is not None:
@@ -192,9 +212,27 @@ class DareTrainer(Trainer):
 
     # ------------------------------------------------------------------ resume
     def train_or_resume(self, resume: bool = True):
-        """``train()``, resuming from the last complete checkpoint in ``output_dir`` when ``resume``."""
+        """``train()``, resuming from the last complete checkpoint in ``output_dir`` when ``resume``.
+
+        A checkpoint that already reached ``max_steps`` is loaded without training (``Trainer.train``
+        would run one extra step when resumed exactly at the end).
+        """
         ckpt = last_complete_checkpoint(self.args.output_dir) if resume else None
+        if ckpt is not None and self.args.max_steps > 0:
+            state = json.loads((Path(ckpt) / "trainer_state.json").read_text())
+            if state.get("global_step", 0) >= self.args.max_steps:
+                return self._finished_from(ckpt, state)
         return self.train(resume_from_checkpoint=ckpt)
+
+    def _finished_from(self, ckpt: str, state: dict):
+        from transformers.trainer_utils import TrainOutput
+
+        self._load_from_checkpoint(ckpt)
+        hist = state.get("log_history", [])
+        losses = [r["train_loss"] for r in hist if "train_loss" in r] or [r["loss"] for r in hist if "loss" in r]
+        steps = state["global_step"]
+        self.state.global_step = steps
+        return TrainOutput(steps, losses[-1] if losses else float("nan"), {"resumed_finished": 1.0})
 
 
 # re-exported for callers that want HF's notion too

@@ -110,6 +110,8 @@ class LLaDAFamily(ModelFamily):
             eos_token_id=tokens.eos_id,
             pad_token_id=tokens.pad_id,
         )
+        if tokens.bos_id is not None:
+            cfg["bos_token_id"] = tokens.bos_id
         cfg.update(overrides)
         return self.config_class()(**cfg)
 

@@ -1,0 +1,42 @@
+"""Likelihood estimators for RL on diffusion LMs (algorithms.md §3, §9.3-9.4).
+
+Each estimator draws :class:`~dare.diffusion.estimators.base.Pass` es (corrupted copies with
+per-token weights) that :func:`~dare.diffusion.estimators.base.score_pass` turns into scores from
+the family's aligned logits. Family-agnostic by construction.
+
+=========================  ======================================  ==========  ====================
+module                     estimator                               level       used by
+=========================  ======================================  ==========  ====================
+``onestep``                one-step mean-field (masked prompt)     token       d1
+``coupled``                complementary pair (+ full mask)        token       coupled-grpo
+``elbo_complement``        k/(L+1) mask + complement, sequence     sequence    espo
+``blockwise``              per-block stratified composite ELBO     sequence    ebpo
+``trajectory``             replay of the decoding trajectory       token       cj-grpo, tracerl
+``autoregressive``         exact left-to-right (block length 1)    token       justgrpo
+=========================  ======================================  ==========  ====================
+
+The stratified ELBO-MC estimator (VRPO/BGPO, mask counts ``k/L``) lives in :mod:`dare.diffusion.elbo`.
+"""
+
+from dare.diffusion.estimators.autoregressive import AutoregressiveEstimator
+from dare.diffusion.estimators.base import Estimator, LogitsFn, Pass, PassScore, ScoringBatch, score_pass
+from dare.diffusion.estimators.blockwise import BlockwiseELBOEstimator
+from dare.diffusion.estimators.coupled import CoupledEstimator
+from dare.diffusion.estimators.elbo_complement import ComplementaryELBOEstimator
+from dare.diffusion.estimators.onestep import OneStepEstimator
+from dare.diffusion.estimators.trajectory import TrajectoryEstimator
+
+__all__ = [
+    "Estimator",
+    "LogitsFn",
+    "Pass",
+    "PassScore",
+    "ScoringBatch",
+    "score_pass",
+    "OneStepEstimator",
+    "CoupledEstimator",
+    "ComplementaryELBOEstimator",
+    "BlockwiseELBOEstimator",
+    "TrajectoryEstimator",
+    "AutoregressiveEstimator",
+]

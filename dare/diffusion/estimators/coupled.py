@@ -1,0 +1,70 @@
+"""Coupled complementary-mask estimator (DiffuCoder coupled-GRPO, arXiv 2506.20639 §4.2; DARE
+``_forward_process_coupled_grpo`` and ``llada_dp_actor_coupled_grpo``; algorithms.md §3.2).
+
+Per completion: draw ``t ~ U(t_min, t_max)`` and ``u_k ~ U(0, 1)`` per response token; copy A masks
+``{k: u_k < t}``, copy B the complement ``{k: u_k >= t}``, so every response token is masked in
+exactly one of them (antithetic pair). The prompt is never masked. Per-token score::
+
+    coupled_k = 1[u_k < t] lp_k(A) / t + 1[u_k >= t] lp_k(B) / (1 - t)
+    l_k       = (lp_k(full) + coupled_k) / 2       with the full-mask term (DARE)
+    l_k       = coupled_k                           without it (the DiffuCoder paper)
+
+**[DARE]** DARE averages in the fully-masked copy; ``full_mask_term`` chooses.
+**[QUIRK] decided:** DARE calls ``accelerate.set_seed(42)`` inside the corruption, so ``t`` and
+``u`` are identical for every sample and step, and the global RNGs are reseeded each step. Here
+``t`` is drawn per completion and ``u`` per token from the caller's generator (fresh per sample
+and step; the global RNG is never touched).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from dare.diffusion.estimators.base import Estimator, Pass, ScoringBatch
+
+__all__ = ["CoupledEstimator", "coupled_pass"]
+
+
+def coupled_pass(
+    batch: ScoringBatch,
+    t_min: float = 0.2,
+    t_max: float = 0.8,
+    full_mask_term: bool = True,
+    generator: torch.Generator | None = None,
+) -> Pass:
+    """One coupled pass (module docstring).
+
+    :returns: ``Pass`` with ``K = 3`` (full, A, B) or ``K = 2`` (A, B): masks ``[K, N, S]``, weights
+        ``[K, N, G]``.
+    :raises ValueError: not ``0 < t_min <= t_max < 1``.
+    """
+    if not 0.0 < t_min <= t_max < 1.0:
+        raise ValueError(f"need 0 < t_min <= t_max < 1, got t_min={t_min}, t_max={t_max}")
+    resp = batch.completion_mask
+    N, G = resp.shape
+    t = (t_min + (t_max - t_min) * torch.rand(N, 1, generator=generator)).to(resp.device)
+    u = torch.rand(N, G, generator=generator).to(resp.device)
+    in_a = resp & (u < t)
+    in_b = resp & (u >= t)
+    half = 0.5 if full_mask_term else 1.0
+    no_prompt = torch.zeros(N, batch.prompt_length, dtype=torch.bool, device=resp.device)
+    masks = [torch.cat([no_prompt, in_a], 1), torch.cat([no_prompt, in_b], 1)]
+    weights = [half * in_a.float() / t, half * in_b.float() / (1.0 - t)]
+    if full_mask_term:
+        masks.insert(0, torch.cat([no_prompt, resp], 1))
+        weights.insert(0, 0.5 * resp.float())
+    return Pass(mask=torch.stack(masks), weight=torch.stack(weights))
+
+
+class CoupledEstimator(Estimator):
+    """DiffuCoder's coupled (complementary) mask pair, with DARE's optional full-mask term."""
+
+    level = "token"
+
+    def __init__(self, t_min: float = 0.2, t_max: float = 0.8, full_mask_term: bool = True):
+        if not 0.0 < t_min <= t_max < 1.0:
+            raise ValueError(f"need 0 < t_min <= t_max < 1, got t_min={t_min}, t_max={t_max}")
+        self.t_min, self.t_max, self.full_mask_term = t_min, t_max, full_mask_term
+
+    def draw(self, batch: ScoringBatch, generator: torch.Generator | None = None) -> list[Pass]:
+        return [coupled_pass(batch, self.t_min, self.t_max, self.full_mask_term, generator)]

@@ -1,0 +1,75 @@
+"""Trajectory replay: the likelihood of a completion along the sampler's own decoding trajectory
+(CJ-GRPO, arXiv 2509.23924; TraceRL, arXiv 2509.06949 §3; DARE ``llada_dp_actor_cj_grpo``;
+algorithms.md §3.5, §3.12).
+
+The sampler records ``unmask_step[n, g]``, the denoising step that committed completion token ``g``
+(``SamplerOutput.unmask_step``). The state *before* step ``s`` has every token committed at an
+earlier step clean and the rest masked; the tokens committed at step ``s`` are scored under that
+state, ``l_{s,k} = log p(y_k | x^(s))`` for ``k in U_s``. Every response token is scored exactly
+once, by the step that decoded it, so ``sum_s sum_{k in U_s} l_{s,k}`` is the log-likelihood of the
+token *values* along the trajectory (the choice of *which* positions to commit, made by the
+confidence rule, is not modelled, as in both papers).
+
+Step merging / trajectory shrinkage (TraceRL §3, "aggregate every s neighbouring steps"; CJ-GRPO's
+``step_merge`` merges the steps of one block): with ``shrink = s``, steps ``[s (j - 1), s j)`` form
+one transition scored under the state before its first step. ``shrink = 1`` is exact replay.
+
+One pass per transition that commits at least one token in the batch (passes are ordered by step).
+Positions never committed (``-1``) stay masked in every state and are never scored. For block
+families the block-diffusion forward lets each block attend its clean predecessors, which is exactly
+the state the block decoder saw. Replay is deterministic: ``draw`` uses no randomness.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from dare.diffusion.estimators.base import Estimator, Pass, ScoringBatch
+
+__all__ = ["TrajectoryEstimator", "trajectory_passes", "transition_ids"]
+
+
+def transition_ids(unmask_step: torch.Tensor, valid: torch.Tensor, shrink: int = 1) -> torch.Tensor:
+    """``[N, G]`` int64 transition index ``unmask_step // shrink`` of each valid committed token, -1 elsewhere.
+
+    :raises ValueError: ``shrink < 1``.
+    """
+    if shrink < 1:
+        raise ValueError(f"shrink must be >= 1, got {shrink}")
+    committed = valid & (unmask_step >= 0)
+    return torch.where(committed, torch.div(unmask_step, shrink, rounding_mode="floor"), torch.full_like(unmask_step, -1))
+
+
+def trajectory_passes(batch: ScoringBatch, shrink: int = 1) -> list[Pass]:
+    """One pass per transition (module docstring); each pass has ``K = 1``.
+
+    :raises ValueError: the batch has no ``unmask_step`` or no token was ever committed.
+    """
+    if batch.unmask_step is None:
+        raise ValueError("trajectory replay needs the sampler's unmask_step (SamplerOutput.unmask_step)")
+    resp = batch.completion_mask
+    trans = transition_ids(batch.unmask_step, resp, shrink)
+    steps = torch.unique(trans[trans >= 0]).tolist()
+    if not steps:
+        raise ValueError("trajectory replay: no completion token was committed by the sampler (unmask_step all -1)")
+    never = resp & (trans < 0)
+    no_prompt = torch.zeros(resp.shape[0], batch.prompt_length, dtype=torch.bool, device=resp.device)
+    passes = []
+    for s in steps:
+        masked = (trans >= s) | never
+        passes.append(Pass(mask=torch.cat([no_prompt, masked], 1)[None], weight=(trans == s).float()[None]))
+    return passes
+
+
+class TrajectoryEstimator(Estimator):
+    """Exact (``shrink = 1``) or shrunk replay of the recorded decoding trajectory."""
+
+    level = "token"
+
+    def __init__(self, shrink: int = 1):
+        if shrink < 1:
+            raise ValueError(f"shrink must be >= 1, got {shrink}")
+        self.shrink = shrink
+
+    def draw(self, batch: ScoringBatch, generator: torch.Generator | None = None) -> list[Pass]:
+        return trajectory_passes(batch, self.shrink)

@@ -1,0 +1,82 @@
+"""Group-relative advantages of outcome rewards (GRPO, Dr.GRPO, RLOO).
+
+Completions are laid out group by group: rows ``[g * G, (g + 1) * G)`` are the ``G`` completions
+of prompt ``g`` (``G`` = group size). Each function returns one scalar advantage per completion,
+which objectives broadcast over the completion's tokens.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import torch
+
+__all__ = ["AdvantageKind", "group_advantages", "grpo_advantages", "drgrpo_advantages", "rloo_advantages"]
+
+AdvantageKind = Literal["grpo", "drgrpo", "rloo"]
+
+#: Added to the group standard deviation in GRPO (DARE ``core_algos.compute_grpo_outcome_advantage``).
+GRPO_STD_EPS = 1e-6
+
+
+def _groups(rewards: torch.Tensor, group_size: int) -> torch.Tensor:
+    if rewards.ndim != 1:
+        raise ValueError(f"rewards must be 1-D [N], got shape {tuple(rewards.shape)}")
+    if group_size <= 0 or rewards.numel() % group_size != 0:
+        raise ValueError(f"{rewards.numel()} rewards do not split into groups of {group_size}")
+    return rewards.float().view(-1, group_size)
+
+
+def grpo_advantages(rewards: torch.Tensor, group_size: int) -> torch.Tensor:
+    """GRPO (arXiv 2402.03300 §4.1.2): ``A_i = (r_i - mean_g r) / (std_g r + 1e-6)``.
+
+    ``std`` is the *unbiased* standard deviation over the group, as DARE/verl compute it
+    (``torch.std``). A group of size 1 gets mean 0 and std 1 (verl's convention), so ``A = r``.
+
+    :param rewards: ``[N]`` float, ``N = groups * group_size``.
+    :returns: ``[N]`` float32.
+    :raises ValueError: ``N`` is not a multiple of ``group_size``.
+    """
+    r = _groups(rewards, group_size)
+    if group_size == 1:
+        return r.view(-1).clone()
+    mean = r.mean(dim=1, keepdim=True)
+    std = r.std(dim=1, keepdim=True, unbiased=True)
+    return ((r - mean) / (std + GRPO_STD_EPS)).view(-1)
+
+
+def drgrpo_advantages(rewards: torch.Tensor, group_size: int) -> torch.Tensor:
+    """Dr.GRPO (arXiv 2503.20783 §3.1): ``A_i = r_i - mean_g r`` (no division by the std;
+    verl's ``norm_adv_by_std_in_grpo=False``).
+
+    :param rewards: ``[N]`` float. :returns: ``[N]`` float32.
+    :raises ValueError: ``N`` is not a multiple of ``group_size``.
+    """
+    r = _groups(rewards, group_size)
+    return (r - r.mean(dim=1, keepdim=True)).view(-1)
+
+
+def rloo_advantages(rewards: torch.Tensor, group_size: int) -> torch.Tensor:
+    """RLOO (Ahmadian et al., arXiv 2402.14740 eq. (5)): ``A_i = r_i - mean_{j != i} r_j``
+    ``= G / (G - 1) * (r_i - mean_g r)`` (DARE ``compute_rloo_outcome_advantage``, used by ESPO).
+
+    :param rewards: ``[N]`` float. :returns: ``[N]`` float32.
+    :raises ValueError: ``group_size < 2`` (no leave-one-out baseline) or ``N`` not a multiple of it.
+    """
+    if group_size < 2:
+        raise ValueError(f"RLOO needs group_size >= 2, got {group_size}")
+    r = _groups(rewards, group_size)
+    return (group_size / (group_size - 1) * (r - r.mean(dim=1, keepdim=True))).view(-1)
+
+
+_KINDS = {"grpo": grpo_advantages, "drgrpo": drgrpo_advantages, "rloo": rloo_advantages}
+
+
+def group_advantages(rewards: torch.Tensor, group_size: int, kind: AdvantageKind = "grpo") -> torch.Tensor:
+    """Dispatch to :func:`grpo_advantages`, :func:`drgrpo_advantages` or :func:`rloo_advantages`.
+
+    :raises ValueError: unknown ``kind``, or the checks of the chosen estimator.
+    """
+    if kind not in _KINDS:
+        raise ValueError(f"unknown advantage estimator {kind!r}; use one of {', '.join(_KINDS)}")
+    return _KINDS[kind](rewards, group_size)

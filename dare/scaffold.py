@@ -1,0 +1,165 @@
+"""``dare new-plugin``: render ``templates/plugin`` into an installable plugin package.
+
+The package has a ``pyproject.toml`` with the ``dare`` entry point, one module with the chosen
+component (a pydantic ``Params`` model included), ``plugin.py`` registering it, a README and tests
+that pass on day one. ``pip install -e <dir>`` makes the component appear in ``dare plugins`` and
+usable from a spec. The templates live in ``dare/templates/plugin`` (the top-level ``templates/`` is a link to it), so they
+ship with the package.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import jinja2
+
+from dare.errors import DareError
+
+__all__ = ["render_plugin", "KINDS", "names_for"]
+
+#: CLI kind -> (registry kind, hook, module name, label)
+KINDS = {
+    "objective": ("objective", "register_objectives", "objective", "objective"),
+    "model": ("model_family", "register_model_families", "family", "model family"),
+    "sampler": ("sampler", "register_samplers", "sampler", "sampler"),
+    "evaluator": ("evaluator", "register_evaluators", "evaluator", "evaluator (benchmark)"),
+    "reward": ("reward", "register_rewards", "reward", "reward"),
+}
+
+_TEMPLATE_FOR = {"objective": "objective", "model": "model", "sampler": "sampler", "evaluator": "evaluator", "reward": "reward"}
+
+_EXTRA_TESTS = {
+    "reward": '''
+
+def test_{module}_scores_the_last_line():
+    reset()
+    reward = get_registry().get("reward", "{component}").create()
+    sample = {{"reward_model": {{"ground_truth": "42"}}}}
+    assert reward.score("reasoning...\\n42", sample) == 1.0
+    assert reward.score("reasoning...\\n41", sample) == 0.0
+''',
+    "evaluator": '''
+
+def test_{module}_counts_full_reward_as_correct():
+    reset()
+    ev = get_registry().get("evaluator", "{component}").create()
+    assert ev.is_correct(1.0) and not ev.is_correct(0.5)
+    assert get_registry().find("reward", ev.reward) is not None
+''',
+    "objective": '''
+
+def test_{module}_loss_matches_hand_computation():
+    import math
+
+    import torch
+
+    from {module}.objective import loss
+
+    # one example, 3 response tokens, 2 masked at t = 0.5, uniform logits over 4 tokens
+    logits = torch.zeros(1, 3, 4)
+    targets = torch.tensor([[1, 2, 3]])
+    masked = torch.tensor([[True, False, True]])
+    value = loss(logits, targets, masked, torch.tensor([0.5]), torch.tensor([3]), weight=2.0)
+    assert math.isclose(float(value), 2.0 * (2 * math.log(4) / 0.5) / 3, rel_tol=1e-6)
+''',
+    "sampler": '''
+
+def test_{module}_decodes_left_to_right():
+    import torch
+
+    from dare.components import ModelFamily, SpecialTokens
+    from dare.testing import LogitsStub
+
+    class Fam(ModelFamily):
+        name = "stub"
+
+        def logits(self, model, ids, attention_mask=None):
+            return model(ids).logits
+
+    V = 8
+    model = LogitsStub(lambda ids: torch.nn.functional.one_hot((ids + 1) % V, V).float())
+    sampler = get_registry().get("sampler", "{component}").create({{"gen_length": 3}})
+    tokens = SpecialTokens(mask_id=7, eos_id=0, pad_id=0)
+    out = sampler.generate(model, Fam(), tokens, torch.tensor([[3]]))
+    assert out.sequences.tolist() == [[3, 0, 0, 0]]
+    assert out.unmask_step.tolist() == [[0, 1, 2]] and out.nfe == 3
+''',
+    "model": '''
+
+def test_{module}_declares_its_facts():
+    reset()
+    fam = get_registry().get("model_family", "{component}").create()
+    assert fam.attention in ("full", "block")
+    assert "mask" in fam.special_token_strings
+''',
+}
+
+
+def names_for(name: str) -> dict[str, str]:
+    """Derive every name from one answer: ``my-reward`` -> dist ``dare-plugin-my-reward``,
+    module ``dare_plugin_my_reward``, component ``my-reward``, class ``MyReward``.
+
+    :raises DareError: a name that is not lowercase letters, digits and hyphens/underscores.
+    """
+    base = name.strip().lower().replace("_", "-")
+    base = base[len("dare-plugin-") :] if base.startswith("dare-plugin-") else base
+    if not re.fullmatch(r"[a-z][a-z0-9-]*[a-z0-9]", base or ""):
+        raise DareError(f"plugin name {name!r}: use lowercase letters, digits and hyphens, starting with a letter (e.g. my-reward)")
+    dist = f"dare-plugin-{base}"
+    return {
+        "dist": dist,
+        "module": dist.replace("-", "_"),
+        "component": base,
+        "entry_name": base,
+        "class_name": "".join(p.capitalize() for p in base.split("-")),
+    }
+
+
+def _templates_dir() -> Path:
+    cand = Path(__file__).resolve().parent / "templates" / "plugin"
+    if cand.is_dir():
+        return cand
+    raise DareError("the plugin templates are missing from this installation (templates/plugin)")
+
+
+def render_plugin(name: str, kind: str, parent: Path) -> Path:
+    """Write the package to ``parent/<dist>`` atomically and return its path.
+
+    :raises DareError: unknown kind, bad name, or the target directory already exists.
+    """
+    from dare.io import atomic_dir
+
+    if kind not in KINDS:
+        raise DareError(f"--kind {kind!r}: use one of {', '.join(KINDS)}")
+    n = names_for(name)
+    reg_kind, hook, kind_module, label = KINDS[kind]
+    target = Path(parent) / n["dist"]
+    if target.exists():
+        raise DareError(f"{target} already exists; choose another name or directory")
+    spec_snippet = {
+        "objective": f"algorithm: {{name: {n['component']}, params: {{weight: 1.0}}}}",
+        "model": f"model: {{path: <a {n['component']} checkpoint>}}",
+        "sampler": f"sampler: {{name: {n['component']}, params: {{gen_length: 16}}}}",
+        "evaluator": f"eval: {{benchmarks: [{{name: {n['component']}, path: data/test.parquet}}]}}",
+        "reward": f"rewards: [{{name: {n['component']}}}]",
+    }[kind]
+    ctx = dict(n, kind=reg_kind, kind_label=label, kind_module=kind_module, hook=hook,
+               description=f"a {label} for DARE", spec_snippet=spec_snippet,
+               extra_test=_EXTRA_TESTS[kind].format(module=n["module"], component=n["component"]))
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(_templates_dir())), keep_trailing_newline=True,
+                             undefined=jinja2.StrictUndefined)
+    files = {
+        "pyproject.toml": "pyproject.toml.j2",
+        "README.md": "README.md.j2",
+        f"src/{n['module']}/__init__.py": "init.py.j2",
+        f"src/{n['module']}/plugin.py": "plugin.py.j2",
+        f"src/{n['module']}/{kind_module}.py": f"{_TEMPLATE_FOR[kind]}.py.j2",
+        f"tests/test_{n['module']}.py": "test.py.j2",
+    }
+    with atomic_dir(target) as tmp:
+        for rel, tmpl in files.items():
+            out = tmp / rel
+            out.parent.mkdir(parents=True, exist_ok=True)
+            out.write_text(env.get_template(tmpl).render(**ctx))
+    return target

@@ -1,0 +1,109 @@
+"""The CLI: bad input gives one paragraph naming the field, exit status 2, no traceback, no files."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from test_spec import base_spec
+
+
+def _write(tmp_path: Path, spec: dict) -> str:
+    p = tmp_path / "spec.yaml"
+    p.write_text(yaml.safe_dump(spec))
+    return str(p)
+
+
+def _assert_one_paragraph(err: str, *needles: str):
+    assert err.startswith("error: "), err
+    assert "Traceback" not in err
+    assert "\n\n" not in err.strip() and err.strip().count("\n") == 0, err
+    for n in needles:
+        assert n in err, (n, err)
+
+
+CASES = {
+    "unknown key": (lambda s, t: s["train"].update(max_step=3), ["train.max_step", "unknown key", "max_steps"]),
+    "missing dataset": (lambda s, t: s["data"]["train"].update(path=str(t / "missing.parquet")), ["data.train.path", "does not exist"]),
+    "gen_length vs block_length": (
+        lambda s, t: s["sampler"].update(params={"gen_length": 10, "block_length": 4, "steps": 10}),
+        ["sampler.params", "gen_length (10) must be a multiple of block_length (4)"],
+    ),
+    "negative learning rate": (lambda s, t: s["train"].update(learning_rate=-0.1), ["train.learning_rate", "greater than 0"]),
+    "unknown objective": (lambda s, t: s["algorithm"].update(name="dpo-typo"), ["algorithm.name", "installed:", "sft"]),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_bad_spec_one_paragraph_and_no_files(case, tmp_path, tiny_llada_dir, run_cli):
+    spec = base_spec(tiny_llada_dir, tmp_path / "out")
+    CASES[case][0](spec, tmp_path)
+    path = _write(tmp_path, spec)
+    code, _, err = run_cli("validate", path)
+    assert code == 2
+    _assert_one_paragraph(err, *CASES[case][1])
+    code, _, err = run_cli("run", path)
+    assert code == 2
+    _assert_one_paragraph(err, *CASES[case][1])
+    assert not (tmp_path / "out").exists()
+
+
+def test_model_dir_without_config(tmp_path, run_cli):
+    (tmp_path / "m").mkdir()
+    code, _, err = run_cli("validate", _write(tmp_path, base_spec(tmp_path / "m", tmp_path / "out")))
+    assert code == 2
+    _assert_one_paragraph(err, "model.path", "no config.json")
+    code, _, err = run_cli("generate", "--model", str(tmp_path / "m"), "--prompt", "hi")
+    assert code == 2
+    _assert_one_paragraph(err, "no config.json")
+
+
+def test_output_dir_holding_another_run_is_left_alone(tmp_path, tiny_llada_dir, run_cli):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "run.json").write_text(json.dumps({"spec_hash": "feedbeef"}))
+    (out / "precious.txt").write_text("keep me")
+    code, _, err = run_cli("run", _write(tmp_path, base_spec(tiny_llada_dir, out)))
+    assert code == 2
+    _assert_one_paragraph(err, "output.dir", "different run")
+    assert (out / "precious.txt").read_text() == "keep me"
+    assert json.loads((out / "run.json").read_text()) == {"spec_hash": "feedbeef"}
+
+
+def test_missing_spec_file(run_cli, tmp_path):
+    code, _, err = run_cli("validate", str(tmp_path / "nope.yaml"))
+    assert code == 2
+    _assert_one_paragraph(err, "does not exist")
+
+
+def test_validate_ok(tmp_path, tiny_llada_dir, run_cli):
+    code, out, _ = run_cli("validate", _write(tmp_path, base_spec(tiny_llada_dir, tmp_path / "out")))
+    assert code == 0 and "valid" in out
+    assert not (tmp_path / "out").exists()
+
+
+def test_generate_prints_text_and_trajectory(tiny_llada_dir, run_cli):
+    code, out, err = run_cli("generate", "--model", str(tiny_llada_dir), "--prompt", "0321003004002100", "--no-chat",
+                             "--param", "gen_length=8", "--param", "block_length=4", "--param", "steps=4", "--json")
+    assert code == 0, err
+    data = json.loads(out)
+    assert data["nfe"] == 4
+    assert sorted(data["unmask_step"][0]) == [0, 0, 1, 1, 2, 2, 3, 3]
+    code, _, err = run_cli("generate", "--model", str(tiny_llada_dir), "--prompt", "x", "--param", "gen_length=7",
+                           "--param", "block_length=4")
+    assert code == 2
+    _assert_one_paragraph(err, "--param", "gen_length (7)")
+
+
+def test_create_model_refuses_non_empty_dir(tmp_path, run_cli):
+    (tmp_path / "m").mkdir()
+    (tmp_path / "m" / "x").write_text("x")
+    code, _, err = run_cli("create-model", "llada", str(tmp_path / "m"))
+    assert code == 2
+    _assert_one_paragraph(err, "not empty", "--overwrite")
+    code, out, _ = run_cli("create-model", "llada", str(tmp_path / "m2"), "--set", "n_layers=1")
+    assert code == 0 and "parameters" in out
+    assert json.loads((tmp_path / "m2" / "config.json").read_text())["n_layers"] == 1

@@ -1,0 +1,87 @@
+"""Masked-diffusion SFT: the loss equals a hand-computed value; collation follows the family convention."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from dare.components import SpecialTokens
+from dare.data.supervised import SupervisedCollator, SupervisedExample
+from dare.diffusion import masked_diffusion_loss, sample_mask_ratio, token_logprobs
+
+TOK = SpecialTokens(mask_id=9, eos_id=1, pad_id=2)
+
+
+def test_masked_diffusion_loss_by_hand():
+    # V = 3; example 0: response length 4, masked positions 1 and 3, t = 0.5
+    logits = torch.zeros(2, 5, 3)
+    logits[0, 1] = torch.tensor([2.0, 0.0, 0.0])  # target 0: CE = -log(e^2 / (e^2 + 2))
+    logits[0, 3] = torch.tensor([0.0, 0.0, 0.0])  # target 2: CE = log 3
+    targets = torch.tensor([[0, 0, 1, 2, 1], [1, 1, 1, 1, 1]])
+    mask = torch.tensor([[False, True, False, True, False], [False, False, False, False, True]])
+    t = torch.tensor([0.5, 0.25])
+    length = torch.tensor([4, 2])
+    loss, per = masked_diffusion_loss(logits, targets, mask, t, length)
+    ce0 = -math.log(math.exp(2) / (math.exp(2) + 2)) + math.log(3)
+    ce1 = math.log(3)
+    assert math.isclose(per[0].item(), ce0 / 0.5 / 4, rel_tol=1e-6)  # divided by the response length, not the masked count
+    assert math.isclose(per[1].item(), ce1 / 0.25 / 2, rel_tol=1e-6)
+    assert math.isclose(loss.item(), (ce0 / 2 + ce1 / 0.5) / 2, rel_tol=1e-6)
+
+
+def test_token_logprobs_only_where_needed():
+    logits = torch.randn(2, 4, 5)
+    targets = torch.randint(0, 5, (2, 4))
+    where = torch.tensor([[True, False, True, False], [False, False, False, True]])
+    full = torch.log_softmax(logits, -1).gather(-1, targets[..., None])[..., 0]
+    got = token_logprobs(logits, targets, where)
+    assert torch.allclose(got[where], full[where], atol=1e-6)
+    assert (got[~where] == 0).all()
+
+
+def test_mask_ratio_range():
+    t = sample_mask_ratio(10000, eps=0.1, generator=torch.Generator().manual_seed(0))
+    assert t.min() >= 0.1 and t.max() < 1.0
+    assert abs(t.mean().item() - 0.55) < 0.01
+
+
+def test_collator_llada_convention_eos_padding_is_response():
+    c = SupervisedCollator(TOK, pad_in_response=True)
+    b = c([SupervisedExample([5, 6], [7, 1]), SupervisedExample([5], [7, 8, 3, 1])])
+    assert b["input_ids"].tolist() == [[5, 6, 7, 1, 1], [5, 7, 8, 3, 1]]
+    assert b["attention_mask"].tolist() == [[1] * 5, [1] * 5]
+    assert b["loss_mask"].tolist() == [[False, False, True, True, True], [False, True, True, True, True]]
+    assert b["response_length"].tolist() == [3, 4]
+
+
+def test_collator_block_convention_padding_excluded_and_whole_blocks():
+    c = SupervisedCollator(TOK, pad_in_response=False, pad_to_multiple_of=4)
+    b = c([SupervisedExample([5, 6], [7, 1]), SupervisedExample([5], [7, 8, 3, 1])])
+    assert b["input_ids"].tolist() == [[5, 6, 7, 1, 2, 2, 2, 2], [5, 7, 8, 3, 1, 2, 2, 2]]
+    assert b["attention_mask"].tolist() == [[1, 1, 1, 1, 0, 0, 0, 0], [1, 1, 1, 1, 1, 0, 0, 0]]
+    assert b["response_length"].tolist() == [2, 4]
+
+
+def test_sft_trainer_loss_replays_by_hand(tiny_llada_dir, tmp_path):
+    """SFTTrainer.compute_loss = the paper's loss with masks drawn from torch's global RNG."""
+    from dare.modeling import load_model
+    from dare_sft.trainer import SFTConfig, SFTTrainer
+
+    lm = load_model(tiny_llada_dir)
+    c = SupervisedCollator(lm.tokens, lm.family.pad_in_response)
+    batch = c([SupervisedExample([10, 11, 12], [20, 21, lm.tokens.eos_id]), SupervisedExample([10], [22, lm.tokens.eos_id])])
+    args = SFTConfig(output_dir=str(tmp_path), mask_eps=0.2, report_to="none")
+    trainer = SFTTrainer(model=lm.model, args=args, train_dataset=[], data_collator=c, family=lm.family, tokens=lm.tokens)
+    torch.manual_seed(123)
+    got = trainer.compute_loss(lm.model, batch)
+    # replay the draws
+    torch.manual_seed(123)
+    u = torch.rand(2)
+    t = 0.8 * u + 0.2
+    m = (torch.rand(batch["input_ids"].shape) < t[:, None]) & batch["loss_mask"]
+    noisy = torch.where(m, lm.tokens.mask_id, batch["input_ids"])
+    with torch.no_grad():
+        logp = torch.log_softmax(lm.model(noisy).logits.float(), -1).gather(-1, batch["input_ids"][..., None])[..., 0]
+    per = [-(logp[b][m[b]].sum() / t[b]) / batch["response_length"][b] for b in range(2)]
+    assert math.isclose(got.item(), (sum(per) / 2).item(), rel_tol=1e-5)

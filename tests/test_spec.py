@@ -1,0 +1,173 @@
+"""Run-spec validation: every bad input is refused before any model is loaded, naming the field."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import yaml
+
+from dare.errors import SpecError
+from dare.spec import load_spec, spec_hash
+
+
+def base_spec(model_dir: Path, out_dir: Path) -> dict:
+    return {
+        "model": {"path": str(model_dir)},
+        "data": {
+            "train": {
+                "path": "dare://sudoku/train.parquet",
+                "prompt_template": "{{ extra_info.puzzle }}",
+                "response_template": "{{ reward_model.ground_truth }}",
+                "chat_template": False,
+            }
+        },
+        "algorithm": {"name": "sft", "params": {"mask_eps": 0.001}},
+        "sampler": {"name": "llada", "params": {"gen_length": 16, "block_length": 8, "steps": 16}},
+        "train": {"learning_rate": 1e-3, "max_steps": 2, "per_device_batch_size": 2},
+        "eval": {"benchmarks": [{"name": "sudoku", "limit": 4, "prompt_template": "{{ extra_info.puzzle }}", "chat_template": False}]},
+        "output": {"dir": str(out_dir)},
+    }
+
+
+def write(tmp_path: Path, spec: dict) -> Path:
+    p = tmp_path / "spec.yaml"
+    p.write_text(yaml.safe_dump(spec))
+    return p
+
+
+def problems(tmp_path, spec) -> dict[str, str]:
+    with pytest.raises(SpecError) as exc:
+        load_spec(write(tmp_path, spec))
+    return dict(exc.value.problems)
+
+
+def test_valid_spec_passes(tmp_path, tiny_llada_dir):
+    spec = load_spec(write(tmp_path, base_spec(tiny_llada_dir, tmp_path / "out")))
+    assert spec.algorithm.name == "sft" and spec.train.max_steps == 2
+
+
+def test_unknown_key_lists_allowed_keys(tmp_path, tiny_llada_dir):
+    s = base_spec(tiny_llada_dir, tmp_path / "out")
+    s["train"]["learnin_rate"] = 1.0
+    p = problems(tmp_path, s)
+    assert "train.learnin_rate" in p
+    assert "learning_rate" in p["train.learnin_rate"] and "unknown key" in p["train.learnin_rate"]
+
+
+def test_unknown_component_param_gives_yaml_path(tmp_path, tiny_llada_dir):
+    s = base_spec(tiny_llada_dir, tmp_path / "out")
+    s["algorithm"]["params"]["clip_eps"] = 0.2
+    p = problems(tmp_path, s)
+    assert "algorithm.params.clip_eps" in p and "mask_eps" in p["algorithm.params.clip_eps"]
+
+
+def test_out_of_range_param(tmp_path, tiny_llada_dir):
+    s = base_spec(tiny_llada_dir, tmp_path / "out")
+    s["algorithm"]["params"]["mask_eps"] = 1.5
+    assert "algorithm.params.mask_eps" in problems(tmp_path, s)
+
+
+def test_unknown_component_name_lists_installed(tmp_path, tiny_llada_dir):
+    s = base_spec(tiny_llada_dir, tmp_path / "out")
+    s["algorithm"]["name"] = "sfft"
+    msg = problems(tmp_path, s)["algorithm.name"]
+    assert "installed:" in msg and "sft" in msg and "did you mean 'sft'" in msg
+
+
+def test_negative_learning_rate(tmp_path, tiny_llada_dir):
+    s = base_spec(tiny_llada_dir, tmp_path / "out")
+    s["train"]["learning_rate"] = -1e-4
+    assert "greater than 0" in problems(tmp_path, s)["train.learning_rate"]
+
+
+def test_gen_length_not_divisible_by_block_length(tmp_path, tiny_llada_dir):
+    s = base_spec(tiny_llada_dir, tmp_path / "out")
+    s["sampler"]["params"] = {"gen_length": 17, "block_length": 8, "steps": 16}
+    msg = problems(tmp_path, s)["sampler.params"]
+    assert "gen_length (17)" in msg and "block_length (8)" in msg
+
+
+def test_missing_dataset_file(tmp_path, tiny_llada_dir):
+    s = base_spec(tiny_llada_dir, tmp_path / "out")
+    s["data"]["train"]["path"] = str(tmp_path / "nope.parquet")
+    assert "does not exist" in problems(tmp_path, s)["data.train.path"]
+
+
+def test_parquet_without_needed_column(tmp_path, tiny_llada_dir):
+    f = tmp_path / "d.parquet"
+    pq.write_table(pa.table({"question": ["a"], "answer": ["b"]}), f)
+    s = base_spec(tiny_llada_dir, tmp_path / "out")
+    s["data"]["train"]["path"] = str(f)
+    msg = problems(tmp_path, s)["data.train.prompt_template"]
+    assert "no column 'extra_info'" in msg and "question" in msg
+
+
+def test_model_dir_without_config(tmp_path, tiny_llada_dir):
+    d = tmp_path / "empty-model"
+    d.mkdir()
+    s = base_spec(d, tmp_path / "out")
+    assert "no config.json" in problems(tmp_path, s)["model.path"]
+
+
+def test_tokenizer_without_mask_token(tmp_path, tiny_llada_dir):
+    import shutil
+
+    d = tmp_path / "nomask"
+    shutil.copytree(tiny_llada_dir, d)
+    from tokenizers import Tokenizer
+
+    tk = Tokenizer.from_file(str(d / "tokenizer.json"))
+    vocab = tk.get_vocab()
+    # rebuild the tokenizer without the mask token: DARE's byte tokenizer minus <|mdm_mask|>
+    from dare.modeling.tokenizer import build_byte_tokenizer
+
+    tok = build_byte_tokenizer({"eos": "<|endoftext|>", "mask": "<|endoftext|>"})
+    tok.mask_token = None
+    for f in ("tokenizer.json", "tokenizer_config.json"):
+        (d / f).unlink()
+    tok.save_pretrained(d)
+    cfg = json.loads((d / "config.json").read_text())
+    cfg.pop("mask_token_id")
+    (d / "config.json").write_text(json.dumps(cfg))
+    assert "<|mdm_mask|>" in vocab
+    msg = problems(tmp_path, base_spec(d, tmp_path / "out"))["model.path"]
+    assert "no mask token" in msg and "<|mdm_mask|>" in msg
+
+
+def test_output_dir_with_a_different_run(tmp_path, tiny_llada_dir):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "run.json").write_text(json.dumps({"spec_hash": "0000"}))
+    msg = problems(tmp_path, base_spec(tiny_llada_dir, out))["output.dir"]
+    assert "different run" in msg and "overwrite" in msg
+
+
+def test_same_run_is_accepted_for_resume(tmp_path, tiny_llada_dir):
+    out = tmp_path / "out"
+    spec = load_spec(write(tmp_path, base_spec(tiny_llada_dir, out)))
+    out.mkdir()
+    (out / "run.json").write_text(json.dumps({"spec_hash": spec_hash(spec)}))
+    load_spec(write(tmp_path, base_spec(tiny_llada_dir, out)))
+
+
+def test_all_problems_reported_at_once(tmp_path, tiny_llada_dir):
+    s = base_spec(tiny_llada_dir, tmp_path / "out")
+    s["train"]["learning_rate"] = -1
+    s["sampler"]["name"] = "nosuch"
+    with pytest.raises(SpecError) as exc:
+        load_spec(write(tmp_path, s))
+    # structural errors are reported first (pass 1); the component pass runs once they are fixed
+    assert [loc for loc, _ in exc.value.problems] == ["train.learning_rate"]
+    s["train"]["learning_rate"] = 1e-3
+    s["algorithm"]["name"] = "nosuch"
+    p = problems(tmp_path, s)
+    assert {"sampler.name", "algorithm.name"} <= set(p)
+
+
+def test_overrides(tmp_path, tiny_llada_dir):
+    spec = load_spec(write(tmp_path, base_spec(tiny_llada_dir, tmp_path / "out")), overrides=["train.max_steps=7"])
+    assert spec.train.max_steps == 7
