@@ -2,7 +2,7 @@
 
 ``dare run SPEC`` (eval before, train, eval after, report), ``dare train SPEC``, ``dare eval SPEC``,
 ``dare generate``, ``dare validate SPEC``, ``dare schema``, ``dare plugins``, ``dare new-plugin``,
-``dare create-model``. Plugins add commands through the ``register_commands`` hook.
+``dare create-model``, ``dare export``. Plugins add commands through the ``register_commands`` hook.
 
 Errors caused by input (:class:`dare.errors.DareError`) are printed as one paragraph without a
 traceback, and the command exits with status 2.
@@ -269,6 +269,21 @@ def create_model_cmd(family, out_dir, preset, overrides, seed, overwrite):
         raise DareError(f"{out_dir} is not empty; choose another directory or pass --overwrite") from None
     n = sum(p.numel() for p in lm.model.parameters())
     click.echo(f"created {family} ({preset}, {n:,} parameters) in {out_dir}")
+
+
+@cli.command(name="export")
+@click.argument("src", type=click.Path(file_okay=False))
+@click.argument("out", type=click.Path(file_okay=False))
+@click.option("--base", default=None, help="Base model (directory or hub id): for adapters, instead of "
+              "adapter_config.json's base_model_name_or_path; for checkpoints without config.json, their config/tokenizer.")
+@click.option("--dtype", default=None, type=click.Choice(["float32", "bfloat16", "float16"]), help="Dtype of the written weights.")
+@click.option("--overwrite", is_flag=True, help="Replace a non-empty OUT.")
+def export_cmd(src, out, base, dtype, overwrite):
+    """Write SRC (a LoRA adapter, model or trainer checkpoint directory) to OUT in the official format."""
+    from dare.export import export_model
+
+    kind = export_model(src, out, base=base, dtype=dtype, overwrite=overwrite)
+    click.echo(f"exported {'merged adapter' if kind == 'adapter' else 'checkpoint'} {src} -> {out}")
 
 
 def _load_plugin_commands():

@@ -141,6 +141,11 @@ class ModelFamily(Component):
         """The ``PreTrainedModel`` subclass (registered with ``AutoModel``)."""
         raise NotImplementedError
 
+    def model_class_for(self, config) -> type:
+        """The model class for one checkpoint's ``config`` (a family with several ``model_types``, e.g. a dense
+        and an MoE variant, overrides this); defaults to :meth:`model_class`."""
+        return self.model_class()
+
     def presets(self) -> dict[str, dict[str, Any]]:
         """Named config presets (``tiny`` at least) as ``config.json`` key/value dicts.
 

@@ -292,7 +292,9 @@ class SpecContext:
         """The tokenizer of ``model.path`` (a local directory), or None."""
         if self.spec.model.path is None:
             return None
-        p = resolve_path(self.spec.model.path)
+        from dare.modeling.checkpoint import trained_model_dir
+
+        p = trained_model_dir(resolve_path(self.spec.model.path))
         if not p.is_dir():
             return None
         if not (p / "tokenizer_config.json").is_file() and (p / "adapter_config.json").is_file():
@@ -456,7 +458,10 @@ def _check_model(ctx: SpecContext, problems: list) -> None:
     if not p.is_dir():
         problems.append(("model.path", f"model directory {path!r} does not exist"))
         return
+    from dare.modeling.checkpoint import trained_model_dir
     from dare.modeling.lora import adapter_base
+
+    p = trained_model_dir(p)  # an earlier run's directory: its trained model/
 
     try:
         base = adapter_base(p)

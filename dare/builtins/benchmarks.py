@@ -1,4 +1,5 @@
-"""Built-in verifiable benchmarks (part of ``dare-dllm``): gsm8k, math500, aime, countdown, sudoku.
+"""Built-in verifiable benchmarks (part of ``dare-dllm``): gsm8k, math500, aime, countdown, sudoku,
+humaneval, humanevalplus, mbpp.
 
 Default data files live under ``$DARE_DATA_DIR`` (the layout of DARE's preprocessed data:
 ``rl/test/<name>.parquet``); the Sudoku test set also ships with the package (``dare://sudoku/test.parquet``).
@@ -9,7 +10,7 @@ from __future__ import annotations
 from dare.components import Evaluator
 from dare.hookspecs import hookimpl
 
-__all__ = ["GSM8K", "MATH500", "AIME", "Countdown", "Sudoku"]
+__all__ = ["GSM8K", "MATH500", "AIME", "Countdown", "Sudoku", "HumanEval", "HumanEvalPlus", "MBPP"]
 
 
 class GSM8K(Evaluator):
@@ -57,7 +58,35 @@ class Sudoku(Evaluator):
     default_path = "dare://sudoku/test.parquet"
 
 
+class HumanEval(Evaluator):
+    """HumanEval (164 Python functions); pass@1 of the fenced program against check(), sandboxed."""
+
+    name = "humaneval"
+    reward = "code"
+    data_sources = ("humaneval",)
+    default_path = "rl/test/humaneval_1.parquet"
+
+
+class HumanEvalPlus(Evaluator):
+    """HumanEval+ (EvalPlus, 163 problems with many more inputs); pass@1 of the fenced program, sandboxed."""
+
+    name = "humanevalplus"
+    aliases = ("humaneval+",)
+    reward = "code"
+    data_sources = ("humanevalplus",)
+    default_path = "rl/test/humanevalplus_1.parquet"
+
+
+class MBPP(Evaluator):
+    """MBPP (500 test problems, 3-shot [BEGIN]/[DONE] prompts); pass@1 on the assert list, sandboxed."""
+
+    name = "mbpp"
+    reward = "code"
+    data_sources = ("mbpp",)
+    default_path = "rl/test/mbpp_1.parquet"
+
+
 @hookimpl
 def register_evaluators(register):
-    for cls in (GSM8K, MATH500, AIME, Countdown, Sudoku):
+    for cls in (GSM8K, MATH500, AIME, Countdown, Sudoku, HumanEval, HumanEvalPlus, MBPP):
         register(cls)

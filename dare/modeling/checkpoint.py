@@ -18,7 +18,8 @@ import torch
 from dare.components import ModelFamily, SpecialTokens
 from dare.errors import CheckpointError
 
-__all__ = ["LoadedModel", "load_model", "create_model", "resolve_family", "checkpoint_shapes", "verify_checkpoint", "DTYPES"]
+__all__ = ["LoadedModel", "load_model", "create_model", "resolve_family", "checkpoint_shapes", "verify_checkpoint",
+           "trained_model_dir", "DTYPES"]
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -141,10 +142,16 @@ def verify_checkpoint(model_dir: str | Path, model_class, config) -> None:
             )
 
 
+def trained_model_dir(path: Path) -> Path:
+    """``path/model`` when ``path`` is a DARE run directory (``run.json``) holding a trained model, else ``path``."""
+    return path / "model" if (path / "run.json").is_file() and (path / "model" / "config.json").is_file() else path
+
+
 def load_model(path: str | Path, dtype: str = "float32", registry=None, verify: bool = True) -> LoadedModel:
     """Load a checkpoint directory (or hub id) with its tokenizer and family adapter.
 
-    A LoRA adapter directory (``adapter_config.json``) loads its base model with the adapter merged.
+    A LoRA adapter directory (``adapter_config.json``) loads its base model with the adapter merged;
+    a run directory loads the run's trained ``model/``.
 
     :param dtype: ``float32``, ``bfloat16`` or ``float16``.
     :raises CheckpointError: no ``config.json``, unknown ``model_type``, tensors not matching the
@@ -156,7 +163,7 @@ def load_model(path: str | Path, dtype: str = "float32", registry=None, verify: 
     from dare.spec import resolve_path
 
     registry = registry or get_registry()  # imports the family plugins (Auto-class registration)
-    p = resolve_path(str(path))
+    p = trained_model_dir(resolve_path(str(path)))
     if (p / "adapter_config.json").is_file():  # a LoRA adapter directory: its base + the adapter, merged
         from dare.modeling.lora import load_adapter_checkpoint
 
@@ -177,7 +184,7 @@ def load_model(path: str | Path, dtype: str = "float32", registry=None, verify: 
     family = resolve_family(getattr(config, "model_type", None), registry)
     if verify and p.exists():
         family.validate_checkpoint(str(p))
-        verify_checkpoint(p, family.model_class(), config)
+        verify_checkpoint(p, family.model_class_for(config), config)
     try:
         tokenizer = AutoTokenizer.from_pretrained(src)
     except Exception as exc:  # noqa: BLE001

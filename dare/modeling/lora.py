@@ -134,7 +134,8 @@ def apply_lora(model, family: ModelFamily, lora: LoraSpec, base_name_or_path: st
     """Wrap ``model`` in a peft ``PeftModel``: fresh adapters, or ``lora.path`` to continue training one.
 
     Base weights are frozen; only ``lora_A``/``lora_B`` train. Fresh ``A`` matrices are initialised
-    under ``seed`` (forked RNG), so the initial adapter does not depend on earlier draws.
+    under ``seed`` (forked RNG), so the initial adapter does not depend on earlier draws. With
+    ``lora.path`` the saved adapter's own config (rank, alpha, targets) applies.
 
     :param base_name_or_path: the base checkpoint (absolute directory or hub id) written into the
         adapter's config.
@@ -279,9 +280,13 @@ def lora_spec_problems(ctx: SpecContext) -> list[tuple[str, str]]:
     if ctx.family is None or ctx.model_config is None:
         return []
     try:
-        config = ctx.family.config_class()(**ctx.model_config)
+        from transformers import AutoConfig
+
+        raw = dict(ctx.model_config)
+        model_type = raw.pop("model_type", None)
+        config = AutoConfig.for_model(model_type, **raw) if model_type else ctx.family.config_class()(**raw)
         with torch.device("meta"):
-            model = ctx.family.model_class()(config)
+            model = ctx.family.model_class_for(config)(config)
     except Exception:  # noqa: BLE001 - the model check reports broken configs; targets are re-checked at load
         return []
     try:

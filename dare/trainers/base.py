@@ -214,15 +214,38 @@ class DareTrainer(Trainer):
     def train_or_resume(self, resume: bool = True):
         """``train()``, resuming from the last complete checkpoint in ``output_dir`` when ``resume``.
 
-        A checkpoint that already reached ``max_steps`` is loaded without training (``Trainer.train``
-        would run one extra step when resumed exactly at the end).
+        ``transformers.Trainer`` restores the model (or LoRA adapter), optimizer, scheduler, RNG states
+        and data position. A checkpoint that already reached ``max_steps`` is loaded without training
+        (``Trainer.train`` would run one extra step when resumed exactly at the end). On resume,
+        records an interrupted process logged after the checkpoint are dropped from the JSONL metrics
+        file (each step then appears once), and staged checkpoints it left half-written are removed.
         """
+        if self.args.should_save:
+            shutil.rmtree(os.path.join(self.args.output_dir, ".staging"), ignore_errors=True)
         ckpt = last_complete_checkpoint(self.args.output_dir) if resume else None
+        if ckpt is not None and self.args.should_save:
+            self._drop_metrics_after(int(Path(ckpt).name.split("-")[-1]))
         if ckpt is not None and self.args.max_steps > 0:
             state = json.loads((Path(ckpt) / "trainer_state.json").read_text())
             if state.get("global_step", 0) >= self.args.max_steps:
                 return self._finished_from(ckpt, state)
         return self.train(resume_from_checkpoint=ckpt)
+
+    def _drop_metrics_after(self, step: int) -> None:
+        from dare.io import atomic_write_text
+
+        path = Path(self.args.metrics_file or os.path.join(self.args.output_dir, "metrics.jsonl"))
+        if not path.is_file():
+            return
+        kept = []
+        for line in path.read_text().splitlines():
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError:  # a line cut short by the kill
+                continue
+            if rec.get("step", 0) <= step:
+                kept.append(line + "\n")
+        atomic_write_text(path, "".join(kept))
 
     def _finished_from(self, ckpt: str, state: dict):
         from transformers.trainer_utils import TrainOutput

@@ -13,9 +13,11 @@ module                     estimator                               level       u
 ``blockwise``              per-block stratified composite ELBO     sequence    ebpo
 ``trajectory``             replay of the decoding trajectory       token       cj-grpo, tracerl
 ``autoregressive``         exact left-to-right (block length 1)    token       justgrpo
+``stratified``             stratified ELBO-MC, counts k/L          sequence    bgpo
 =========================  ======================================  ==========  ====================
 
-The stratified ELBO-MC estimator (VRPO/BGPO, mask counts ``k/L``) lives in :mod:`dare.diffusion.elbo`.
+The stratified corruptions themselves live in :mod:`dare.diffusion.elbo` (shared with VRPO);
+``stratified`` only presents them as passes.
 """
 
 from dare.diffusion.estimators.autoregressive import AutoregressiveEstimator
@@ -24,6 +26,7 @@ from dare.diffusion.estimators.blockwise import BlockwiseELBOEstimator
 from dare.diffusion.estimators.coupled import CoupledEstimator
 from dare.diffusion.estimators.elbo_complement import ComplementaryELBOEstimator
 from dare.diffusion.estimators.onestep import OneStepEstimator
+from dare.diffusion.estimators.stratified import StratifiedELBOEstimator
 from dare.diffusion.estimators.trajectory import TrajectoryEstimator
 
 __all__ = [
@@ -39,4 +42,5 @@ __all__ = [
     "BlockwiseELBOEstimator",
     "TrajectoryEstimator",
     "AutoregressiveEstimator",
+    "StratifiedELBOEstimator",
 ]

@@ -31,10 +31,17 @@ import torch
 from dare.diffusion.likelihood import token_logprobs
 from dare.rl.entropy import token_entropy
 
-__all__ = ["ScoringBatch", "Pass", "PassScore", "Estimator", "LogitsFn", "score_pass"]
+__all__ = ["ScoringBatch", "Pass", "PassScore", "Estimator", "LogitsFn", "score_pass", "uniform"]
 
 #: ``(noisy_ids [N, S], clean_ids [N, S], attention_mask [N, S] | None) -> aligned logits [N, S, V]``.
 LogitsFn = Callable[[torch.Tensor, torch.Tensor, "torch.Tensor | None"], torch.Tensor]
+
+
+def uniform(shape: tuple[int, ...], generator: torch.Generator | None, device) -> torch.Tensor:
+    """``U[0, 1)`` float32 of ``shape``, drawn on the generator's own device (so a CPU generator gives the
+    same draws whatever the model's device), then moved to ``device``."""
+    gen_device = generator.device if generator is not None else device
+    return torch.rand(shape, generator=generator, device=gen_device).to(device)
 
 
 def _rows(value, index):

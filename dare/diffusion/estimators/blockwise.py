@@ -1,8 +1,11 @@
 """Per-block stratified composite ELBO (EBPO, LLaDA2.1 report; DARE ``_forward_process_ebpo`` and
 ``compute_ebpo_composite_elbo``; algorithms.md §3.8).
 
-The response is split into the blocks of the block-diffusion attention (global origin: block of
-array position ``i`` is ``i // block_length``, as :mod:`dare.diffusion.block`). Each of ``mc_num``
+The response is split into the blocks of the block-diffusion attention, with DARE's *global* origin
+counted on the compact sequence (left padding removed): response token ``j`` of a row whose prompt
+has ``p`` real tokens sits at compact position ``p + j`` and in block ``(p + j) // block_length``,
+so the prompt tail and the first response tokens can share a block (algorithms.md §1; block
+families left-align rows before their block-diffusion forward). Each of ``mc_num``
 Monte-Carlo rows masks tokens in *every* block at once, each block with its own noise level::
 
     u_c = (o + c / C) mod 1        c = 0..C-1 over the (row, block) cells of one sequence, C = mc_num x blocks
@@ -23,21 +26,21 @@ from __future__ import annotations
 
 import torch
 
-from dare.diffusion.estimators.base import Estimator, Pass, ScoringBatch
+from dare.diffusion.estimators.base import Estimator, Pass, ScoringBatch, uniform
 
 __all__ = ["BlockwiseELBOEstimator", "blockwise_passes", "response_blocks"]
 
 
 def response_blocks(batch: ScoringBatch, block_length: int) -> torch.Tensor:
-    """``[N, G]`` int64 block index of each response token (global origin), -1 off the response.
+    """``[N, G]`` int64 block index of each response token (compact global origin), -1 off the response.
 
     :raises ValueError: ``block_length < 1``.
     """
     if block_length < 1:
         raise ValueError(f"block_length must be >= 1, got {block_length}")
     G = batch.completion_length
-    pos = torch.arange(batch.prompt_length, batch.prompt_length + G, device=batch.input_ids.device)
-    blocks = (pos // block_length).expand(batch.num_rows, G)
+    compact = batch.prompt_valid.sum(dim=1, keepdim=True) + torch.arange(G, device=batch.input_ids.device)[None]
+    blocks = torch.div(compact, block_length, rounding_mode="floor")
     return torch.where(batch.completion_mask, blocks, torch.full_like(blocks, -1))
 
 
@@ -57,14 +60,15 @@ def blockwise_passes(batch: ScoringBatch, block_length: int, mc_num: int, genera
         if not ids:
             continue
         cells = mc_num * len(ids)
-        offset = float(torch.rand((), generator=generator))
+        offset = float(uniform((), generator, "cpu"))
         levels = (offset + torch.arange(cells, dtype=torch.float64) / cells) % 1.0
         for c in range(cells):
             r, b = divmod(c, len(ids))
             where = torch.nonzero(blocks[n] == ids[b]).flatten()
             Lb = where.numel()
             nb = min(int(float(levels[c]) * Lb) + 1, Lb)
-            chosen = where[torch.randperm(Lb, generator=generator)[:nb].to(where.device)]
+            order = uniform((Lb,), generator, "cpu").argsort()
+            chosen = where[order[:nb].to(where.device)]
             masks[r, n, chosen] = True
             weights[r, n, chosen] = Lb / nb
     no_prompt = torch.zeros(N, batch.prompt_length, dtype=torch.bool, device=blocks.device)

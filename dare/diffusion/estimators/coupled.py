@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import torch
 
-from dare.diffusion.estimators.base import Estimator, Pass, ScoringBatch
+from dare.diffusion.estimators.base import Estimator, Pass, ScoringBatch, uniform
 
 __all__ = ["CoupledEstimator", "coupled_pass"]
 
@@ -42,8 +42,8 @@ def coupled_pass(
         raise ValueError(f"need 0 < t_min <= t_max < 1, got t_min={t_min}, t_max={t_max}")
     resp = batch.completion_mask
     N, G = resp.shape
-    t = (t_min + (t_max - t_min) * torch.rand(N, 1, generator=generator)).to(resp.device)
-    u = torch.rand(N, G, generator=generator).to(resp.device)
+    t = t_min + (t_max - t_min) * uniform((N, 1), generator, resp.device)
+    u = uniform((N, G), generator, resp.device)
     in_a = resp & (u < t)
     in_b = resp & (u >= t)
     half = 0.5 if full_mask_term else 1.0

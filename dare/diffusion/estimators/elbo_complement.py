@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import torch
 
-from dare.diffusion.estimators.base import Estimator, Pass, ScoringBatch
+from dare.diffusion.estimators.base import Estimator, Pass, ScoringBatch, uniform
 
 __all__ = ["ComplementaryELBOEstimator", "stratified_counts", "complement_pass"]
 
@@ -34,16 +34,16 @@ def stratified_counts(lengths: torch.Tensor, generator: torch.Generator | None =
     N = lengths.numel()
     if N > 0 and bool((lengths == lengths[0]).all()):
         L = int(lengths[0])
-        k = int(torch.randint(0, L + 1, (), generator=generator))
+        k = min(int(float(uniform((), generator, "cpu")) * (L + 1)), L)
         offsets = torch.arange(N, dtype=torch.float64) * (L + 1) / N
         return (torch.floor(k + offsets + 0.5).long() % (L + 1)).to(lengths.device)
-    u = torch.rand(N, generator=generator, dtype=torch.float64)
-    return torch.floor(u * (lengths.double().cpu() + 1)).long().to(lengths.device)
+    u = uniform((N,), generator, "cpu").double()
+    return torch.minimum(torch.floor(u * (lengths.double().cpu() + 1)).long(), lengths.cpu()).to(lengths.device)
 
 
 def _random_subset(valid: torch.Tensor, counts: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
     """``[N, G]`` bool: ``counts[b]`` uniformly random positions among ``valid[b]`` per row."""
-    keys = torch.rand(valid.shape, generator=generator).to(valid.device)
+    keys = uniform(valid.shape, generator, valid.device)
     keys = torch.where(valid, keys, torch.full_like(keys, 2.0))  # invalid positions sort last
     ranks = keys.argsort(dim=1).argsort(dim=1)
     return valid & (ranks < counts[:, None])

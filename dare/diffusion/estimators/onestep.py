@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import torch
 
-from dare.diffusion.estimators.base import Estimator, Pass, ScoringBatch
+from dare.diffusion.estimators.base import Estimator, Pass, ScoringBatch, uniform
 
 __all__ = ["OneStepEstimator", "onestep_pass"]
 
@@ -27,7 +27,7 @@ def onestep_pass(batch: ScoringBatch, p_mask_prompt: float, generator: torch.Gen
     if not 0.0 <= p_mask_prompt <= 1.0:
         raise ValueError(f"p_mask_prompt must be in [0, 1], got {p_mask_prompt}")
     prompt_valid = batch.prompt_valid
-    u = torch.rand(prompt_valid.shape, generator=generator).to(prompt_valid.device)
+    u = uniform(prompt_valid.shape, generator, prompt_valid.device)
     mask = torch.cat([prompt_valid & (u < p_mask_prompt), batch.completion_mask], dim=1)
     return Pass(mask=mask[None], weight=batch.completion_mask.float()[None])
 

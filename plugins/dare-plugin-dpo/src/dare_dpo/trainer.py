@@ -63,7 +63,11 @@ class DPOTrainer(DareTrainer):
 
     :param eval_pairs: optional held-out ``PairExample`` list; its preference metrics
         (:meth:`preference_metrics`) are logged every ``eval_steps`` beside ``eval_fn``'s.
-    Other arguments as :class:`dare.trainers.DareTrainer` (``family`` and ``tokens`` required).
+    :param eval_seed: seed of the generator that draws the held-out corruptions (the same every time).
+
+    Other arguments as :class:`dare.trainers.DareTrainer` (``family`` and ``tokens`` required). The
+    reference policy (:class:`dare.modeling.lora.ReferencePolicy`) is taken from the model at
+    construction, i.e. before a resumed checkpoint is loaded: it stays the initial policy.
     """
 
     def __init__(self, *args, eval_pairs: list | None = None, eval_seed: int = 0, **kwargs):
@@ -111,12 +115,12 @@ class DPOTrainer(DareTrainer):
         if model.training:
             B = policy.shape[0] // 2
             self.record(**{
-                "rewards/chosen": float(out.chosen_rewards.mean()),
-                "rewards/rejected": float(out.rejected_rewards.mean()),
-                "rewards/margins": float(out.margins.mean()),
+                "rewards/chosen": float(out.chosen_rewards.detach().mean()),
+                "rewards/rejected": float(out.rejected_rewards.detach().mean()),
+                "rewards/margins": float(out.margins.detach().mean()),
                 "rewards/accuracies": float(out.accuracy),
-                "elbo/chosen": float(policy[:B].mean()),
-                "elbo/rejected": float(policy[B:].mean()),
+                "elbo/chosen": float(policy[:B].detach().mean()),
+                "elbo/rejected": float(policy[B:].detach().mean()),
             })
         return (out.loss, {"chosen_rewards": out.chosen_rewards, "rejected_rewards": out.rejected_rewards}) if return_outputs else out.loss
 

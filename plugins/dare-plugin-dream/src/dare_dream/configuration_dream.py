@@ -4,7 +4,7 @@ Source: the Dream release (Dream-org/Dream-v0-Instruct-7B, arXiv 2508.15487; Dif
 2506.20639, ships the same architecture), whose ``configuration_dream.py`` is Qwen2's config plus
 ``mask_token_id``. Every key of the released ``config.json`` is accepted and written back: the
 architecture keys below, the special ids, ``use_mrope`` (unused), ``auto_map``, ``architectures``,
-``torch_dtype`` (written beside transformers 5's ``dtype``) and ``attn_implementation`` (recorded
+``torch_dtype`` (written beside transformers 5's ``dtype`` when the source had it) and ``attn_implementation`` (recorded
 and written back; DARE's Dream always attends with SDPA, as the official SDPA class does).
 Defaults equal the release's ``DreamConfig`` defaults, so a sparse ``config.json`` means the same
 thing here as in the official code.
@@ -72,6 +72,7 @@ class DreamConfig(PretrainedConfig):
         self.use_cache = use_cache
         # the release's "attn_implementation": "flash_attention_2" is a record only (see module docstring)
         self.attn_implementation = attn_implementation
+        self._write_torch_dtype = "torch_dtype" in kwargs
         kwargs.setdefault("architectures", ["DreamModel"])
         super().__init__(pad_token_id=self.pad_token_id, tie_word_embeddings=self.tie_word_embeddings, **kwargs)
 
@@ -81,10 +82,10 @@ class DreamConfig(PretrainedConfig):
         return self.hidden_size // self.num_attention_heads
 
     def to_dict(self) -> dict[str, Any]:
-        """transformers' dict plus the release's ``torch_dtype`` spelling of ``dtype``; no
-        ``attn_implementation`` key when it was never set."""
+        """transformers' dict, plus the release's ``torch_dtype`` spelling of ``dtype`` when the
+        config was read with it; no ``attn_implementation`` key when it was never set."""
         out = super().to_dict()
-        if out.get("dtype") is not None:
+        if out.pop("_write_torch_dtype", False) and out.get("dtype") is not None:
             out["torch_dtype"] = out["dtype"]
         if out.get("attn_implementation") is None:
             out.pop("attn_implementation", None)

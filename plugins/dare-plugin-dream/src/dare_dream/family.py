@@ -61,8 +61,8 @@ PRESETS: dict[str, dict[str, Any]] = {
     "tiny": {**_COMMON, "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
              "num_key_value_heads": 2, "max_position_embeddings": 128, "max_window_layers": 2},
     # Dream-v0-Instruct-7B's config.json (for shape checks; never instantiated with weights in tests)
-    "7b": {**_COMMON, **_ARCH_7B, "vocab_size": 152064, "mask_token_id": 151666, "bos_token_id": 151643,
-           "eos_token_id": 151643, "pad_token_id": 151643},
+    "7b": {**_COMMON, **_ARCH_7B, "use_cache": True, "vocab_size": 152064, "mask_token_id": 151666,
+           "bos_token_id": 151643, "eos_token_id": 151643, "pad_token_id": 151643},
 }
 
 

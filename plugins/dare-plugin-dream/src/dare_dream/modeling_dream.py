@@ -87,13 +87,21 @@ class DreamRotaryEmbedding(nn.Module):
     """RoPE tables from ``position_ids``: returns ``(cos, sin)`` ``[B, L, hd]`` in the activation dtype.
 
     Tables are computed in fp32 with autocast off (``freqs = pos * inv_freq``, ``emb = [freqs,
-    freqs]``), then cast to ``x.dtype``, as in the release. ``inv_freq`` is a non-persistent buffer.
+    freqs]``), then cast to ``x.dtype``, as in the release. ``inv_freq`` is a non-persistent fp32
+    buffer that stays fp32 when the model is cast (``model.to(torch.bfloat16)``), so a model cast
+    after creation rotates exactly like one loaded with ``dtype=bfloat16``.
     """
 
     def __init__(self, config: DreamConfig):
         super().__init__()
         self.config = config
         self.register_buffer("inv_freq", _rope_inv_freq(config), persistent=False)
+
+    def _apply(self, fn, recurse=True):
+        super()._apply(fn, recurse)
+        if self.inv_freq.dtype != torch.float32:
+            self.inv_freq = _rope_inv_freq(self.config, self.inv_freq.device)
+        return self
 
     @torch.no_grad()
     def forward(self, x: torch.Tensor, position_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -131,9 +139,8 @@ class DreamAttention(nn.Module):
         divisible by ``num_key_value_heads``.
     """
 
-    def __init__(self, config: DreamConfig, layer_idx: int):
+    def __init__(self, config: DreamConfig):
         super().__init__()
-        self.layer_idx = layer_idx
         self.num_heads = config.num_attention_heads
         self.num_kv_heads = config.num_key_value_heads
         self.head_dim = config.head_dim
@@ -143,7 +150,8 @@ class DreamAttention(nn.Module):
             )
         if self.num_heads % self.num_kv_heads != 0:
             raise ValueError(
-                f"num_attention_heads ({self.num_heads}) must be a multiple of num_key_value_heads ({self.num_kv_heads})"
+                f"num_attention_heads ({self.num_heads}) must be a multiple of "
+                f"num_key_value_heads ({self.num_kv_heads})"
             )
         self.attention_dropout = config.attention_dropout
         h = config.hidden_size
@@ -199,9 +207,9 @@ class DreamMLP(nn.Module):
 class DreamDecoderLayer(GradientCheckpointingLayer):
     """One pre-norm block: ``x + attn(norm(x))`` then ``x + mlp(norm(x))`` (the FSDP wrap unit)."""
 
-    def __init__(self, config: DreamConfig, layer_idx: int):
+    def __init__(self, config: DreamConfig):
         super().__init__()
-        self.self_attn = DreamAttention(config, layer_idx)
+        self.self_attn = DreamAttention(config)
         self.mlp = DreamMLP(config)
         self.input_layernorm = DreamRMSNorm(config.hidden_size, eps=config.rms_norm_eps)
         self.post_attention_layernorm = DreamRMSNorm(config.hidden_size, eps=config.rms_norm_eps)
@@ -246,7 +254,8 @@ def prepare_attention_mask(attention_mask) -> torch.Tensor | None:
         return attention_mask.to(torch.bool).unsqueeze(1)
     if attention_mask.dim() == 4:
         return attention_mask.to(torch.bool)
-    raise ValueError(f"attention_mask must be [B, L], [B, L, L] or [B, 1, L, L]; got shape {list(attention_mask.shape)}")
+    shape = list(attention_mask.shape)
+    raise ValueError(f"attention_mask must be [B, L], [B, L, L] or [B, 1, L, L]; got shape {shape}")
 
 
 class DreamPreTrainedModel(PreTrainedModel):
@@ -276,16 +285,18 @@ class DreamPreTrainedModel(PreTrainedModel):
 
 
 class DreamBaseModel(DreamPreTrainedModel):
-    """The decoder stack (``DreamModel.model``): embeddings, layers, final norm. Returns hidden states."""
+    """The decoder stack (``DreamModel.model``): embeddings, layers, final norm. Returns hidden states.
+
+    As in the release, ``embed_tokens`` has ``padding_idx = pad_token_id`` (Dream: ``<|endoftext|>``,
+    also EOS): that row is zero in a fresh model and never receives a gradient.
+    """
 
     def __init__(self, config: DreamConfig):
         super().__init__(config)
-        self.padding_idx = config.pad_token_id
-        self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size, self.padding_idx)
-        self.layers = nn.ModuleList([DreamDecoderLayer(config, i) for i in range(config.num_hidden_layers)])
+        self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size, config.pad_token_id)
+        self.layers = nn.ModuleList([DreamDecoderLayer(config) for _ in range(config.num_hidden_layers)])
         self.norm = DreamRMSNorm(config.hidden_size, eps=config.rms_norm_eps)
         self.rotary_emb = DreamRotaryEmbedding(config)
-        self.gradient_checkpointing = False
         self.post_init()
 
     def get_input_embeddings(self):
@@ -331,11 +342,14 @@ class DreamModel(DreamPreTrainedModel):
     ``forward(input_ids [B, L] int64, attention_mask, position_ids [B, L] int64 | None)`` returns a
     ``MaskedLMOutput`` with ``logits`` ``[B, L, vocab_size]`` in the model dtype, **unshifted**
     (position ``j`` predicts token ``j+1``). ``labels`` (optional, ``[B, L]`` int64, -100 ignored)
-    give a plain cross-entropy on these unshifted logits, as the release's ``loss_function`` does;
-    DARE's objectives use the family adapter instead. ``num_logits_to_keep > 0`` keeps only the last
-    positions (0 = all).
+    give the release's loss: its ``loss_function`` resolves to transformers' causal-LM loss, the mean
+    CE of logits ``j`` against ``labels[j + 1]``. DARE's objectives use the family adapter instead.
+    ``num_logits_to_keep > 0`` keeps only the last positions (0 = all).
 
-    :raises ValueError: ``output_attentions`` (SDPA does not return attention weights).
+    The argument order is the release's (``model(x, attention_mask, position_ids)`` works).
+
+    :raises ValueError: ``output_attentions`` (SDPA does not return attention weights) or
+        ``past_key_values`` (no KV cache).
     """
 
     _tied_weights_keys = {"lm_head.weight": "model.embed_tokens.weight"}
@@ -343,7 +357,6 @@ class DreamModel(DreamPreTrainedModel):
     def __init__(self, config: DreamConfig):
         super().__init__(config)
         self.model = DreamBaseModel(config)
-        self.vocab_size = config.vocab_size
         self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
         self.post_init()
 
@@ -367,6 +380,7 @@ class DreamModel(DreamPreTrainedModel):
         input_ids: torch.LongTensor | None = None,
         attention_mask=None,
         position_ids: torch.LongTensor | None = None,
+        past_key_values=None,
         inputs_embeds: torch.FloatTensor | None = None,
         labels: torch.LongTensor | None = None,
         output_attentions: bool | None = None,
@@ -377,6 +391,8 @@ class DreamModel(DreamPreTrainedModel):
     ):
         if output_attentions:
             raise ValueError("output_attentions is not supported by DreamModel (SDPA attention)")
+        if past_key_values is not None:
+            raise ValueError("DreamModel keeps no KV cache (the release's diffusion decoding never uses one)")
         out = self.model(
             input_ids=input_ids,
             attention_mask=attention_mask,
@@ -387,6 +403,7 @@ class DreamModel(DreamPreTrainedModel):
         logits = self.lm_head(out.last_hidden_state[:, -num_logits_to_keep:, :])
         loss = None
         if labels is not None:
-            loss = F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), labels.reshape(-1), ignore_index=-100)
+            shifted = logits[:, :-1].float().reshape(-1, logits.shape[-1])
+            loss = F.cross_entropy(shifted, labels[:, 1:].reshape(-1), ignore_index=-100)
         result = MaskedLMOutput(loss=loss, logits=logits, hidden_states=out.hidden_states)
         return result.to_tuple() if return_dict is False else result

@@ -1,13 +1,14 @@
 """Dream's official masked-diffusion decoder (``diffusion_generate``).
 
 Source: HKUNLP Dream ``generation_utils.py`` (``DreamGenerationMixin._sample`` and ``sample_tokens``;
-Dream 7B, arXiv 2508.15487 §3; model-families.md §2.7; algorithms.md §5.3). The completion starts as
+Dream 7B, arXiv 2508.15487; model-families.md §2.7; algorithms.md §5.3). The completion starts as
 ``max_new_tokens`` mask tokens after the prompt. With mask ratios ``t_i = linspace(1, eps, steps+1)``,
 step ``i`` (``t = t_i``, ``s = t_{i+1}``) runs the model on the whole sequence, takes the aligned
 logits of every masked position and
 
 * ``origin``: reveals each masked position independently with probability ``1 - s/t`` (1 at the last
-  step), sampling its token (the MDLM reverse process, arXiv 2406.07524 eq. (7));
+  step), sampling its token (the masked-diffusion reverse step with a linear schedule ``alpha_t = 1 - t``:
+  ``(alpha_s - alpha_t) / (1 - alpha_t) = 1 - s/t``; MDLM, arXiv 2406.07524);
 * ``maskgit_plus`` / ``topk_margin`` / ``entropy``: proposes a token per masked position with a
   confidence (probability of the token; top-1 minus top-2 probability; negative entropy
   ``sum p log p``) and commits ``n = int(num_mask * (1 - s/t))`` positions per row
@@ -21,13 +22,16 @@ Tokens are drawn by ``sample_tokens``: logits / temperature (when > 0), top-p th
 Two behaviours of the release are reproduced only when ``release_quirks`` is on (always for
 :func:`diffusion_generate`, opt-in for :class:`DreamSampler`):
 
-1. a row holding fewer masks than ``n`` (possible once the model has proposed the mask token itself,
-   which keeps that position masked) still commits ``n`` positions, so ``torch.topk`` picks
-   non-mask positions and overwrites them with the mask id; without quirks a row commits at most
-   its own masked positions;
+1. a row may commit non-masked positions, which then get the mask id: a row holding fewer masks
+   than ``n`` (possible once the model has proposed the mask token itself, which keeps that position
+   masked) still commits ``n`` positions via ``torch.topk``, and with ``alg_temp`` a
+   ``softmax(confidence / alg_temp)`` that underflows to fewer than ``n`` positive entries lets
+   ``torch.multinomial`` return zero-probability (non-masked) positions. Without quirks a row
+   commits only its own masked positions (underflowed draws are completed by confidence order);
 2. ``torch.distributions.Categorical`` validates its probabilities (simplex to 1e-6) and the
-   release's bare ``except`` then falls back to argmax for the whole step; in bf16 this happens
-   often, so temperature is silently ignored at those steps. Without quirks the draw always happens.
+   release's bare ``except`` then falls back to argmax for the whole step; in bf16 rounding alone can
+   fail the check, so temperature is silently ignored at such a step. Without quirks the draw
+   always happens.
 
 With ``generator=None`` every random draw uses torch's global RNG in the release's order, so
 :func:`diffusion_generate` returns the release's sequences for the same seed, not only at
@@ -36,6 +40,7 @@ temperature 0.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Callable, Literal
 
 import torch
@@ -50,6 +55,7 @@ __all__ = [
     "DreamSamplerError",
     "sample_tokens",
     "transfer_count",
+    "select_positions",
     "decode",
     "diffusion_generate",
     "DreamSampler",
@@ -145,7 +151,10 @@ def _draw_positions(probs: torch.Tensor, confidence: torch.Tensor, k: int, gener
     than ``k`` have positive probability (underflow of ``softmax(conf / alg_temp)``) the rest are the
     most confident remaining finite positions (the ``alg_temp -> 0`` limit)."""
     positive = int((probs > 0).sum())
-    drawn = torch.multinomial(probs, min(k, positive), generator=generator) if positive else probs.new_empty(0, dtype=torch.long)
+    if positive:
+        drawn = torch.multinomial(probs, min(k, positive), generator=generator)
+    else:
+        drawn = torch.empty(0, dtype=torch.long, device=probs.device)
     if drawn.numel() == k:
         return drawn
     rest = confidence.clone()
@@ -170,7 +179,6 @@ def select_positions(
         otherwise a row commits at most its finite-confidence positions.
     """
     B = confidence.shape[0]
-    available = torch.isfinite(confidence).sum(dim=1)
     if alg_temp is None or alg_temp == 0:
         cols = torch.topk(confidence, n).indices
         rows = torch.arange(B, device=confidence.device)[:, None].expand_as(cols)
@@ -183,31 +191,50 @@ def select_positions(
         cols = torch.multinomial(probs, num_samples=n, generator=generator)
         rows = torch.arange(B, device=confidence.device)[:, None].expand_as(cols)
         return rows.reshape(-1), cols.reshape(-1)
+    available = torch.isfinite(confidence).sum(dim=1)
     picks = [_draw_positions(probs[b], confidence[b], min(n, int(available[b])), generator) for b in range(B)]
     rows = torch.cat([torch.full_like(p, b) for b, p in enumerate(picks)])
     return rows, torch.cat(picks)
 
 
 # --------------------------------------------------------------------------- one denoising step
-def _origin_step(x, mask_index, mask_logits, t, s, last, mask_id, temperature, top_p, top_k, generator, quirks):
-    """``origin``: each masked position reveals with probability ``1 - s/t`` (1 at the last step)."""
-    p_transfer = 1 if last else 1 - s / t
+@dataclass(frozen=True)
+class _Proposer:
+    """:func:`sample_tokens` with one call's sampling settings bound."""
+
+    temperature: float
+    top_p: float | None
+    top_k: int | None
+    generator: torch.Generator | None
+    release_quirks: bool
+
+    def __call__(self, logits: torch.Tensor, confidence: Confidence = "probability"):
+        return sample_tokens(logits, self.temperature, self.top_p, self.top_k, confidence, self.generator,
+                             self.release_quirks)
+
+
+def _origin_step(x, mask_index, mask_logits, p_transfer, mask_id: int, propose: _Proposer) -> None:
+    """``origin``: each masked position reveals with probability ``p_transfer``; ``x`` is updated in place."""
     x0 = torch.full((mask_logits.shape[0],), mask_id, dtype=torch.long, device=x.device)
-    reveal = torch.rand(x0.shape, device=x.device, generator=generator) < p_transfer
+    reveal = torch.rand(x0.shape, device=x.device, generator=propose.generator) < p_transfer
     if bool(reveal.any()):
-        _, x0[reveal] = sample_tokens(mask_logits[reveal], temperature, top_p, top_k, "probability", generator, quirks)
+        _, x0[reveal] = propose(mask_logits[reveal])
     x[mask_index] = x0
 
 
-def _confidence_step(x, mask_index, mask_logits, t, s, last, mask_id, alg, alg_temp, temperature, top_p, top_k, generator, quirks):
-    """``maskgit_plus`` / ``topk_margin`` / ``entropy``: commit the ``n`` chosen proposals per row."""
-    conf, x0 = sample_tokens(mask_logits, temperature, top_p, top_k, ALGORITHMS[alg], generator, quirks)
-    n = transfer_count(mask_index, t, s, last)
+def _confidence_step(x, mask_index, mask_logits, counts: tuple, mask_id: int, alg: str, alg_temp, propose: _Proposer):
+    """``maskgit_plus`` / ``topk_margin`` / ``entropy``: commit the chosen proposals in place.
+
+    ``counts`` is ``(t, s, last)`` for :func:`transfer_count`; proposals are drawn first, as in the
+    release, so the RNG advances the same way even at a step that commits nothing.
+    """
+    conf, x0 = propose(mask_logits, ALGORITHMS[alg])
+    n = transfer_count(mask_index, *counts)
     if n <= 0:
         return
     full = torch.full(x.shape, -torch.inf, dtype=mask_logits.dtype, device=x.device)
     full[mask_index] = conf
-    rows, cols = select_positions(full, n, alg_temp, generator, quirks)
+    rows, cols = select_positions(full, n, alg_temp, propose.generator, propose.release_quirks)
     proposal = torch.full_like(x, mask_id)
     proposal[mask_index] = x0
     x[rows, cols] = proposal[rows, cols]
@@ -272,6 +299,7 @@ def decode(
         ones = torch.ones((B, max_new_tokens), dtype=attention_mask.dtype, device=attention_mask.device)
         attention_mask = torch.cat([attention_mask, ones], dim=1)
     timesteps = torch.linspace(1, eps, steps + 1, device=x.device)
+    propose = _Proposer(temperature, top_p, top_k, generator, release_quirks)
     traj = Trajectory(B, max_new_tokens, device=x.device)
     nfe = 0
     for i in range(steps):
@@ -282,10 +310,9 @@ def decode(
         nfe += 1
         t, s, last = timesteps[i], timesteps[i + 1], i == steps - 1
         if alg == "origin":
-            _origin_step(x, mask_index, mask_logits, t, s, last, mask_id, temperature, top_p, top_k, generator, release_quirks)
+            _origin_step(x, mask_index, mask_logits, 1 if last else 1 - s / t, mask_id, propose)
         else:
-            _confidence_step(x, mask_index, mask_logits, t, s, last, mask_id, alg, alg_temp, temperature, top_p, top_k,
-                             generator, release_quirks)
+            _confidence_step(x, mask_index, mask_logits, (t, s, last), mask_id, alg, alg_temp, propose)
         now_masked = (x == mask_id)[:, Lp:]
         traj.unmask_step[now_masked & ~mask_index[:, Lp:]] = -1  # re-masked by a release quirk: decoded again
         traj.record(mask_index[:, Lp:] & ~now_masked, i)
@@ -327,7 +354,9 @@ def diffusion_generate(
     if mask_token_id is None:
         mask_token_id = getattr(getattr(model, "config", None), "mask_token_id", None)
         if mask_token_id is None:
-            raise DreamSamplerError("mask_token_id is not given and model.config has no mask_token_id; pass mask_token_id=")
+            raise DreamSamplerError(
+                "mask_token_id is not given and model.config has no mask_token_id; pass mask_token_id="
+            )
     family = DreamFamily()
     x, _, _ = decode(
         lambda ids, am: family.logits(model, ids, am),
@@ -350,14 +379,24 @@ def diffusion_generate(
 
 # --------------------------------------------------------------------------- the component
 class DreamSamplerParams(Params):
+    """Parameters of :class:`DreamSampler`, named as the release's ``diffusion_generate`` arguments
+    (``gen_length`` is its ``max_new_tokens``). Defaults follow the Dream README call (``alg="entropy"``,
+    ``steps = gen_length``) with greedy tokens (``temperature=0``, the release's generation_config).
+
+    Cross-field rule: ``alg_temp`` is only meaningful for the confidence algs.
+    """
+
     gen_length: int = Field(256, gt=0, description="Completion length in tokens (Dream's max_new_tokens).")
     steps: int = Field(256, gt=0, description="Denoising steps (one forward each; NFE <= steps).")
-    eps: float = Field(1e-3, ge=0.0, lt=1.0, description="Final mask ratio of the schedule linspace(1, eps, steps + 1).")
+    eps: float = Field(1e-3, ge=0.0, lt=1.0, description="Final mask ratio: the schedule is linspace(1, eps, steps+1).")
     alg: Algorithm = Field(
-        "entropy", description="origin (random reveal), maskgit_plus (probability), topk_margin, entropy (confidence order)."
+        "entropy",
+        description="origin (random reveal) or a confidence order: maskgit_plus (probability), topk_margin, entropy.",
     )
     alg_temp: float | None = Field(
-        None, ge=0.0, description="Confidence-algs only: None/0 commits the top-n, > 0 samples from softmax(conf / alg_temp)."
+        None,
+        ge=0.0,
+        description="Confidence algs only: None/0 commits the top-n, > 0 samples from softmax(conf / alg_temp).",
     )
     temperature: float = Field(0.0, ge=0.0, description="Token sampling temperature (0 = argmax).")
     top_p: float | None = Field(None, gt=0.0, le=1.0, description="Nucleus mass (None = off).")

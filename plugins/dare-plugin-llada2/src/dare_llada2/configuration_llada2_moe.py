@@ -44,7 +44,10 @@ class LLaDA2MoeConfig(PretrainedConfig):
     """
 
     model_type = "llada2_moe"
-    keys_to_ignore_at_inference = ["past_key_values"]
+    keys_to_ignore_at_inference = ["cache"]
+    # A plain class attribute shadows transformers 5's deprecated ``rope_scaling`` property, so the
+    # released key is stored and written back as is (not converted to ``rope_parameters``).
+    rope_scaling = None
 
     def __init__(
         self,
@@ -144,7 +147,8 @@ class LLaDA2MoeConfig(PretrainedConfig):
     # ------------------------------------------------------------------ validation
     def _check(self) -> None:
         """Refuse values the architecture cannot build (the constructor calls this)."""
-        for key in ("hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "head_dim", "vocab_size"):
+        sizes = ("hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "head_dim", "vocab_size")
+        for key in sizes:
             if not isinstance(getattr(self, key), int) or getattr(self, key) <= 0:
                 raise LLaDA2ConfigError(f"config.json {key} must be a positive integer, got {getattr(self, key)!r}")
         if self.num_attention_heads % self.num_key_value_heads != 0:
@@ -155,8 +159,9 @@ class LLaDA2MoeConfig(PretrainedConfig):
         rot = self.rotary_dim_used
         if not 0.0 < self.partial_rotary_factor <= 1.0 or rot <= 0 or rot % 2 != 0:
             raise LLaDA2ConfigError(
-                f"config.json partial_rotary_factor {self.partial_rotary_factor} with head_dim {self.head_dim} gives a rotary "
-                f"dimension of {rot}; it must be a positive even number (rotate-half), e.g. factor 0.5 with head_dim 128"
+                f"config.json partial_rotary_factor {self.partial_rotary_factor} with head_dim {self.head_dim} gives a "
+                f"rotary dimension of {rot}; it must be a positive even number (rotate-half), e.g. factor 0.5 with "
+                "head_dim 128"
             )
         declared = getattr(self, "rotary_dim", None)
         if declared is not None and declared != rot:
@@ -180,7 +185,9 @@ class LLaDA2MoeConfig(PretrainedConfig):
     def _check_moe(self) -> None:
         E, G, kg, k = self.num_experts, self.n_group, self.topk_group, self.num_experts_per_tok
         if not isinstance(E, int) or E <= 0:
-            raise LLaDA2ConfigError(f"config.json num_experts must be a positive integer or null (all layers dense), got {E!r}")
+            raise LLaDA2ConfigError(
+                f"config.json num_experts must be a positive integer or null (all layers dense), got {E!r}"
+            )
         if not isinstance(G, int) or G <= 0 or E % G != 0:
             raise LLaDA2ConfigError(
                 f"config.json num_experts ({E}) must be divisible by n_group ({G}): experts are routed in equal groups"
@@ -207,8 +214,8 @@ class LLaDA2MoeConfig(PretrainedConfig):
     def check_sizes(self) -> None:
         """Check the MLP widths a model needs (called before building one; the release's defaults leave them unset).
 
-        :raises LLaDA2ConfigError: ``intermediate_size`` missing with dense layers, or
-            ``moe_intermediate_size`` missing with MoE layers.
+        :raises LLaDA2ConfigError: ``intermediate_size`` missing with dense layers,
+            ``moe_intermediate_size`` missing with MoE layers, or ``pad_token_id`` outside the vocabulary.
         """
         if self.has_dense_layers and not (isinstance(self.intermediate_size, int) and self.intermediate_size > 0):
             raise LLaDA2ConfigError(
@@ -217,3 +224,8 @@ class LLaDA2MoeConfig(PretrainedConfig):
             )
         if self.has_moe_layers and not (isinstance(self.moe_intermediate_size, int) and self.moe_intermediate_size > 0):
             raise LLaDA2ConfigError("config.json moe_intermediate_size must be a positive integer (width of each expert)")
+        pad = self.pad_token_id
+        if pad is not None and not 0 <= pad < self.vocab_size:
+            raise LLaDA2ConfigError(
+                f"config.json pad_token_id ({pad}) must be a token id below vocab_size ({self.vocab_size}) or null"
+            )

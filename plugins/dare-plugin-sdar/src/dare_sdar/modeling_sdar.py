@@ -59,11 +59,12 @@ __all__ = [
 
 @dataclass
 class SDAROutput(ModelOutput):
-    """``logits`` ``[B, L', V]`` (model dtype; ``L'`` per ``logits_to_keep``), ``past_key_values`` (the
-    :class:`~dare_sdar.cache.SDARCache`, when one was given or ``use_cache``), ``hidden_states`` when asked."""
+    """``logits`` ``[B, L', V]`` (model dtype; ``L'`` per ``logits_to_keep``), ``cache`` (the
+    :class:`~dare_sdar.cache.SDARCache`, when one was given or ``use_cache``; also readable as
+    ``past_key_values``, transformers' older name), ``hidden_states`` when asked."""
 
     logits: torch.Tensor | None = None
-    past_key_values: SDARCache | None = None
+    cache: SDARCache | None = None
     hidden_states: tuple[torch.Tensor, ...] | None = None
 
 
@@ -125,11 +126,10 @@ def attention_keep_mask(mask: torch.Tensor | None, batch: int, q_len: int, k_len
     if mask is None:
         return None
     if mask.dtype != torch.bool:
-        if mask.is_floating_point() or not mask.dtype.is_signed or mask.dtype in (torch.int8, torch.int16, torch.int32, torch.int64):
-            if not bool(((mask == 0) | (mask == 1)).all()):
-                raise SDARInputError(
-                    "attention_mask must hold 0/1 (1 = may attend) or bools; an additive 0/-inf mask is not accepted"
-                )
+        if not bool(((mask == 0) | (mask == 1)).all()):
+            raise SDARInputError(
+                "attention_mask must hold 0/1 (1 = may attend) or bools; an additive 0/-inf mask is not accepted"
+            )
         mask = mask != 0
     if mask.dim() == 2:
         if tuple(mask.shape) != (batch, k_len):
@@ -138,9 +138,9 @@ def attention_keep_mask(mask: torch.Tensor | None, batch: int, q_len: int, k_len
                 f"(cached + new positions), got {list(mask.shape)}"
             )
         mask = mask[:, None, None, :]
-    elif mask.dim() == 3:
-        mask = mask[:, None]
-    elif mask.dim() != 4:
+    elif mask.dim() == 3 and mask.shape[0] != 1:
+        mask = mask[:, None]  # [B, Lq, Lk] -> [B, 1, Lq, Lk]; a [1, Lq, Lk] mask stays 3-D, as the release passes it
+    elif mask.dim() not in (3, 4):  # (SDPA picks its CPU kernel by the mask's rank: ~1 bf16 ulp apart)
         raise SDARInputError(f"attention_mask must be 2-D, 3-D or 4-D, got {mask.dim()}-D")
     if mask.shape[0] not in (1, batch) or mask.shape[-1] != k_len or mask.shape[-2] not in (1, q_len):
         raise SDARInputError(
@@ -324,7 +324,7 @@ class SDARModel(SDARPreTrainedModel):
             all_hidden.append(hidden)
         return BaseModelOutputWithPast(
             last_hidden_state=hidden,
-            past_key_values=cache,
+            cache=cache,
             hidden_states=tuple(all_hidden) if all_hidden is not None else None,
         )
 
@@ -394,6 +394,6 @@ class SDARForCausalLM(SDARPreTrainedModel):
         else:
             hidden = hidden[:, logits_to_keep]
         result = SDAROutput(
-            logits=self.lm_head(hidden), past_key_values=out.past_key_values, hidden_states=out.hidden_states
+            logits=self.lm_head(hidden), cache=out.cache, hidden_states=out.hidden_states
         )
         return result.to_tuple() if return_dict is False else result

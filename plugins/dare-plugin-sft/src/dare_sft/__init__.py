@@ -1,5 +1,14 @@
-"""DARE plugin: masked-diffusion SFT (arXiv 2502.09992) for every model family."""
+"""DARE plugin: masked-diffusion SFT (arXiv 2502.09992) for every model family.
 
-from dare_sft.trainer import SFTConfig, SFTTrainer
+``SFTConfig``/``SFTTrainer`` are imported lazily, so listing plugins does not load the trainer stack.
+"""
 
 __all__ = ["SFTConfig", "SFTTrainer"]
+
+
+def __getattr__(name):
+    if name in __all__:
+        from dare_sft import trainer
+
+        return getattr(trainer, name)
+    raise AttributeError(name)

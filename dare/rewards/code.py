@@ -1,0 +1,213 @@
+"""The code reward: run the completion's program against the sample's tests in the sandbox.
+
+Rule (DARE ``dllm_rm`` -> ``rllm_reward_fn_code``, ``verl/utils/reward_score/code_reward.py``; see
+algorithms.md §6): extract the program (:mod:`dare.rewards.code_extract`; MBPP rows use the MBPP rule),
+run it with the tests; 1.0 if everything passes, 0.0 if anything fails, times out or no program can be
+extracted (format error). The tests come from ``reward_model.ground_truth``:
+
+* a list of assert statements, or a JSON string of one (MBPP): run one after another;
+* test code (HumanEval, HumanEval+): run as is; when it defines ``check`` without calling it
+  (HumanEval), ``check(<entry point>)`` is appended. The entry point is ``extra_info.entry_point``,
+  else the last top-level ``def`` of the prompt (true for all 164 HumanEval prompts), else the first
+  function the program defines (rLLM's fallback).
+
+Time budget as DARE's runners: ``per_test_timeout_s`` times the number of tests (HumanEval+: the
+length of its ``inputs`` list, as rLLM's ``get_num_test_cases``; otherwise the ``assert`` statements),
+capped at ``timeout_s``. The program runs after :data:`PRELUDE` (common standard-library imports, as
+rLLM's ``BASE_IMPORTS`` minus numpy/pandas) and with ``__name__ != "__main__"`` (so, as rLLM's
+``clean_code_main_block``, a ``__main__`` block does not run).
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import logging
+import re
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from dare.components import Reward
+from dare.errors import DataError
+from dare.rewards.code_extract import fenced_code, mbpp_code
+from dare.rewards.sandbox import Isolation, SandboxLimits, SandboxResult, run_python
+
+__all__ = ["PRELUDE", "CodeOutcome", "count_tests", "entry_point", "build_tests", "extract_program", "code_outcome"]
+
+log = logging.getLogger("dare.rewards.code")
+
+PRELUDE = """\
+import bisect, collections, copy, datetime, functools, heapq, itertools, math, operator, random, re, string, sys
+from collections import Counter, OrderedDict, defaultdict, deque
+from functools import cmp_to_key, lru_cache, partial, reduce
+from heapq import heapify, heappop, heappush, nlargest, nsmallest
+from itertools import accumulate, chain, combinations, groupby, permutations, product, zip_longest
+from math import ceil, comb, factorial, floor, gcd, inf, isqrt, log, sqrt
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Set, Tuple, Union
+"""
+
+_PROMPT_DEF = re.compile(r"^def\s+([A-Za-z_]\w*)\s*\(", re.MULTILINE)
+_CODE_DEF = re.compile(r"def\s+([A-Za-z_]\w*)\s*\(")
+
+
+@dataclass(frozen=True)
+class CodeOutcome:
+    """One scored completion: ``score`` (1.0/0.0), the extracted ``program`` (None: format error) and
+    the sandbox ``result`` (None when nothing ran: format error or no entry point for ``check``)."""
+
+    score: float
+    program: str | None
+    result: SandboxResult | None
+
+
+def _plain(value: Any) -> Any:
+    """numpy arrays (as pandas hands out list columns) as lists."""
+    return value.tolist() if hasattr(value, "tolist") else value
+
+
+_EXPECTED = "expected test code (e.g. defining check(candidate)) or a list of assert statements (or its JSON)"
+
+
+def _assert_list(truth: Any) -> list[str] | None:
+    """The assert statements of an MBPP-style ground truth; None when it is test code.
+
+    :raises DataError: a list (or JSON list) that is empty or holds anything but strings.
+    """
+    truth = _plain(truth)
+    if isinstance(truth, str):
+        try:
+            truth = json.loads(truth)
+        except ValueError:
+            return None
+    if not isinstance(truth, list):
+        return None
+    if not truth or not all(isinstance(t, str) for t in truth):
+        raise DataError(f"reward_model.ground_truth is a list without assert strings ({str(truth)[:80]}); {_EXPECTED}")
+    return truth
+
+
+def count_tests(test_code: str) -> int:
+    """Number of tests in test code: the length of an ``inputs = [...]`` list (HumanEval+), else the
+    number of ``assert`` statements, at least 1.
+
+    :raises SyntaxError: the test code does not parse.
+    """
+    return _count(ast.parse(test_code))
+
+
+def _count(tree: ast.Module) -> int:
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assign) and isinstance(node.value, ast.List):
+            if any(isinstance(t, ast.Name) and t.id == "inputs" for t in node.targets):
+                return max(len(node.value.elts), 1)
+    return max(sum(isinstance(node, ast.Assert) for node in ast.walk(tree)), 1)
+
+
+def _prompt_text(sample: dict[str, Any]) -> str:
+    """The prompt as text: a string prompt, or the last user message of a chat prompt."""
+    prompt = _plain(sample.get("prompt"))
+    if isinstance(prompt, str):
+        return prompt
+    if isinstance(prompt, list):
+        users = [m.get("content", "") for m in prompt if isinstance(m, dict) and m.get("role") == "user"]
+        return str(users[-1]) if users else ""
+    return ""
+
+
+def entry_point(sample: dict[str, Any], program: str) -> str | None:
+    """The function ``check`` must test (see the module docstring); None when none can be found."""
+    info = sample.get("extra_info")
+    if isinstance(info, dict) and isinstance(info.get("entry_point"), str) and info["entry_point"]:
+        return info["entry_point"]
+    names = _PROMPT_DEF.findall(_prompt_text(sample))
+    if names:
+        return names[-1]
+    found = _CODE_DEF.search(program)
+    return found.group(1) if found else None
+
+
+def _calls_check(tree: ast.Module) -> bool:
+    return any(
+        isinstance(n, ast.Expr) and isinstance(n.value, ast.Call) and isinstance(n.value.func, ast.Name)
+        and n.value.func.id == "check"
+        for n in tree.body
+    )
+
+
+def _defines_check(tree: ast.Module) -> bool:
+    return any(isinstance(n, ast.FunctionDef) and n.name == "check" for n in tree.body)
+
+
+def build_tests(sample: dict[str, Any], program: str) -> tuple[str, int] | None:
+    """The test source to run after ``program`` and its number of tests.
+
+    :returns: ``(source, n_tests)``, or None when the tests need an entry point and none is found.
+    :raises DataError: ``reward_model.ground_truth`` is missing, is neither test code nor a list of
+        asserts, does not parse, or holds no test at all (every program would pass).
+    """
+    try:
+        truth = Reward.ground_truth(sample)
+    except KeyError:
+        raise DataError(f"the code reward needs reward_model.ground_truth; {_EXPECTED}") from None
+    asserts = _assert_list(truth)
+    if asserts is not None:
+        return "\n".join(asserts) + "\n", len(asserts)
+    if not isinstance(truth, str):
+        raise DataError(f"reward_model.ground_truth is a {type(truth).__name__}; {_EXPECTED}")
+    try:
+        tree = ast.parse(truth)
+    except SyntaxError as exc:
+        raise DataError(f"reward_model.ground_truth is not valid Python ({exc}); {_EXPECTED}") from None
+    if not _defines_check(tree) and not any(isinstance(n, ast.Assert) for n in ast.walk(tree)):
+        raise DataError(f"reward_model.ground_truth has no assert and no check(); every program would pass; {_EXPECTED}")
+    source = truth
+    if _defines_check(tree) and not _calls_check(tree):
+        name = entry_point(sample, program)
+        if name is None:
+            return None
+        source = f"{truth}\n\ncheck({name})\n"
+    return source, _count(tree)
+
+
+def extract_program(
+    completion: str,
+    sample: dict[str, Any],
+    extraction: Literal["auto", "fenced", "mbpp"] = "auto",
+    fenced_block: Literal["last", "first_with_def"] = "last",
+) -> str | None:
+    """The program of ``completion`` (None: format error): the MBPP rule for ``extraction="mbpp"``
+    (or ``"auto"`` on a ``data_source == "mbpp"`` row, as DARE dispatches), else the fenced-block
+    rule with ``fenced_block``."""
+    if extraction == "mbpp" or (extraction == "auto" and sample.get("data_source") == "mbpp"):
+        return mbpp_code(completion)
+    return fenced_code(completion, fenced_block)
+
+
+def code_outcome(
+    completion: str,
+    sample: dict[str, Any],
+    limits: SandboxLimits,
+    per_test_timeout_s: float = 1.0,
+    extraction: Literal["auto", "fenced", "mbpp"] = "auto",
+    fenced_block: Literal["last", "first_with_def"] = "last",
+    isolation: str | Isolation = "auto",
+) -> CodeOutcome:
+    """Score one completion (see the module docstring); ``limits.timeout_s`` caps the test budget.
+
+    :raises DataError: a malformed ground truth (see :func:`build_tests`).
+    :raises dare.rewards.sandbox.SandboxError: the sandbox cannot run here.
+    """
+    program = extract_program(completion, sample, extraction, fenced_block)
+    if program is None:
+        return CodeOutcome(0.0, None, None)
+    tests = build_tests(sample, program)
+    if tests is None:
+        return CodeOutcome(0.0, program, None)
+    source, n_tests = tests
+    budget = min(limits.timeout_s, per_test_timeout_s * n_tests)
+    run_limits = SandboxLimits(budget, limits.cpu_time_s, limits.memory_mb, limits.max_processes, limits.max_file_mb)
+    result = run_python([PRELUDE, program, source], run_limits, isolation)
+    if not result.passed:
+        log.debug("code program failed (unit %s, exit %s, timed out %s): %s", result.failed_unit, result.returncode,
+                  result.timed_out, result.stderr[-300:])
+    return CodeOutcome(1.0 if result.passed else 0.0, program, result)

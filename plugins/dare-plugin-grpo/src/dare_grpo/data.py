@@ -1,0 +1,85 @@
+"""Prompts as a training dataset, and the order in which rollout batches visit them.
+
+The trainer's dataloader yields batches of *prompts* (``per_device_train_batch_size`` each); the
+rollout happens inside the training step. :class:`RepeatChunkSampler` yields each rollout batch
+(``batch_size * gradient_accumulation_steps`` prompts) ``num_iterations`` times in a row, so the
+``mu`` inner iterations (one optimizer step each) see the same prompts, as TRL's ``RepeatSampler``.
+The order is a function of ``(seed, epoch)`` only, so a resumed run skips to exactly the same batches.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch.utils.data import Sampler
+
+__all__ = ["PromptDataset", "RepeatChunkSampler", "collate_prompts"]
+
+
+@dataclass
+class PromptDataset:
+    """Rendered prompts with their source rows (``dare.data`` row format).
+
+    Items are dicts ``{"index": int, "prompt": str, "row": dict}``; ``row`` is what rewards score.
+    """
+
+    prompts: list[str]
+    rows: list[dict[str, Any]]
+
+    @classmethod
+    def from_rows(cls, rows, prompter, tokenizer, max_length: int | None, gen_length: int) -> PromptDataset:
+        """Render prompts with a ``dare.data.Prompter``; drop those with ``len(prompt) + gen_length > max_length``."""
+        keep_p, keep_r = [], []
+        for row in rows:
+            text = prompter.prompt(row)
+            if max_length is not None:
+                n = len(tokenizer(text, add_special_tokens=False)["input_ids"])
+                if n + gen_length > max_length:
+                    continue
+            keep_p.append(text)
+            keep_r.append(row)
+        return cls(keep_p, keep_r)
+
+    def __len__(self) -> int:
+        return len(self.prompts)
+
+    def __getitem__(self, i: int) -> dict[str, Any]:
+        return {"index": i, "prompt": self.prompts[i], "row": self.rows[i]}
+
+
+def collate_prompts(items: list[dict[str, Any]]) -> dict[str, list]:
+    """``{"index": [...], "prompt": [...], "row": [...]}`` (no tensors: the rollout tokenises)."""
+    return {key: [it[key] for it in items] for key in ("index", "prompt", "row")}
+
+
+class RepeatChunkSampler(Sampler[int]):
+    """Shuffled indices, cut into chunks of ``chunk_size``, each chunk repeated ``repeats`` times.
+
+    An incomplete last chunk is dropped. ``set_epoch`` (called by the trainer) reshuffles with
+    ``seed + epoch``.
+    """
+
+    def __init__(self, num_items: int, chunk_size: int, repeats: int, seed: int = 0):
+        if chunk_size < 1 or repeats < 1:
+            raise ValueError(f"chunk_size and repeats must be >= 1, got {chunk_size} and {repeats}")
+        if num_items < chunk_size:
+            raise ValueError(f"{num_items} prompts cannot fill one rollout batch of {chunk_size}")
+        self.num_items, self.chunk_size, self.repeats, self.seed = num_items, chunk_size, repeats, seed
+        self.epoch = 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def __len__(self) -> int:
+        return (self.num_items // self.chunk_size) * self.chunk_size * self.repeats
+
+    def __iter__(self) -> Iterator[int]:
+        g = torch.Generator().manual_seed(self.seed + self.epoch)
+        order = torch.randperm(self.num_items, generator=g).tolist()
+        for start in range(0, len(order) - self.chunk_size + 1, self.chunk_size):
+            chunk = order[start : start + self.chunk_size]
+            for _ in range(self.repeats):
+                yield from chunk

@@ -1,0 +1,35 @@
+"""RL objectives of ``dare-plugin-grpo``; the contract is in :mod:`dare_grpo.objectives.base`."""
+
+from dare_grpo.objectives.base import (
+    LossTerms,
+    OnlineRLObjective,
+    PassLossInput,
+    RLParams,
+    SequenceLossInput,
+    clipped_token_loss,
+)
+from dare_grpo.objectives.bgpo import BGPO
+from dare_grpo.objectives.cj_grpo import CJGRPO
+from dare_grpo.objectives.coupled_grpo import CoupledGRPO
+from dare_grpo.objectives.d1 import D1
+from dare_grpo.objectives.espo import ESPO
+from dare_grpo.objectives.tracerl import TraceRL
+
+__all__ = [
+    "OnlineRLObjective",
+    "RLParams",
+    "PassLossInput",
+    "SequenceLossInput",
+    "LossTerms",
+    "clipped_token_loss",
+    "D1",
+    "CoupledGRPO",
+    "BGPO",
+    "ESPO",
+    "CJGRPO",
+    "TraceRL",
+    "OBJECTIVES",
+]
+
+#: Objectives this plugin registers.
+OBJECTIVES = (D1, CoupledGRPO, BGPO, ESPO, CJGRPO, TraceRL)

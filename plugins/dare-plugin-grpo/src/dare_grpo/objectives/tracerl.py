@@ -1,0 +1,45 @@
+"""``tracerl``: trajectory-aware PPO (Wang et al., "Revolutionizing Reinforcement Learning Framework
+for Diffusion Large Language Models", arXiv 2509.06949 §3, the TraceRL policy objective; not in the
+DARE repo, algorithms.md §3.12).
+
+Estimator: replay of the sampler's trajectory with *trajectory shrinkage* ``s`` (``shrink``): every
+``s`` neighbouring steps form one transition ``tau^s(t)``, scored under the state before it
+(:mod:`dare.diffusion.estimators.trajectory`; ``shrink = 1`` is exact replay). Loss (the paper's
+``J_policy``)::
+
+    L = (1 / N) sum_i sum_t (1 / |tau_i^s(t)|) sum_{k in tau_i^s(t)} C_eps(rho_k, A_i)  + beta KL
+
+i.e. a per-sequence token mean inside each transition, *summed* over transitions and averaged over
+the ``N`` completions (``C_eps``: clipped surrogate with dual clip). ``loss_aggregation`` is
+therefore not used. Metrics are averaged over transitions.
+
+Out of scope: TraceRL's diffusion value model (token-wise GAE baselines) and sliced block training;
+advantages are the group advantages of the trainer (the paper's value-free variant).
+"""
+
+from __future__ import annotations
+
+from pydantic import Field
+
+from dare.diffusion.estimators import TrajectoryEstimator
+from dare_grpo.objectives.base import LossTerms, OnlineRLObjective, RLParams, clipped_token_loss
+
+__all__ = ["TraceRL", "TraceRLParams"]
+
+
+class TraceRLParams(RLParams):
+    shrink: int = Field(1, ge=1, description="Trajectory shrinkage s: merge every s neighbouring denoising steps.")
+
+
+class TraceRL(OnlineRLObjective):
+    """TraceRL (arXiv 2509.06949): trajectory-aware PPO with shrinkage; value model not included."""
+
+    name = "tracerl"
+    Params = TraceRLParams
+
+    def make_estimator(self, family, model_config, sampler):
+        return TrajectoryEstimator(shrink=self.params.shrink)
+
+    def pass_loss(self, inp, args):
+        terms = clipped_token_loss(inp, args, mode="sequence-mean", num_sequences=inp.num_sequences)
+        return LossTerms(terms.loss, {k: v / inp.num_passes for k, v in terms.metrics.items()})

@@ -1,0 +1,11 @@
+"""Entry point of ``dare-plugin-grpo``: registers the online-RL objectives."""
+
+from dare import hookimpl
+
+from dare_grpo.objectives import OBJECTIVES
+
+
+@hookimpl
+def register_objectives(register):
+    for cls in OBJECTIVES:
+        register(cls)

@@ -1,0 +1,123 @@
+"""One rollout batch: sample ``G`` completions per prompt, decode them, score them, compute advantages.
+
+Layout: completions of prompt ``i`` are rows ``[i G, (i + 1) G)`` (interleaved groups, as verl's
+``repeat(interleave=True)``), which is what :func:`dare.rl.group_advantages` expects.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from dare.diffusion.estimators import Pass, ScoringBatch
+from dare.sampling import completion_mask as family_completion_mask
+from dare.sampling.text import decode_completions, encode_prompts
+
+__all__ = ["Rollout", "sample_completions", "score_completions"]
+
+
+@dataclass
+class Rollout:
+    """A scored rollout batch and everything the inner iterations reuse.
+
+    * ``batch``: the completions as estimators see them (:class:`dare.diffusion.estimators.ScoringBatch`);
+    * ``texts``: decoded completions; ``rewards``: ``[N]`` weighted reward; ``reward_parts``: per
+      reward name, ``[N]`` unweighted values; ``advantages``: ``[N]``;
+    * ``passes[i]``: the estimator passes of inner iteration ``i`` (drawn once, shared by the old,
+      reference and current policies); ``old[i][p]``/``ref[i][p]``: ``[N, G]`` token scores of pass
+      ``p`` under the rollout/reference policy (None when not needed);
+    * ``stats``: rollout metrics (timings, NFE, lengths) logged once per rollout.
+    """
+
+    batch: ScoringBatch
+    texts: list[str]
+    rewards: torch.Tensor
+    reward_parts: dict[str, torch.Tensor]
+    advantages: torch.Tensor
+    passes: list[list[Pass]] = field(default_factory=list)
+    old: list[list[torch.Tensor]] | None = None
+    ref: list[list[torch.Tensor]] | None = None
+    stats: dict[str, float] = field(default_factory=dict)
+
+
+@torch.no_grad()
+def sample_completions(model, family, tokens, tokenizer, sampler, prompts: list[str], group_size: int,
+                       generator: torch.Generator | None = None, batch_size: int | None = None) -> tuple[ScoringBatch, dict[str, float]]:
+    """Generate ``group_size`` completions per prompt with ``sampler`` (model in eval mode).
+
+    Positions the sampler never committed (still the mask token) become EOS, as DARE's rollouts do;
+    for families with ``pad_in_response = False`` the completion mask is then recomputed and
+    positions outside it are set to the pad id with attention 0.
+
+    :returns: ``(ScoringBatch, stats)`` with stats ``nfe``, ``rollout_calls``.
+    """
+    device = next(model.parameters()).device
+    expanded = [p for p in prompts for _ in range(group_size)]
+    ids, attn = encode_prompts(tokenizer, expanded, tokens.pad_id, device)
+    step = batch_size or len(expanded)
+    was_training = model.training
+    model.eval()
+    outs = []
+    try:
+        for i in range(0, len(expanded), step):
+            outs.append(sampler.generate(model, family, tokens, ids[i : i + step], attn[i : i + step], generator=generator))
+    finally:
+        model.train(was_training)
+    P = outs[0].prompt_length
+    seqs = torch.cat([o.sequences for o in outs])
+    cmask = torch.cat([o.completion_mask for o in outs]).bool()
+    unmask = torch.cat([o.unmask_step for o in outs])
+    comp = seqs[:, P:]
+    leftover = comp == tokens.mask_id
+    if bool(leftover.any()):
+        comp = torch.where(leftover, torch.full_like(comp, tokens.eos_id), comp)
+        cmask = family_completion_mask(comp, tokens.stop_ids, family.pad_in_response)
+    comp = torch.where(cmask, comp, torch.full_like(comp, tokens.pad_id))
+    batch = ScoringBatch(
+        input_ids=torch.cat([seqs[:, :P], comp], dim=1),
+        attention_mask=torch.cat([attn.to(torch.long), cmask.to(torch.long)], dim=1),
+        completion_mask=cmask,
+        prompt_length=P,
+        mask_id=tokens.mask_id,
+        unmask_step=unmask,
+    )
+    return batch, {"nfe": float(sum(o.nfe for o in outs)), "rollout_calls": float(len(outs))}
+
+
+def _content_lengths(completions: torch.Tensor, stop_ids: tuple[int, ...]) -> torch.Tensor:
+    """``[N]`` tokens up to and including the first stop id (``G`` when there is none)."""
+    is_stop = torch.zeros_like(completions, dtype=torch.bool)
+    for sid in stop_ids:
+        is_stop |= completions == sid
+    G = completions.shape[1]
+    first = torch.where(is_stop.any(dim=1), is_stop.float().argmax(dim=1) + 1, torch.full_like(is_stop[:, 0], G, dtype=torch.long))
+    return first
+
+
+def score_completions(batch: ScoringBatch, tokenizer, tokens, reward, rows: list[dict[str, Any]], group_size: int
+                      ) -> tuple[list[str], torch.Tensor, dict[str, torch.Tensor], dict[str, float]]:
+    """Decode completions and score them with a ``dare.rewards.WeightedReward``.
+
+    A reward that raises scores 0 and is logged by ``WeightedReward``; ``reward_errors`` counts them.
+    :param rows: one dataset row per *prompt*; each is repeated ``group_size`` times.
+    :returns: ``(texts, rewards [N], parts {name: [N]}, stats)``.
+    """
+    t0 = time.perf_counter()
+    completions = batch.input_ids[:, batch.prompt_length :]
+    texts = decode_completions(tokenizer, completions, tokens)
+    errors_before = sum(reward.errors.values())
+    totals, parts = [], {}
+    for i, text in enumerate(texts):
+        total, part = reward.score_one(text, rows[i // group_size])
+        totals.append(total)
+        for name, value in part.items():
+            parts.setdefault(name, []).append(value)
+    stats = {
+        "reward_errors": float(sum(reward.errors.values()) - errors_before),
+        "completion_length": float(_content_lengths(completions, tokens.stop_ids).float().mean()),
+        "time/score": time.perf_counter() - t0,
+    }
+    return texts, torch.tensor(totals, dtype=torch.float32), {k: torch.tensor(v) for k, v in parts.items()}, stats

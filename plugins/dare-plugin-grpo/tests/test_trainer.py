@@ -1,0 +1,232 @@
+"""GRPOTrainer on a tiny LLaDA: learning direction, proxy replay, inner iterations, reference, resume."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+import yaml
+
+from dare.diffusion.estimators import ScoringBatch, score_pass
+from dare.modeling import load_model
+from dare.rewards import WeightedReward
+from dare.rl import group_advantages
+from dare_grpo.config import GRPOConfig
+from dare_grpo.data import PromptDataset
+from dare_grpo.objectives import BGPO, CJGRPO, D1, ESPO, CoupledGRPO, TraceRL
+from dare_grpo.rollout import Rollout
+from dare_grpo.trainer import GRPOTrainer
+
+pytest.importorskip("dare_llada")
+from dare_llada.sampler import LLaDASampler  # noqa: E402
+
+
+class Alternating:
+    """Test reward: 1, 0, 1, 0, ... in call order, so every group of 2 has advantages (+a, -a)."""
+
+    name = "alternating"
+
+    def __init__(self):
+        self.calls = 0
+
+    def score(self, completion, sample):
+        self.calls += 1
+        return float(self.calls % 2)
+
+
+class Raising:
+    name = "raising"
+
+    def score(self, completion, sample):
+        raise RuntimeError("reward server down")
+
+
+def make_trainer(lm, objective, out, **cfg):
+    kw = dict(output_dir=str(out), per_device_train_batch_size=1, group_size=2, max_steps=2, learning_rate=1e-2,
+              logging_steps=1, save_steps=100, report_to="none", seed=0)
+    kw.update(cfg)
+    args = GRPOConfig(**kw)
+    sampler = LLaDASampler({"gen_length": 4, "block_length": 4, "steps": 4, "temperature": 1.0})
+    return GRPOTrainer(
+        model=lm.model, args=args, train_dataset=PromptDataset(["12", "34", "56", "78"], [{}] * 4),
+        processing_class=lm.tokenizer, family=lm.family, tokens=lm.tokens, objective=objective,
+        estimator=objective.make_estimator(lm.family, lm.model.config, sampler), sampler=sampler,
+        reward=WeightedReward([(Alternating(), 1.0)]),
+    )
+
+
+def hand_rollout(lm, trainer):
+    """One prompt, two different completions (reward 1 then 0), left-to-right trajectories."""
+    tok = lm.tokenizer
+    prompt = tok("12", add_special_tokens=False)["input_ids"]
+    comps = [tok("ab", add_special_tokens=False)["input_ids"] + [lm.tokens.eos_id] * 2,
+             tok("xyzw", add_special_tokens=False)["input_ids"]]
+    ids = torch.tensor([prompt + c for c in comps])
+    batch = ScoringBatch(ids, torch.ones_like(ids), torch.ones(2, 4, dtype=torch.bool), len(prompt),
+                         lm.tokens.mask_id, torch.tensor([[0, 1, 2, 3], [3, 2, 1, 0]]))
+    rewards = torch.tensor([1.0, 0.0])
+    return Rollout(batch=batch, texts=["ab", "xyzw"], rewards=rewards, reward_parts={},
+                   advantages=group_advantages(rewards, 2), passes=[trainer._draw_passes(batch)])
+
+
+@torch.no_grad()
+def estimator_scores(trainer, rollout):
+    fn = trainer._logits_fn(trainer.model)
+    return sum(score_pass(fn, rollout.batch, p).sequence for p in rollout.passes[0])
+
+
+@pytest.mark.parametrize("objective", [D1(), CoupledGRPO(), BGPO({"mc_num": 4}), ESPO(), CJGRPO(), TraceRL()],
+                         ids=lambda o: o.name)
+def test_one_step_raises_likelihood_of_rewarded_completion(tmp_path, tiny_llada_dir, objective):
+    lm = load_model(tiny_llada_dir)
+    trainer = make_trainer(lm, objective, tmp_path, num_iterations=1)
+    trainer.current_gradient_accumulation_steps = 1
+    rollout = hand_rollout(lm, trainer)
+    before = estimator_scores(trainer, rollout)
+    update = trainer._update_pass_mean if objective.score_reduction == "pass_mean" else trainer._update_per_pass
+    lm.model.zero_grad()
+    update(lm.model, rollout, 0)
+    with torch.no_grad():
+        for p in lm.model.parameters():
+            if p.grad is not None:
+                p -= 0.05 * p.grad
+    after = estimator_scores(trainer, rollout)
+    assert after[0] > before[0] and after[1] < before[1], (before, after)
+
+
+def test_proxy_replay_gradient_equals_direct_gradient(tmp_path, tiny_llada_dir):
+    """ESPO's scalar-proxy replay (one MC sample in memory) gives the gradient of L(mean_p l_p)."""
+    lm = load_model(tiny_llada_dir)
+    objective = ESPO({"mc_num": 3, "beta": 0.0})
+    trainer = make_trainer(lm, objective, tmp_path, micro_batch_size=1)
+    trainer.current_gradient_accumulation_steps = 1
+    rollout = hand_rollout(lm, trainer)
+    old = [s.token * 1.01 for s in trainer._score_all(lm.model, rollout.batch, rollout.passes[0])]  # ratio != 1
+    rollout.old = [old]
+    lm.model.zero_grad()
+    trainer._update_pass_mean(lm.model, rollout, 0)
+    replay = {n: p.grad.clone() for n, p in lm.model.named_parameters() if p.grad is not None}
+    lm.model.zero_grad()
+    fn = trainer._logits_fn(lm.model)
+    mean = torch.stack([score_pass(fn, rollout.batch, p).sequence for p in rollout.passes[0]]).mean(0)
+    from dare_grpo.objectives import SequenceLossInput
+
+    old_mean = torch.stack([s.sum(-1) for s in old]).mean(0)
+    objective.sequence_loss(SequenceLossInput(mean, old_mean, None, rollout.advantages, rollout.batch.response_lengths),
+                            trainer.args).loss.backward()
+    for n, p in lm.model.named_parameters():
+        if p.grad is not None:
+            assert torch.allclose(replay[n], p.grad, atol=1e-6, rtol=1e-4), n
+
+
+def test_inner_iterations_reuse_the_rollout(tmp_path, tiny_llada_dir):
+    lm = load_model(tiny_llada_dir)
+    trainer = make_trainer(lm, D1(), tmp_path, num_iterations=2, max_steps=4, per_device_train_batch_size=2)
+    calls = []
+    original = trainer.generate_rollout
+    trainer.generate_rollout = lambda model, inputs: calls.append(list(inputs["index"])) or original(model, inputs)
+    trainer.train()
+    assert len(calls) == 2 and calls[0] != calls[1]  # 4 optimizer steps, 2 rollouts of 2 prompts
+    recs = [json.loads(x) for x in (tmp_path / "metrics.jsonl").read_text().splitlines() if '"loss"' in x]
+    assert [("nfe/rollout" in r) for r in recs] == [True, False, True, False]
+    assert recs[1]["approx_kl"] > 0  # second iteration: the policy moved, ratio != 1
+    assert recs[0]["approx_kl"] == 0.0
+
+
+def test_a_raising_reward_scores_zero_and_is_counted(tiny_llada_dir):
+    from dare_grpo.rollout import score_completions
+
+    lm = load_model(tiny_llada_dir)
+    ids = torch.tensor([[50, 51, 97, 98, lm.tokens.eos_id], [50, 51, 99, lm.tokens.eos_id, lm.tokens.eos_id]])
+    batch = ScoringBatch(ids, torch.ones_like(ids), torch.ones(2, 3, dtype=torch.bool), 2, lm.tokens.mask_id)
+    reward = WeightedReward([(Raising(), 1.0), (Alternating(), 2.0)])
+    texts, rewards, parts, stats = score_completions(batch, lm.tokenizer, lm.tokens, reward, [{"data_source": "x"}], 2)
+    assert texts == [lm.tokenizer.decode([97, 98]), lm.tokenizer.decode([99])]
+    assert rewards.tolist() == [2.0, 0.0] and parts["raising"].tolist() == [0.0, 0.0]
+    assert stats["reward_errors"] == 2.0 and stats["completion_length"] == 2.5
+
+
+def test_reference_policy_kl_and_metrics(tmp_path, tiny_llada_dir):
+    lm = load_model(tiny_llada_dir)
+    trainer = make_trainer(lm, D1(), tmp_path, beta=0.1, max_steps=2)
+    assert trainer.reference is not None and not trainer.reference.shares_weights
+    trainer.train()
+    recs = [json.loads(x) for x in (tmp_path / "metrics.jsonl").read_text().splitlines() if '"loss"' in x]
+    assert recs[0]["kl"] == pytest.approx(0.0, abs=1e-7)  # reference == policy before the first step
+    assert recs[1]["kl"] > 0 and recs[0]["grad_norm"] > 0
+    for key in ("reward", "reward/alternating", "advantage_std", "clip_fraction", "entropy", "completion_length",
+                "nfe/rollout", "time/rollout", "time/score", "time/update", "reward_errors"):
+        assert key in recs[0], key
+
+
+def test_reference_of_a_peft_model_is_the_base_without_a_copy(tmp_path, tiny_llada_dir):
+    from dare.modeling.lora import apply_lora
+    from dare.spec import LoraSpec
+
+    lm = load_model(tiny_llada_dir)
+    lm.model = apply_lora(lm.model, lm.family, LoraSpec(r=2, alpha=4))
+    trainer = make_trainer(lm, D1(), tmp_path, beta=0.1, max_steps=1)
+    assert trainer.reference.shares_weights
+    trainer.train()
+    rec = next(json.loads(x) for x in (tmp_path / "metrics.jsonl").read_text().splitlines() if '"loss"' in x)
+    assert rec["kl"] == pytest.approx(0.0, abs=1e-7)  # LoRA B = 0 at init: adapters off == policy
+
+
+def _spec(model_dir, out, objective="d1", iterations=1, steps=3):
+    return {
+        "model": {"path": str(model_dir)},
+        "data": {"train": {"path": "dare://sudoku/train.parquet", "limit": 16, "chat_template": False,
+                           "prompt_template": "{{ extra_info.puzzle }}"}},
+        "algorithm": {"name": objective, "params": {"group_size": 2, "num_iterations": iterations,
+                                                     "rollout_sampler": {"temperature": 1.0}}},
+        "sampler": {"name": "llada", "params": {"gen_length": 4, "block_length": 4, "steps": 4}},
+        "rewards": [{"name": "sudoku", "params": {"require_answer_tags": False}}],
+        "train": {"learning_rate": 1e-2, "max_steps": steps, "per_device_batch_size": 2, "logging_steps": 1, "save_steps": 1},
+        "output": {"dir": str(out)},
+    }
+
+
+@pytest.mark.parametrize("objective,iterations,steps", [("coupled-grpo", 1, 3), ("espo", 2, 2)])
+def test_resume_reproduces_masks_rollouts_and_weights(tmp_path, tiny_llada_dir, monkeypatch, objective, iterations, steps):
+    """Kill-and-resume equals an uninterrupted run: same masks, same completions, bit-identical weights.
+
+    coupled-grpo resumes after step 2 and redraws step 3's masks from the restored generators; espo
+    (2 inner iterations) resumes after step 1, in the middle of a rollout batch, from the checkpointed buffer.
+    """
+    import shutil
+
+    from dare.run import Run
+    from dare.spec import load_spec
+
+    seen: dict[int, list] = {}
+    original = GRPOTrainer._draw_passes
+
+    def record(self, batch):
+        passes = original(self, batch)
+        seen.setdefault(self.state.global_step, []).append((batch.input_ids.clone(), [p.mask.clone() for p in passes]))
+        return passes
+
+    monkeypatch.setattr(GRPOTrainer, "_draw_passes", record)
+    out = tmp_path / "run"
+    (tmp_path / "s.yaml").write_text(yaml.safe_dump(_spec(tiny_llada_dir, out, objective, iterations, steps)))
+    run = Run(load_spec(tmp_path / "s.yaml", check=False))
+    run.execute(evaluate=False)
+    full = {k: v.clone() for k, v in run.model.state_dict().items()}
+    first = dict(seen)
+    assert (out / "checkpoints" / f"checkpoint-{steps}" / "rl_state.pt").is_file()
+
+    # lose the last checkpoint and the final model: the rerun resumes from the one before
+    shutil.rmtree(out / "checkpoints" / f"checkpoint-{steps}")
+    shutil.rmtree(out / "model")
+    seen.clear()
+    run2 = Run(load_spec(tmp_path / "s.yaml", check=False))
+    run2.execute(evaluate=False)
+    if iterations == 1:  # step 3 draws a new rollout and new masks: the same as the first time
+        assert set(seen) == {2}
+        (ids, masks), (ids0, masks0) = seen[2][0], first[2][0]
+        assert torch.equal(ids, ids0) and all(torch.equal(a, b) for a, b in zip(masks, masks0, strict=True))
+    else:  # step 2 is the second inner iteration: it reuses the checkpointed rollout, nothing is drawn
+        assert seen == {}
+    for k, v in run2.model.state_dict().items():
+        assert torch.equal(v, full[k]), k

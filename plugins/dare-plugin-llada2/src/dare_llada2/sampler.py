@@ -1,0 +1,675 @@
+"""LLaDA2's official block decoder (LLaDA2.0 threshold decoding, LLaDA2.1 token editing), batched, with a KV cache.
+
+Source: ``LLaDA2MoeModelLM.generate`` of the inclusionAI releases LLaDA2.0-mini and LLaDA2.1-mini
+(``modeling_llada2_moe.py``; reference/model-families.md §5.6). Layout: ``x = [prompt | mask ...]``
+cut into blocks of ``block_length`` counted from the first prompt token; the first visited block may
+hold the prompt's tail. Each block is denoised with the block-causal mask, then the next one.
+
+Per denoising step the active block's logits give a proposal ``x0`` and its probability ``p``
+(:func:`sample_tokens`: greedy at temperature 0, else temperature → top-k → top-p → multinomial).
+
+* **LLaDA2.0** (``variant="2.0"``): ``steps = min(steps, gen_length // minimal_topk)`` steps per block
+  with quota ``q_s`` (``block_length // steps``, the first ``block_length % steps`` steps one more,
+  :func:`dare.sampling.block_quota`). Every masked position with ``p > threshold`` is committed if
+  there are at least ``q_s`` of them, else the ``min(q_s, #masks)`` most confident. With
+  ``eos_early_stop``, a step that commits EOS ends the row when no mask precedes the first generated
+  EOS. After each block the row ends if its generated part holds an EOS (always, as the release).
+* **LLaDA2.1** (``variant="2.1"``): per block, loop until the block has no mask and no edit happened
+  (or ``max_post_steps`` mask-free iterations passed): masks with ``p > threshold`` are committed if
+  there are at least ``num_to_transfer`` of them, else the ``num_to_transfer`` most confident;
+  **token editing** rewrites already-decoded (non-prompt) positions of the block whose new proposal
+  differs with ``p > editing_threshold``. With ``eos_early_stop`` the row ends after a block when its
+  generated part is mask-free and holds an EOS. ``steps`` is not used (as the release).
+
+Deliberate choices (each documented where it applies):
+
+* temperature 0 is **greedy** in both variants (2.1's rule). The 2.0 release samples at T = 1 when
+  ``temperature=0`` (its sampler never special-cases 0); ``official_t0_sampling=True`` reproduces that.
+* 2.1's release passes the block mask as a **0/1 additive bias** (no ``log``), a soft mask that lets
+  earlier rows attend the active block with weight ``e^0`` vs ``e^1``. DARE uses the intended hard
+  block-causal mask (the 2.0 semantics, and what dllm's llada21 sampler does);
+  ``official_soft_mask=True`` reproduces the release (recompute only: the prefix then depends on the
+  active block, so a cache would be wrong).
+* the release recomputes the whole window ``x[:, :W]`` every step. ``use_cache=True`` (default)
+  forwards only the active block against a KV cache of the committed blocks; one extra forward per
+  block stores the finished block (``extras["cache_forwards"]``; ``nfe`` counts denoising forwards
+  only, equal in both modes). Outputs equal the recompute path.
+* batches: each row keeps the release's single-sequence layout. Rows are shifted by whole blocks so
+  their first active blocks line up; the shift is hidden from attention (padding keys masked) and
+  from positions (``position_ids`` count from each row's first token). A row therefore decodes exactly
+  as it would alone.
+* the 2.0 early stop looks for the first EOS in the *generated* part (the release scans the whole
+  window, prompt included, which only differs when a prompt holds EOS).
+* a 2.1 iteration that changes nothing (masks remain but every committed proposal is the mask token,
+  and no edit) ends the block; the release would repeat it forever at temperature 0.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from types import SimpleNamespace
+from typing import Literal
+
+import torch
+from pydantic import Field, field_validator, model_validator
+
+from dare.components import Params, Sampler, SamplerOutput
+from dare.diffusion.block import block_causal_mask
+from dare.errors import DareError
+from dare.sampling import block_quota, completion_mask, filter_top_k_top_p, sample_categorical, topk_transfer
+
+__all__ = [
+    "sample_tokens",
+    "decode",
+    "BlockDecoding",
+    "generate",
+    "generate_v21",
+    "LLaDA2Sampler",
+    "LLaDA2SamplerParams",
+]
+
+
+# =========================================================================== token proposals
+def sample_tokens(
+    logits: torch.Tensor,
+    temperature: float = 0.0,
+    top_k: int | None = None,
+    top_p: float | None = None,
+    greedy_at_zero: bool = True,
+    generator: torch.Generator | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """One proposal per row and its probability (official ``_sample_with_temperature_topk_topp``).
+
+    At ``temperature == 0`` with ``greedy_at_zero`` (LLaDA2.1): ``argmax`` and its un-filtered softmax
+    probability. Otherwise logits are divided by ``temperature`` when it is neither 0 nor 1, filtered by
+    top-k **then** top-p (the release's order; ``None``/``0`` and ``None``/``1`` mean off), and one token is
+    drawn from the softmax (``generator`` or the global RNG, as the release).
+
+    :param logits: ``[N, V]`` float. :returns: ``(tokens [N] int64, probs [N] float)``.
+    """
+    if temperature == 0 and greedy_at_zero:
+        tokens = torch.argmax(logits, dim=-1)
+        probs = torch.softmax(logits, dim=-1)
+        return tokens, probs.gather(-1, tokens[:, None]).squeeze(-1)
+    if temperature > 0 and temperature != 1.0:
+        logits = logits / temperature
+    logits = filter_top_k_top_p(logits, top_k=top_k)
+    logits = filter_top_k_top_p(logits, top_p=top_p)
+    probs = torch.softmax(logits, dim=-1)
+    tokens = sample_categorical(probs, generator)
+    return tokens, probs.gather(-1, tokens[:, None]).squeeze(-1)
+
+
+def _select(confidence: torch.Tensor, quota: torch.Tensor, eligible: torch.Tensor, threshold: float) -> torch.Tensor:
+    """The release's transfer rule per row: every eligible position with confidence ``> threshold`` when
+    there are at least ``quota`` of them, else the ``min(quota, #eligible)`` most confident.
+
+    :param confidence: ``[B, bl]`` float (``-inf`` where not eligible); :param quota: ``[B]`` int64;
+    :param eligible: ``[B, bl]`` bool. :returns: ``[B, bl]`` bool.
+    """
+    high = (confidence > threshold) & eligible
+    take_high = high.sum(dim=1) >= quota
+    k = torch.where(take_high, torch.zeros_like(quota), torch.minimum(quota, eligible.sum(dim=1)))
+    return torch.where(take_high[:, None], high, topk_transfer(confidence, k))
+
+
+# =========================================================================== canvas and forwards
+@dataclass
+class _Canvas:
+    """Rows laid out so their first active blocks share a block index (module docstring).
+
+    ``x`` ``[B, T]`` tokens, ``key_valid`` ``[B, T]`` (False on the shift), ``position_ids`` ``[B, T]``,
+    ``offset``/``gen_start``/``row_blocks`` ``[B]`` (shift, first completion index, blocks the row owns).
+    """
+
+    x: torch.Tensor
+    key_valid: torch.Tensor
+    position_ids: torch.Tensor
+    offset: torch.Tensor
+    gen_start: torch.Tensor
+    row_blocks: torch.Tensor
+    first_block: int
+    num_blocks: int
+
+
+def _layout(prompt_ids, attention_mask, gen_length: int, block_length: int, mask_id: int, pad_id: int) -> _Canvas:
+    B, _ = prompt_ids.shape
+    device = prompt_ids.device
+    valid = torch.ones_like(prompt_ids, dtype=torch.bool) if attention_mask is None else attention_mask.to(torch.bool)
+    lengths = valid.sum(dim=1)
+    first_block = int((lengths // block_length).max())
+    offset = (first_block - lengths // block_length) * block_length
+    gen_start = offset + lengths
+    row_blocks = (gen_start + gen_length + block_length - 1) // block_length
+    num_blocks = int(row_blocks.max())
+    T = num_blocks * block_length
+    j = torch.arange(T, device=device)[None]
+    key_valid = j >= offset[:, None]
+    x = torch.full((B, T), mask_id, dtype=torch.long, device=device)
+    x[~key_valid] = pad_id
+    in_prompt = key_valid & (j < gen_start[:, None])
+    x[in_prompt] = prompt_ids[valid]
+    position_ids = (j - offset[:, None]).clamp(min=0)
+    return _Canvas(x, key_valid, position_ids, offset, gen_start, row_blocks, first_block, num_blocks)
+
+
+class _BlockForward:
+    """Active-block logits: recomputing the window ``[0, W)`` each step (the release), or one block against a
+    KV cache of committed blocks. Both see the same keys under the same (hard) mask."""
+
+    def __init__(self, model, canvas: _Canvas, block_length: int, use_cache: bool, soft_mask: bool):
+        self.model = model
+        self.c = canvas
+        self.bl = block_length
+        self.use_cache = use_cache
+        self.soft_mask = soft_mask
+        self.cache = None
+        self.cache_forwards = 0
+        self.padded = not bool(canvas.key_valid.all())
+
+    def _window_mask(self, end: int) -> torch.Tensor:
+        """``[B|1, 1, W, W]``: block-causal; shift keys hidden (shift queries see themselves); 0/1 float when soft."""
+        bc = block_causal_mask(end, self.bl, device=self.c.x.device)
+        if not self.padded and not self.soft_mask:
+            return bc[None, None]
+        reach = self.c.key_valid[:, None, :end] | torch.eye(end, dtype=torch.bool, device=bc.device)[None]
+        if self.soft_mask:
+            return torch.where(reach, bc.float(), float("-inf"))[:, None]
+        return (bc & reach)[:, None]
+
+    def _block_mask(self, b: int) -> torch.Tensor | None:
+        """``[B, 1, bl, s + bl]`` over [cached ; active] keys, hiding the shift; ``None`` when nothing is hidden."""
+        s = b * self.bl
+        if not self.padded:
+            return None
+        keys = torch.cat([self.c.key_valid[:, :s], torch.ones_like(self.c.key_valid[:, : self.bl])], dim=1)
+        return keys[:, None, None, :].expand(-1, 1, self.bl, -1)
+
+    def _store(self, start: int, end: int, mask) -> None:
+        out = self.model(
+            input_ids=self.c.x[:, start:end],
+            attention_mask=mask,
+            position_ids=self.c.position_ids[:, start:end],
+            cache=self.cache,
+            use_cache=True,
+        )
+        self.cache = getattr(out, "cache", None)
+        if self.cache is None:
+            raise DareError("sampler.params.use_cache: the model returned no KV cache (output.cache); set use_cache: false")
+        self.cache_forwards += 1
+
+    def prefill(self) -> None:
+        """Cache the blocks before the first active one (prompt blocks and the batch shift)."""
+        end = self.c.first_block * self.bl
+        if self.use_cache and end > 0:
+            self._store(0, end, self._window_mask(end))
+
+    def logits(self, b: int) -> torch.Tensor:
+        """``[B, bl, V]`` logits of block ``b`` given everything before it."""
+        s, e = b * self.bl, (b + 1) * self.bl
+        if self.use_cache:
+            return self.model(
+                input_ids=self.c.x[:, s:e],
+                attention_mask=self._block_mask(b),
+                position_ids=self.c.position_ids[:, s:e],
+                cache=self.cache,
+                use_cache=False,
+            ).logits
+        out = self.model(
+            input_ids=self.c.x[:, :e], attention_mask=self._window_mask(e), position_ids=self.c.position_ids[:, :e]
+        )
+        return out.logits[:, s:e]
+
+    def commit(self, b: int) -> None:
+        """Append block ``b``'s final keys/values to the cache (cache mode only)."""
+        if self.use_cache:
+            self._store(b * self.bl, (b + 1) * self.bl, self._block_mask(b))
+
+
+# =========================================================================== the decoding loop
+@dataclass
+class BlockDecoding:
+    """What :func:`decode` returns.
+
+    * ``x``: ``[B, T]`` the canvas (rows shifted by ``offset`` whole blocks, see the module docstring);
+    * ``gen_start``/``offset``: ``[B]`` int64 canvas index of the first completion token / the shift;
+    * ``unmask_step``: ``[B, gen_length]`` int64 per-row denoising step (0-based, counting the forwards the
+      row took part in) that committed each completion position from the mask; -1 if never;
+    * ``nfe``: denoising forwards; ``steps``: the most steps a row took; ``edits``: ``[B]`` 2.1 token edits;
+    * ``early_end``: ``[B]`` canvas index of the EOS at which a 2.0 early stop ended a row, else -1;
+    * ``cache_forwards``: forwards that only filled the KV cache.
+    """
+
+    x: torch.Tensor
+    gen_start: torch.Tensor
+    offset: torch.Tensor
+    unmask_step: torch.Tensor
+    nfe: int
+    steps: int
+    edits: torch.Tensor
+    early_end: torch.Tensor
+    cache_forwards: int
+    gen_length: int
+
+    def completions(self) -> torch.Tensor:
+        """``[B, gen_length]`` completion tokens of each row (in the canvas, as decoded)."""
+        idx = self.gen_start[:, None] + torch.arange(self.gen_length, device=self.x.device)[None]
+        return torch.gather(self.x, 1, idx)
+
+
+class _State:
+    """Per-row bookkeeping shared by both variants."""
+
+    def __init__(self, canvas: _Canvas, gen_length: int):
+        B = canvas.x.shape[0]
+        device = canvas.x.device
+        self.c = canvas
+        self.G = gen_length
+        self.unmask_step = torch.full((B, gen_length), -1, dtype=torch.long, device=device)
+        self.row_steps = torch.zeros(B, dtype=torch.long, device=device)
+        self.done = torch.zeros(B, dtype=torch.bool, device=device)
+        self.edits = torch.zeros(B, dtype=torch.long, device=device)
+        self.early_end = torch.full((B,), -1, dtype=torch.long, device=device)
+        self.nfe = 0
+
+    def completion_index(self, start: int, width: int) -> torch.Tensor:
+        """``[B, width]`` completion index of canvas positions ``start..start+width-1`` (may be out of range)."""
+        return torch.arange(start, start + width, device=self.c.x.device)[None] - self.c.gen_start[:, None]
+
+    def record(self, committed: torch.Tensor, start: int) -> None:
+        """Mark ``committed`` (``[B, bl]`` block positions) with each row's current step.
+
+        :raises RuntimeError: a position is committed twice without an edit re-masking it (a decoder bug).
+        """
+        comp = self.completion_index(start, committed.shape[1])
+        rows, cols = (committed & (comp >= 0) & (comp < self.G)).nonzero(as_tuple=True)
+        pos = comp[rows, cols]
+        if bool((self.unmask_step[rows, pos] >= 0).any()):
+            raise RuntimeError("a completion position was committed twice")
+        self.unmask_step[rows, pos] = self.row_steps[rows]
+
+    def forget(self, remasked: torch.Tensor, start: int) -> None:
+        """Positions an edit turned back into the mask token are uncommitted."""
+        comp = self.completion_index(start, remasked.shape[1])
+        hit = remasked & (comp >= 0) & (comp < self.G)
+        rows, cols = hit.nonzero(as_tuple=True)
+        self.unmask_step[rows, comp[rows, cols]] = -1
+
+    def generated(self, row: int, end: int) -> torch.Tensor:
+        """Row ``row``'s generated tokens in canvas ``[gen_start, end)``."""
+        return self.c.x[row, int(self.c.gen_start[row]) : end]
+
+
+def _propose(logits, live, block, sampling) -> tuple[torch.Tensor, torch.Tensor]:
+    """Proposals ``x0`` and probabilities ``p`` ``[B, bl]`` for the ``live`` rows (others keep ``block``, p = 0)."""
+    B, bl, V = logits.shape
+    tokens, probs = sample_tokens(logits[live].reshape(-1, V), **sampling)
+    x0 = block.clone()
+    p = torch.zeros(block.shape, dtype=probs.dtype, device=block.device)
+    x0[live] = tokens.view(-1, bl)
+    p[live] = probs.view(-1, bl)
+    return x0, p
+
+
+def _denoise_v20(runner, st: _State, b: int, in_block, schedule, sampling, *, threshold, eos_early_stop, mask_id, eos_id):
+    """LLaDA2.0's steps on block ``b`` for the ``in_block`` rows (module docstring), early stop included."""
+    bl = runner.bl
+    s, e = b * bl, (b + 1) * bl
+    for quota in schedule:
+        block = st.c.x[:, s:e]
+        masked = block == mask_id
+        live = in_block & ~st.done & masked.any(dim=1)
+        if not live.any():
+            return
+        x0, p = _propose(runner.logits(b), live, block, sampling)
+        st.nfe += 1
+        conf = torch.where(masked, p, torch.full_like(p, float("-inf")))
+        eligible = masked & live[:, None]
+        transfer = _select(conf, torch.full_like(st.row_steps, quota), eligible, threshold) & live[:, None]
+        st.c.x[:, s:e] = torch.where(transfer, x0, block)
+        st.record(transfer & (x0 != mask_id), s)
+        st.row_steps += live.long()
+        if eos_early_stop:
+            for row in (transfer & (x0 == eos_id)).any(dim=1).nonzero().flatten().tolist():
+                gen = st.generated(row, e)
+                eos = (gen == eos_id).nonzero().flatten()
+                if len(eos) and bool((gen[: int(eos[0])] != mask_id).all()):
+                    st.done[row] = True
+                    st.early_end[row] = st.c.gen_start[row] + eos[0]
+
+
+def _denoise_v21(runner, st: _State, b: int, in_block, sampling, *, threshold, editing_threshold, max_post_steps,
+                 num_to_transfer, mask_id):
+    """LLaDA2.1's mask-transfer + token-editing loop on block ``b`` for the ``in_block`` rows (module docstring)."""
+    bl = runner.bl
+    s, e = b * bl, (b + 1) * bl
+    finished = ~in_block
+    post_steps = torch.zeros_like(st.row_steps)
+    prompt_in_block = st.completion_index(s, bl) < 0
+    while True:
+        old = st.c.x[:, s:e].clone()
+        masked = old == mask_id
+        no_mask = ~masked.any(dim=1)
+        post_steps += (no_mask & ~finished).long()
+        finished |= post_steps > max_post_steps
+        live = ~finished
+        if not live.any():
+            return
+        x0, p = _propose(runner.logits(b), live, old, sampling)
+        st.nfe += 1
+        conf = torch.where(masked, p, torch.full_like(p, float("-inf")))
+        eligible = masked & live[:, None]
+        unmask = _select(conf, torch.full_like(st.row_steps, num_to_transfer), eligible, threshold) & eligible
+        edit = live[:, None] & ~masked & ~prompt_in_block & (p > editing_threshold) & (x0 != old)
+        st.c.x[:, s:e] = torch.where(unmask | edit, x0, old)
+        st.record(unmask & (x0 != mask_id), s)
+        st.forget(edit & (x0 == mask_id), s)
+        st.edits += edit.sum(dim=1)
+        st.row_steps += live.long()
+        # the release ends a block after a mask-free iteration without edits. An iteration with masks that
+        # commits only mask-token proposals changes nothing either: the release would repeat it (forever at
+        # temperature 0); DARE ends the block there, leaving those positions masked.
+        progress = (unmask & (x0 != mask_id)).any(dim=1) | edit.any(dim=1)
+        finished |= live & ~progress
+
+
+def _stop_after_block(st: _State, in_block, end: int, variant: str, eos_early_stop: bool, mask_id: int, eos_id: int) -> None:
+    """2.0: a row ends once its generated part holds EOS. 2.1 (only with ``eos_early_stop``): once it is
+    also mask-free."""
+    if variant == "2.1" and not eos_early_stop:
+        return
+    for row in (in_block & ~st.done).nonzero().flatten().tolist():
+        gen = st.generated(row, end)
+        if bool((gen == eos_id).any()) and (variant == "2.0" or not bool((gen == mask_id).any())):
+            st.done[row] = True
+
+
+@torch.no_grad()
+def decode(
+    model,
+    prompt_ids: torch.Tensor,
+    attention_mask: torch.Tensor | None = None,
+    *,
+    variant: Literal["2.0", "2.1"] = "2.0",
+    gen_length: int = 256,
+    block_length: int = 32,
+    steps: int = 32,
+    threshold: float = 0.95,
+    temperature: float = 0.0,
+    top_k: int | None = None,
+    top_p: float | None = None,
+    minimal_topk: int = 1,
+    eos_early_stop: bool = False,
+    editing_threshold: float = 0.9,
+    max_post_steps: int = 16,
+    num_to_transfer: int = 1,
+    mask_id: int = 156895,
+    eos_id: int = 156892,
+    pad_id: int = 156892,
+    use_cache: bool = True,
+    official_soft_mask: bool = False,
+    official_t0_sampling: bool = False,
+    generator: torch.Generator | None = None,
+) -> BlockDecoding:
+    """Block-decode ``gen_length`` tokens after each (left-padded) prompt (module docstring).
+
+    ``model(input_ids, attention_mask=4-D mask, position_ids, cache, use_cache)`` must return aligned
+    ``.logits`` ``[B, L, V]`` and, with ``use_cache=True``, the ``.cache`` that later calls attend to
+    (appended to only when ``use_cache=True``), as ``LLaDA2MoeModelLM`` does.
+
+    :param prompt_ids: ``[B, Lp]`` int64; :param attention_mask: ``[B, Lp]`` (1 real, 0 left padding).
+    :raises DareError: invalid settings (non-positive sizes, ``official_soft_mask`` with ``use_cache``,
+        ``num_to_transfer < 1``, ``gen_length // minimal_topk == 0``), or a model without a cache.
+    """
+    if gen_length <= 0 or block_length <= 0:
+        raise DareError(f"gen_length ({gen_length}) and block_length ({block_length}) must be positive")
+    if variant not in ("2.0", "2.1"):
+        raise DareError(f"variant must be '2.0' or '2.1', got {variant!r}")
+    if official_soft_mask and use_cache:
+        raise DareError("official_soft_mask needs use_cache: false (under the 0/1 mask the prefix attends the active block)")
+    if variant == "2.1" and num_to_transfer < 1:
+        raise DareError(f"num_to_transfer must be at least 1, got {num_to_transfer}")
+    if minimal_topk < 1:
+        raise DareError(f"minimal_topk must be at least 1, got {minimal_topk}")
+    steps = min(steps, gen_length // minimal_topk)
+    if variant == "2.0" and steps <= 0:
+        raise DareError(f"steps ({steps}) must be positive: check steps and gen_length // minimal_topk")
+    schedule = block_quota(block_length, steps) if variant == "2.0" else []
+    sampling = dict(
+        temperature=temperature, top_k=top_k, top_p=top_p, greedy_at_zero=not official_t0_sampling, generator=generator
+    )
+
+    canvas = _layout(prompt_ids, attention_mask, gen_length, block_length, mask_id, pad_id)
+    runner = _BlockForward(model, canvas, block_length, use_cache, official_soft_mask)
+    st = _State(canvas, gen_length)
+    runner.prefill()
+    for b in range(canvas.first_block, canvas.num_blocks):
+        in_block = ~st.done & (b < canvas.row_blocks)
+        if variant == "2.0":
+            _denoise_v20(runner, st, b, in_block, schedule, sampling, threshold=threshold, eos_early_stop=eos_early_stop,
+                         mask_id=mask_id, eos_id=eos_id)
+        else:
+            _denoise_v21(runner, st, b, in_block, sampling, threshold=threshold, editing_threshold=editing_threshold,
+                         max_post_steps=max_post_steps, num_to_transfer=num_to_transfer, mask_id=mask_id)
+        _stop_after_block(st, in_block, (b + 1) * block_length, variant, eos_early_stop, mask_id, eos_id)
+        if not (~st.done & (b + 1 < canvas.row_blocks)).any():
+            break
+        runner.commit(b)
+    return BlockDecoding(
+        x=canvas.x,
+        gen_start=canvas.gen_start,
+        offset=canvas.offset,
+        unmask_step=st.unmask_step,
+        nfe=st.nfe,
+        steps=int(st.row_steps.max()) if len(st.row_steps) else 0,
+        edits=st.edits,
+        early_end=st.early_end,
+        cache_forwards=runner.cache_forwards,
+        gen_length=gen_length,
+    )
+
+
+# =========================================================================== the release's generate
+def _official_return(res: BlockDecoding, eos_id: int) -> torch.Tensor:
+    """The release's return value for one row: after a 2.0 early stop ``x[:, :eos + 1]`` **with the prompt**
+    (a release quirk), otherwise the generation up to and including the first EOS (all ``gen_length``
+    tokens when there is none)."""
+    if int(res.early_end[0]) >= 0:
+        return res.x[:1, int(res.offset[0]) : int(res.early_end[0]) + 1]
+    gen = res.completions()[:1]
+    eos = (gen[0] == eos_id).nonzero().flatten()
+    return gen[:, : int(eos[0]) + 1] if len(eos) else gen
+
+
+def _single_row(inputs: torch.Tensor) -> torch.Tensor:
+    if inputs.dim() != 2 or inputs.shape[0] != 1:
+        raise DareError(
+            f"generate() mirrors the release and takes one prompt [1, Lp], got {list(inputs.shape)}; "
+            "decode batches with LLaDA2Sampler or decode()"
+        )
+    return inputs
+
+
+def generate(
+    model,
+    inputs: torch.Tensor,
+    temperature: float = 0.0,
+    block_length: int = 32,
+    steps: int = 32,
+    gen_length: int = 2048,
+    top_p: float | None = None,
+    top_k: int | None = None,
+    eos_early_stop: bool = False,
+    minimal_topk: int = 1,
+    threshold: float = 0.95,
+    eos_id: int = 156892,
+    mask_id: int = 156895,
+    *,
+    use_cache: bool = True,
+    official_t0_sampling: bool = False,
+) -> torch.Tensor:
+    """Drop-in for LLaDA2.0's ``model.generate(inputs, ...)`` (same arguments and return value).
+
+    Temperature 0 is greedy unless ``official_t0_sampling`` (the 2.0 release samples at T = 1 there);
+    sampling draws from the global RNG, as the release. ``use_cache`` only changes the speed.
+
+    :param inputs: ``[1, Lp]`` int64 prompt. :returns: ``[1, n]`` int64 (see :func:`_official_return`).
+    :raises DareError: a batch of more than one prompt, or invalid settings.
+    """
+    res = decode(
+        model, _single_row(inputs), variant="2.0", gen_length=gen_length, block_length=block_length, steps=steps,
+        threshold=threshold, temperature=temperature, top_k=top_k, top_p=top_p, minimal_topk=minimal_topk,
+        eos_early_stop=eos_early_stop, mask_id=mask_id, eos_id=eos_id, pad_id=eos_id, use_cache=use_cache,
+        official_t0_sampling=official_t0_sampling,
+    )
+    return _official_return(res, eos_id)
+
+
+def generate_v21(
+    model,
+    inputs: torch.Tensor,
+    temperature: float = 0.0,
+    block_length: int = 32,
+    steps: int = 32,
+    gen_length: int = 2048,
+    top_p: float | None = None,
+    top_k: int | None = None,
+    eos_early_stop: bool = False,
+    minimal_topk: int = 1,
+    threshold: float = 0.95,
+    editing_threshold: float = 0.9,
+    max_post_steps: int = 16,
+    eos_id: int = 156892,
+    mask_id: int = 156895,
+    num_to_transfer: int = 1,
+    *,
+    use_cache: bool = True,
+    official_soft_mask: bool = False,
+) -> torch.Tensor:
+    """Drop-in for LLaDA2.1's ``model.generate(inputs, ...)`` (same arguments and return value).
+
+    ``steps`` and ``minimal_topk`` are accepted and unused, as in the release. DARE's hard block mask is
+    used unless ``official_soft_mask`` (the release's 0/1 mask; requires ``use_cache=False``).
+
+    :param inputs: ``[1, Lp]`` int64 prompt. :returns: ``[1, n]`` int64: the generation up to and
+        including the first EOS.
+    :raises DareError: a batch of more than one prompt, or invalid settings.
+    """
+    res = decode(
+        model, _single_row(inputs), variant="2.1", gen_length=gen_length, block_length=block_length, steps=steps,
+        threshold=threshold, temperature=temperature, top_k=top_k, top_p=top_p, minimal_topk=minimal_topk,
+        eos_early_stop=eos_early_stop, editing_threshold=editing_threshold, max_post_steps=max_post_steps,
+        num_to_transfer=num_to_transfer, mask_id=mask_id, eos_id=eos_id, pad_id=eos_id, use_cache=use_cache,
+        official_soft_mask=official_soft_mask,
+    )
+    return _official_return(res, eos_id)
+
+
+# =========================================================================== the DARE sampler
+_V20_ONLY = ("steps", "minimal_topk", "official_t0_sampling")
+_V21_ONLY = ("editing_threshold", "max_post_steps", "num_to_transfer", "official_soft_mask")
+
+
+class LLaDA2SamplerParams(Params):
+    variant: Literal["2.0", "2.1"] = Field(
+        "2.0", description="Decoder: '2.0' (threshold + per-step quota) or '2.1' (threshold + token editing)."
+    )
+    gen_length: int = Field(256, gt=0, description="Completion length in tokens.")
+    block_length: int | None = Field(
+        None, gt=0, description="Block length; default: the model's training block size (32 for LLaDA2.0/2.1)."
+    )
+    steps: int = Field(32, gt=0, description="2.0: denoising steps per block (quota block_length // steps per step).")
+    threshold: float = Field(0.95, ge=0.0, le=1.0, description="Commit every mask whose proposal probability exceeds this.")
+    temperature: float = Field(0.0, ge=0.0, description="Sampling temperature (0 = greedy).")
+    top_k: int | None = Field(None, ge=0, description="Top-k filter (None or 0 = off).")
+    top_p: float | None = Field(None, gt=0.0, le=1.0, description="Top-p filter (None or 1 = off).")
+    minimal_topk: int = Field(1, gt=0, description="2.0: steps are capped at gen_length // minimal_topk.")
+    eos_early_stop: bool = Field(False, description="Stop a row as soon as a complete answer ends with EOS.")
+    editing_threshold: float = Field(
+        0.9, ge=0.0, description="2.1: rewrite a decoded token whose new proposal's probability exceeds this."
+    )
+    max_post_steps: int = Field(16, ge=0, description="2.1: editing-only iterations allowed once a block has no mask.")
+    num_to_transfer: int = Field(1, gt=0, description="2.1: masks committed per step when too few pass the threshold.")
+    use_cache: bool = Field(True, description="KV-cache committed blocks instead of recomputing the window (same output).")
+    official_soft_mask: bool = Field(False, description="2.1: the release's 0/1 additive mask (needs use_cache: false).")
+    official_t0_sampling: bool = Field(False, description="2.0: the release's temperature 0, which samples at T = 1.")
+
+    @field_validator("variant", mode="before")
+    @classmethod
+    def _variant_number(cls, v):
+        """YAML reads ``variant: 2.1`` as a float."""
+        return f"{v:.1f}" if isinstance(v, (int, float)) and not isinstance(v, bool) else v
+
+    @model_validator(mode="after")
+    def _consistent(self):
+        other = _V21_ONLY if self.variant == "2.0" else _V20_ONLY
+        stray = [k for k in other if k in self.model_fields_set]
+        if stray:
+            raise ValueError(f"{', '.join(stray)} do(es) not apply to variant {self.variant}; remove them or change variant")
+        if self.official_soft_mask and self.use_cache:
+            raise ValueError("official_soft_mask needs use_cache: false (the 0/1 mask makes the prefix depend on the block)")
+        if self.gen_length < self.minimal_topk:
+            raise ValueError(f"gen_length ({self.gen_length}) must be at least minimal_topk ({self.minimal_topk})")
+        return self
+
+
+class LLaDA2Sampler(Sampler):
+    """LLaDA2's official block decoder (2.0 threshold decoding / 2.1 token editing), batched, KV-cached."""
+
+    name = "llada2"
+    Params = LLaDA2SamplerParams
+    attention_kinds = ("block",)
+
+    def _block_length(self, model, family) -> int:
+        if self.params.block_length is not None:
+            return self.params.block_length
+        config = getattr(model, "config", None)
+        size = family.block_size(config) if config is not None else None
+        if size is None:
+            raise DareError("sampler.params.block_length is not set and the model has no training block size; set it")
+        return int(size)
+
+    def generate(self, model, family, tokens, prompt_ids, attention_mask=None, generator=None) -> SamplerOutput:
+        """Decode ``gen_length`` tokens per prompt; positions still masked after the first EOS become padding.
+
+        ``extras``: ``edits`` ``[B]`` (2.1 token edits), ``cache_forwards`` (cache-filling forwards).
+        """
+        p = self.params
+        res = decode(
+            model, prompt_ids, attention_mask, variant=p.variant, gen_length=p.gen_length,
+            block_length=self._block_length(model, family), steps=p.steps, threshold=p.threshold,
+            temperature=p.temperature, top_k=p.top_k, top_p=p.top_p, minimal_topk=p.minimal_topk,
+            eos_early_stop=p.eos_early_stop, editing_threshold=p.editing_threshold, max_post_steps=p.max_post_steps,
+            num_to_transfer=p.num_to_transfer, mask_id=tokens.mask_id, eos_id=tokens.eos_id, pad_id=tokens.pad_id,
+            use_cache=p.use_cache, official_soft_mask=p.official_soft_mask,
+            official_t0_sampling=p.official_t0_sampling, generator=generator,
+        )
+        completions = res.completions()
+        after_eos = torch.cumsum((completions == tokens.eos_id).long(), dim=1) - (completions == tokens.eos_id).long() > 0
+        completions = completions.masked_fill(after_eos & (completions == tokens.mask_id), tokens.pad_id)
+        Lp = prompt_ids.shape[1]
+        return SamplerOutput(
+            sequences=torch.cat([prompt_ids, completions], dim=1),
+            prompt_length=Lp,
+            completion_mask=completion_mask(completions, tokens.stop_ids, family.pad_in_response),
+            unmask_step=res.unmask_step,
+            nfe=res.nfe,
+            steps=res.steps,
+            extras={"edits": res.edits, "cache_forwards": res.cache_forwards},
+        )
+
+    def check(self, ctx, loc: str) -> list[tuple[str, str]]:
+        """Attention kind (base class), then ``block_length`` against the model's training block size."""
+        problems = super().check(ctx, loc)
+        if problems or ctx.family is None or ctx.model_config is None or self.params.block_length is None:
+            return problems
+        size = ctx.family.block_size(SimpleNamespace(**ctx.model_config))
+        if size is not None and size != self.params.block_length:
+            problems.append(
+                (
+                    f"{loc}.params.block_length",
+                    f"block_length {self.params.block_length} differs from the block size {size} the model was trained "
+                    f"with (config.json block_size, or the family default); remove block_length or set it to {size}",
+                )
+            )
+        return problems

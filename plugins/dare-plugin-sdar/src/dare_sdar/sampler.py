@@ -1,0 +1,526 @@
+"""SDAR's block diffusion decoder with a KV cache of committed blocks.
+
+Source: JetAstra/SDAR ``generate.py`` ``block_diffusion_generate`` (HEAD c2041a8; model-families.md §3.5),
+SDAR arXiv 2510.06303 §3. The sequence ``[prompt | masks]`` is cut into blocks of ``block_length`` tokens
+counted from the first prompt token. The whole prompt blocks are prefilled into the KV cache
+(``store_kv=True``); each later block (the first may hold the prompt tail) is denoised in up to
+``denoising_steps`` steps attending to the cache plus itself (``store_kv=False``). Each step samples
+``x0`` for the block and commits ``quota[step]`` masked positions (``quota`` =
+:func:`dare.sampling.block_quota`: ``block_length // steps``, the first ``block_length % steps`` steps one
+more) chosen by the remasking rule:
+
+* ``low_confidence_static``: the ``quota`` most confident masked positions;
+* ``low_confidence_dynamic``: every masked position with confidence ``> confidence_threshold`` if there
+  are at least ``quota`` of them, else the ``quota`` most confident;
+* ``sequential``: the ``quota`` leftmost masked positions.
+
+A finished block is run once more with ``store_kv=True`` to commit its keys/values. After each block a
+row stops when its completion holds a stop id (``stopping_criteria_idx``; EOS and end-of-turn in the
+sampler); its later blocks stay masks.
+
+Sampling (official ``sample_with_temperature_topk_topp``): logits ``/ temperature`` (if != 1), top-k, then
+top-p (the usual right-shifted nucleus rule), softmax, one multinomial draw per position; the confidence is
+the drawn token's probability under that filtered distribution. The official code always samples:
+temperature 0 divides by zero, and its greedy emulation ``top_k=1`` makes every confidence 1.0 (so the
+dynamic rule commits a whole block in one step). Here **temperature 0 is greedy**: ``x0 = argmax``, and
+the confidence is the softmax probability of ``x0`` at temperature 1 before filtering (the confidence
+DARE's OpenCompass SDAR wrapper reports for ``top_k=1``, and LLaDA2.1's greedy rule), so the remasking
+rules stay meaningful. ``temperature=1, top_k=1`` reproduces the official greedy emulation exactly.
+
+Deliberate deviations from the official code (each only where the official one misbehaves):
+
+* the per-step quota is capped at the number of masked positions in the row. The official ``topk`` then
+  picks non-masked positions at confidence ``-inf`` and overwrites them with fresh samples: prompt tokens
+  in the partial first block (e.g. ``block_length=8, denoising_steps=4`` and a prompt of 11 tokens) or,
+  for batches, tokens of rows that finished the block earlier;
+* the mask token is never proposed (its logit is set to ``-inf``). The official code can propose it: the
+  position then stays masked and, at the last step of a block, the schedule is indexed past its end
+  (``IndexError``). A trained model gives ``<|MASK|>`` ~0 probability, so outputs are otherwise unchanged;
+* rows are independent in a batch (the official loop stops the whole batch when any row produces a stop
+  id, and ``sequential`` raises for a finished row);
+* left-padded batches are supported: each row is re-aligned so that its padding fills whole blocks in
+  front of it (padding keys are masked out, RoPE positions start at the row's first real token), so every
+  row is decoded exactly as it would be alone.
+
+:func:`block_diffusion_generate` keeps the official signature and return value (the whole ``x``
+``[B, T]``, trailing masks included) for unpadded prompts; :class:`SDARSampler` wraps the same loop as a
+DARE ``Sampler`` with the trajectory, NFE and a no-cache variant (``use_cache=False`` recomputes the whole
+prefix each step under the block-causal mask; same outputs, used as the speed baseline).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Callable, Literal
+
+import torch
+from pydantic import Field, model_validator
+
+from dare.components import Params, Sampler, SamplerOutput
+from dare.diffusion.block import block_causal_mask
+from dare.sampling import Trajectory, block_quota, completion_mask, filter_top_k_top_p, sample_categorical
+
+from dare_sdar.cache import SDARCache
+from dare_sdar.errors import SDARInputError
+from dare_sdar.family import block_logits
+
+__all__ = [
+    "REMASKING_STRATEGIES",
+    "BlockDecodeResult",
+    "sample_tokens",
+    "select_transfer",
+    "block_decode",
+    "block_diffusion_generate",
+    "SDARSamplerParams",
+    "SDARSampler",
+]
+
+REMASKING_STRATEGIES = ("low_confidence_dynamic", "low_confidence_static", "sequential")
+
+#: ``(input_ids [B, L], position_ids [B, L], attention_mask, cache, store_kv, logits_to_keep) -> logits [B, L', V]``
+BlockForward = Callable[..., torch.Tensor]
+
+
+@dataclass
+class BlockDecodeResult:
+    """Output of :func:`block_decode`.
+
+    * ``x``: ``[B, T]`` int64, the decoder's working sequence (row ``b``: whole blocks of padding slots when
+      the batch is left-padded, the prompt, the generated blocks, trailing masks); without padding exactly
+      the official ``x``;
+    * ``gen_start``: ``[B]`` index in ``x`` of each row's first completion token;
+    * ``completions``: ``[B, gen_length]`` int64 (masks where a stopped row was never decoded);
+    * ``unmask_step``: ``[B, gen_length]`` int64 global denoising step that committed each token (-1: never);
+    * ``nfe``: denoising forward passes (each one's logits choose tokens);
+    * ``forward_passes``: all model calls (``nfe`` + the prefill + one KV-commit pass per finished block
+      with the cache);
+    * ``steps``: generated blocks x ``denoising_steps`` (the range of ``unmask_step``).
+    """
+
+    x: torch.Tensor
+    gen_start: torch.Tensor
+    completions: torch.Tensor
+    unmask_step: torch.Tensor
+    nfe: int
+    forward_passes: int
+    steps: int
+
+
+def sample_tokens(
+    logits: torch.Tensor,
+    temperature: float,
+    top_k: int = 0,
+    top_p: float = 1.0,
+    generator: torch.Generator | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Proposals and confidences for one block (module docstring; official ``sample_with_temperature_topk_topp``).
+
+    :param logits: ``[B, L, V]`` float. :param temperature: 0 = greedy, else the softmax temperature.
+    :param top_k: keep the k largest logits (0 = off). :param top_p: nucleus mass (1.0 = off).
+    :param generator: RNG of the multinomial draw (None = torch's global RNG, as the official code).
+    :returns: ``(x0 [B, L] int64, confidence [B, L] in the logits' dtype)``.
+    """
+    if temperature == 0:
+        x0 = torch.argmax(logits, dim=-1)
+        probs = torch.softmax(logits, dim=-1)
+        return x0, torch.gather(probs, -1, x0.unsqueeze(-1)).squeeze(-1)
+    scaled = logits / temperature if temperature != 1.0 else logits
+    scaled = filter_top_k_top_p(scaled, top_k=top_k)  # official order: top-k, then top-p
+    scaled = filter_top_k_top_p(scaled, top_p=top_p)
+    probs = torch.softmax(scaled, dim=-1)
+    x0 = sample_categorical(probs.reshape(-1, probs.shape[-1]), generator).view(probs.shape[:-1])
+    return x0, torch.gather(probs, -1, x0.unsqueeze(-1)).squeeze(-1)
+
+
+def select_transfer(
+    confidence: torch.Tensor,
+    masked: torch.Tensor,
+    quota: int,
+    remasking: str,
+    confidence_threshold: float = 0.9,
+) -> torch.Tensor:
+    """Which masked positions of a block to commit this step (module docstring).
+
+    :param confidence: ``[B, L]`` float, confidence of each proposal. :param masked: ``[B, L]`` bool, still
+        masked positions a row may commit (all False for a finished row).
+    :param quota: this step's quota; capped per row at the number of masked positions.
+    :returns: ``[B, L]`` bool, a subset of ``masked``.
+    :raises SDARInputError: unknown ``remasking``.
+    """
+    if remasking not in REMASKING_STRATEGIES:
+        raise SDARInputError(f"remasking {remasking!r} is not one of {', '.join(REMASKING_STRATEGIES)}")
+    transfer = torch.zeros_like(masked)
+    conf = torch.where(masked, confidence, torch.full_like(confidence, -torch.inf))
+    for j in range(masked.shape[0]):
+        k = min(quota, int(masked[j].sum()))
+        if k == 0:
+            if remasking == "low_confidence_dynamic":
+                transfer[j] = masked[j] & (conf[j] > confidence_threshold)  # a 0-quota step still takes the sure ones
+            continue
+        if remasking == "sequential":
+            first = int(masked[j].nonzero()[0])
+            transfer[j, first : first + k] = True
+            transfer[j] &= masked[j]
+            continue
+        if remasking == "low_confidence_dynamic":
+            high = masked[j] & (conf[j] > confidence_threshold)
+            if int(high.sum()) >= k:
+                transfer[j] = high
+                continue
+        transfer[j, torch.topk(conf[j], k).indices] = True
+    return transfer
+
+
+def _check_args(prompt, attention_mask, mask_id, gen_length, block_length, denoising_steps, sampling, remasking):
+    temperature, top_k, top_p = sampling
+    if prompt.dim() != 2 or prompt.dtype != torch.long or prompt.shape[1] == 0:
+        raise SDARInputError(
+            f"input_ids must be a non-empty [batch, prompt_length] int64 tensor, got {tuple(prompt.shape)} {prompt.dtype}"
+        )
+    for name, value in (("gen_length", gen_length), ("block_length", block_length), ("denoising_steps", denoising_steps)):
+        if not isinstance(value, int) or value <= 0:
+            raise SDARInputError(f"{name} must be a positive integer, got {value!r}")
+    if mask_id is None:
+        raise SDARInputError("mask_id is required (SDAR's <|MASK|> is 151669; DARE tokenizers define their own)")
+    if temperature < 0 or top_k < 0 or not 0.0 < top_p <= 1.0:
+        raise SDARInputError(
+            "need temperature >= 0, top_k >= 0 and 0 < top_p <= 1; "
+            f"got temperature={temperature}, top_k={top_k}, top_p={top_p}"
+        )
+    if remasking not in REMASKING_STRATEGIES:
+        raise SDARInputError(f"remasking_strategy {remasking!r} is not one of {', '.join(REMASKING_STRATEGIES)}")
+    if attention_mask is not None:
+        if attention_mask.shape != prompt.shape:
+            raise SDARInputError(
+                f"attention_mask {tuple(attention_mask.shape)} must match input_ids {tuple(prompt.shape)}"
+            )
+        valid = attention_mask.to(torch.int64)
+        if bool((valid[:, 1:] < valid[:, :-1]).any()) or bool(((valid != 0) & (valid != 1)).any()):
+            raise SDARInputError("attention_mask must be 0/1 left padding (zeros, then ones) for block decoding")
+
+
+def _prefix_mask(valid: torch.Tensor, block_length: int) -> torch.Tensor:
+    """Block-causal mask ``[B|1, 1, W, W]`` over a sequence whose valid keys are ``valid`` ``[B, W]``.
+
+    Padding keys are hidden; padding queries attend only themselves (no empty softmax row).
+    """
+    W = valid.shape[1]
+    keep = block_causal_mask(W, block_length, device=valid.device)[None, None]
+    if bool(valid.all()):
+        return keep
+    eye = torch.eye(W, dtype=torch.bool, device=valid.device)
+    return (keep & valid[:, None, None, :]) | (eye & ~valid[:, None, :, None])
+
+
+@dataclass
+class _Layout:
+    """The decoder's working sequence (:class:`BlockDecodeResult` ``x``) and where things sit in it.
+
+    Row ``b`` holds ``first_block - full_blocks[b]`` whole blocks of padding slots, its prompt, then masks up
+    to ``num_blocks`` blocks; so every row's first decoded block is ``first_block`` and blocks of real tokens
+    start at multiples of ``block_length`` counted from the row's first prompt token.
+    """
+
+    x: torch.Tensor  # [B, T] int64
+    valid: torch.Tensor  # [B, T] bool, False on padding slots
+    positions: torch.Tensor  # [B, T] int64 RoPE positions (0 on padding slots)
+    gen_start: torch.Tensor  # [B] index of the first completion token
+    first_block: int
+    num_blocks: int
+
+
+def _layout(
+    prompt: torch.Tensor, attention_mask: torch.Tensor | None, mask_id: int, gen_length: int, block_length: int
+) -> _Layout:
+    B, Lp = prompt.shape
+    device = prompt.device
+    lengths = torch.full((B,), Lp, device=device) if attention_mask is None else attention_mask.to(torch.int64).sum(1)
+    full_blocks = lengths // block_length
+    first_block = int(full_blocks.max())  # every row's prompt tail (possibly empty) starts this block
+    tail = lengths - full_blocks * block_length
+    num_blocks = first_block + int(((tail + gen_length + block_length - 1) // block_length).max())
+    pad_slots = (first_block - full_blocks) * block_length
+    cols = torch.arange(num_blocks * block_length, device=device)[None]
+    valid = cols >= pad_slots[:, None]
+    positions = (cols - pad_slots[:, None]).clamp(min=0)
+    x = torch.full(valid.shape, mask_id, dtype=torch.long, device=device)
+    src = (positions + (Lp - lengths)[:, None]).clamp(max=Lp - 1)  # column of the left-padded prompt
+    is_prompt = valid & (positions < lengths[:, None])
+    x[is_prompt] = torch.gather(prompt, 1, src)[is_prompt]
+    return _Layout(x, valid, positions, pad_slots + lengths, first_block, num_blocks)
+
+
+def _propose(logits: torch.Tensor, mask_id: int, sampling: tuple, generator) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`sample_tokens` on the active block's logits ``[B, L, V]``, with ``<|MASK|>`` never proposed."""
+    logits = logits.clone()
+    if mask_id < logits.shape[-1]:
+        logits[..., mask_id] = -torch.inf
+    return sample_tokens(logits, *sampling, generator=generator)
+
+
+def _completion_hits(transfer: torch.Tensor, comp_idx: torch.Tensor, gen_length: int) -> torch.Tensor:
+    """``[B, gen_length]`` bool: the completion positions of a block's ``transfer`` ``[B, L]``."""
+    hit = transfer & (comp_idx >= 0) & (comp_idx < gen_length)
+    out = torch.zeros(transfer.shape[0], gen_length, dtype=torch.bool, device=transfer.device)
+    out[hit.nonzero(as_tuple=True)[0], comp_idx[hit]] = True
+    return out
+
+
+@torch.no_grad()
+def block_decode(
+    forward: BlockForward,
+    new_cache: Callable[[], object],
+    prompt: torch.Tensor,
+    attention_mask: torch.Tensor | None = None,
+    *,
+    mask_id: int,
+    gen_length: int,
+    block_length: int,
+    denoising_steps: int,
+    temperature: float = 0.0,
+    top_k: int = 0,
+    top_p: float = 1.0,
+    remasking: str = "low_confidence_dynamic",
+    confidence_threshold: float = 0.9,
+    stop_ids: tuple[int, ...] = (),
+    use_cache: bool = True,
+    generator: torch.Generator | None = None,
+) -> BlockDecodeResult:
+    """The block decoding loop of the module docstring over a model-call function.
+
+    :param forward: see :data:`BlockForward` (e.g. ``functools.partial(family.block_logits, model)``).
+    :param new_cache: returns an empty KV cache (used when ``use_cache``).
+    :param prompt: ``[B, Lp]`` int64, left-padded. :param attention_mask: ``[B, Lp]`` 1 real / 0 padding, or None.
+    :param stop_ids: a row stops after the block in which its completion first holds one of these ids.
+    :param use_cache: False recomputes the whole prefix at every step (no prefill, no commit passes).
+    :raises SDARInputError: bad shapes, non-left padding, or out-of-range arguments (before any forward).
+    """
+    sampling = (temperature, top_k, top_p)
+    _check_args(prompt, attention_mask, mask_id, gen_length, block_length, denoising_steps, sampling, remasking)
+    lay = _layout(prompt, attention_mask, mask_id, gen_length, block_length)
+    x, device, B = lay.x, prompt.device, prompt.shape[0]
+    quota = block_quota(block_length, denoising_steps)
+    traj = Trajectory(B, gen_length, device=device)
+    active = torch.ones(B, dtype=torch.bool, device=device)
+    stop = torch.tensor(sorted(set(stop_ids)), dtype=torch.long, device=device)
+    cache = new_cache() if use_cache else None
+    causal = _prefix_mask(lay.valid, block_length)  # [B|1, 1, T, T]; every forward uses a top-left corner of it
+    padded = not bool(lay.valid.all())
+    nfe = passes = 0
+    prefill = lay.first_block * block_length
+    if use_cache and prefill > 0:
+        forward(x[:, :prefill], lay.positions[:, :prefill], causal[..., :prefill, :prefill], cache, True)
+        passes += 1
+
+    for blk in range(lay.first_block, lay.num_blocks):
+        start, end = blk * block_length, (blk + 1) * block_length
+        cur = x[:, start:end].clone()
+        comp_idx = torch.arange(start, end, device=device)[None] - lay.gen_start[:, None]
+        key_mask = lay.valid[:, None, None, :end] if padded else None  # the active block sees every real key
+        for step in range(denoising_steps + 1):
+            masked = (cur == mask_id) & active[:, None]
+            if not bool(masked.any()):
+                if use_cache:  # commit the finished block's keys/values
+                    forward(cur, lay.positions[:, start:end], key_mask, cache, True)
+                    passes += 1
+                break
+            if step == denoising_steps:  # unreachable: the capped quota always empties a block in time
+                raise RuntimeError("a block still holds masks after all denoising steps")
+            if use_cache:
+                logits = forward(cur, lay.positions[:, start:end], key_mask, cache, False)
+            else:
+                ids = torch.cat([x[:, :start], cur], dim=1)
+                logits = forward(ids, lay.positions[:, :end], causal[..., :end, :end], None, False, block_length)
+            nfe += 1
+            passes += 1
+            x0, conf = _propose(logits[:, -block_length:], mask_id, sampling, generator)
+            transfer = select_transfer(conf, masked, quota[step], remasking, confidence_threshold)
+            cur[transfer] = x0[transfer]
+            global_step = (blk - lay.first_block) * denoising_steps + step
+            traj.record(_completion_hits(transfer, comp_idx, gen_length), global_step)
+        x[:, start:end] = cur
+        if stop.numel():
+            in_completion = torch.arange(end, device=device)[None] >= lay.gen_start[:, None]
+            produced = torch.isin(x[:, :end], stop) & in_completion
+            active &= ~produced.any(dim=1)
+            if not bool(active.any()):
+                break
+
+    comp_cols = lay.gen_start[:, None] + torch.arange(gen_length, device=device)[None]
+    return BlockDecodeResult(
+        x=x,
+        gen_start=lay.gen_start,
+        completions=torch.gather(x, 1, comp_cols),
+        unmask_step=traj.unmask_step,
+        nfe=nfe,
+        forward_passes=passes,
+        steps=(lay.num_blocks - lay.first_block) * denoising_steps,
+    )
+
+
+def block_diffusion_generate(
+    model,
+    input_ids: torch.Tensor,
+    mask_id: int,
+    gen_length: int = 128,
+    block_length: int = 8,
+    denoising_steps: int = 8,
+    temperature: float = 1.0,
+    top_k: int = 0,
+    top_p: float = 1.0,
+    remasking_strategy: str = "low_confidence_dynamic",
+    confidence_threshold: float = 0.85,
+    stopping_criteria_idx: list[int] | int | None = None,
+    *,
+    use_cache: bool = True,
+    generator: torch.Generator | None = None,
+) -> torch.Tensor:
+    """Drop-in for the official ``block_diffusion_generate`` (defaults included; ``entropy_bounded`` is not
+    ported: it is broken upstream).
+
+    :param model: an SDAR model (or anything with its forward: ``store_kv``/``past_key_values``).
+    :param input_ids: ``[B, Lp]`` int64 prompts without padding, or the official ``prompt`` mapping holding them.
+    :param stopping_criteria_idx: stop ids (one int or a list; None = decode all blocks).
+    :param temperature: 0 = greedy (module docstring); ``temperature=1, top_k=1`` = the official greedy emulation.
+    :returns: ``x`` ``[B, ceil((Lp + gen_length) / block_length) * block_length]``: prompt, generated blocks,
+        masks after a stop.
+    :raises SDARInputError: bad arguments (before any forward).
+    """
+    if isinstance(input_ids, Mapping):
+        input_ids = input_ids["input_ids"]
+    if isinstance(stopping_criteria_idx, int):
+        stopping_criteria_idx = [stopping_criteria_idx]
+    result = block_decode(
+        lambda *args: block_logits(model, *args),
+        SDARCache,
+        input_ids,
+        None,
+        mask_id=mask_id,
+        gen_length=gen_length,
+        block_length=block_length,
+        denoising_steps=denoising_steps,
+        temperature=temperature,
+        top_k=top_k,
+        top_p=top_p,
+        remasking=remasking_strategy,
+        confidence_threshold=confidence_threshold,
+        stop_ids=tuple(stopping_criteria_idx or ()),
+        use_cache=use_cache,
+        generator=generator,
+    )
+    return result.x
+
+
+class SDARSamplerParams(Params):
+    """Parameters of the ``sdar`` sampler (defaults: the SDAR README's greedy setting, block 4 / 4 steps,
+    ``low_confidence_dynamic`` at 0.9)."""
+
+    gen_length: int = Field(256, gt=0, description="Completion length in tokens; a multiple of block_length.")
+    block_length: int = Field(
+        4, gt=0, description="Decoding block length; a multiple of the model's training block size (4 for SDAR)."
+    )
+    denoising_steps: int = Field(4, gt=0, description="Denoising steps per block (<= block_length).")
+    temperature: float = Field(
+        0.0, ge=0.0, description="Softmax temperature; 0 = greedy (argmax, confidence = softmax prob)."
+    )
+    top_k: int = Field(0, ge=0, description="Top-k filter before sampling (0 = off).")
+    top_p: float = Field(1.0, gt=0.0, le=1.0, description="Nucleus (top-p) filter before sampling (1.0 = off).")
+    remasking: Literal["low_confidence_dynamic", "low_confidence_static", "sequential"] = Field(
+        "low_confidence_dynamic", description="Which masked positions a step commits."
+    )
+    confidence_threshold: float = Field(
+        0.9, ge=0.0, le=1.0, description="low_confidence_dynamic: commit every proposal above this confidence."
+    )
+    use_cache: bool = Field(True, description="KV cache of committed blocks (False recomputes the prefix every step).")
+    stop_at_eos: bool = Field(True, description="Stop a row after the block that produced EOS or end-of-turn.")
+
+    @model_validator(mode="after")
+    def _blocks(self):
+        if self.gen_length % self.block_length != 0:
+            raise ValueError(
+                f"gen_length ({self.gen_length}) must be a multiple of block_length ({self.block_length}): "
+                "the decoder commits whole blocks, so a partial last block would be cut off"
+            )
+        if self.denoising_steps > self.block_length:
+            raise ValueError(
+                f"denoising_steps ({self.denoising_steps}) must be <= block_length ({self.block_length}): "
+                "each step commits at least one token of the block"
+            )
+        return self
+
+
+class SDARSampler(Sampler):
+    """SDAR block diffusion decoding with a KV cache (JetAstra/SDAR generate.py), with trajectory and NFE."""
+
+    name = "sdar"
+    Params = SDARSamplerParams
+    attention_kinds = ("block",)
+
+    def check(self, ctx, loc: str) -> list[tuple[str, str]]:
+        """Besides the attention kind: the family must offer the cached block forward, and ``block_length``
+        and ``gen_length`` must be multiples of the model's training block size."""
+        problems = super().check(ctx, loc)
+        family = ctx.family
+        if problems or family is None:
+            return problems
+        if not callable(getattr(family, "block_logits", None)) or not callable(getattr(family, "new_cache", None)):
+            return [(f"{loc}.name", f"sampler {self.name!r} needs a family with a KV-cached block forward "
+                     f"(block_logits/new_cache), which {family.name!r} lacks; use {family.default_sampler!r}")]
+        if ctx.model_config is None:
+            return problems
+        block = family.block_size(ctx.model_config)
+        why = {
+            "block_length": "the model attends block-causally over blocks of that size, and a decoding block that "
+            "splits one attends in a pattern the model was never trained on",
+            "gen_length": "the completion budget is decoded in whole training blocks",
+        }
+        for key, reason in why.items():
+            value = getattr(self.params, key)
+            if value % block != 0:
+                problems.append((
+                    f"{loc}.params.{key}",
+                    f"{key} ({value}) must be a multiple of the model's block size {block} (config.json block_size): "
+                    f"{reason}",
+                ))
+        return problems
+
+    def generate(self, model, family, tokens, prompt_ids, attention_mask=None, generator=None) -> SamplerOutput:
+        """Decode ``prompt_ids`` ``[B, Lp]`` (left-padded; ``attention_mask`` ``[B, Lp]``) with the family's
+        cached block forward. ``nfe`` counts denoising forwards; ``extras['forward_passes']`` all model calls.
+
+        :raises SDARInputError: the family has no cached block forward, or bad prompts/masks.
+        """
+        if not callable(getattr(family, "block_logits", None)):
+            raise SDARInputError(
+                f"sampler {self.name!r} needs a family with block_logits/new_cache; {family.name!r} lacks it"
+            )
+        p = self.params
+        res = block_decode(
+            lambda *args: family.block_logits(model, *args),
+            family.new_cache,
+            prompt_ids,
+            attention_mask,
+            mask_id=tokens.mask_id,
+            gen_length=p.gen_length,
+            block_length=p.block_length,
+            denoising_steps=p.denoising_steps,
+            temperature=p.temperature,
+            top_k=p.top_k,
+            top_p=p.top_p,
+            remasking=p.remasking,
+            confidence_threshold=p.confidence_threshold,
+            stop_ids=tokens.stop_ids if p.stop_at_eos else (),
+            use_cache=p.use_cache,
+            generator=generator,
+        )
+        Lp = prompt_ids.shape[1]
+        return SamplerOutput(
+            sequences=torch.cat([prompt_ids, res.completions], dim=1),
+            prompt_length=Lp,
+            completion_mask=completion_mask(res.completions, tokens.stop_ids, family.pad_in_response),
+            unmask_step=res.unmask_step,
+            nfe=res.nfe,
+            steps=res.steps,
+            extras={"forward_passes": res.forward_passes},
+        )

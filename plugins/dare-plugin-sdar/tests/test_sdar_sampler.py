@@ -1,0 +1,161 @@
+"""The SDAR block decoder: exact schedules on a logits stub, real-model cache/batch equivalence, spec checks."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from dare.components import SpecialTokens
+from dare.errors import SpecError
+from dare.spec import validate_spec
+from dare.testing import LogitsStub, tiny_model
+from dare_sdar.errors import SDARInputError
+from dare_sdar.family import SDARFamily
+from dare_sdar.sampler import SDARSampler, block_diffusion_generate, sample_tokens
+
+V, MASK, EOS, EOT = 16, 15, 1, 2
+TOKENS = SpecialTokens(mask_id=MASK, eos_id=EOS, pad_id=EOS, eot_id=EOT)
+
+
+def block_stub(proposals: list[int], confidences: list[float], block: int = 4) -> LogitsStub:
+    """Position ``i`` (of any input) proposes ``proposals[i % block]`` with exactly ``confidences[i % block]``:
+    that token's logit is ``log(14 p / (1 - p))`` and the 14 other non-mask tokens have logit 0."""
+    table = torch.zeros(block, V)
+    for j, (tok, p) in enumerate(zip(proposals, confidences)):
+        table[j, tok] = math.log(14 * p / (1 - p))
+    table[:, MASK] = 50.0  # the decoder must never propose the mask token, however likely
+
+    def fn(ids):
+        return table[torch.arange(ids.shape[1]) % block].expand(ids.shape[0], -1, -1).clone()
+
+    return LogitsStub(fn)
+
+
+def decode(stub, prompt, use_cache=True, attention_mask=None, **params):
+    sampler = SDARSampler({"gen_length": 8, "block_length": 4, "denoising_steps": 4, **params, "use_cache": use_cache})
+    return sampler.generate(stub, SDARFamily(), TOKENS, prompt, attention_mask)
+
+
+PROMPT = torch.tensor([[5, 6, 7, 8]])
+
+
+@pytest.mark.parametrize("use_cache", [True, False])
+def test_static_remasking_commits_the_most_confident_first(use_cache):
+    stub = block_stub([3, 4, 5, 6], [0.4, 0.9, 0.1, 0.6])
+    out = decode(stub, PROMPT, use_cache, remasking="low_confidence_static")
+    assert out.completions.tolist() == [[3, 4, 5, 6, 3, 4, 5, 6]]
+    assert out.unmask_step.tolist() == [[2, 0, 3, 1, 6, 4, 7, 5]]  # order 1, 3, 0, 2 in each block
+    assert (out.nfe, out.steps) == (8, 8)
+    assert out.extras["forward_passes"] == stub.calls == (8 + 1 + 2 if use_cache else 8)  # + prefill + 2 commits
+
+
+def test_quota_schedule_block_length_over_steps():
+    stub = block_stub([3, 4, 5, 6], [0.4, 0.9, 0.1, 0.6])
+    out = decode(stub, PROMPT, remasking="low_confidence_static", denoising_steps=2)  # quota [2, 2]
+    assert out.unmask_step.tolist() == [[1, 0, 1, 0, 3, 2, 3, 2]] and out.nfe == 4 and out.steps == 4
+
+
+def test_dynamic_remasking_commits_everything_above_the_threshold():
+    stub = block_stub([3, 4, 5, 6], [0.4, 0.9, 0.1, 0.6])
+    out = decode(stub, PROMPT, remasking="low_confidence_dynamic", confidence_threshold=0.5)
+    # step 0: 0.9 and 0.6 pass the threshold (>= quota 1); then the quota's top-1: 0.4, then 0.1
+    assert out.unmask_step.tolist() == [[1, 0, 2, 0, 5, 4, 6, 4]] and out.nfe == 6
+
+
+def test_sequential_remasking_goes_left_to_right():
+    stub = block_stub([3, 4, 5, 6], [0.4, 0.9, 0.1, 0.6])
+    out = decode(stub, PROMPT, remasking="sequential", denoising_steps=2)
+    assert out.unmask_step.tolist() == [[0, 0, 1, 1, 2, 2, 3, 3]]
+
+
+@pytest.mark.parametrize("use_cache", [True, False])
+def test_a_row_stops_after_the_block_with_eos(use_cache):
+    stub = block_stub([3, 4, EOS, 6], [0.4, 0.9, 0.8, 0.6])
+    out = decode(stub, PROMPT, use_cache, remasking="low_confidence_static")
+    assert out.completions.tolist() == [[3, 4, EOS, 6, MASK, MASK, MASK, MASK]]
+    assert out.completion_mask.tolist() == [[True, True, True, False, False, False, False, False]]
+    assert out.unmask_step[0, 4:].tolist() == [-1] * 4 and out.nfe == 4
+    unstopped = decode(stub, PROMPT, use_cache, remasking="low_confidence_static", stop_at_eos=False)
+    assert unstopped.completions.tolist() == [[3, 4, EOS, 6, 3, 4, EOS, 6]] and unstopped.nfe == 8
+
+
+def test_prompt_tail_is_never_overwritten_when_the_quota_exceeds_the_masks():
+    """Prompt of 6: the first decoded block holds 2 prompt tokens and 2 masks while the quota is 4 (one step);
+    the official topk would overwrite the two prompt tokens with proposals 3 and 4."""
+    prompt = torch.tensor([[9, 10, 11, 12, 13, 14]])
+    stub = block_stub([3, 4, 5, 6], [0.4, 0.9, 0.1, 0.6])
+    out = decode(stub, prompt, remasking="low_confidence_static", denoising_steps=1, block_length=4, gen_length=8)
+    assert out.sequences[0, :6].tolist() == prompt[0].tolist()
+    assert out.completions.tolist() == [[5, 6, 3, 4, 5, 6, 3, 4]]  # block 1 (tail 2 masks), block 2, then block 3 cut
+    assert out.unmask_step.tolist() == [[0, 0, 1, 1, 1, 1, 2, 2]]
+
+
+def test_sample_tokens_greedy_confidence_and_official_filter_order():
+    logits = torch.tensor([[[2.0, 1.0, 0.0]]])
+    x0, conf = sample_tokens(logits, temperature=0.0)
+    assert x0.item() == 0 and conf.item() == pytest.approx(math.exp(2) / (math.exp(2) + math.e + 1), abs=1e-6)
+    x0, conf = sample_tokens(logits, temperature=1.0, top_k=1)  # the official greedy emulation
+    assert x0.item() == 0 and conf.item() == 1.0
+    # p = [.5, .3, .2]: top-k 2 first ([.625, .375]), then top-p .6 keeps token 0 alone -> confidence 1;
+    # the reverse order would keep tokens 0 and 1 (confidence .625)
+    x0, conf = sample_tokens(torch.tensor([0.5, 0.3, 0.2]).log()[None, None], 1.0, top_k=2, top_p=0.6,
+                             generator=torch.Generator().manual_seed(0))
+    assert x0.item() == 0 and conf.item() == pytest.approx(1.0)
+
+
+def test_bad_arguments_fail_before_any_forward():
+    stub = block_stub([3, 4, 5, 6], [0.4, 0.9, 0.1, 0.6])
+    with pytest.raises(SDARInputError, match="left padding"):
+        decode(stub, torch.tensor([[5, 6, 7, 8]]), attention_mask=torch.tensor([[1, 1, 0, 1]]))
+    with pytest.raises(SDARInputError, match="remasking_strategy"):
+        block_diffusion_generate(stub, PROMPT, MASK, remasking_strategy="entropy_bounded")
+    assert stub.calls == 0
+
+
+@pytest.fixture(scope="module")
+def lm(tmp_path_factory):
+    return tiny_model("sdar", tmp_path_factory.mktemp("sdar"), seed=3)
+
+
+def test_cache_batching_and_padding_do_not_change_the_tokens(lm):
+    """Real tiny model, greedy: cached == uncached, and each row of a left-padded batch == that row alone."""
+    model = lm.model.eval()
+    torch.manual_seed(0)
+    rows = [torch.randint(10, 200, (n,)) for n in (5, 9, 2)]
+    width = max(len(r) for r in rows)
+    batch = torch.stack([torch.cat([torch.full((width - len(r),), lm.tokens.pad_id), r]) for r in rows])
+    attn = torch.stack([torch.cat([torch.zeros(width - len(r)), torch.ones(len(r))]).long() for r in rows])
+    sampler = SDARSampler({"gen_length": 12, "block_length": 4, "denoising_steps": 2, "confidence_threshold": 0.05,
+                           "stop_at_eos": False})
+    cached = sampler.generate(model, SDARFamily(), lm.tokens, batch, attn)
+    sampler.params.use_cache = False
+    uncached = sampler.generate(model, SDARFamily(), lm.tokens, batch, attn)
+    assert torch.equal(cached.sequences, uncached.sequences)
+    assert torch.equal(cached.unmask_step, uncached.unmask_step) and cached.nfe == uncached.nfe
+    for i, r in enumerate(rows):
+        x = block_diffusion_generate(model, r[None], lm.tokens.mask_id, gen_length=12, block_length=4, denoising_steps=2,
+                                     temperature=0.0, confidence_threshold=0.05)
+        assert cached.completions[i].tolist() == x[0, len(r) : len(r) + 12].tolist()
+
+
+def _spec(tmp_path, family="sdar", config=None, **sampler_params):
+    return {
+        "model": {"new": {"family": family, "preset": "tiny", "config": config or {}}},
+        "sampler": {"name": "sdar", "params": sampler_params},
+        "output": {"dir": str(tmp_path / "run")},
+    }
+
+
+def test_spec_validation_names_the_sampler_field(tmp_path):
+    validate_spec(_spec(tmp_path, gen_length=16, block_length=8))
+    with pytest.raises(SpecError, match="gen_length \\(10\\) must be a multiple of block_length"):
+        validate_spec(_spec(tmp_path, gen_length=10))
+    with pytest.raises(SpecError) as err:
+        validate_spec(_spec(tmp_path, config={"block_size": 8}, gen_length=12, block_length=4, denoising_steps=4))
+    locs = [loc for loc, _ in err.value.problems]
+    assert locs == ["sampler.params.block_length", "sampler.params.gen_length"]
+    assert "block size 8" in str(err.value)
+    with pytest.raises(SpecError, match="sampler.name.*block-attention"):
+        validate_spec(_spec(tmp_path, family="llada"))

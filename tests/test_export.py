@@ -1,0 +1,174 @@
+"""`dare export`: merge LoRA adapters, convert trainer checkpoints; adapter dirs as model.path (SFT -> RL hand-off)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from safetensors import safe_open
+
+from dare.errors import CheckpointError
+from dare.export import export_model
+from dare.spec import LoraSpec
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def _tensors(model_dir) -> dict[str, torch.Tensor]:
+    from dare.modeling.checkpoint import checkpoint_shapes
+
+    out = {}
+    for f in sorted(model_dir.glob("*.safetensors")):
+        with safe_open(str(f), "pt") as h:
+            out |= {k: h.get_tensor(k) for k in h.keys()}
+    assert set(out) == set(checkpoint_shapes(model_dir))
+    return out
+
+
+@pytest.fixture(scope="module")
+def adapter_dir(tiny_llada_dir, tmp_path_factory):
+    """A LoRA adapter (peft format) on the tiny LLaDA with non-zero B, as a LoRA run saves it."""
+    from dare.modeling import load_model
+    from dare.modeling.lora import apply_lora
+
+    lm = load_model(tiny_llada_dir)
+    model = apply_lora(lm.model, lm.family, LoraSpec(r=4, alpha=8), base_name_or_path=str(tiny_llada_dir.resolve()))
+    g = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for n, p in model.named_parameters():
+            if "lora_B" in n:
+                p.copy_(0.3 * torch.randn(p.shape, generator=g))
+    d = tmp_path_factory.mktemp("adapter") / "adapter"
+    model.save_pretrained(str(d))
+    lm.tokenizer.save_pretrained(str(d))
+    return d
+
+
+def _base_plus_adapter_logits(base_dir, adapter, ids):
+    from peft import PeftModel
+    from transformers import AutoModel
+
+    with torch.no_grad():
+        return PeftModel.from_pretrained(AutoModel.from_pretrained(base_dir), str(adapter))(input_ids=ids).logits
+
+
+def test_merge_adapter_export_equals_base_plus_adapter(tiny_llada_dir, adapter_dir, tmp_path):
+    from transformers import AutoModel
+
+    out = tmp_path / "merged"
+    assert export_model(adapter_dir, out) == "adapter"
+    ids = torch.randint(10, 200, (3, 24))
+    with torch.no_grad():
+        merged = AutoModel.from_pretrained(out)(input_ids=ids).logits
+    expect = _base_plus_adapter_logits(tiny_llada_dir, adapter_dir, ids)
+    assert (merged - expect).abs().max().item() < 1e-5
+    assert not torch.allclose(merged, AutoModel.from_pretrained(tiny_llada_dir)(input_ids=ids).logits, atol=1e-3)
+    names = _tensors(out)
+    assert names.keys() == _tensors(tiny_llada_dir).keys()  # official names only: no prefixes, no lora_ tensors
+    cfg, base_cfg = (json.loads((d / "config.json").read_text()) for d in (out, tiny_llada_dir))
+    assert cfg.keys() == base_cfg.keys() and cfg["model_type"] == "llada"
+    assert (out / "tokenizer_config.json").is_file()
+    assert [p.name for p in tmp_path.iterdir()] == ["merged"]  # no temporary directory left behind
+
+
+def test_export_refuses_a_non_empty_directory(adapter_dir, tmp_path, run_cli):
+    out = tmp_path / "taken"
+    out.mkdir()
+    (out / "notes.txt").write_text("keep me")
+    with pytest.raises(CheckpointError, match="not empty.*--overwrite"):
+        export_model(adapter_dir, out)
+    code, _, err = run_cli("export", str(adapter_dir), str(out))
+    assert code == 2 and "--overwrite" in err and (out / "notes.txt").read_text() == "keep me"
+    code, stdout, _ = run_cli("export", str(adapter_dir), str(out), "--overwrite")
+    assert code == 0 and "merged adapter" in stdout
+    assert (out / "config.json").is_file() and not (out / "notes.txt").exists()
+
+
+def _checkpoint_layout(tiny_llada_dir, d, layout: str) -> None:
+    """Write the tiny model's tensors the way a trainer on one machine would."""
+    import shutil
+
+    from transformers import AutoModel
+
+    model = AutoModel.from_pretrained(tiny_llada_dir)
+    state = model.state_dict()
+    d.mkdir()
+    if layout == "safetensors":  # what transformers.Trainer writes by default
+        model.save_pretrained(d)
+    elif layout == "ddp-bin":  # save_safetensors=False under DDP: "module." prefixes
+        torch.save({f"module.{k}": v for k, v in state.items()}, d / "pytorch_model.bin")
+    elif layout == "sharded-safetensors":
+        model.save_pretrained(d, max_shard_size="40KB")
+    elif layout == "fsdp-full":  # accelerate FULL_STATE_DICT of a torch.compile'd model, no config.json
+        torch.save({f"_orig_mod.{k}": v for k, v in state.items()}, d / "pytorch_model_fsdp.bin")
+        return
+    elif layout == "fsdp-sharded":  # accelerate SHARDED_STATE_DICT: torch.distributed.checkpoint of {"model": ...}
+        import torch.distributed.checkpoint as dcp
+
+        dcp.save({"model": {k: v.clone() for k, v in state.items()}}, storage_writer=dcp.FileSystemWriter(str(d / "pytorch_model_fsdp_0")))
+        return
+    for f in ("config.json", "tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(tiny_llada_dir / f, d / f)
+
+
+@pytest.mark.filterwarnings("ignore:torch.distributed is disabled")
+@pytest.mark.parametrize("layout", ["safetensors", "ddp-bin", "sharded-safetensors", "fsdp-full", "fsdp-sharded"])
+def test_trainer_checkpoints_convert_bit_exact(tiny_llada_dir, tmp_path, layout):
+    src = tmp_path / "checkpoint-10"
+    _checkpoint_layout(tiny_llada_dir, src, layout)
+    needs_base = not (src / "config.json").is_file()
+    if needs_base:
+        with pytest.raises(CheckpointError, match="--base"):
+            export_model(src, tmp_path / "out")
+    assert export_model(src, tmp_path / "out", base=str(tiny_llada_dir) if needs_base else None) == "checkpoint"
+    got, want = _tensors(tmp_path / "out"), _tensors(tiny_llada_dir)
+    assert got.keys() == want.keys() and all(torch.equal(got[k], want[k]) for k in want)
+
+
+def test_lora_tensors_inside_a_full_state_dict_are_refused(tiny_llada_dir, tmp_path):
+    src = tmp_path / "ckpt"
+    _checkpoint_layout(tiny_llada_dir, src, "ddp-bin")
+    state = torch.load(src / "pytorch_model.bin", weights_only=True)
+    state["module.model.transformer.blocks.0.q_proj.lora_A.default.weight"] = torch.zeros(4, 64)
+    torch.save(state, src / "pytorch_model.bin")
+    with pytest.raises(CheckpointError, match="export the adapter directory"):
+        export_model(src, tmp_path / "out")
+
+
+def test_adapter_directory_as_model_path(tiny_llada_dir, adapter_dir, tmp_path):
+    """SFT -> RL hand-off: a later spec starts from an earlier run's adapter directory."""
+    from dare.modeling import load_model
+    from dare.run import Run
+    from dare.spec import validate_spec
+
+    ids = torch.randint(10, 200, (2, 16))
+    lm = load_model(adapter_dir)  # base + adapter, merged into a plain LLaDA model
+    assert type(lm.model).__name__ == "LLaDAModelLM"
+    with torch.no_grad():
+        assert (lm.model(input_ids=ids).logits - _base_plus_adapter_logits(tiny_llada_dir, adapter_dir, ids)).abs().max() < 1e-5
+    spec = validate_spec({"model": {"path": str(adapter_dir), "lora": {"r": 2, "alpha": 4}}, "output": {"dir": str(tmp_path / "rl")}})
+    run = Run(spec)
+    assert run.family.name == "llada"
+    model = run.model  # a new adapter on top of the merged SFT model, recorded against the adapter dir
+    assert model.peft_config["default"].base_model_name_or_path == str(adapter_dir.resolve())
+    with torch.no_grad():
+        assert (model(input_ids=ids).logits - lm.model(input_ids=ids).logits).abs().max() == 0  # B = 0 at init
+
+
+def test_adapter_with_missing_base_is_reported(adapter_dir, tmp_path):
+    import shutil
+
+    moved = tmp_path / "adapter"
+    shutil.copytree(adapter_dir, moved)
+    cfg = json.loads((moved / "adapter_config.json").read_text())
+    cfg["base_model_name_or_path"] = str(tmp_path / "gone")
+    (moved / "adapter_config.json").write_text(json.dumps(cfg))
+    with pytest.raises(CheckpointError, match="does not exist.*--base"):
+        export_model(moved, tmp_path / "out")
