@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import torch
 
-__all__ = ["block_ids", "block_causal_mask", "block_diffusion_mask", "block_diffusion_inputs"]
+__all__ = ["block_ids", "block_causal_mask", "block_diffusion_mask", "block_diffusion_inputs", "leading_padding", "roll_rows"]
 
 
 def block_ids(length: int, block_size: int, device=None) -> torch.Tensor:
@@ -75,3 +75,24 @@ def block_diffusion_inputs(noisy: torch.Tensor, clean: torch.Tensor, block_size:
     position_ids = torch.cat([pos, pos])[None].expand(B, -1)
     mask = block_diffusion_mask(L, block_size, valid, device=noisy.device)
     return ids, position_ids, mask
+
+
+def leading_padding(attention_mask: torch.Tensor | None, batch: int, device=None) -> torch.Tensor:
+    """``[B]`` int64: left-padding positions before each row's first real token (zeros without a mask).
+
+    :param attention_mask: ``[B, L]`` (1 real, 0 padding) or None.
+    """
+    if attention_mask is None:
+        return torch.zeros(batch, dtype=torch.int64, device=device)
+    return (attention_mask.to(torch.int64).cumsum(dim=1) == 0).sum(dim=1)
+
+
+def roll_rows(x: torch.Tensor, shift: torch.Tensor) -> torch.Tensor:
+    """Rotate row ``b`` of ``x`` ``[B, L, ...]`` left by ``shift[b]`` (negative: right), cyclically.
+
+    Block families left-align left-padded rows with it, so blocks start at each row's first real
+    token, and roll the logits back afterwards.
+    """
+    L = x.shape[1]
+    idx = (torch.arange(L, device=x.device)[None] + shift[:, None]) % L
+    return torch.gather(x, 1, idx.view(*idx.shape, *([1] * (x.dim() - 2))).expand_as(x))

@@ -18,7 +18,7 @@ from typing import Any, ClassVar
 import torch
 
 from dare.components import ModelFamily, SpecialTokens
-from dare.diffusion.block import block_causal_mask, block_diffusion_inputs
+from dare.diffusion.block import block_causal_mask, block_diffusion_inputs, leading_padding, roll_rows
 
 __all__ = ["LLaDA2Family", "LLADA2_CHAT_TEMPLATE", "DEFAULT_BLOCK_SIZE", "PRESETS"]
 
@@ -94,19 +94,6 @@ def _config_value(config, key: str):
     return config.get(key) if isinstance(config, dict) else getattr(config, key, None)
 
 
-def _leading_pad(attention_mask: torch.Tensor | None, batch: int, device) -> torch.Tensor:
-    """``[B]`` int64 count of leading zeros (left padding) of each row; zeros when there is no mask."""
-    if attention_mask is None:
-        return torch.zeros(batch, dtype=torch.long, device=device)
-    return torch.cumprod((attention_mask == 0).long(), dim=1).sum(dim=1)
-
-
-def _roll_rows(x: torch.Tensor, shift: torch.Tensor) -> torch.Tensor:
-    """Row ``b`` of ``x`` ``[B, L, ...]`` rotated left by ``shift[b]`` (a negative shift rotates right)."""
-    L = x.shape[1]
-    idx = (torch.arange(L, device=x.device)[None] + shift[:, None]) % L
-    idx = idx.view(*idx.shape, *([1] * (x.dim() - 2))).expand_as(x)
-    return torch.gather(x, 1, idx)
 
 
 class LLaDA2Family(ModelFamily):
@@ -167,15 +154,15 @@ class LLaDA2Family(ModelFamily):
         """Aligned fp32 logits ``[B, L, V]`` under the block-causal inference mask (blocks from each row's first
         real token; left padding hidden). ``attention_mask`` ``[B, L]``: 1 real, 0 padding."""
         B, L = input_ids.shape
-        shift = _leading_pad(attention_mask, B, input_ids.device)
-        ids = _roll_rows(input_ids, shift)
+        shift = leading_padding(attention_mask, B, input_ids.device)
+        ids = roll_rows(input_ids, shift)
         mask = block_causal_mask(L, self.block_size(model.config), device=input_ids.device)[None, None]
         if attention_mask is not None:
-            valid = _roll_rows(attention_mask, shift).to(torch.bool)
+            valid = roll_rows(attention_mask, shift).to(torch.bool)
             eye = torch.eye(L, dtype=torch.bool, device=ids.device)
             mask = (mask & valid[:, None, None, :]) | (eye & ~valid[:, None, :, None])
         logits = model(input_ids=ids, attention_mask=mask).logits
-        return _roll_rows(logits, -shift)
+        return roll_rows(logits, -shift)
 
     def denoiser_logits(
         self,
@@ -190,10 +177,10 @@ class LLaDA2Family(ModelFamily):
         left-aligned first (see the module docstring) so blocks start at each row's first real token.
         """
         B, L = noisy_ids.shape
-        shift = _leading_pad(attention_mask, B, noisy_ids.device)
-        valid = None if attention_mask is None else _roll_rows(attention_mask, shift).to(torch.bool)
+        shift = leading_padding(attention_mask, B, noisy_ids.device)
+        valid = None if attention_mask is None else roll_rows(attention_mask, shift).to(torch.bool)
         ids, pos, mask = block_diffusion_inputs(
-            _roll_rows(noisy_ids, shift), _roll_rows(clean_ids, shift), self.block_size(model.config), valid
+            roll_rows(noisy_ids, shift), roll_rows(clean_ids, shift), self.block_size(model.config), valid
         )
         logits = model(input_ids=ids, attention_mask=mask, position_ids=pos).logits[:, :L]
-        return _roll_rows(logits, -shift)
+        return roll_rows(logits, -shift)

@@ -27,7 +27,7 @@ from typing import Any, ClassVar
 import torch
 
 from dare.components import ModelFamily, SpecialTokens
-from dare.diffusion.block import block_causal_mask, block_diffusion_inputs
+from dare.diffusion.block import block_causal_mask, block_diffusion_inputs, leading_padding, roll_rows
 
 __all__ = ["SDARFamily", "SDAR_CHAT_TEMPLATE", "DEFAULT_BLOCK_SIZE", "PRESETS", "block_logits"]
 
@@ -100,18 +100,6 @@ def _config_value(config, key: str):
     return config.get(key) if isinstance(config, dict) else getattr(config, key, None)
 
 
-def _leading_padding(attention_mask: torch.Tensor | None, batch: int, device) -> torch.Tensor:
-    """``[B]`` int64: number of padding positions before each row's first real token (0 without a mask)."""
-    if attention_mask is None:
-        return torch.zeros(batch, dtype=torch.int64, device=device)
-    return (attention_mask.to(torch.int64).cumsum(dim=1) == 0).sum(dim=1)
-
-
-def _roll_rows(x: torch.Tensor, shift: torch.Tensor) -> torch.Tensor:
-    """Roll each row ``b`` of ``x`` ``[B, L, ...]`` left by ``shift[b]`` (negative: right), cyclically."""
-    L = x.shape[1]
-    idx = (torch.arange(L, device=x.device)[None] + shift[:, None]) % L
-    return torch.gather(x, 1, idx.view(*idx.shape, *([1] * (x.dim() - 2))).expand_as(x))
 
 
 def block_logits(
@@ -219,14 +207,14 @@ class SDARFamily(ModelFamily):
         :param input_ids: ``[B, L]`` int64. :param attention_mask: ``[B, L]`` 1 real / 0 left padding, or None.
         """
         B, L = input_ids.shape
-        shift = _leading_padding(attention_mask, B, input_ids.device)
+        shift = leading_padding(attention_mask, B, input_ids.device)
         mask = block_causal_mask(L, self.block_size(model.config), device=input_ids.device)[None, None]
         if attention_mask is not None:
-            valid = _roll_rows(attention_mask, shift).to(torch.bool)
+            valid = roll_rows(attention_mask, shift).to(torch.bool)
             eye = torch.eye(L, dtype=torch.bool, device=input_ids.device)
             mask = (mask & valid[:, None, None, :]) | (eye & ~valid[:, None, :, None])
-        logits = model(input_ids=_roll_rows(input_ids, shift), attention_mask=mask).logits
-        return _roll_rows(logits, -shift)
+        logits = model(input_ids=roll_rows(input_ids, shift), attention_mask=mask).logits
+        return roll_rows(logits, -shift)
 
     def denoiser_logits(
         self,
@@ -245,14 +233,14 @@ class SDARFamily(ModelFamily):
         :param attention_mask: ``[B, L]`` valid tokens (1) vs padding (0), or None.
         """
         B, L = noisy_ids.shape
-        shift = _leading_padding(attention_mask, B, noisy_ids.device)
-        valid = None if attention_mask is None else _roll_rows(attention_mask, shift).to(torch.bool)
+        shift = leading_padding(attention_mask, B, noisy_ids.device)
+        valid = None if attention_mask is None else roll_rows(attention_mask, shift).to(torch.bool)
         ids, pos, mask = block_diffusion_inputs(
-            _roll_rows(noisy_ids, shift), _roll_rows(clean_ids, shift), self.block_size(model.config), valid
+            roll_rows(noisy_ids, shift), roll_rows(clean_ids, shift), self.block_size(model.config), valid
         )
         keep = torch.arange(L, device=ids.device)
         logits = model(input_ids=ids, attention_mask=mask, position_ids=pos, logits_to_keep=keep).logits
-        return _roll_rows(logits, -shift)
+        return roll_rows(logits, -shift)
 
     def block_logits(self, model, input_ids, position_ids, attention_mask, cache=None, store_kv=False, logits_to_keep=0):
         """The KV-cached block-decoder forward the ``sdar`` sampler needs (see :func:`block_logits`)."""
