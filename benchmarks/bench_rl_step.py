@@ -10,9 +10,11 @@ The TRL baseline is the d1 design: ``GRPOTrainer`` with the generation replaced 
 sampler (``_generate_single_turn``) and the log-prob computation replaced by the one-step masked
 forward (``_get_per_token_logps_and_entropies``); everything else is TRL's.
 
-Run: ``python benchmarks/bench_rl_step.py [--steps 4] [--threads 1]``. Prints the mean seconds per step
-(after one warm-up step) split into rollout / scoring / update for each trainer, and the ratio
-TRL / DARE of the whole step (> 1 means DARE is faster). Timings of both come from this process.
+Run: ``python benchmarks/bench_rl_step.py [--steps 2] [--rounds 3] [--threads 1]``. The trainers run in
+alternating rounds (DARE, TRL, DARE, ...; each round one warm-up step, then ``--steps`` timed ones)
+so that a change of machine load hits both. Prints the median seconds per step split into rollout /
+scoring / update for each trainer, and the ratio TRL / DARE of the whole step (> 1 means DARE is
+faster). Timings of both come from this process.
 """
 
 from __future__ import annotations
@@ -192,26 +194,31 @@ def run_trl(lm, rows, args, tmp) -> list[dict[str, float]]:
 
 
 def summary(name: str, steps: list[dict[str, float]]) -> float:
-    mean = {k: statistics.mean(s[k] for s in steps) for k in steps[0]}
-    update = mean["total"] - mean["rollout"] - mean["scoring"]
-    print(f"{name:5s} step {mean['total']:.3f} s = rollout {mean['rollout']:.3f} + scoring {mean['scoring']:.4f} "
-          f"+ update {update:.3f}  (mean of {len(steps)} steps)")
-    return mean["total"]
+    """Print the per-phase medians over ``steps``; return the median step time."""
+    med = {k: statistics.median(s[k] for s in steps) for k in steps[0]}
+    update = statistics.median(s["total"] - s["rollout"] - s["scoring"] for s in steps)
+    print(f"{name:5s} step {med['total']:.3f} s = rollout {med['rollout']:.3f} + scoring {med['scoring']:.4f} "
+          f"+ update {update:.3f}  (medians of {len(steps)} steps)")
+    return med["total"]
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--steps", type=int, default=4, help="timed steps (after one warm-up step)")
+    ap.add_argument("--steps", type=int, default=2, help="timed steps per round and trainer (after one warm-up step)")
+    ap.add_argument("--rounds", type=int, default=3, help="alternating DARE/TRL rounds (evens out machine load)")
     ap.add_argument("--prompts", type=int, default=16)
     ap.add_argument("--group", type=int, default=8)
     ap.add_argument("--threads", type=int, default=1)
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
     rows = load_rows(args.prompts * (args.steps + 1))
+    dare_steps, trl_steps = [], []
     with tempfile.TemporaryDirectory() as tmp:
-        dare_steps = run_dare(quickstart_model(tmp), rows, args, tmp)
-        trl_steps = run_trl(quickstart_model(tmp + "/b"), rows, args, tmp)
-    print(f"d1, quickstart LLaDA ({args.prompts} prompts x {args.group} completions, gen 17, {args.threads} thread(s))")
+        for r in range(args.rounds):
+            dare_steps += run_dare(quickstart_model(f"{tmp}/d{r}"), rows, args, f"{tmp}/d{r}")
+            trl_steps += run_trl(quickstart_model(f"{tmp}/t{r}"), rows, args, f"{tmp}/t{r}")
+    print(f"d1, quickstart LLaDA ({args.prompts} prompts x {args.group} completions, gen 17, {args.threads} thread(s), "
+          f"{args.rounds} alternating rounds)")
     d = summary("DARE", dare_steps)
     t = summary("TRL", trl_steps)
     print(f"ratio TRL / DARE (whole step): {t / d:.2f}")

@@ -92,6 +92,20 @@ def _print_stages(stages):
     _console().print(t)
 
 
+@cli.command()
+@click.argument("entries", nargs=-1, required=True)
+@click.option("--output", "-o", required=True, help="Directory for comparison.{md,json,png}.")
+@click.option("--title", default="DARE comparison", show_default=True)
+def compare(entries, output, title):
+    """Put runs side by side: ENTRIES are LABEL=RUN_DIR[:STAGE] (stage before/after/eval, default after)."""
+    from dare.eval.compare import compare_runs
+
+    md, _, png = compare_runs(list(entries), output, title=title)
+    click.echo(Path(md).read_text())
+    if png is not None:
+        click.echo(f"plot: {png}")
+
+
 # --------------------------------------------------------------------------- generate
 @cli.command()
 @click.option("--model", "model_path", required=True, help="Checkpoint directory (official format) or hub id.")

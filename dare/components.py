@@ -309,6 +309,37 @@ class Sampler(Component):
     ) -> SamplerOutput:
         raise NotImplementedError
 
+    def partial_denoise(
+        self,
+        model,
+        family: ModelFamily,
+        tokens: SpecialTokens,
+        state: torch.Tensor,
+        prompt_length: int,
+        attention_mask: torch.Tensor | None = None,
+        start_step: int = 0,
+        end_step: int | None = None,
+        generator: torch.Generator | None = None,
+    ) -> SamplerOutput:
+        """Continue decoding an intermediate state for steps ``start_step .. end_step - 1`` of the schedule.
+
+        Optional (tree rollouts such as d-TreeRPO branch a partly decoded state into several children).
+        ``state`` ``[B, Lp + G]`` int64 is the left-padded prompt followed by a completion that this
+        sampler left after ``start_step`` global steps (all mask tokens when ``start_step = 0``);
+        ``attention_mask`` ``[B, Lp]`` marks real prompt tokens. ``end_step`` None runs to the end, so
+        ``partial_denoise(generate's initial state, 0, None)`` decodes like :meth:`generate`.
+
+        :returns: :class:`SamplerOutput` whose ``sequences`` is the new state and ``unmask_step`` the
+            global step that committed each completion token *in this call* (-1 elsewhere).
+        :raises NotImplementedError: the sampler cannot resume from a state (the default).
+        """
+        raise NotImplementedError(f"sampler {self.name!r} cannot resume decoding from an intermediate state")
+
+    @classmethod
+    def supports_partial_denoise(cls) -> bool:
+        """Whether this sampler implements :meth:`partial_denoise`."""
+        return cls.partial_denoise is not Sampler.partial_denoise
+
     def check(self, ctx: SpecContext, loc: str) -> list[tuple[str, str]]:
         fam = ctx.family
         if fam is not None and fam.attention not in self.attention_kinds:

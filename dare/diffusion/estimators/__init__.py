@@ -14,6 +14,7 @@ module                     estimator                               level       u
 ``trajectory``             replay of the decoding trajectory       token       cj-grpo, tracerl
 ``autoregressive``         exact left-to-right (block length 1)    token       justgrpo
 ``stratified``             stratified ELBO-MC, counts k/L          sequence    bgpo
+``random_block``           random block j, later blocks masked     token       spg
 =========================  ======================================  ==========  ====================
 
 The stratified corruptions themselves live in :mod:`dare.diffusion.elbo` (shared with VRPO);
@@ -26,6 +27,7 @@ from dare.diffusion.estimators.blockwise import BlockwiseELBOEstimator
 from dare.diffusion.estimators.coupled import CoupledEstimator
 from dare.diffusion.estimators.elbo_complement import ComplementaryELBOEstimator
 from dare.diffusion.estimators.onestep import OneStepEstimator
+from dare.diffusion.estimators.random_block import RandomBlockEstimator
 from dare.diffusion.estimators.stratified import StratifiedELBOEstimator
 from dare.diffusion.estimators.trajectory import TrajectoryEstimator
 
@@ -43,4 +45,5 @@ __all__ = [
     "TrajectoryEstimator",
     "AutoregressiveEstimator",
     "StratifiedELBOEstimator",
+    "RandomBlockEstimator",
 ]

@@ -18,6 +18,10 @@ One pass per transition that commits at least one token in the batch (passes are
 Positions never committed (``-1``) stay masked in every state and are never scored. For block
 families the block-diffusion forward lets each block attend its clean predecessors, which is exactly
 the state the block decoder saw. Replay is deterministic: ``draw`` uses no randomness.
+
+Exact only for pure unmasking decoders: a sampler that rewrites committed tokens (LLaDA2.1 token
+editing; DARE rejects it for CJ-GRPO) makes the replayed states approximate (the RL trainer logs
+``rollout_edits``). Positions after EOS of truncating families are dropped from the replay.
 """
 
 from __future__ import annotations

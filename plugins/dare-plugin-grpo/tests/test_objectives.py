@@ -104,6 +104,11 @@ def test_bgpo_piecewise_ratio_and_broadcast_token_mean(config):
     adv = torch.tensor([1.0, -1.0])
     ratio = piecewise_ratio(torch.tensor([-1.5, -1.5]), adv)  # DARE's log(1 + Delta) would be NaN here
     assert torch.allclose(ratio, torch.tensor([-0.5, E(-1.5)]))
+    # KL on the ELBO terms, broadcast token-mean: l = [-1, -2], l_ref = [-1.25, -1]: k2 = [1/32, 1/2]
+    ref = torch.tensor([[-1.25, -1.25], [-1.0, -1.0]])
+    with_kl = BGPO().pass_loss(token_input(cur, old, ADV, ref=ref, num_passes=2), config(beta=0.5, kl_estimator="k2"))
+    assert with_kl.metrics["kl"].item() == pytest.approx((1 / 32 + 1 / 2) / 2 / 2, rel=1e-6)
+    assert with_kl.loss.item() == pytest.approx(terms.loss.item() + 0.5 * (1 / 32 + 1 / 2) / 2 / 2, rel=1e-6)
     inp2 = token_input(torch.tensor([[-1.2, -1.2], [-2.0, -2.0]]), old, ADV)
     loss = BGPO().pass_loss(inp2, config()).loss
     loss.backward()  # Delta_0 = 0.3 -> rho = 1.3 clipped (no grad); row 1 clipped low (no grad)

@@ -230,3 +230,18 @@ def test_resume_reproduces_masks_rollouts_and_weights(tmp_path, tiny_llada_dir, 
         assert seen == {}
     for k, v in run2.model.state_dict().items():
         assert torch.equal(v, full[k]), k
+
+
+def test_prompt_order_repeats_each_rollout_batch_and_is_a_function_of_seed_and_epoch():
+    from dare.errors import DataError
+    from dare_grpo.data import RepeatChunkSampler
+
+    s = RepeatChunkSampler(7, chunk_size=3, repeats=2, seed=5)
+    order = list(s)
+    assert len(order) == len(s) == 12 and order[:3] == order[3:6] and order[6:9] == order[9:12]
+    assert len(set(order[:3] + order[6:9])) == 6  # without replacement within an epoch
+    assert list(RepeatChunkSampler(7, 3, 2, seed=5)) == order
+    s.set_epoch(1)
+    assert list(s) != order
+    with pytest.raises(DataError, match="cannot fill one rollout batch"):
+        RepeatChunkSampler(2, chunk_size=3, repeats=1)

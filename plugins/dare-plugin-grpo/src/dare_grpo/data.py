@@ -16,6 +16,8 @@ from typing import Any
 import torch
 from torch.utils.data import Sampler
 
+from dare.errors import DataError
+
 __all__ = ["PromptDataset", "RepeatChunkSampler", "collate_prompts"]
 
 
@@ -60,13 +62,17 @@ class RepeatChunkSampler(Sampler[int]):
 
     An incomplete last chunk is dropped. ``set_epoch`` (called by the trainer) reshuffles with
     ``seed + epoch``.
+
+    :raises ValueError: ``chunk_size`` or ``repeats`` below 1.
+    :raises dare.errors.DataError: fewer items than one chunk.
     """
 
     def __init__(self, num_items: int, chunk_size: int, repeats: int, seed: int = 0):
         if chunk_size < 1 or repeats < 1:
             raise ValueError(f"chunk_size and repeats must be >= 1, got {chunk_size} and {repeats}")
         if num_items < chunk_size:
-            raise ValueError(f"{num_items} prompts cannot fill one rollout batch of {chunk_size}")
+            raise DataError(f"{num_items} training prompts cannot fill one rollout batch of {chunk_size} prompts "
+                            "(train.per_device_batch_size x gradient_accumulation_steps); add prompts or lower the batch size")
         self.num_items, self.chunk_size, self.repeats, self.seed = num_items, chunk_size, repeats, seed
         self.epoch = 0
 

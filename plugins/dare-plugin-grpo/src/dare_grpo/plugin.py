@@ -2,10 +2,10 @@
 
 from dare import hookimpl
 
-from dare_grpo.objectives import OBJECTIVES
+from dare_grpo.objectives import EXTRA_OBJECTIVES, OBJECTIVES
 
 
 @hookimpl
 def register_objectives(register):
-    for cls in OBJECTIVES:
+    for cls in OBJECTIVES + EXTRA_OBJECTIVES:
         register(cls)

@@ -52,7 +52,8 @@ def sample_completions(model, family, tokens, tokenizer, sampler, prompts: list[
     for families with ``pad_in_response = False`` the completion mask is then recomputed and
     positions outside it are set to the pad id with attention 0.
 
-    :returns: ``(ScoringBatch, stats)`` with stats ``nfe``, ``rollout_calls``.
+    :returns: ``(ScoringBatch, stats)`` with stats ``nfe``, ``rollout_calls`` and ``edits`` (tokens the
+        sampler rewrote after committing them, ``SamplerOutput.extras["edits"]``; 0 for pure unmasking).
     """
     device = next(model.parameters()).device
     expanded = [p for p in prompts for _ in range(group_size)]
@@ -84,7 +85,8 @@ def sample_completions(model, family, tokens, tokenizer, sampler, prompts: list[
         mask_id=tokens.mask_id,
         unmask_step=unmask,
     )
-    return batch, {"nfe": float(sum(o.nfe for o in outs)), "rollout_calls": float(len(outs))}
+    edits = sum(float(torch.as_tensor(o.extras["edits"]).sum()) for o in outs if "edits" in o.extras)
+    return batch, {"nfe": float(sum(o.nfe for o in outs)), "rollout_calls": float(len(outs)), "edits": edits}
 
 
 def _content_lengths(completions: torch.Tensor, stop_ids: tuple[int, ...]) -> torch.Tensor:

@@ -21,13 +21,15 @@ batch, :class:`~dare_grpo.data.RepeatChunkSampler`). Reference policy (``beta > 
 model, the same model with its adapters disabled (no second copy).
 
 Randomness: rollouts draw from ``rollout_generator`` and corruptions from ``mask_generator``
-(seeded from ``seed + 1``/``seed + 2``); both states, and a rollout batch that is still in use
-(checkpoint in the middle of its inner iterations), are saved in every checkpoint
-(``rl_state.pt``) and restored on resume, so a resumed run draws the same completions and masks.
+(seeded from ``seed + 1``/``seed + 2``, plus the process index); both states, and a rollout batch
+that is still in use (checkpoint in the middle of its inner iterations), are saved in every
+checkpoint (``rl_state.pt``, one file per process when data-parallel) and restored on resume, so a
+resumed run draws the same completions and masks.
 
 Metrics (logged every ``logging_steps``, means over the steps since the last log): ``reward``,
 ``reward_std``, ``reward/<name>``(+``_std``), ``reward_errors``, ``advantage_mean``/``_std``/``_abs``,
-``frac_zero_std_groups``, ``clip_fraction`` (+``_low``/``_high``), ``dual_clip_fraction``,
+``frac_zero_std_groups``, ``rollout_edits`` (tokens the sampler rewrote after committing them, which
+trajectory replay cannot represent), ``clip_fraction`` (+``_low``/``_high``), ``dual_clip_fraction``,
 ``approx_kl`` (vs old), ``kl`` (vs reference), ``entropy``, ``completion_length``, ``nfe/rollout``,
 ``nfe/update``, ``time/rollout``, ``time/score``, ``time/old_ref``, ``time/update`` (seconds).
 """
@@ -75,8 +77,10 @@ class GRPOTrainer(DareTrainer):
         self.sampler = sampler
         self.reward = reward
         # the sampler draws on the model's device; masks are drawn on the CPU (same masks on any device)
-        self.rollout_generator = torch.Generator(device=self.args.device).manual_seed(self.args.resolved_rollout_seed)
-        self.mask_generator = torch.Generator().manual_seed(self.args.resolved_mask_seed)
+        # (seeds offset by the process index, so data-parallel workers draw different completions and masks)
+        rank = self.args.process_index
+        self.rollout_generator = torch.Generator(device=self.args.device).manual_seed(self.args.resolved_rollout_seed + rank)
+        self.mask_generator = torch.Generator().manual_seed(self.args.resolved_mask_seed + rank)
         self.buffers: dict[tuple[int, ...], Rollout] = {}
         self.reference = ReferencePolicy(self.accelerator.unwrap_model(self.model)) if self.args.beta > 0 else None
 
@@ -144,6 +148,7 @@ class GRPOTrainer(DareTrainer):
             "completion_length": score_stats["completion_length"],
             "reward_errors": score_stats["reward_errors"],
             "nfe/rollout": gen_stats["nfe"],
+            "rollout_edits": gen_stats["edits"],
             "time/rollout": t1 - t0,
             "time/score": score_stats["time/score"],
             "time/old_ref": time.perf_counter() - t2,
@@ -167,6 +172,10 @@ class GRPOTrainer(DareTrainer):
 
     # ------------------------------------------------------------------ update
     def _update_per_pass(self, model, rollout: Rollout, iteration: int) -> tuple[float, dict[str, float]]:
+        """Sum of the objective's per-pass losses, one backward per pass and row chunk.
+
+        :returns: ``(loss of the whole batch, summed metric contributions)``; gradients are accumulated.
+        """
         batch, passes = rollout.batch, rollout.passes[iteration]
         fn = self._logits_fn(model)
         lengths = batch.response_lengths
@@ -197,7 +206,12 @@ class GRPOTrainer(DareTrainer):
         return total, metrics
 
     def _update_pass_mean(self, model, rollout: Rollout, iteration: int) -> tuple[float, dict[str, float]]:
-        """Scalar-proxy replay: L(mean_p s_p) with one pass in memory (algorithms.md §3.8)."""
+        """Scalar-proxy replay of ``L(mean_p s_p)`` with one pass in memory (algorithms.md §3.8).
+
+        ``z = mean_p s_p`` is computed without gradient, ``g = dL/dz`` on a leaf copy of ``z``, then
+        every pass is replayed with gradient and ``sum_n s_p[n] g[n] / P`` backpropagated: by the
+        chain rule this is exactly ``dL/dtheta``. Costs one extra forward per pass.
+        """
         batch, passes = rollout.batch, rollout.passes[iteration]
         P = len(passes)
         with self.compute_loss_context_manager():
@@ -272,13 +286,18 @@ class GRPOTrainer(DareTrainer):
         self.mask_generator.set_state(state["mask_generator"])
         self.buffers = dict(state["buffers"])
 
+    def _rl_state_file(self, directory: str) -> str:
+        """``rl_state.pt``, or ``rl_state_<rank>.pt`` per process when training data-parallel."""
+        name = RL_STATE_FILE if self.args.world_size <= 1 else f"rl_state_{self.args.process_index}.pt"
+        return os.path.join(directory, name)
+
     def _save_rng_state(self, output_dir: str) -> None:
         super()._save_rng_state(output_dir)
-        if self.args.should_save:
-            torch.save(self.rl_state(), os.path.join(output_dir, RL_STATE_FILE))
+        os.makedirs(output_dir, exist_ok=True)
+        torch.save(self.rl_state(), self._rl_state_file(output_dir))
 
     def _load_rng_state(self, checkpoint: str | None) -> None:
         super()._load_rng_state(checkpoint)
-        path = os.path.join(checkpoint, RL_STATE_FILE) if checkpoint else None
+        path = self._rl_state_file(checkpoint) if checkpoint else None
         if path and os.path.isfile(path):
             self.load_rl_state(torch.load(path, weights_only=False))

@@ -12,7 +12,12 @@ from dare_grpo.objectives.bgpo import BGPO
 from dare_grpo.objectives.cj_grpo import CJGRPO
 from dare_grpo.objectives.coupled_grpo import CoupledGRPO
 from dare_grpo.objectives.d1 import D1
+from dare_grpo.objectives.dtreerpo import DTreeRPO
+from dare_grpo.objectives.ebpo import EBPO
 from dare_grpo.objectives.espo import ESPO
+from dare_grpo.objectives.justgrpo import JustGRPO
+from dare_grpo.objectives.mdpo import MDPO
+from dare_grpo.objectives.spg import SPG
 from dare_grpo.objectives.tracerl import TraceRL
 
 __all__ = [
@@ -28,8 +33,18 @@ __all__ = [
     "ESPO",
     "CJGRPO",
     "TraceRL",
+    "MDPO",
+    "SPG",
+    "EBPO",
+    "DTreeRPO",
+    "JustGRPO",
     "OBJECTIVES",
+    "EXTRA_OBJECTIVES",
 ]
 
 #: Objectives this plugin registers.
 OBJECTIVES = (D1, CoupledGRPO, BGPO, ESPO, CJGRPO, TraceRL)
+
+#: Objectives this plugin also registers, with their own rollouts or (objective, family, sampler) rules
+#: (MDPO, SPG, EBPO, d-TreeRPO, JustGRPO); their smoke tests are in tests/test_grpo_smoke_extra.py.
+EXTRA_OBJECTIVES = (MDPO, SPG, EBPO, DTreeRPO, JustGRPO)

@@ -1,0 +1,154 @@
+"""``justgrpo``: GRPO on the exact likelihood of autoregressively decoded diffusion LMs (JustGRPO,
+arXiv 2601.15165 §3; DARE ``llada_dp_actor_justgrpo``, recipe ``run_justgrpo_llada_8b_instruct.sh``;
+algorithms.md §3.10).
+
+Rollout: the spec's sampler decoding strictly left to right, one token per step, sampling each token
+from ``softmax(logits / T)``. The learner then has the *exact* rollout likelihood
+``log pi(y) = sum_t log softmax(logits(c ; y_<t ; M ... M)_t / T)[y_t]``
+(:mod:`dare.diffusion.estimators.autoregressive`, one copy per position, ``chunk_size`` positions per
+pass; ``likelihood_temperature`` defaults to ``"sampler"``, the recipe's learner temperature 0.6 = the
+rollout temperature). Loss: standard token-level GRPO, clip + dual clip (eps 0.2, c 3), token-mean over
+*all* response tokens: the position chunks add up to the full aggregation exactly (DARE's
+``_aggregate_position_chunk``). KL off by default; when on (``beta > 0``) it is the textbook estimator of
+:mod:`dare.rl.kl` per token (not DARE's advantage-dependent ``log(1 + d)`` form, which can be NaN).
+
+**Sampler validation (at spec validation).** The likelihood is exact only if the sampler's transition
+at step ``t`` is "sample token ``t`` from ``softmax(logits / T)`` given ``[c ; y_<t ; M ...]``". That holds
+for (a) a semi-autoregressive global-step sampler (``gen_length``/``block_length``/``steps``, LLaDA's) with
+``block_length = 1`` and ``steps = gen_length`` (one token per block, one step per block), without CFG
+(``cfg_scale`` changes the distribution) and without ``logits_eos_inf`` (it removes EOS from the
+distribution), decoding any full-attention family (LLaDA, and Dream through its aligned logits); and
+(b) a block decoder with ``remasking: sequential`` and ``denoising_steps = block_length`` (SDAR's: the
+leftmost mask each step; the block-diffusion forward of the scorer sees the same state, earlier blocks
+clean), without top-k/top-p filtering (a filtered distribution is not ``softmax(logits / T)``). Any other
+sampler (LLaDA2's threshold decoder, Dream's confidence decoder) commits positions out of order, so it is
+rejected with the reason. Greedy rollouts are rejected by the base check.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Literal
+
+import torch
+from pydantic import Field, ValidationError
+
+from dare.diffusion.estimators import AutoregressiveEstimator
+from dare.rl import clipped_policy_loss, kl_estimate, ratio_from_log
+from dare_grpo.objectives.base import LossTerms, OnlineRLObjective, RLParams
+
+__all__ = ["JustGRPO", "JustGRPOParams", "chunk_aggregate", "autoregressive_sampler_problems"]
+
+
+def chunk_aggregate(values: torch.Tensor, weights: torch.Tensor, mode: str, response_lengths: torch.Tensor,
+                    total_tokens: float, num_sequences: int) -> torch.Tensor:
+    """One position chunk's share of a full-response aggregation (chunks add up to the full value).
+
+    ``token-mean``: ``sum(values * weights) / total_tokens``; ``sequence-mean``:
+    ``sum_b [sum_k values * weights]_b / |y_b|  / num_sequences``. ``values``/``weights``: ``[n, G]``;
+    ``response_lengths``: ``[n]``. :returns: float32 scalar.
+    :raises ValueError: unknown mode.
+    """
+    w = weights.float()
+    if mode == "token-mean":
+        return (values * w).sum() / max(float(total_tokens), 1e-8)
+    if mode == "sequence-mean":
+        per_row = (values * w).sum(dim=-1) / response_lengths.float().clamp(min=1.0)
+        return per_row.sum() / max(num_sequences, 1)
+    raise ValueError(f"unknown aggregation {mode!r}; use token-mean or sequence-mean")
+
+
+def autoregressive_sampler_problems(sampler, where: Callable[[str], str]) -> list[tuple[str, str]]:
+    """``(yaml path, message)`` for each reason ``sampler`` does not decode left to right, one token per
+    step, from ``softmax(logits / T)`` (module docstring, rules (a) and (b)).
+
+    :param where: maps a sampler param name (or ``"name"``) to its YAML path.
+    """
+    p = sampler.params
+    why = "JustGRPO's likelihood is exact only for left-to-right decoding of one token per step"
+    fields = type(p).model_fields
+    if "denoising_steps" in fields and "remasking" in fields:
+        problems = []
+        if p.remasking != "sequential":
+            problems.append((where("remasking"), f"{why}; set remasking: sequential (the leftmost mask each step)"))
+        if p.denoising_steps != p.block_length:
+            problems.append((where("denoising_steps"), f"{why}; set denoising_steps = block_length ({p.block_length})"))
+        if getattr(p, "top_k", 0) or getattr(p, "top_p", 1.0) < 1.0:
+            problems.append((where("top_k"), "top-k/top-p filtering samples from a truncated distribution, not "
+                                               "softmax(logits / T); set top_k: 0 and top_p: 1.0"))
+        return problems
+    if not {"gen_length", "block_length", "steps"} <= set(fields) or getattr(p, "threshold", None) is not None:
+        return [(where("name"), f"sampler {sampler.name!r} commits positions by confidence, not left to right; {why}. "
+                                "Use sampler 'llada' with block_length: 1 and steps = gen_length (full-attention "
+                                "families) or 'sdar' with remasking: sequential")]
+    problems = []
+    if p.block_length != 1:
+        problems.append((where("block_length"), f"{why}; set block_length: 1"))
+    if p.steps != p.gen_length:
+        problems.append((where("steps"), f"{why}; set steps = gen_length ({p.gen_length})"))
+    if getattr(p, "cfg_scale", 0.0):
+        problems.append((where("cfg_scale"), "classifier-free guidance samples from a guided distribution, not the "
+                                               "model's softmax(logits / T); set cfg_scale: 0"))
+    if getattr(p, "logits_eos_inf", False):
+        problems.append((where("logits_eos_inf"), "logits_eos_inf removes EOS from the sampling distribution, so "
+                                                    "the AR likelihood would not be the rollout's; set it false"))
+    return problems
+
+
+class JustGRPOParams(RLParams):
+    likelihood_temperature: float | Literal["sampler"] = Field(
+        "sampler", description="Temperature of the AR likelihood; 'sampler' = the rollout temperature (exact)."
+    )
+    chunk_size: int = Field(1, ge=1, description="Response positions per pass (DARE justgrpo_position_chunk_size).")
+
+
+class JustGRPO(OnlineRLObjective):
+    """JustGRPO (arXiv 2601.15165): AR decoding (block length 1), exact AR likelihood, clipped GRPO."""
+
+    name = "justgrpo"
+    Params = JustGRPOParams
+
+    def make_estimator(self, family, model_config, sampler):
+        return AutoregressiveEstimator(chunk_size=self.params.chunk_size)
+
+    def pass_loss(self, inp, args):
+        mode = args.loss_aggregation
+        weights = inp.current.scored
+
+        def agg(values: torch.Tensor) -> torch.Tensor:
+            return chunk_aggregate(values, weights, mode, inp.response_lengths, inp.total_response_tokens,
+                                   inp.num_sequences)
+
+        cur = inp.current.token
+        clipped = clipped_policy_loss(ratio_from_log(cur - inp.old), inp.advantages[:, None], args.clip_eps_low,
+                                      args.clip_eps_high, args.dual_clip_c)
+        loss = agg(clipped.loss)
+        metrics = {
+            "clip_fraction_high": agg(clipped.clipped_high.float()),
+            "clip_fraction_low": agg(clipped.clipped_low.float()),
+            "dual_clip_fraction": agg(clipped.dual_clipped.float()),
+            "approx_kl": agg(kl_estimate(cur.detach(), inp.old, "k3")),
+        }
+        metrics["clip_fraction"] = metrics["clip_fraction_high"] + metrics["clip_fraction_low"]
+        if inp.ref is not None and args.beta > 0:
+            kl = agg(kl_estimate(cur, inp.ref, args.kl_estimator))
+            loss = loss + args.beta * kl
+            metrics["kl"] = kl.detach()
+        return LossTerms(loss, metrics)
+
+    def check(self, ctx, loc):
+        problems = super().check(ctx, loc)
+        sampler = ctx.components.get("sampler")
+        if sampler is None:
+            return problems
+        try:
+            rollout = self.rollout_sampler(sampler)
+        except ValidationError:
+            return problems  # reported by the base check
+        overrides = self.params.rollout_sampler
+
+        def where(key: str) -> str:
+            if key == "name":
+                return "sampler.name"
+            return f"{loc}.params.rollout_sampler.{key}" if key in overrides else f"sampler.params.{key}"
+
+        return problems + autoregressive_sampler_problems(rollout, where)

@@ -1,0 +1,182 @@
+"""``mdpo``: Masked Diffusion Policy Optimization (He et al., "MDPO: Overcoming the Training-Inference
+Divide of Masked Diffusion Language Models", arXiv 2508.13148 §3, eq. (4)-(7); DARE
+``mdpo_llada_rollout.py``, ``mdpo_algos.py`` (``compute_step_wise_advantage``, ``select_top_k_steps``,
+``compute_mdpo_policy_loss``), ``llada_dp_actor_mdpo.py``; algorithms.md §3.4).
+
+Rollout (:mod:`dare_grpo.rollout_mdpo`): a non-cached categorical sampler that records, for every
+denoising step ``s = 1..T``, the input state ``x^(s)``, the one-shot prediction ``y^(s)`` and the
+per-token confidence ``c^(s)``. It takes ``gen_length``, ``steps``, ``block_length`` (absent: one block)
+and ``temperature`` (and ``top_k``/``top_p`` if the sampler has them and this objective does not set
+them) from the rollout sampler; ``conf_alg`` replaces the sampler's own remasking rule.
+
+Rewards and advantages (:func:`step_scores`, :func:`step_advantages`, :func:`select_steps`)::
+
+    r_s      = reward(y^(s))                                      (T reward calls per completion)
+    score_s  = (r_s - r_{s-1} + 1) + mean_{s' > s} r_{s'}          (r_0 = 0; the last step adds r_T)
+    A_{b,s}  = group advantage of score_{., s} over the G completions of a prompt (``advantage``, GRPO default)
+    K steps  = the top-``sample_train_steps`` steps by sum_b |A_{b,s}| over the rollout batch (sorted)
+
+Loss for the selected steps (rows = (step, completion) pairs), with ``mask`` = positions where
+``x^(s)`` is the mask token and ``l_k = log p_theta(y^(s)_k | x^(s))`` (likelihood temperature 1)::
+
+    lambda = G / sum_k mask_k                         (inverse mask ratio of the row, G = completion length)
+    L = sum_k [ max(-A rho lambda, -A clip(rho, 1 - eps_low, 1 + eps_high) lambda) + beta KL_k ] c_k mask_k
+        / sum_k mask_k                                (sums over every selected row; no dual clip)
+
+with ``KL_k`` the ``kl_estimator`` (default k2 = ``(l_ref - l)^2 / 2``, MDPO's) weighted by confidence
+like the surrogate, as DARE does. The recipe has the KL off (``beta = 0``; its coefficient when on is
+``mdpo_beta = 0.02``).
+
+**Decisions.**
+
+* **[QUIRK]** DARE scores the step states with the *final* response's attention mask, which drops every
+  position after the final EOS from the forward (their logits become zeros: a constant ``-log V`` that
+  still counts in ``sum mask``). Here ``x^(s)`` is scored with the attention the sampler used (prompt
+  mask, whole completion), i.e. the state the rollout actually saw.
+* The normaliser ``sum mask`` is over all selected rows of the rollout batch (DARE: per micro-batch, then
+  rescaled), so the loss does not depend on ``micro_batch_size``.
+* For families with ``pad_in_response = False`` positions outside the final response are not scored.
+* Block-attention families are rejected: MDPO's rollout and its step states are full-sequence
+  (non-cached, every masked position predicted at once), which block-diffusion attention cannot express.
+
+Recipe defaults (§4.2): ``sample_train_steps`` 16, eps 0.2, ``conf_alg`` llada (Dream: entropy), KL off,
+G = 8, mu = 1.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+import torch
+from pydantic import Field
+
+from dare.rl import clipped_policy_loss, group_advantages, kl_estimate, ratio_from_log
+from dare_grpo.objectives.base import LossTerms, OnlineRLObjective, RLParams
+from dare_grpo.rollout_mdpo import ConfAlg
+
+__all__ = ["MDPO", "MDPOParams", "StepLossInput", "step_scores", "step_advantages", "select_steps"]
+
+
+def step_scores(step_rewards: torch.Tensor) -> torch.Tensor:
+    """MDPO's step score (adv-v3 + adv-v4): ``[N, T]`` float32 from per-step rewards ``[N, T]``.
+
+    ``score_s = (r_s - r_{s-1} + 1) + mean_{s' > s} r_{s'}``, ``r_0 = 0``; the last step uses ``r_T``
+    for the second term (DARE ``compute_step_wise_advantage``).
+    :raises ValueError: ``step_rewards`` is not 2-D with at least one step.
+    """
+    if step_rewards.ndim != 2 or step_rewards.shape[1] == 0:
+        raise ValueError(f"step_rewards must be [N, T] with T >= 1, got {tuple(step_rewards.shape)}")
+    r = step_rewards.float()
+    diffs = torch.cat([r[:, :1], r[:, 1:] - r[:, :-1]], dim=1) + 1.0
+    T = r.shape[1]
+    future_sum = r.flip(1).cumsum(1).flip(1) - r                     # sum_{s' > s} r_{s'}
+    count = torch.arange(T - 1, -1, -1, device=r.device, dtype=r.dtype)  # T - 1 - s
+    future = torch.where(count > 0, future_sum / count.clamp(min=1.0), r[:, -1:].expand_as(r))
+    return diffs + future
+
+
+def step_advantages(scores: torch.Tensor, group_size: int, kind: str = "grpo") -> torch.Tensor:
+    """Group advantages of each step's scores: column ``s`` of ``[N, T]`` normalised within groups of
+    ``group_size`` rows (:func:`dare.rl.group_advantages`). :returns: ``[N, T]`` float32."""
+    return torch.stack([group_advantages(scores[:, s], group_size, kind) for s in range(scores.shape[1])], dim=1)
+
+
+def select_steps(advantages: torch.Tensor, k: int) -> torch.Tensor:
+    """The ``min(k, T)`` steps with the largest ``sum_b |A_{b,s}|``, ascending: ``[k]`` int64 (DARE
+    ``select_top_k_steps``). :raises ValueError: ``k < 1``."""
+    if k < 1:
+        raise ValueError(f"k must be >= 1, got {k}")
+    importance = advantages.abs().sum(dim=0)
+    return torch.topk(importance, min(k, importance.numel())).indices.sort().values
+
+
+@dataclass
+class StepLossInput:
+    """A chunk of selected (step, completion) rows.
+
+    * ``current``: ``[n, G]`` float32 ``l_k`` (differentiable); ``old``, ``ref`` (or None): ``[n, G]``;
+    * ``mask``: ``[n, G]`` bool, masked positions of ``x^(s)`` that are scored; ``confidence``: ``[n, G]``;
+    * ``advantages``: ``[n]`` step advantages ``A_{b,s}``; ``completion_length``: ``G``;
+    * ``num_tokens``: ``sum mask`` over every selected row of the rollout batch.
+    """
+
+    current: torch.Tensor
+    old: torch.Tensor
+    ref: torch.Tensor | None
+    mask: torch.Tensor
+    confidence: torch.Tensor
+    advantages: torch.Tensor
+    completion_length: int
+    num_tokens: float
+
+
+class MDPOParams(RLParams):
+    sample_train_steps: int = Field(16, ge=1, description="Steps K trained per rollout (top-K by sum |A|).")
+    conf_alg: ConfAlg = Field("llada", description="Rollout remasking score: llada, entropy, topk_margin, random.")
+    top_k: int | None = Field(None, ge=1, description="Rollout top-k (null: the sampler's, if it has one).")
+    top_p: float | None = Field(None, gt=0.0, le=1.0, description="Rollout top-p (null: the sampler's, if any).")
+    kl_estimator: Literal["k1", "k2", "k3"] = Field("k2", description="KL estimator (MDPO: k2).")
+    dual_clip_c: float | None = Field(None, gt=1.0, description="Not used: MDPO has no dual clip (must stay null).")
+
+
+class MDPO(OnlineRLObjective):
+    """MDPO (arXiv 2508.13148): step-wise rewards on intermediate predictions, top-K steps, weighted PPO."""
+
+    name = "mdpo"
+    Params = MDPOParams
+
+    def trainer_class(self):
+        from dare_grpo.trainer_mdpo import MDPOTrainer
+
+        return MDPOTrainer
+
+    def make_estimator(self, family, model_config, sampler):
+        """None: the step rows are scored from the recorded states (:mod:`dare_grpo.trainer_mdpo`)."""
+        return None
+
+    def rollout_settings(self, sampler) -> dict:
+        """Keyword arguments of :func:`~dare_grpo.rollout_mdpo.mdpo_decode` from the rollout sampler."""
+        sp, p = sampler.params, self.params
+        top_k = p.top_k if p.top_k is not None else (getattr(sp, "top_k", None) or None)
+        top_p = p.top_p if p.top_p is not None else getattr(sp, "top_p", None)
+        return dict(gen_length=int(sp.gen_length), steps=int(sp.steps), block_length=getattr(sp, "block_length", None),
+                    temperature=float(sp.temperature), top_k=top_k, top_p=top_p, conf_alg=p.conf_alg)
+
+    def step_loss(self, inp: StepLossInput, args) -> LossTerms:
+        """``L`` of the rows in ``inp`` with the whole batch's normaliser (module docstring)."""
+        mask = inp.mask.float()
+        lam = inp.completion_length / mask.sum(dim=-1, keepdim=True).clamp(min=1.0)
+        clipped = clipped_policy_loss(ratio_from_log(inp.current - inp.old), inp.advantages[:, None],
+                                      args.clip_eps_low, args.clip_eps_high, None)
+        per_token = clipped.loss * lam
+        weight = mask * inp.confidence.float()
+        denom = max(inp.num_tokens, 1.0)
+        metrics = {
+            "clip_fraction_high": (clipped.clipped_high.float() * mask).sum() / denom,
+            "clip_fraction_low": (clipped.clipped_low.float() * mask).sum() / denom,
+            "approx_kl": (kl_estimate(inp.current.detach(), inp.old, "k3") * mask).sum() / denom,
+        }
+        metrics["clip_fraction"] = metrics["clip_fraction_high"] + metrics["clip_fraction_low"]
+        if inp.ref is not None and args.beta > 0:
+            kl = kl_estimate(inp.current, inp.ref, args.kl_estimator)
+            per_token = per_token + args.beta * kl
+            metrics["kl"] = (kl.detach() * mask).sum() / denom
+        return LossTerms((per_token * weight).sum() / denom, metrics)
+
+    def check(self, ctx, loc):
+        problems = super().check(ctx, loc)
+        family, sampler = ctx.family, ctx.components.get("sampler")
+        if self.params.dual_clip_c is not None:
+            problems.append((f"{loc}.params.dual_clip_c", "MDPO's surrogate has no dual clip; remove dual_clip_c"))
+        if family is not None and family.attention != "full":
+            problems.append((f"{loc}.name", f"MDPO decodes and scores full-sequence states x^(s) (every masked "
+                                            f"position predicted at once, no cache); {family.name!r} uses "
+                                            f"{family.attention} attention, which cannot express them. Use a "
+                                            "full-attention family (LLaDA, Dream)"))
+        if sampler is not None:
+            missing = [k for k in ("gen_length", "steps", "temperature") if k not in type(sampler.params).model_fields]
+            if missing:
+                problems.append(("sampler.name", f"MDPO's rollout takes gen_length, steps and temperature from the "
+                                                 f"sampler; {sampler.name!r} lacks {', '.join(missing)} (use 'llada')"))
+        return problems

@@ -1,0 +1,80 @@
+"""The update of SPG (arXiv 2510.09541), whose EUBO-like surrogate couples the Monte-Carlo copies.
+
+The base trainer's ``per_pass`` update adds one loss per pass; SPG's EUBO is a log of a mean over the
+copies, so its loss is a function ``L(l_1, ..., l_M)`` of all copies' token log-probs at once
+(:meth:`dare_grpo.objectives.spg.SPG.joint_loss`). :class:`SPGTrainer` evaluates it exactly with one copy
+in memory, the token-level analogue of the scalar-proxy replay (algorithms.md §3.8):
+
+1. ``M = 1`` (the recipe): one forward per row chunk with gradient, the loss directly;
+2. ``M > 1``: every copy scored without gradient; ``g = dL/dl`` on a leaf copy of the ``[M, N, G]``
+   token log-probs; then each copy ``m`` is replayed with gradient and ``sum(l_m * g_m)`` backpropagated,
+   which by the chain rule is exactly ``dL/dtheta`` (one extra forward per copy).
+
+Rows are independent in ``L`` except through the batch-wide normaliser ``sum |y|``, so row chunks
+(``micro_batch_size``) add up to the batch loss.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from dare.diffusion.estimators import score_pass
+from dare_grpo.objectives.spg import JointLossInput
+from dare_grpo.rollout import Rollout
+from dare_grpo.trainer import GRPOTrainer
+
+__all__ = ["SPGTrainer"]
+
+
+class SPGTrainer(GRPOTrainer):
+    """:class:`~dare_grpo.trainer.GRPOTrainer` whose update evaluates SPG's coupled loss (module docstring)."""
+
+    def _joint_input(self, token, scored, rollout: Rollout, rows) -> JointLossInput:
+        batch = rollout.batch
+        return JointLossInput(
+            token=token, scored=scored, advantages=rollout.advantages[rows],
+            response_lengths=batch.response_lengths[rows], total_response_tokens=float(batch.response_lengths.sum()),
+            num_sequences=batch.num_rows,
+        )
+
+    def _update_per_pass(self, model, rollout: Rollout, iteration: int) -> tuple[float, dict[str, float]]:
+        """One optimizer step's gradient of SPG's loss (module docstring). :returns: ``(loss, metrics)``."""
+        batch, passes = rollout.batch, rollout.passes[iteration]
+        fn = self._logits_fn(model)
+        T = self.args.likelihood_temperature
+        metrics: dict[str, float] = {}
+        total, forwards = 0.0, 0
+        entropy_sum, entropy_count = 0.0, 0.0
+        if len(passes) == 1:
+            for r in self._row_chunks(batch.num_rows):
+                with self.compute_loss_context_manager():
+                    cur = score_pass(fn, batch.rows(r), passes[0].rows(r), T, with_entropy=True)
+                inp = self._joint_input(cur.token[None], cur.scored[None], rollout, r)
+                terms = self.objective.joint_loss(inp, self.args)
+                self._backward(terms.loss)
+                total += float(terms.loss.detach())
+                self._accumulate(metrics, terms)
+                entropy_sum += float((cur.entropy * cur.scored).sum())
+                entropy_count += float(cur.scored.sum())
+                forwards += int((passes[0].weight[:, r] != 0).flatten(1).any(dim=1).sum())
+        else:
+            with self.compute_loss_context_manager():
+                scores = self._score_all(model, batch, passes, with_entropy=True)
+            leaf = torch.stack([s.token for s in scores]).detach().requires_grad_(True)
+            scored = torch.stack([s.scored for s in scores])
+            terms = self.objective.joint_loss(self._joint_input(leaf, scored, rollout, slice(None)), self.args)
+            (grad,) = torch.autograd.grad(terms.loss, leaf)
+            total = float(terms.loss.detach())
+            self._accumulate(metrics, terms)
+            for m, pas in enumerate(passes):
+                for r in self._row_chunks(batch.num_rows):
+                    with self.compute_loss_context_manager():
+                        cur = score_pass(fn, batch.rows(r), pas.rows(r), T)
+                    self._backward((cur.token * grad[m, r]).sum())
+                    forwards += 2 * int((pas.weight[:, r] != 0).flatten(1).any(dim=1).sum())
+            for s in scores:
+                entropy_sum += float((s.entropy * s.scored).sum())
+                entropy_count += float(s.scored.sum())
+        metrics["nfe/update"] = float(forwards)
+        metrics["entropy"] = entropy_sum / max(entropy_count, 1.0)
+        return total, metrics

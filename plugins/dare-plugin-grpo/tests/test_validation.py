@@ -1,0 +1,60 @@
+"""Spec validation of RL objectives: clear problems naming the YAML path, before any weights load."""
+
+from __future__ import annotations
+
+import pytest
+
+from dare.errors import SpecError
+from dare.spec import validate_spec
+
+
+def spec(model_dir, tmp_path, **algorithm):
+    return {
+        "model": {"path": str(model_dir)},
+        "data": {"train": {"path": "dare://sudoku/train.parquet", "prompt_template": "{{ extra_info.puzzle }}",
+                           "chat_template": False}},
+        "algorithm": {"name": "d1", **algorithm},
+        "sampler": {"name": "llada", "params": {"gen_length": 8, "block_length": 4, "steps": 8}},
+        "rewards": [{"name": "sudoku"}],
+        "train": {"learning_rate": 1e-4, "max_steps": 1},
+        "output": {"dir": str(tmp_path / "run")},
+    }
+
+
+def problems(raw) -> dict[str, str]:
+    with pytest.raises(SpecError) as exc:
+        validate_spec(raw)
+    return dict(exc.value.problems)
+
+
+def test_greedy_rollouts_and_sampler_temperature_are_rejected(tiny_llada_dir, tmp_path):
+    got = problems(spec(tiny_llada_dir, tmp_path, params={"likelihood_temperature": "sampler"}))
+    assert "every advantage is 0" in got["algorithm.params.rollout_sampler"]
+    assert "positive temperature" in got["algorithm.params.likelihood_temperature"]
+
+
+def test_rollout_sampler_overrides_are_validated_by_the_sampler(tiny_llada_dir, tmp_path):
+    got = problems(spec(tiny_llada_dir, tmp_path, params={"rollout_sampler": {"temprature": 1.0}}))
+    assert "allowed keys here" in got["algorithm.params.rollout_sampler.temprature"]
+
+
+def test_params_and_missing_sections(tiny_llada_dir, tmp_path):
+    raw = spec(tiny_llada_dir, tmp_path, params={"group_size": 1, "clip_eps_low": 1.5})
+    got = problems(raw)
+    assert "greater than or equal to 2" in got["algorithm.params.group_size"]
+    assert "less than 1" in got["algorithm.params.clip_eps_low"]
+    raw = spec(tiny_llada_dir, tmp_path, params={"rollout_sampler": {"temperature": 1.0}})
+    raw["rewards"] = []
+    assert "needs at least one reward" in problems(raw)["rewards"]
+
+
+def test_valid_spec_and_step_merge(tiny_llada_dir, tmp_path):
+    raw = spec(tiny_llada_dir, tmp_path, params={"rollout_sampler": {"temperature": 1.0}})
+    validate_spec(raw)
+    raw["algorithm"] = {"name": "cj-grpo", "params": {"step_merge": True, "rollout_sampler": {"temperature": 1.0}}}
+    validate_spec(raw)  # the llada sampler has blocks: 2 blocks of 4 steps -> shrink 4
+    from dare_grpo.objectives import CJGRPO
+    from dare_llada.sampler import LLaDASampler
+
+    est = CJGRPO({"step_merge": True}).make_estimator(None, None, LLaDASampler(raw["sampler"]["params"]))
+    assert est.shrink == 4
