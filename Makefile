@@ -18,8 +18,19 @@ $(STAMP): pyproject.toml $(wildcard plugins/*/pyproject.toml)
 
 install: $(STAMP)
 
+DARE := $(VENV)/bin/dare
+
+# The quickstart, then SFT -> RL: a short SFT run (the RL start), online RL on real Sudoku puzzles,
+# and one report with untrained, SFT and RL scores side by side (runs/demo/comparison.{md,png}).
 demo: install
-	$(VENV)/bin/dare run examples/quickstart.yaml
+	$(DARE) run examples/quickstart.yaml
+	$(DARE) run examples/quickstart-sft-short.yaml
+	$(DARE) run examples/quickstart-rl.yaml
+	$(DARE) compare -o runs/demo --title "DARE demo: 4x4 Sudoku, 500 test puzzles" \
+	  "untrained=runs/quickstart:before" \
+	  "SFT 250 steps (RL start)=runs/quickstart-sft-short:after" \
+	  "SFT 250 steps + RL=runs/quickstart-rl:after" \
+	  "SFT 750 steps=runs/quickstart:after"
 
 test: install
 	$(VENV)/bin/python -m pytest -q

@@ -36,6 +36,9 @@ def test_sudoku_on_real_test_rows():
     assert sud.score(solution, r0) == 0.0  # d1 format needs <answer> tags
     assert reward("sudoku", require_answer_tags=False).score(solution, r0) == 1.0
     assert reward("sudoku", require_answer_tags=False).score(solution[:10], r0) == 5 / 8  # cells 2,5,6,7,8 right; the rest padded with 0
+    bonus = reward("sudoku", solved_bonus=0.5)
+    assert bonus.score(f"<answer>{solution}</answer>", r0) == 1.5  # exact solve: cells + bonus
+    assert bonus.score(f"<answer>{wrong}</answer>", r0) == 6 / 8  # no bonus short of a solve
 
 
 def test_countdown_on_a_real_row():

@@ -59,17 +59,22 @@ class SudokuParams(Params):
     require_answer_tags: bool = Field(
         True, description="Read the last <answer> block (d1 format); false: use the whole completion's digits."
     )
+    solved_bonus: float = Field(
+        0.0, ge=0.0, description="Added when every empty cell is right (an exact solve); 0 = d1's rule."
+    )
 
 
 class SudokuReward(Reward):
-    """4x4 Sudoku: fraction of originally empty cells filled correctly (d1/DARE rule)."""
+    """4x4 Sudoku: fraction of originally empty cells filled correctly (d1/DARE rule), plus
+    ``solved_bonus`` for an exact solve (a DARE option, default 0, so the score stays in [0, 1])."""
 
     name = "sudoku"
     Params = SudokuParams
 
     def score(self, completion: str, sample: dict[str, Any]) -> float:
         info = sample.get("extra_info") or {}
-        return sudoku_score(completion, str(info["puzzle"]), str(self.ground_truth(sample)), self.params.require_answer_tags)
+        cells = sudoku_score(completion, str(info["puzzle"]), str(self.ground_truth(sample)), self.params.require_answer_tags)
+        return cells + (self.params.solved_bonus if cells == 1.0 else 0.0)
 
 
 class FormatParams(Params):

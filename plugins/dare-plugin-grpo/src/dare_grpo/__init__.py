@@ -2,8 +2,8 @@
 
 * :class:`~dare_grpo.trainer.GRPOTrainer` / :class:`~dare_grpo.config.GRPOConfig`: rollout, rewards,
   group advantages, inner iterations, reference policy, metrics, checkpointed generators;
-* objectives (:mod:`dare_grpo.objectives`): ``d1``, ``coupled-grpo``, ``bgpo``, ``espo``,
-  ``cj-grpo``, ``tracerl``, built from the core's estimators (:mod:`dare.diffusion.estimators`)
+* objectives (:mod:`dare_grpo.objectives`): ``d1``, ``coupled-grpo``, ``mdpo``, ``cj-grpo``,
+  ``spg``, ``bgpo``, ``ebpo``, ``d-treerpo``, ``justgrpo``, ``espo``, ``tracerl``, built from the core's estimators (:mod:`dare.diffusion.estimators`)
   and RL pieces (:mod:`dare.rl`).
 """
 
