@@ -1,5 +1,5 @@
 # DARE: two commands for a fresh machine.
-#   make demo   create .venv, install the core + first-party plugins (CPU torch), run the quickstart
+#   make demo   create .venv, install the core + first-party plugins (CPU torch), run the quickstart, SFT -> RL
 #   make test   same install, then the test suite
 PYTHON ?= python3
 VENV ?= .venv
@@ -36,7 +36,7 @@ test: install
 	$(VENV)/bin/python -m pytest -q
 
 schema: install
-	$(VENV)/bin/dare schema
+	$(VENV)/bin/dare schema --first-party
 
 bench: install
 	$(VENV)/bin/python benchmarks/bench_quickstart.py

@@ -66,7 +66,11 @@ def train(spec, overrides):
 @click.argument("spec", type=click.Path(dir_okay=False))
 @click.option("--set", "overrides", multiple=True, help=_OVERRIDE_HELP)
 def eval_cmd(spec, overrides):
-    """Evaluate SPEC's model on its eval benchmarks (no training)."""
+    """Evaluate SPEC's model on its eval benchmarks (no training).
+
+    When SPEC's run directory holds its trained model/ (after `dare run`/`dare train`), that model is
+    evaluated; its report keeps the run's before/after rows and adds an `eval` row.
+    """
     from dare.run import Run
 
     r = Run.from_file(spec, list(overrides))
@@ -119,13 +123,10 @@ def compare(entries, output, title):
 def generate(model_path, prompts, sampler_name, params, chat, dtype, seed, as_json):
     """Prompt in, text out."""
     import torch
-    import yaml
 
     from dare.modeling import load_model
-    from dare.plugins import get_registry
     from dare.sampling.text import encode_prompts, decode_completions
-    from dare.spec import pydantic_problems
-    from pydantic import ValidationError
+    from dare.spec import check_generate, parse_override_value
 
     texts = []
     for p in prompts:
@@ -137,18 +138,9 @@ def generate(model_path, prompts, sampler_name, params, chat, dtype, seed, as_js
         if "=" not in kv:
             raise DareError(f"--param {kv!r} must look like key=value")
         k, v = kv.split("=", 1)
-        raw[k] = yaml.safe_load(v)
-    # resolve the family and validate the sampler params before loading any weights
-    from dare.modeling.checkpoint import family_of
-
-    family = family_of(model_path)
-    entry = get_registry().get("sampler", sampler_name or family.default_sampler)
-    try:
-        sampler = entry.create(raw)
-    except ValidationError as exc:
-        from dare.errors import SpecError
-
-        raise SpecError(pydantic_problems(exc, entry.cls.Params, prefix="--param")) from None
+        raw[k.strip()] = parse_override_value(v)
+    # the spec's checks (model directory, sampler params, sampler vs family) before loading any weights
+    sampler, _ = check_generate(model_path, sampler_name, raw)
     lm = load_model(model_path, dtype=dtype)
     rendered = [
         lm.tokenizer.apply_chat_template([{"role": "user", "content": t}], tokenize=False, add_generation_prompt=True)
@@ -183,19 +175,23 @@ def validate(spec, overrides):
 @cli.command()
 @click.option("--output", "-o", default="schemas/run-spec.schema.json", show_default=True, help="Where to write ('-' = stdout).")
 @click.option("--check", is_flag=True, help="Exit 1 if the file differs from what would be written.")
-def schema(output, check):
+@click.option("--first-party", is_flag=True,
+              help="Only the core's and this repository's plugins (what the committed schema covers).")
+def schema(output, check, first_party):
     """Write the JSON Schema of the run spec, covering every installed component's params."""
     from dare.io import atomic_write_text
+    from dare.plugins import FIRST_PARTY, get_registry
     from dare.spec import json_schema
 
-    text = json.dumps(json_schema(), indent=2, sort_keys=True) + "\n"
+    registry = get_registry().restricted(FIRST_PARTY) if first_party else None
+    text = json.dumps(json_schema(registry), indent=2, sort_keys=True) + "\n"
     if output == "-":
         click.echo(text, nl=False)
         return
     if check:
         cur = Path(output).read_text() if Path(output).is_file() else ""
         if cur != text:
-            click.echo(f"{output} is stale; run `dare schema`", err=True)
+            click.echo(f"{output} is stale; run `dare schema{' --first-party' if first_party else ''}`", err=True)
             sys.exit(1)
         click.echo(f"{output} is up to date")
         return
@@ -265,10 +261,10 @@ def new_plugin(name, kind, output):
 @click.option("--overwrite", is_flag=True)
 def create_model_cmd(family, out_dir, preset, overrides, seed, overwrite):
     """Create a randomly initialised FAMILY model (official format) with DARE's byte tokenizer."""
-    import yaml
-
     from dare.modeling import create_model
+    from dare.modeling.checkpoint import new_config_problems
     from dare.plugins import get_registry
+    from dare.spec import parse_override_value
 
     fam = get_registry().get("model_family", family).create()
     cfg = {}
@@ -276,7 +272,10 @@ def create_model_cmd(family, out_dir, preset, overrides, seed, overwrite):
         if "=" not in kv:
             raise DareError(f"--set {kv!r} must look like key=value")
         k, v = kv.split("=", 1)
-        cfg[k] = yaml.safe_load(v)
+        cfg[k.strip()] = parse_override_value(v)
+    found = new_config_problems(fam, preset, cfg) if cfg else []
+    if found:
+        raise DareError("; ".join(f"--set {key or ', '.join(cfg)}: {msg}" for key, msg in found))
     try:
         lm = create_model(fam, out_dir, preset=preset, overrides=cfg, seed=seed, overwrite=overwrite)
     except FileExistsError:

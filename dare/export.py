@@ -164,9 +164,16 @@ def export_model(src: str | Path, out: str | Path, base: str | None = None, dtyp
     from dare.modeling.checkpoint import DTYPES, resolve_family, trained_model_dir, verify_checkpoint
     from dare.plugins import get_registry
 
-    src, out = trained_model_dir(Path(src)), Path(out)
+    given, out = Path(src), Path(out)
+    src = trained_model_dir(given)
     if not src.is_dir():
         raise CheckpointError(f"{src} is not a directory; export takes an adapter, model or checkpoint-N directory")
+    o = out.resolve()
+    for s in {given.resolve(), src.resolve()}:
+        if o == s or s in o.parents or o in s.parents:
+            how = "is" if o == s else ("is inside" if s in o.parents else "contains")
+            raise CheckpointError(f"the output directory {out} {how} the source {given}; writing it would replace or "
+                                  "mix with the source: choose an output directory outside the source, e.g. next to it")
     if out.exists() and (not out.is_dir() or any(out.iterdir())) and not overwrite:
         raise CheckpointError(f"{out} is not empty; choose another output directory or pass --overwrite")
     if dtype is not None and dtype not in DTYPES:

@@ -35,6 +35,7 @@ from dare.errors import PluginError
 
 __all__ = [
     "DEFAULT_PLUGINS",
+    "FIRST_PARTY",
     "Entry",
     "LoadFailure",
     "Registry",
@@ -45,6 +46,13 @@ __all__ = [
 
 #: DARE's built-in plugins (part of the ``dare-dllm`` distribution), loaded by module path.
 DEFAULT_PLUGINS = ("dare.builtins.rewards", "dare.builtins.benchmarks")
+
+#: Distributions whose components the committed ``schemas/run-spec.schema.json`` covers: the core and
+#: the plugins under ``plugins/`` in this repository (``dare schema --first-party``).
+FIRST_PARTY = (
+    "dare-dllm", "dare-plugin-dpo", "dare-plugin-dream", "dare-plugin-grpo", "dare-plugin-llada",
+    "dare-plugin-llada2", "dare-plugin-sdar", "dare-plugin-sft",
+)
 
 _HOOK_FOR_KIND = {
     "model_family": "register_model_families",
@@ -122,6 +130,16 @@ class Registry:
         if failed:
             msg += f"; plugins that failed to load: {', '.join(failed)} (run `dare plugins`)"
         return msg
+
+    def restricted(self, distributions) -> "Registry":
+        """A copy holding only the components of ``distributions`` (names of installed distributions)."""
+        keep = set(distributions)
+        out = Registry(failures=list(self.failures), conflicts=list(self.conflicts))
+        for kind in KINDS:
+            out.entries[kind] = {n: e for n, e in self.entries[kind].items() if e.distribution in keep}
+            out.aliases[kind] = {a: n for a, n in self.aliases[kind].items() if n in out.entries[kind]}
+        out.plugins = {p: dv for p, dv in self.plugins.items() if dv[0] in keep}
+        return out
 
     def family_for_model_type(self, model_type: str) -> Entry | None:
         for entry in self.entries["model_family"].values():

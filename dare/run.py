@@ -4,7 +4,8 @@
 spec's objective, evaluate after, then write ``report.{json,md}`` and ``plot.png`` in the run
 directory. Layout of ``output.dir``::
 
-    run.json          resolved spec + hash (a re-run of the same spec resumes; another spec is refused)
+    run.json          resolved spec + hash (a re-run of the same spec resumes; another spec is refused
+                      unless output.overwrite, or the earlier run left nothing durable: see dare.rundir)
     init-model/       the fresh model, when model.new (official format)
     checkpoints/      trainer checkpoints (official-format model + optimizer/scheduler/RNG state)
     model/            the trained model (official format; LoRA runs: merged, with the peft adapter in model/adapter/)
@@ -17,7 +18,7 @@ from __future__ import annotations
 
 import json
 import logging
-import shutil
+import sys
 from functools import cached_property
 from pathlib import Path
 from typing import Any
@@ -73,20 +74,31 @@ class Run:
     def model_dir(self) -> Path:
         return self.dir / "model"
 
-    def prepare(self) -> None:
-        """Create ``output.dir`` and its ``run.json``; clear it first when it held another run and
-        ``output.overwrite`` is set (validation already refused that case otherwise)."""
-        marker = self.dir / "run.json"
-        if marker.is_file():
-            old = json.loads(marker.read_text()).get("spec_hash")
-            if old != self.hash:
-                if not self.spec.output.overwrite:
-                    raise SpecError([("output.dir", f"{self.dir} already holds a different run; set output.overwrite: true")])
-                shutil.rmtree(self.dir)
-        elif self.dir.is_dir() and any(self.dir.iterdir()) and self.spec.output.overwrite:
-            shutil.rmtree(self.dir)
+    def prepare(self, train: bool = True) -> None:
+        """Create ``output.dir`` and its ``run.json`` by the rules of :func:`dare.rundir.plan_output_dir`.
+
+        A non-empty directory without ``run.json`` is refused (never deleted, whatever
+        ``output.overwrite``). A run directory is cleared first (its contents deleted) when it holds a
+        different run and ``output.overwrite`` is set, when its earlier run produced nothing durable
+        (no checkpoint, ``model/`` or report: one line on stderr says so), or, when ``train``, when it
+        holds training output of this spec with ``train.resume: false`` and ``output.overwrite``.
+
+        :raises SpecError: ``output.dir`` (not a run directory; a different run) or ``train.resume``
+            (this run's checkpoints are there but resume is off and overwrite is not set).
+        """
+        from dare.rundir import clear_run_dir, plan_output_dir
+
+        resume = self.spec.train.resume if self.spec.train is not None else True
+        action, problems = plan_output_dir(self.dir, self.hash, self.spec.output.overwrite, resume=resume, train=train)
+        if problems:
+            raise SpecError(problems, source=self.source)
+        if action == "replace-unfinished":
+            print(f"{self.dir}: replacing the files of an earlier unfinished run (no checkpoint, model or report)",
+                  file=sys.stderr)
+        if action in ("replace", "replace-unfinished"):
+            clear_run_dir(self.dir)
         self.dir.mkdir(parents=True, exist_ok=True)
-        atomic_write_json(marker, {"spec_hash": self.hash, "source": self.source, "spec": self.spec.model_dump(mode="json")})
+        atomic_write_json(self.dir / "run.json", {"spec_hash": self.hash, "source": self.source, "spec": self.spec.model_dump(mode="json")})
 
     # ------------------------------------------------------------------ model
     @cached_property
@@ -132,6 +144,16 @@ class Run:
     @property
     def tokens(self):
         return self.lm.tokens
+
+    def _use_trained_model(self) -> bool:
+        """Make the run's model the trained ``model/`` of its directory, if there is one (for eval)."""
+        if not (self.model_dir / "config.json").is_file():
+            return False
+        from dare.modeling import load_model
+
+        self.__dict__["lm"] = load_model(self.model_dir, dtype=self.spec.model.dtype)
+        print(f"evaluating the trained model in {self.model_dir}", file=sys.stderr)
+        return True
 
     # ------------------------------------------------------------------ training
     def train(self) -> dict[str, float]:
@@ -201,18 +223,26 @@ class Run:
 
     # ------------------------------------------------------------------ whole run
     def execute(self, train: bool = True, evaluate: bool = True) -> dict[str, Any]:
-        """``dare run``: [eval before] -> train -> eval after -> report + plot. Returns the report data."""
+        """``dare run``: [eval before] -> train -> eval after -> report + plot. Returns the report data.
+
+        Without training (``dare eval``) the stage is ``eval``; when the run directory already holds
+        this spec's trained ``model/`` (an earlier ``dare run``/``dare train``), that model is evaluated
+        (never a cached result), not the spec's initial model. The report then keeps the earlier
+        ``before``/``after`` rows (from ``eval/before.json``, ``eval/after.json``) and train metrics,
+        with the ``eval`` row added, and names the evaluated model (``eval_model``).
+        """
         from dare.eval import provenance, write_report
         from dare.eval.report import plot_training
 
-        self.prepare()
-        torch.manual_seed(self.spec.train.seed if self.spec.train else 0)
         do_train = train and self.objective is not None
         do_eval = evaluate and self.spec.eval is not None
+        self.prepare(train=do_train)
+        torch.manual_seed(self.spec.train.seed if self.spec.train else 0)
+        trained = do_eval and not do_train and self._use_trained_model()
         stages: dict[str, list] = {}
         if do_eval and (not do_train or self.spec.eval.before_train):
             label = "before" if do_train else "eval"
-            stages[label] = self.cached_eval(label) or self.evaluate(label)
+            stages[label] = (None if trained else self.cached_eval(label)) or self.evaluate(label)
         train_metrics: dict[str, float] = {}
         if do_train:
             train_metrics = self.train() or {}
@@ -220,6 +250,16 @@ class Run:
             stages["after"] = self.evaluate("after")
         prov = provenance(self.spec, self.sampler, self.spec.eval.seed if self.spec.eval else None)
         extra = {"train_metrics": train_metrics, "run_dir": str(self.dir)}
+        if do_eval and not do_train:  # `dare eval` after `dare run`: keep the run's before/after rows
+            earlier = {s: rs for s in ("before", "after") if (rs := self.cached_eval(s))}
+            if earlier:
+                stages = earlier | stages
+                try:
+                    extra["train_metrics"] = json.loads((self.dir / "report.json").read_text()).get("train_metrics", {})
+                except (OSError, json.JSONDecodeError, AttributeError):
+                    pass
+            if trained:
+                extra["eval_model"] = str(self.model_dir)
         if stages:
             write_report(self.dir, stages, prov, extra=extra)
         if do_train:

@@ -123,6 +123,30 @@ def _templates_dir() -> Path:
     raise DareError("the plugin templates are missing from this installation (templates/plugin)")
 
 
+def _refuse_installed(name: str, n: dict[str, str], reg_kind: str, label: str) -> None:
+    """Refuse a name whose distribution is installed (``pip install -e`` would replace it) or whose
+    component name an installed plugin already registers for this kind.
+
+    :raises DareError: naming the installed distribution and suggesting another name.
+    """
+    from importlib import metadata
+
+    from dare.plugins import get_registry
+
+    suggest = f"choose another name, e.g. my-{n['component']}"
+    try:
+        dist = metadata.distribution(n["dist"])
+    except metadata.PackageNotFoundError:
+        dist = None
+    if dist is not None:
+        raise DareError(f"plugin name {name!r}: the distribution {n['dist']} ({dist.version}) is already installed, and "
+                        f"installing the new package would replace it; {suggest}")
+    entry = get_registry().find(reg_kind, n["component"])
+    if entry is not None:
+        raise DareError(f"plugin name {name!r}: an installed {label} is already called {entry.name!r} (from "
+                        f"{entry.distribution}); the two would clash; {suggest}")
+
+
 def render_plugin(name: str, kind: str, parent: Path) -> Path:
     """Write the package to ``parent/<dist>`` atomically and return its path.
 
@@ -137,6 +161,7 @@ def render_plugin(name: str, kind: str, parent: Path) -> Path:
     target = Path(parent) / n["dist"]
     if target.exists():
         raise DareError(f"{target} already exists; choose another name or directory")
+    _refuse_installed(name, n, reg_kind, label)
     spec_snippet = {
         "objective": f"algorithm: {{name: {n['component']}, params: {{weight: 1.0}}}}",
         "model": f"model: {{path: <a {n['component']} checkpoint>}}",

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any, Literal, Union
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, field_validator, model_validator
 
 from dare.errors import DareError, SpecError
 
@@ -53,6 +53,23 @@ __all__ = [
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _no_bool_numbers(cls, value, info):
+        """``true``/``false`` for a number field is a mistake (pydantic would read it as 1/0)."""
+        if isinstance(value, bool):
+            import typing
+
+            field_info = cls.model_fields.get(info.field_name)
+            todo, kinds = [field_info.annotation if field_info else None], set()
+            while todo:
+                a = todo.pop()
+                kinds.add(a)
+                todo.extend(typing.get_args(a))
+            if bool not in kinds and (int in kinds or float in kinds):
+                raise ValueError(f"expected {'an integer' if int in kinds else 'a number'}, not a boolean")
+        return value
 
 
 # --------------------------------------------------------------------------- model
@@ -244,9 +261,22 @@ def _model_at(model_cls: type[BaseModel], loc: tuple) -> type[BaseModel] | None:
 
 def pydantic_problems(exc: ValidationError, root_cls: type[BaseModel], prefix: str = "") -> list[tuple[str, str]]:
     """Turn a pydantic error into ``(yaml_path, message)`` pairs with allowed keys for unknown ones."""
+    import re
+
     problems = []
     for err in exc.errors():
         loc = tuple(p for p in err["loc"] if not (isinstance(p, str) and ("[" in p or p.startswith("function-"))))
+        loc, branch, union_has_model = _strip_union_tags(root_cls, loc)
+        if branch is not None and union_has_model and isinstance(err.get("input"), dict) and not (
+            isinstance(branch, type) and issubclass(branch, BaseModel)
+        ):
+            continue  # a mapping was given: only the errors of the union's mapping branch matter
+        model_level = err["type"] == "value_error" and isinstance(err.get("input"), dict)
+        if model_level:  # a model validator: point at the field its message starts with
+            owner = _model_at(root_cls, loc)
+            first = re.match(r"\w+", err["msg"].removeprefix("Value error, "))
+            if owner is not None and first and first.group(0) in owner.model_fields:
+                loc = (*loc, first.group(0))
         path = _loc_str(loc)
         if prefix:
             path = f"{prefix}.{path}" if path and not path.startswith("[") else f"{prefix}{path}"
@@ -259,11 +289,49 @@ def pydantic_problems(exc: ValidationError, root_cls: type[BaseModel], prefix: s
             msg = "required field is missing"
         else:
             msg = err["msg"].removeprefix("Value error, ").removeprefix("Assertion failed, ")
-            if "input" in err and typ not in ("model_type", "dict_type"):
+            if "input" in err and typ not in ("model_type", "dict_type") and not model_level:
                 shown = repr(err["input"])
-                msg += f" (got {shown[:80]})"
+                msg += f" (got {shown if len(shown) <= 80 else shown[:77] + '...'})"
         problems.append((path, msg))
     return problems
+
+
+def _strip_union_tags(root_cls: type[BaseModel], loc: tuple) -> tuple[tuple, Any, bool]:
+    """Drop the member tags pydantic puts in the locations of union errors (``benchmarks[0].BenchmarkSpec.limit``).
+
+    Returns ``(loc without tags, the union member the error came from or None, whether that union has a
+    model member)``.
+    """
+    import types
+    import typing
+
+    def unoptional(a):
+        if typing.get_origin(a) in (Union, types.UnionType):
+            args = [x for x in typing.get_args(a) if x is not type(None)]
+            if len(args) == 1:
+                return args[0]
+        return a
+
+    out: list = []
+    branch, has_model = None, False
+    ann: Any = root_cls
+    for part in loc:
+        ann = unoptional(ann)
+        if isinstance(ann, type) and issubclass(ann, BaseModel) and isinstance(part, str) and part in ann.model_fields:
+            ann = ann.model_fields[part].annotation
+        elif isinstance(part, int) and typing.get_origin(ann) is list:
+            ann = typing.get_args(ann)[0]
+        elif isinstance(part, str) and typing.get_origin(ann) in (Union, types.UnionType):
+            members = {getattr(a, "__name__", None): a for a in typing.get_args(ann)}
+            if part in members:
+                branch, ann = members[part], members[part]
+                has_model = any(isinstance(a, type) and issubclass(a, BaseModel) for a in members.values())
+                continue
+            ann = None
+        else:
+            ann = None
+        out.append(part)
+    return tuple(out), branch, has_model
 
 
 def spec_hash(spec: RunSpec) -> str:
@@ -328,17 +396,56 @@ def load_spec(path: str | os.PathLike, overrides: list[str] | None = None, check
     return validate_spec(raw, source=str(path), check=check)
 
 
+def parse_override_value(value: str) -> Any:
+    """A ``--set``/``--param`` value: YAML, or the literal string when it is not valid YAML or reads as a
+    mapping from a Jinja ``{{ ... }}`` (e.g. ``prompt_template={{ extra_info.x }}``)."""
+    try:
+        parsed = yaml.safe_load(value)
+    except yaml.YAMLError:
+        return value
+    if isinstance(parsed, dict) and "{{" in value:
+        return value
+    return parsed
+
+
 def _apply_override(raw: dict, override: str) -> None:
+    """Set ``dotted.key=value`` in ``raw``; list items by index (``eval.benchmarks.0.limit`` or ``[0]``)."""
+    import re
+
     if "=" not in override:
         raise SpecError([("", f"override {override!r} must look like section.key=value")])
     key, value = override.split("=", 1)
-    parts = key.split(".")
-    cur = raw
-    for p in parts[:-1]:
-        cur = cur.setdefault(p, {})
-        if not isinstance(cur, dict):
-            raise SpecError([(key, "cannot override inside a non-mapping value")])
-    cur[parts[-1]] = yaml.safe_load(value)
+    key = key.strip()
+    where = f"--set {key}"
+    parts = re.sub(r"\[(\w*)\]", r".\1", key).split(".")
+    if any(not p for p in parts):
+        raise SpecError([(where, "empty path segment; write e.g. eval.benchmarks.0.limit=8 or eval.benchmarks[0].limit=8")])
+    cur: Any = raw
+    for i, p in enumerate(parts):
+        last = i == len(parts) - 1
+        done = ".".join(parts[:i]) or "<root>"
+        if isinstance(cur, list):
+            if not p.isdigit():
+                raise SpecError([(where, f"{done} is a list; address its items by index (e.g. {done}.0), not {p!r}")])
+            idx = int(p)
+            if idx >= len(cur):
+                have = f"indices 0..{len(cur) - 1}" if cur else "no items"
+                raise SpecError([(where, f"index {idx} is out of range: {done} has {len(cur)} item(s) ({have})")])
+            if last:
+                cur[idx] = parse_override_value(value)
+                return
+            if isinstance(cur[idx], str) and done.endswith("benchmarks"):
+                cur[idx] = {"name": cur[idx]}  # a benchmark given by name: expand to its mapping
+            cur = cur[idx]
+        elif isinstance(cur, dict):
+            if last:
+                cur[p] = parse_override_value(value)
+                return
+            if cur.get(p) is None:
+                cur[p] = [] if parts[i + 1].isdigit() else {}
+            cur = cur[p]
+        else:
+            raise SpecError([(where, f"cannot override inside {done}, which is {cur!r}, not a mapping or list")])
 
 
 def validate_spec(raw: dict | RunSpec, source: str | None = None, check: bool = True) -> RunSpec:
@@ -449,6 +556,12 @@ def _check_model(ctx: SpecContext, problems: list) -> None:
             ctx.model_config = cfg
         if new.tokenizer != "byte" and not (resolve_path(new.tokenizer) / "tokenizer_config.json").is_file():
             problems.append(("model.new.tokenizer", f"{new.tokenizer!r} is neither 'byte' nor a tokenizer directory"))
+        elif new.preset in presets and new.config:  # build the config (and a meta-device model): no weights
+            from dare.modeling.checkpoint import new_config_problems
+
+            tok = new.tokenizer if new.tokenizer == "byte" else str(resolve_path(new.tokenizer))
+            for key, msg in new_config_problems(ctx.family, new.preset, new.config, tokenizer=tok):
+                problems.append((f"model.new.config.{key}" if key else "model.new.config", msg))
         return
     path = spec.model.path
     p = resolve_path(path)
@@ -456,7 +569,8 @@ def _check_model(ctx: SpecContext, problems: list) -> None:
     if not local:
         return  # hub id: checked when loading
     if not p.is_dir():
-        problems.append(("model.path", f"model directory {path!r} does not exist"))
+        problems.append(("model.path", f"no such directory {path!r}: model.path takes a checkpoint directory or a hub "
+                                       "id (org/name)"))
         return
     from dare.modeling.checkpoint import trained_model_dir
     from dare.modeling.lora import adapter_base
@@ -509,6 +623,48 @@ def _check_model(ctx: SpecContext, problems: list) -> None:
             problems.append(("model.path", str(exc)))
 
 
+def check_generate(model_path: str, sampler: str | None, params: dict[str, Any]):
+    """``dare generate``'s input checks: the spec's ``model.path`` checks, then the sampler (default: the
+    family's) with its params and its ``check`` against the model (attention kind, block sizes, ...).
+
+    :returns: ``(sampler component, model family)``.
+    :raises DareError: the problems, named by the command's options (``--model``, ``--sampler``, ``--param KEY``).
+    """
+    from dare.plugins import get_registry
+
+    spec = RunSpec.model_construct(model=ModelSpec.model_construct(path=model_path), output=OutputSpec.model_construct(dir="."))
+    ctx = SpecContext(spec=spec, registry=get_registry())
+    problems: list[tuple[str, str]] = []
+
+    def fail():
+        names = {"model.path": "--model", "sampler.name": "--sampler", "sampler": "--sampler", "sampler.params": "--param"}
+        out = []
+        for loc, msg in problems:
+            if loc.startswith("sampler.params."):
+                loc = f"--param {loc[len('sampler.params.'):]}"
+            out.append(f"{names.get(loc, loc)}: {msg.replace('model.path', '--model')}")
+        raise DareError("; ".join(out))
+
+    _check_model(ctx, problems)
+    if problems:
+        fail()
+    if ctx.family is None:  # a hub id: its config.json decides the family
+        from dare.modeling.checkpoint import family_of
+
+        ctx.family = family_of(model_path, ctx.registry)
+    cspec = ComponentSpec(name=sampler or ctx.family.default_sampler, params=params)
+    spec.sampler = cspec
+    comp = _component(ctx, problems, "sampler", cspec, "sampler")
+    if comp is not None:
+        try:
+            problems.extend(comp.check(ctx, "sampler"))
+        except DareError as exc:
+            problems.append(("sampler", str(exc)))
+    if problems:
+        fail()
+    return comp, ctx.family
+
+
 def _check_dataset(ds: DatasetSpec, loc: str, problems: list, need_prompt: bool = True) -> None:
     from dare.data import dataset_columns, template_fields
 
@@ -548,28 +704,11 @@ def _check_benchmark_data(ev, b: BenchmarkSpec, loc: str, problems: list) -> Non
 
 
 def _check_output(spec: RunSpec, problems: list) -> None:
-    out = Path(spec.output.dir)
-    if out.exists() and not out.is_dir():
-        problems.append(("output.dir", f"{spec.output.dir!r} exists and is not a directory"))
-        return
-    marker = out / "run.json"
-    if marker.is_file() and not spec.output.overwrite:
-        try:
-            old = json.loads(marker.read_text()).get("spec_hash")
-        except (json.JSONDecodeError, AttributeError):
-            old = None
-        if old != spec_hash(spec):
-            problems.append(
-                (
-                    "output.dir",
-                    f"{spec.output.dir!r} already holds a different run (spec hash {old} != {spec_hash(spec)}); "
-                    "choose another output.dir or set output.overwrite: true",
-                )
-            )
-    elif out.is_dir() and any(out.iterdir()) and not marker.is_file() and not spec.output.overwrite:
-        problems.append(
-            ("output.dir", f"{spec.output.dir!r} is a non-empty directory that is not a DARE run; choose another output.dir")
-        )
+    """``output.dir`` rules of :mod:`dare.rundir` (the ``train.resume`` check is the run's, when it trains)."""
+    from dare.rundir import plan_output_dir
+
+    _, found = plan_output_dir(spec.output.dir, spec_hash(spec), spec.output.overwrite, train=False)
+    problems.extend(found)
 
 
 # =========================================================================== JSON schema

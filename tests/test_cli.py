@@ -107,3 +107,61 @@ def test_create_model_refuses_non_empty_dir(tmp_path, run_cli):
     code, out, _ = run_cli("create-model", "llada", str(tmp_path / "m2"), "--set", "n_layers=1")
     assert code == 0 and "parameters" in out
     assert json.loads((tmp_path / "m2" / "config.json").read_text())["n_layers"] == 1
+
+
+@pytest.fixture(scope="module")
+def block_models(tmp_path_factory):
+    """Tiny SDAR (block size 4) and LLaDA2 (family default block size 32) checkpoints."""
+    from dare.testing import tiny_model
+
+    d = tmp_path_factory.mktemp("block-models")
+    tiny_model("sdar", d / "sdar")
+    tiny_model("llada2", d / "llada2")
+    return d
+
+
+def test_generate_runs_the_spec_sampler_checks(tiny_llada_dir, block_models, run_cli):
+    sdar, llada2 = str(block_models / "sdar"), str(block_models / "llada2")
+    cases = [
+        (["--model", sdar, "--sampler", "llada2"], ["--sampler: sampler 'llada2' calls the model with LLaDA2's KV-cache",
+                                                   "use 'sdar'"]),
+        (["--model", sdar, "--param", "gen_length=6", "--param", "block_length=6"],
+         ["--param block_length: block_length (6) must be a multiple of the model's block size 4",
+          "--param gen_length: gen_length (6) must be a multiple of the model's block size 4"]),
+        (["--model", llada2, "--param", "block_length=16"], ["--param block_length", "differs from the block size 32",
+                                                             "set it to 32"]),
+        (["--model", str(tiny_llada_dir), "--sampler", "sdar"], ["--sampler", "'llada' uses full attention; use 'llada'"]),
+        (["--model", "/missing/dir"], ["--model: no such directory '/missing/dir'"]),
+        (["--model", "./missing"], ["--model: no such directory './missing'"]),
+    ]
+    for args, needles in cases:
+        code, _, err = run_cli("generate", *args, "--prompt", "hi")
+        assert code == 2, (args, err)
+        _assert_one_paragraph(err, *needles)
+    # the same sampler check in a spec
+    spec = {"model": {"path": sdar}, "sampler": {"name": "llada2"}, "output": {"dir": str(block_models / "out")}}
+    code, _, err = run_cli("validate", _write(block_models, spec))
+    assert code == 2
+    _assert_one_paragraph(err, "sampler.name: sampler 'llada2' calls the model with LLaDA2's KV-cache", "use 'sdar'")
+
+
+def test_create_model_checks_config_overrides(tmp_path, run_cli):
+    for sets, needles in [
+        (["d_model=130"], ["--set d_model: d_model (130) must be divisible by n_heads (4)"]),
+        (["nonsense_key=3", "n_layers=-1"], ["--set nonsense_key: llada models have no config key 'nonsense_key'",
+                                             "--set n_layers: must not be negative, got -1"]),
+    ]:
+        code, _, err = run_cli("create-model", "llada", str(tmp_path / "m"), *[a for s in sets for a in ("--set", s)])
+        assert code == 2, err
+        _assert_one_paragraph(err, *needles)
+    assert not (tmp_path / "m").exists()
+
+
+def test_validate_set_literal_template_and_list_item(tmp_path, tiny_llada_dir, run_cli):
+    path = _write(tmp_path, base_spec(tiny_llada_dir, tmp_path / "out"))
+    code, out, err = run_cli("validate", path, "--set", "data.train.prompt_template={{ extra_info.puzzle }}",
+                             "--set", "eval.benchmarks[0].limit=8")
+    assert code == 0 and "valid" in out, err
+    code, _, err = run_cli("validate", path, "--set", "eval.benchmarks.1.limit=8")
+    assert code == 2
+    _assert_one_paragraph(err, "--set eval.benchmarks.1.limit: index 1 is out of range: eval.benchmarks has 1 item(s)")

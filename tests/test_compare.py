@@ -37,3 +37,31 @@ def test_compare_table_and_plot(tmp_path):
     assert png.stat().st_size > 5000
     with pytest.raises(DareError, match="no 'before' evaluation"):
         compare_runs([f"x={tmp_path / 'rl'}:before"], tmp_path / "out2")
+
+
+def test_missing_run_dir_and_duplicate_labels(tmp_path):
+    with pytest.raises(DareError, match=r"run directory .*nope does not exist"):
+        compare_runs([f"x={tmp_path / 'nope'}"], tmp_path / "out")
+    _fake_run(tmp_path / "a", "after", 0.3, 0.7, [])
+    with pytest.raises(DareError, match=r"labels must be unique, but 'x' is given more than once"):
+        compare_runs([f"x={tmp_path / 'a'}", f"x={tmp_path / 'a'}:after"], tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+
+
+def test_one_run_before_and_after_is_labelled_by_each_entry(tmp_path):
+    from dare.eval.compare import _panels
+
+    d = tmp_path / "quickstart"
+    _fake_run(d, "after", 0.6, 0.9, [{"step": 1, "loss": 2.0}, {"step": 750, "loss": 0.1}])
+    (d / "eval" / "before.json").write_text(json.dumps({"results": [
+        {"name": "sudoku", "n": 500, "accuracy": 0.0, "mean_reward": 0.1, "nfe": 34, "tokens_per_second": 1.0}]}))
+    entries = [f"untrained={d}:before", f"SFT 750 steps={d}:after"]
+    md, js, png = compare_runs(entries, tmp_path / "out")
+    assert "| untrained | sudoku | 0.0000 |" in md.read_text() and "| SFT 750 steps | sudoku | 0.6000 |" in md.read_text()
+    panels = _panels([parse_entry(e) for e in entries], json.loads(js.read_text())["rows"])
+    assert panels["training loss"] == [("SFT 750 steps (quickstart)", [(1, 2.0), (750, 0.1)])]  # not "untrained"
+    assert panels["accuracy"] == [("untrained", {"sudoku": 0.0}), ("SFT 750 steps", {"sudoku": 0.6})]
+    assert png.stat().st_size > 5000
+    # a run directory without an :after entry: its curve carries the directory's name
+    panels = _panels([parse_entry(f"untrained={d}:before")], [])
+    assert panels["training loss"][0][0] == "quickstart"

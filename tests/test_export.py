@@ -172,3 +172,18 @@ def test_adapter_with_missing_base_is_reported(adapter_dir, tmp_path):
     (moved / "adapter_config.json").write_text(json.dumps(cfg))
     with pytest.raises(CheckpointError, match="does not exist.*--base"):
         export_model(moved, tmp_path / "out")
+
+
+def test_export_refuses_output_that_is_inside_or_around_its_source(adapter_dir, tmp_path, run_cli):
+    import shutil
+
+    src = tmp_path / "run" / "model" / "adapter"
+    shutil.copytree(adapter_dir, src)
+    before = sorted(p.name for p in src.iterdir())
+    for out, how in [(tmp_path / "run" / "model", "contains"), (src, "is"), (src / "merged", "is inside")]:
+        code, _, err = run_cli("export", str(src), str(out), "--overwrite")
+        assert code == 2 and f"the output directory {out} {how} the source {src}" in err, err
+        assert sorted(p.name for p in src.iterdir()) == before  # the source is untouched
+    with pytest.raises(CheckpointError, match="contains the source"):
+        export_model(tmp_path / "run" / "model" / "adapter" / ".." / "adapter", tmp_path / "run", overwrite=True)
+    assert sorted(p.name for p in src.iterdir()) == before

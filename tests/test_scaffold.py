@@ -81,3 +81,12 @@ def test_scaffolded_plugins_install_list_test_and_run(tmp_path, tiny_llada_dir):
     assert report["results"]["after"][0]["n"] == 4
     assert report["train_metrics"]["train_loss"] > 0
     assert (tmp_path / "run" / "model" / "model.safetensors").is_file()
+
+
+def test_names_of_installed_plugins_are_refused(tmp_path):
+    with pytest.raises(DareError, match=r"distribution dare-plugin-sft \(.*\) is already installed.*e\.g\. my-sft"):
+        render_plugin("sft", "objective", tmp_path)  # pip install -e would replace the real dare-plugin-sft
+    with pytest.raises(DareError, match=r"an installed reward is already called 'sudoku' \(from dare-dllm\)"):
+        render_plugin("sudoku", "reward", tmp_path)
+    assert list(tmp_path.iterdir()) == []
+    assert render_plugin("sudoku", "sampler", tmp_path).name == "dare-plugin-sudoku"  # no sampler is called sudoku

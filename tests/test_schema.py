@@ -1,18 +1,27 @@
-"""The committed JSON Schema covers every installed component's params and is not stale."""
+"""The committed JSON Schema covers every first-party component's params and is not stale; a user's own
+installed plugins (``dare new-plugin``) do not make it stale."""
 
 from __future__ import annotations
 
 import json
 
+from dare.plugins import FIRST_PARTY, get_registry
 from dare.spec import json_schema
 from dare.testing import repo_root
 
 
 def test_committed_schema_is_up_to_date():
     path = repo_root() / "schemas" / "run-spec.schema.json"
-    want = json.dumps(json_schema(), indent=2, sort_keys=True) + "\n"
-    assert path.is_file(), "schemas/run-spec.schema.json is missing: run `dare schema`"
-    assert path.read_text() == want, "schemas/run-spec.schema.json is stale: run `dare schema` and commit it"
+    want = json.dumps(json_schema(get_registry().restricted(FIRST_PARTY)), indent=2, sort_keys=True) + "\n"
+    assert path.is_file(), "schemas/run-spec.schema.json is missing: run `dare schema --first-party`"
+    assert path.read_text() == want, "schemas/run-spec.schema.json is stale: run `dare schema --first-party` and commit it"
+
+
+def test_restricted_registry_drops_other_distributions():
+    reg = get_registry()
+    only_core = reg.restricted(["dare-dllm"])
+    assert only_core.names("reward") == reg.names("reward")  # rewards are built into the core
+    assert only_core.names("objective") == [] and only_core.names("model_family") == []
 
 
 def test_schema_has_component_params():

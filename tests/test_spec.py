@@ -87,8 +87,8 @@ def test_negative_learning_rate(tmp_path, tiny_llada_dir):
 def test_gen_length_not_divisible_by_block_length(tmp_path, tiny_llada_dir):
     s = base_spec(tiny_llada_dir, tmp_path / "out")
     s["sampler"]["params"] = {"gen_length": 17, "block_length": 8, "steps": 16}
-    msg = problems(tmp_path, s)["sampler.params"]
-    assert "gen_length (17)" in msg and "block_length (8)" in msg
+    msg = problems(tmp_path, s)["sampler.params.gen_length"]  # the field the message starts with
+    assert msg == "gen_length (17) must be a multiple of block_length (8)"  # no truncated params dict
 
 
 def test_missing_dataset_file(tmp_path, tiny_llada_dir):
@@ -142,6 +142,7 @@ def test_output_dir_with_a_different_run(tmp_path, tiny_llada_dir):
     out = tmp_path / "out"
     out.mkdir()
     (out / "run.json").write_text(json.dumps({"spec_hash": "0000"}))
+    (out / "report.json").write_text("{}")  # the earlier run produced a result
     msg = problems(tmp_path, base_spec(tiny_llada_dir, out))["output.dir"]
     assert "different run" in msg and "overwrite" in msg
 
@@ -171,3 +172,70 @@ def test_all_problems_reported_at_once(tmp_path, tiny_llada_dir):
 def test_overrides(tmp_path, tiny_llada_dir):
     spec = load_spec(write(tmp_path, base_spec(tiny_llada_dir, tmp_path / "out")), overrides=["train.max_steps=7"])
     assert spec.train.max_steps == 7
+
+
+# --------------------------------------------------------------------------- --set overrides
+def test_set_value_that_is_not_yaml_is_taken_literally(tmp_path, tiny_llada_dir):
+    path = write(tmp_path, base_spec(tiny_llada_dir, tmp_path / "out"))
+    spec = load_spec(path, overrides=["data.train.prompt_template={{ extra_info.puzzle }}", "data.train.system_prompt=a: {b"],
+                     check=False)
+    assert spec.data.train.prompt_template == "{{ extra_info.puzzle }}"  # YAML would read a mapping (and fail)
+    assert spec.data.train.system_prompt == "a: {b"  # not valid YAML at all
+    assert load_spec(path, overrides=["train.max_steps=7"], check=False).train.max_steps == 7  # YAML values still parse
+
+
+def test_set_addresses_list_items(tmp_path, tiny_llada_dir):
+    s = base_spec(tiny_llada_dir, tmp_path / "out")
+    s["eval"]["benchmarks"] = ["sudoku", {"name": "sudoku", "limit": 2}]
+    s["rewards"] = [{"name": "sudoku"}]
+    path = write(tmp_path, s)
+    spec = load_spec(path, overrides=["eval.benchmarks.0.limit=8", "eval.benchmarks[1].limit=3", "rewards.0.weight=2",
+                                      "rewards[0].name=format"], check=False)
+    assert [(b.name, b.limit) for b in spec.eval.resolved] == [("sudoku", 8), ("sudoku", 3)]  # bare name expanded
+    assert (spec.rewards[0].name, spec.rewards[0].weight) == ("format", 2.0)
+    assert load_spec(path, overrides=["eval.benchmarks.1=gsm8k"], check=False).eval.benchmarks[1] == "gsm8k"
+    for ov, loc, needle in [
+        ("eval.benchmarks.2.limit=8", "--set eval.benchmarks.2.limit", "index 2 is out of range: eval.benchmarks has 2 item(s)"),
+        ("eval.benchmarks.first.limit=8", "--set eval.benchmarks.first.limit", "eval.benchmarks is a list; address its items by index"),
+        ("train.max_steps.x=1", "--set train.max_steps.x", "cannot override inside train.max_steps"),
+    ]:
+        with pytest.raises(SpecError) as exc:
+            load_spec(path, overrides=[ov], check=False)
+        assert len(exc.value.problems) == 1 and exc.value.problems[0][0] == loc and needle in exc.value.problems[0][1]
+
+
+def test_boolean_for_an_integer_is_refused(tmp_path, tiny_llada_dir):
+    path = write(tmp_path, base_spec(tiny_llada_dir, tmp_path / "out"))
+    with pytest.raises(SpecError) as exc:
+        load_spec(path, overrides=["train.max_steps=true"], check=False)
+    assert exc.value.problems == [("train.max_steps", "expected an integer, not a boolean (got True)")]
+    with pytest.raises(SpecError) as exc:
+        load_spec(path, overrides=["train.learning_rate=false"], check=False)
+    assert exc.value.problems == [("train.learning_rate", "expected a number, not a boolean (got False)")]
+
+
+def test_union_errors_show_only_the_mapping_branch(tmp_path, tiny_llada_dir):
+    s = base_spec(tiny_llada_dir, tmp_path / "out")
+    s["eval"]["benchmarks"] = [{"name": "sudoku", "limit": 0}, {"name": "sudoku", "limits": 2}]
+    with pytest.raises(SpecError) as exc:
+        load_spec(write(tmp_path, s), check=False)
+    assert exc.value.problems[0] == ("eval.benchmarks[0].limit", "Input should be greater than 0 (got 0)")
+    assert exc.value.problems[1][0] == "eval.benchmarks[1].limits"
+    assert exc.value.problems[1][1].startswith("unknown key; allowed keys here: name, path, limit")
+    assert len(exc.value.problems) == 2  # no "eval.benchmarks[0].str: Input should be a valid string"
+
+
+@pytest.mark.parametrize("family,config,loc,needle", [
+    ("llada", {"d_model": 130}, "model.new.config.d_model", "d_model (130) must be divisible by n_heads (4)"),
+    ("llada", {"n_layers": -1}, "model.new.config.n_layers", "must not be negative, got -1"),
+    ("llada", {"nonsense_key": 3}, "model.new.config.nonsense_key", "llada models have no config key 'nonsense_key'"),
+    ("llada2", {"topk_group": 8}, "model.new.config.topk_group", "topk_group (8) must be between 1 and n_group (4)"),
+])
+def test_new_model_config_is_built_during_validation(tmp_path, tiny_llada_dir, family, config, loc, needle):
+    s = base_spec(tiny_llada_dir, tmp_path / "out")
+    s["model"] = {"new": {"family": family, "config": config}}
+    del s["sampler"], s["eval"]
+    p = problems(tmp_path, s)
+    assert list(p) == [loc] and needle in p[loc]
+    s["model"]["new"]["config"] = {"d_model": 128} if family == "llada" else {"topk_group": 2}
+    load_spec(write(tmp_path, s))  # a consistent override passes

@@ -2,9 +2,10 @@
 
 Each entry is ``LABEL=RUN_DIR[:STAGE]``: the benchmark results that run wrote for ``STAGE``
 (``before``, ``after`` or ``eval``; default ``after``) in ``RUN_DIR/eval/<stage>.json``. The output is a
-Markdown + JSON table (one row per label and benchmark) and a PNG with, for every run that trained,
-its training reward (RL runs) or loss (supervised runs) and its in-training evaluation scores
-against step.
+Markdown + JSON table (one row per label and benchmark) and a PNG with every entry's accuracy per
+benchmark and, for every run directory that trained, its training reward (RL runs) or loss (supervised
+runs), labelled by the entry that evaluates its trained model (``:after``), and its in-training
+evaluation scores against step. Labels must be unique.
 """
 
 from __future__ import annotations
@@ -43,6 +44,10 @@ def load_stage(run_dir: Path, stage: str) -> list[dict[str, Any]]:
     :raises DareError: the run has no such evaluation.
     """
     f = run_dir / "eval" / f"{stage}.json"
+    if not run_dir.exists():
+        raise DareError(f"run directory {run_dir} does not exist; give LABEL=RUN_DIR[:STAGE] with the output.dir of a run")
+    if not run_dir.is_dir():
+        raise DareError(f"{run_dir} is not a directory; give LABEL=RUN_DIR[:STAGE] with the output.dir of a run")
     if not f.is_file():
         have = sorted(p.stem for p in (run_dir / "eval").glob("*.json")) if (run_dir / "eval").is_dir() else []
         raise DareError(f"{run_dir} has no '{stage}' evaluation ({f} is missing; it has: {', '.join(have) or 'none'}); run it first")
@@ -74,6 +79,13 @@ def compare_runs(entries: list[str], out_dir: str | Path, title: str = "DARE com
     """
     out_dir = Path(out_dir)
     parsed = [parse_entry(e) for e in entries]
+    labels = [label for label, _, _ in parsed]
+    if "" in labels:
+        raise DareError("a compare entry has an empty label; write LABEL=RUN_DIR[:STAGE], e.g. sft=runs/quickstart")
+    dups = sorted({label for label in labels if labels.count(label) > 1})
+    if dups:
+        raise DareError(f"compare labels must be unique, but {', '.join(repr(d) for d in dups)} is given more than once; "
+                        "name each entry differently, e.g. untrained=RUN:before sft=RUN:after")
     rows = []
     for label, run_dir, stage in parsed:
         for r in load_stage(run_dir, stage):
@@ -86,39 +98,61 @@ def compare_runs(entries: list[str], out_dir: str | Path, title: str = "DARE com
     mdp = out_dir / "comparison.md"
     atomic_write_json(js, {"rows": rows, "entries": entries})
     atomic_write_text(mdp, "\n".join(md) + "\n")
-    png = _plot(parsed, out_dir / "comparison.png", title)
+    png = _plot(parsed, out_dir / "comparison.png", title, rows)
     return mdp, js, png
 
 
-def _plot(parsed, out_png: Path, title: str) -> Path | None:
+def _curve_label(run_dir: Path, parsed) -> str:
+    """A run's training curve is the training of the model its ``after`` entry evaluates: that entry's label
+    (with the directory name); without one, the directory name."""
+    after = [label for label, d, stage in parsed if d.resolve() == run_dir.resolve() and stage == "after"]
+    return f"{after[0]} ({run_dir.name})" if after else run_dir.name
+
+
+def _panels(parsed, rows) -> dict[str, list]:
+    """Plot content: ``accuracy``: ``(entry label, {benchmark: accuracy})`` for every entry, in order; the
+    curve panels: ``(legend label, [(step, value), ...])`` once per run directory."""
+    panels: dict[str, list] = {"accuracy": [], "training loss": [], "training reward": [], "evaluation during training": []}
+    for label, _, _ in parsed:
+        panels["accuracy"].append((label, {r["name"]: r["accuracy"] for r in rows if r["label"] == label}))
+    seen: set[Path] = set()
+    for _, run_dir, _ in parsed:
+        if run_dir.resolve() in seen:
+            continue
+        seen.add(run_dir.resolve())
+        c = _curves(run_dir)
+        if "reward" in c:
+            panels["training reward"].append((_curve_label(run_dir, parsed), c["reward"]))
+        elif "loss" in c:
+            panels["training loss"].append((_curve_label(run_dir, parsed), c["loss"]))
+        for k, pts in sorted(c.items()):
+            if k.startswith("eval/"):
+                panels["evaluation during training"].append((f"{run_dir.name}: {k[5:]}", pts))
+    return panels
+
+
+def _plot(parsed, out_png: Path, title: str, rows=()) -> Path | None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    seen: set[Path] = set()
-    curves = []
-    for label, run_dir, _ in parsed:
-        if run_dir in seen:
-            continue
-        seen.add(run_dir)
-        c = _curves(run_dir)
-        if c:
-            curves.append((label, run_dir, c))
-    if not curves:
+    used = [(name, lines) for name, lines in _panels(parsed, rows).items() if lines and (rows or name != "accuracy")]
+    if not used:
         return None
-    panels = {"training loss": [], "training reward": [], "evaluation during training": []}
-    for label, run_dir, c in curves:
-        if "reward" in c:
-            panels["training reward"].append((f"{label} ({run_dir.name})", c["reward"]))
-        elif "loss" in c:
-            panels["training loss"].append((f"{label} ({run_dir.name})", c["loss"]))
-        for k, pts in sorted(c.items()):
-            if k.startswith("eval/"):
-                panels["evaluation during training"].append((f"{run_dir.name}: {k[5:]}", pts))
-    used = [(name, lines) for name, lines in panels.items() if lines]
     fig, axes = plt.subplots(1, len(used), figsize=(5.5 * len(used), 4), squeeze=False)
     for ax, (name, lines) in zip(axes[0], used):
+        if name == "accuracy":  # one group of bars per entry, one bar per benchmark
+            benches = sorted({b for _, accs in lines for b in accs})
+            width = 0.8 / max(len(benches), 1)
+            for j, bench in enumerate(benches):
+                xs = [i + (j - (len(benches) - 1) / 2) * width for i in range(len(lines))]
+                ax.bar(xs, [accs.get(bench, 0.0) for _, accs in lines], width, label=bench)
+            ax.set_xticks(range(len(lines)), [lab for lab, _ in lines], rotation=15, fontsize=8)
+            ax.set_title("accuracy")
+            ax.set_ylim(0, 1.02)
+            ax.legend(fontsize=7)
+            continue
         for lab, pts in lines:
             ax.plot([s for s, _ in pts], [v for _, v in pts], marker="o" if name.startswith("evaluation") else None,
                     markersize=3, label=lab)

@@ -214,22 +214,14 @@ def create_model(
     :raises CheckpointError: unknown preset, or a tokenizer without the family's mask token.
     :raises FileExistsError: ``out_dir`` is non-empty and ``overwrite`` is False.
     """
-    from transformers import AutoModel, AutoTokenizer
+    from transformers import AutoModel
 
     from dare.io import atomic_dir
-    from dare.modeling.tokenizer import build_byte_tokenizer
 
     presets = family.presets()
     if preset not in presets:
         raise CheckpointError(f"unknown preset {preset!r} for family {family.name}; available: {', '.join(presets)}")
-    if tokenizer == "byte":
-        tok = build_byte_tokenizer(
-            family.special_token_strings,
-            extra_special=tuple(getattr(family, "extra_special_tokens", ())),
-            chat_template=family.chat_template or None,
-        )
-    else:
-        tok = AutoTokenizer.from_pretrained(tokenizer)
+    tok = _new_tokenizer(family, tokenizer)
     tokens = family.tokens_from_tokenizer(tok)
     config = family.new_config(preset, dict(overrides or {}), len(tok), tokens)
     with torch.random.fork_rng(devices=[]):
@@ -239,3 +231,78 @@ def create_model(
         model.save_pretrained(tmp)
         tok.save_pretrained(tmp)
     return LoadedModel(model=model, tokenizer=tok, family=family, tokens=tokens, path=Path(out_dir))
+
+
+def _new_tokenizer(family: ModelFamily, tokenizer: str = "byte"):
+    """DARE's byte tokenizer with ``family``'s special tokens (``"byte"``), or a tokenizer directory's."""
+    if tokenizer == "byte":
+        from dare.modeling.tokenizer import build_byte_tokenizer
+
+        return build_byte_tokenizer(
+            family.special_token_strings,
+            extra_special=tuple(getattr(family, "extra_special_tokens", ())),
+            chat_template=family.chat_template or None,
+        )
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(tokenizer)
+
+
+def new_config_problems(family: ModelFamily, preset: str, overrides: dict[str, Any],
+                        tokenizer: str = "byte") -> list[tuple[str | None, str]]:
+    """Check ``config.json`` overrides of a fresh model without creating weights.
+
+    Builds the config and the model on the meta device, as :func:`create_model` would, and returns
+    ``(override key or None, message)`` pairs: keys the family's config does not have, negative values
+    of non-negative integer settings, and errors raised by the config or model class (attributed to the
+    override key the message names). An unknown preset or an unreadable tokenizer gives no problems
+    here (the caller reports those).
+    """
+    import inspect
+    import re
+
+    from dare.errors import DareError
+
+    presets = family.presets()
+    if preset not in presets:
+        return []
+    try:
+        tok = _new_tokenizer(family, tokenizer)
+        tokens = family.tokens_from_tokenizer(tok)
+        base = family.new_config(preset, {}, len(tok), tokens)
+    except Exception:  # noqa: BLE001 - tokenizer/preset problems are reported by the caller
+        return []
+    base_values = base.to_dict()
+    problems: list[tuple[str | None, str]] = []
+    config, built_error = None, None
+    try:
+        config = family.new_config(preset, dict(overrides), len(tok), tokens)
+        with torch.device("meta"):
+            family.model_class_for(config)(config)
+    except (DareError, ValueError, TypeError, ZeroDivisionError, AssertionError, KeyError, IndexError) as exc:
+        built_error = str(exc).strip("'\"") or type(exc).__name__
+    known = set(base_values) | set(presets[preset])
+    classes = {type(base), type(config)} - {type(None)}
+    for other in presets:  # keys of the family's other config classes (e.g. a MoE variant)
+        try:
+            classes.add(type(family.new_config(other, {}, len(tok), tokens)))
+        except Exception:  # noqa: BLE001
+            pass
+    for cls in classes:
+        known |= {n for n, prm in inspect.signature(cls.__init__).parameters.items()
+                  if prm.kind not in (prm.VAR_KEYWORD, prm.VAR_POSITIONAL) and n != "self"}
+    for key, value in overrides.items():
+        if key not in known:
+            near = sorted(k for k in known if not k.startswith("_") and (key in k or k in key))[:5]
+            hint = f" (did you mean {', '.join(near)}?)" if near else ""
+            problems.append((key, f"{family.name} models have no config key {key!r}{hint}; see the preset's "
+                                  "config.json for the keys"))
+            continue
+        default = base_values.get(key, presets[preset].get(key))
+        if (isinstance(value, int) and not isinstance(value, bool) and value < 0 and isinstance(default, int)
+                and not isinstance(default, bool) and default >= 0):
+            problems.append((key, f"must not be negative, got {value} ({preset} preset: {default})"))
+    if built_error is not None and not problems:
+        named = [(m.start(), k) for k in overrides if (m := re.search(rf"\b{re.escape(k)}\b", built_error))]
+        problems.append((min(named)[1] if named else None, built_error))
+    return problems

@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -219,17 +220,36 @@ class DareTrainer(Trainer):
         (``Trainer.train`` would run one extra step when resumed exactly at the end). On resume,
         records an interrupted process logged after the checkpoint are dropped from the JSONL metrics
         file (each step then appears once), and staged checkpoints it left half-written are removed.
+        Resuming prints one line ``resuming from <output_dir>/checkpoint-N`` on stderr. A start
+        without a checkpoint drops every earlier record from the metrics file (a run that died before
+        its first checkpoint). The emptied ``.staging`` directory is removed when training ends.
+
+        :raises DareError: ``resume`` is False but ``output_dir`` already holds ``checkpoint-*``
+            directories (the new run's checkpoints would be rotated against the old ones).
         """
+        from dare.errors import DareError
+
+        staging = os.path.join(self.args.output_dir, ".staging")
         if self.args.should_save:
-            shutil.rmtree(os.path.join(self.args.output_dir, ".staging"), ignore_errors=True)
+            shutil.rmtree(staging, ignore_errors=True)
+        if not resume:
+            old = sorted(p.name for p in Path(self.args.output_dir).glob("checkpoint-*"))
+            if old:
+                raise DareError(f"train.resume is false but {self.args.output_dir} already holds {', '.join(old)}; set "
+                                "train.resume: true to continue from them, or output.overwrite: true to start fresh")
         ckpt = last_complete_checkpoint(self.args.output_dir) if resume else None
-        if ckpt is not None and self.args.should_save:
-            self._drop_metrics_after(int(Path(ckpt).name.split("-")[-1]))
+        if self.args.should_save:
+            self._drop_metrics_after(int(Path(ckpt).name.split("-")[-1]) if ckpt is not None else 0)
+        if ckpt is not None and self.is_world_process_zero():
+            print(f"resuming from {ckpt}", file=sys.stderr)
         if ckpt is not None and self.args.max_steps > 0:
             state = json.loads((Path(ckpt) / "trainer_state.json").read_text())
             if state.get("global_step", 0) >= self.args.max_steps:
                 return self._finished_from(ckpt, state)
-        return self.train(resume_from_checkpoint=ckpt)
+        out = self.train(resume_from_checkpoint=ckpt)
+        if self.args.should_save and os.path.isdir(staging) and not os.listdir(staging):
+            os.rmdir(staging)
+        return out
 
     def _drop_metrics_after(self, step: int) -> None:
         from dare.io import atomic_write_text

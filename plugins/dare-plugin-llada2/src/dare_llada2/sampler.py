@@ -661,7 +661,21 @@ class LLaDA2Sampler(Sampler):
     def check(self, ctx, loc: str) -> list[tuple[str, str]]:
         """Attention kind (base class), then ``block_length`` against the model's training block size."""
         problems = super().check(ctx, loc)
-        if problems or ctx.family is None or ctx.model_config is None or self.params.block_length is None:
+        if problems or ctx.family is None:
+            return problems
+        try:  # the decoder calls the model itself with LLaDA2's KV-cache interface
+            import inspect
+
+            config = SimpleNamespace(**ctx.model_config) if ctx.model_config is not None else None
+            model_cls = ctx.family.model_class_for(config) if config is not None else ctx.family.model_class()
+            takes_cache = "cache" in inspect.signature(model_cls.forward).parameters
+        except (NotImplementedError, TypeError, ValueError, AttributeError):
+            takes_cache = True  # cannot tell before loading: the decoder reports it then
+        if not takes_cache:
+            return [(f"{loc}.name", f"sampler {self.name!r} calls the model with LLaDA2's KV-cache interface "
+                     f"(forward(..., cache=, use_cache=)), which {model_cls.__name__} of family {ctx.family.name!r} "
+                     f"lacks; use {ctx.family.default_sampler!r}")]
+        if ctx.model_config is None or self.params.block_length is None:
             return problems
         size = ctx.family.block_size(SimpleNamespace(**ctx.model_config))
         if size is not None and size != self.params.block_length:

@@ -1,0 +1,102 @@
+"""Rules for ``output.dir``: when a run may use, replace or must refuse a directory.
+
+Both spec validation (:func:`dare.spec.load_spec`) and :meth:`dare.run.Run.prepare` apply
+:func:`plan_output_dir`, so what validation accepts is exactly what a run does:
+
+* a missing or empty directory is used;
+* a non-empty directory without ``run.json`` is not a DARE run directory and is refused, also with
+  ``output.overwrite: true`` (nothing that DARE did not write is ever deleted);
+* a run directory of the same spec (same spec hash) is used: the run resumes. With ``train.resume:
+  false`` and training output of this run already there (``checkpoints/checkpoint-*``,
+  ``metrics.jsonl`` or ``model/``), training is refused, or, with ``output.overwrite: true``, the
+  directory's contents are deleted first (a fresh start);
+* a run directory of a different spec is replaced (its contents deleted) when ``output.overwrite`` is
+  true, or when the earlier run left nothing durable (no ``checkpoints/checkpoint-*``, no ``model/``,
+  no ``report.json``/``report.md``) and only files DARE writes (it failed early, e.g. on a bad model
+  config); otherwise it is refused.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+__all__ = ["plan_output_dir", "clear_run_dir", "is_unfinished_run", "RUN_ENTRIES"]
+
+#: top-level entries DARE writes in a run directory (temporary siblings start with ``.<entry>.``)
+RUN_ENTRIES = frozenset({"run.json", "init-model", "checkpoints", "model", "metrics.jsonl", "tensorboard", "eval",
+                         "samples", "report.json", "report.md", "plot.png"})
+
+
+def _is_run_entry(name: str) -> bool:
+    base = name[1:] if name.startswith(".") else name
+    return any(base == e or base.startswith(e + ".") for e in RUN_ENTRIES)
+
+
+def _has_durable_results(out: Path) -> bool:
+    return (any((out / "checkpoints").glob("checkpoint-*")) or (out / "model").exists()
+            or (out / "report.json").exists() or (out / "report.md").exists())
+
+
+def _has_training_output(out: Path) -> bool:
+    return any((out / "checkpoints").glob("checkpoint-*")) or (out / "metrics.jsonl").exists() or (out / "model").exists()
+
+
+def is_unfinished_run(out: Path) -> bool:
+    """``out`` is a run directory whose run produced nothing durable and that holds only DARE's files."""
+    return (out / "run.json").is_file() and not _has_durable_results(out) and all(_is_run_entry(p.name) for p in out.iterdir())
+
+
+def plan_output_dir(out: str | Path, spec_hash: str, overwrite: bool, resume: bool = True, train: bool = True
+                    ) -> tuple[str, list[tuple[str, str]]]:
+    """What a run with ``spec_hash`` does with ``out``, and the problems that refuse it.
+
+    :param resume: ``train.resume``; only consulted when ``train`` (the run will train).
+    :returns: ``(action, problems)``; action is ``"use"`` (create/keep the directory), ``"replace"``
+        (delete the contents of a run directory with ``overwrite``), ``"replace-unfinished"`` (delete
+        the files of an earlier run that produced nothing durable) or ``"refuse"`` (see problems).
+    """
+    out = Path(out)
+    shown = str(out)
+    if out.exists() and not out.is_dir():
+        return "refuse", [("output.dir", f"{shown!r} exists and is not a directory; choose another output.dir")]
+    if not out.is_dir() or not any(out.iterdir()):
+        return "use", []
+    marker = out / "run.json"
+    if not marker.is_file():
+        return "refuse", [("output.dir", f"{shown!r} is a non-empty directory that is not a DARE run directory (it has no "
+                                         "run.json), so DARE will not write into or replace it, even with output.overwrite: "
+                                         "true; choose an empty or new output.dir")]
+    try:
+        old = json.loads(marker.read_text()).get("spec_hash")
+    except (OSError, json.JSONDecodeError, AttributeError):
+        old = None
+    if old != spec_hash:
+        if overwrite:
+            return "replace", []
+        if is_unfinished_run(out):
+            return "replace-unfinished", []
+        return "refuse", [("output.dir", f"{shown!r} already holds a different run (spec hash {old} != {spec_hash}); "
+                                         "choose another output.dir or set output.overwrite: true")]
+    if train and not resume and _has_training_output(out):
+        if overwrite:
+            return "replace", []
+        return "refuse", [("train.resume", f"{shown!r} already holds checkpoints or metrics of this run, which a new run with "
+                                           "train.resume: false would mix with its own; set train.resume: true to continue "
+                                           "it, or output.overwrite: true to delete them and start fresh")]
+    return "use", []
+
+
+def clear_run_dir(out: Path) -> None:
+    """Delete the contents of the run directory ``out`` (never ``out`` itself, never through a symlink).
+
+    ``run.json`` goes last, so an interrupted clear still leaves a directory recognised as a run.
+    """
+    if not (out / "run.json").is_file():  # pragma: no cover - callers checked; never delete a non-run directory
+        raise ValueError(f"{out} is not a DARE run directory")
+    for p in sorted(out.iterdir(), key=lambda p: p.name == "run.json"):
+        if p.is_dir() and not p.is_symlink():
+            shutil.rmtree(p)
+        else:
+            p.unlink()

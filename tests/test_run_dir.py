@@ -1,0 +1,152 @@
+"""``output.dir`` handling: what a run may replace, failed runs, ``train.resume: false``, ``dare eval`` after a run."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+import yaml
+from safetensors.torch import load_file
+
+from dare.errors import SpecError
+from dare.run import Run
+from dare.spec import load_spec
+
+
+def _spec(out_dir, steps=4, **model):
+    return {
+        "model": model or {"new": {"family": "llada", "preset": "tiny", "seed": 0}},
+        "data": {"train": {"path": "dare://sudoku/train.parquet", "limit": 16, "chat_template": False,
+                           "prompt_template": "{{ extra_info.puzzle }}", "response_template": "{{ reward_model.ground_truth }}"}},
+        "algorithm": {"name": "sft"},
+        "sampler": {"name": "llada", "params": {"gen_length": 17, "block_length": 17, "steps": 17}},
+        "train": {"learning_rate": 2e-3, "max_steps": steps, "per_device_batch_size": 4, "logging_steps": 1, "save_steps": 2},
+        "eval": {"batch_size": 4, "benchmarks": [{"name": "sudoku", "limit": 4, "chat_template": False,
+                                                   "prompt_template": "{{ extra_info.puzzle }}",
+                                                   "reward": {"name": "sudoku", "params": {"require_answer_tags": False}}}]},
+        "output": {"dir": str(out_dir)},
+    }
+
+
+def _run(tmp_path, spec, name="s.yaml"):
+    path = tmp_path / name
+    path.write_text(yaml.safe_dump(spec))
+    return Run(load_spec(path, check=False), source=str(path))
+
+
+def _steps(out):
+    return [json.loads(line)["step"] for line in (out / "metrics.jsonl").read_text().splitlines() if "loss" in json.loads(line)]
+
+
+def test_overwrite_never_deletes_a_directory_that_is_not_a_run(tmp_path, monkeypatch):
+    user = tmp_path / "userdir"
+    user.mkdir()
+    (user / "notes.txt").write_text("precious")
+    spec = _spec(user) | {"output": {"dir": str(user), "overwrite": True}}
+    with pytest.raises(SpecError) as exc:
+        _run(tmp_path, spec)
+    assert exc.value.problems[0][0] == "output.dir"
+    assert "not a DARE run directory" in str(exc.value) and "choose an empty or new output.dir" in str(exc.value)
+    assert (user / "notes.txt").read_text() == "precious" and sorted(p.name for p in user.iterdir()) == ["notes.txt"]
+
+    # output.dir: . (the working directory) is refused the same way
+    monkeypatch.chdir(user)
+    with pytest.raises(SpecError, match="not a DARE run directory"):
+        _run(tmp_path, _spec(".") | {"output": {"dir": ".", "overwrite": True}})
+    assert (user / "notes.txt").read_text() == "precious"
+
+    # Run.prepare refuses too (a file that appeared after validation)
+    empty = tmp_path / "empty"
+    run = _run(tmp_path, _spec(empty) | {"output": {"dir": str(empty), "overwrite": True}})
+    empty.mkdir()
+    (empty / "notes.txt").write_text("precious")
+    with pytest.raises(SpecError, match="output.dir.*not a DARE run directory"):
+        run.prepare()
+    assert (empty / "notes.txt").read_text() == "precious"
+
+
+def test_a_failed_run_does_not_block_the_corrected_spec(tmp_path, capsys):
+    out = tmp_path / "run"
+    # what a run that failed after validation (say, out of memory while building its model) leaves behind:
+    # its run.json and a partly written init-model/, but no checkpoint, model or report
+    (out / "init-model").mkdir(parents=True)
+    (out / "init-model" / "config.json").write_text("{}")
+    (out / "run.json").write_text(json.dumps({"spec_hash": "0123456789abcdef"}))
+
+    good = _run(tmp_path, _spec(out, steps=1))  # validation accepts the directory
+    result = good.execute(evaluate=False)
+    assert result["train"]["global_step"] == 1
+    assert "replacing the files of an earlier unfinished run" in capsys.readouterr().err
+    assert json.loads((out / "run.json").read_text())["spec_hash"] == good.hash
+
+    # a different run that produced a model is still refused without output.overwrite
+    other = _spec(out, steps=2)
+    with pytest.raises(SpecError, match="output.dir.*different run.*output.overwrite: true"):
+        _run(tmp_path, other)
+
+
+def test_resume_false_on_this_runs_checkpoints(tmp_path):
+    out = tmp_path / "run"
+    first = _run(tmp_path, _spec(out))
+    first.execute(evaluate=False)
+    assert _steps(out) == [1, 2, 3, 4]
+    (out / "checkpoints" / "checkpoint-4" / "old-run.txt").write_text("from the first run")
+    metrics = (out / "metrics.jsonl").read_text()
+
+    no_resume = _spec(out)
+    no_resume["train"]["resume"] = False
+    with pytest.raises(SpecError) as exc:
+        _run(tmp_path, no_resume).execute(evaluate=False)
+    assert exc.value.problems[0][0] == "train.resume"
+    assert "train.resume: true" in str(exc.value) and "output.overwrite: true" in str(exc.value)
+    assert (out / "metrics.jsonl").read_text() == metrics  # nothing touched
+
+    # with output.overwrite the run starts fresh: each step logged once, no checkpoint of the old run left
+    fresh = no_resume | {"output": {"dir": str(out), "overwrite": True}}
+    result = _run(tmp_path, fresh).execute(evaluate=False)
+    assert result["train"]["global_step"] == 4
+    assert _steps(out) == [1, 2, 3, 4]
+    assert sorted(p.name for p in (out / "checkpoints").iterdir()) == ["checkpoint-2", "checkpoint-4"]
+    assert not (out / "checkpoints" / "checkpoint-4" / "old-run.txt").exists()
+
+
+def test_eval_after_run_uses_the_trained_model_and_keeps_the_report(tmp_path, capsys):
+    out = tmp_path / "run"
+    spec = _spec(out)
+    run = _run(tmp_path, spec)
+    run.execute()
+    # training leaves no empty staging directory behind
+    assert sorted(p.name for p in (out / "checkpoints").iterdir()) == ["checkpoint-2", "checkpoint-4"]
+    report = json.loads((out / "report.json").read_text())
+    after = report["results"]["after"][0]
+
+    capsys.readouterr()
+    ev = _run(tmp_path, spec)
+    result = ev.execute(train=False, evaluate=True)
+    assert "evaluating the trained model in" in capsys.readouterr().err
+    trained = load_file(out / "model" / "model.safetensors")
+    init = load_file(out / "init-model" / "model.safetensors")
+    assert all(torch.equal(v, trained[k]) for k, v in ev.model.state_dict().items())
+    assert any(not torch.equal(trained[k], init[k]) for k in trained)
+    assert list(result["stages"]) == ["before", "after", "eval"]
+    got = result["stages"]["eval"][0]
+    assert (got["accuracy"], got["mean_reward"], got["n"]) == (after["accuracy"], after["mean_reward"], 4)
+    assert json.loads((out / "samples" / "eval-sudoku.json").read_text()) == json.loads((out / "samples" / "after-sudoku.json").read_text())
+
+    md = (out / "report.md").read_text()
+    assert "| before | sudoku |" in md and "| after | sudoku |" in md and "| eval | sudoku |" in md
+    assert f"- eval_model: {out / 'model'}" in md
+    new = json.loads((out / "report.json").read_text())
+    assert new["results"]["before"] == report["results"]["before"] and new["results"]["after"] == report["results"]["after"]
+    assert new["train_metrics"] == report["train_metrics"] and new["train_metrics"]["global_step"] == 4
+
+
+def test_resume_prints_the_checkpoint(tmp_path, capsys):
+    out = tmp_path / "run"
+    _run(tmp_path, _spec(out, steps=2)).execute(evaluate=False)
+    assert not (out / "checkpoints" / ".staging").exists()
+    assert "resuming from" not in capsys.readouterr().err
+    _run(tmp_path, _spec(out, steps=2)).execute(evaluate=False)
+    err = capsys.readouterr().err
+    assert f"resuming from {out / 'checkpoints' / 'checkpoint-2'}\n" in err
