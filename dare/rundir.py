@@ -73,6 +73,10 @@ def plan_output_dir(out: str | Path, spec_hash: str, overwrite: bool, resume: bo
     except (OSError, json.JSONDecodeError, AttributeError):
         old = None
     if old != spec_hash:
+        if overwrite and not train and _has_durable_results(out):
+            return "refuse", [("output.overwrite", f"{shown!r} holds another run's checkpoints, model or report, which an "
+                                                  "evaluation-only command would delete; evaluate into another output.dir "
+                                                  "(set model.path to this run's model/ to score it)")]
         if overwrite:
             return "replace", []
         if is_unfinished_run(out):

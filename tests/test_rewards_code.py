@@ -345,11 +345,16 @@ def test_uid_leases_are_exclusive():
 def test_interrupted_caller_leaves_nothing_running(unharmed):
     """Ctrl-C while a program runs: the supervisor is told to stop and kills the program's tree."""
     spinner = "import os\nfor _ in range(2):\n    os.fork()\nwhile True:\n    pass"
+    # Python's own Ctrl-C handler, also when the suite runs with SIGINT ignored (nohup, `trap '' INT`)
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     timer = threading.Timer(0.8, os.kill, (os.getpid(), signal.SIGINT))
     started = time.monotonic()
     timer.start()
-    with pytest.raises(KeyboardInterrupt):
-        run_python([spinner], SandboxLimits(timeout_s=61.25, max_processes=8))  # 61.25: marks this run
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            run_python([spinner], SandboxLimits(timeout_s=61.25, max_processes=8))  # 61.25: marks this run
+    finally:
+        signal.signal(signal.SIGINT, previous)
     assert time.monotonic() - started < 10
     marker = b'"timeout_s": 61.25'  # in the runner's command line, which its forks keep
     assert [p for p in procfs.parents() if marker in _cmdline(p)] == []

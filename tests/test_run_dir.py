@@ -150,3 +150,15 @@ def test_resume_prints_the_checkpoint(tmp_path, capsys):
     _run(tmp_path, _spec(out, steps=2)).execute(evaluate=False)
     err = capsys.readouterr().err
     assert f"resuming from {out / 'checkpoints' / 'checkpoint-2'}\n" in err
+
+
+def test_evaluation_only_overwrite_never_deletes_a_trained_run(tmp_path):
+    from dare.rundir import plan_output_dir
+
+    out = tmp_path / "run"
+    (out / "model").mkdir(parents=True)
+    (out / "run.json").write_text(json.dumps({"spec_hash": "aaaa"}))
+    action, problems = plan_output_dir(out, "bbbb", overwrite=True, train=False)
+    assert action == "refuse" and problems[0][0] == "output.overwrite" and "another output.dir" in problems[0][1]
+    assert plan_output_dir(out, "bbbb", overwrite=True, train=True)[0] == "replace"  # a training run may replace it
+    assert (out / "model").is_dir()

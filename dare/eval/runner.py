@@ -50,7 +50,7 @@ class BenchmarkResult:
     n: int
     accuracy: float
     mean_reward: float
-    nfe: int
+    nfe: float  # forward passes per prompt (its batch's NFE, averaged over prompts; independent of batch size)
     generated_tokens: int
     seconds: float
     tokens_per_second: float
@@ -115,7 +115,7 @@ def evaluate_benchmark(
         n=n,
         accuracy=correct / n,
         mean_reward=total / n,
-        nfe=out.nfe,
+        nfe=round(sum(o.nfe * o.completions.shape[0] for o in out.outputs) / max(n, 1), 2),  # per prompt
         generated_tokens=out.generated_tokens,
         seconds=out.seconds,
         tokens_per_second=out.generated_tokens / out.seconds if out.seconds > 0 else 0.0,

@@ -9,7 +9,7 @@ import pytest
 import torch
 import yaml
 
-from dare.plugins import get_registry
+from dare.plugins import FIRST_PARTY, get_registry
 from dare_grpo.objectives import EXTRA_OBJECTIVES
 
 
@@ -22,7 +22,7 @@ def _one_thread():
     torch.set_num_threads(before)
 
 
-FAMILIES = sorted(get_registry().entries["model_family"])
+FAMILIES = sorted(n for n, e in get_registry().entries["model_family"].items() if e.distribution in FIRST_PARTY)  # first-party: have tiny presets
 #: Per-objective overrides that keep a run small, and the metric that shows the objective's own path ran.
 SMALL = {
     "mdpo": ({"sample_train_steps": 2}, "mdpo/num_train_steps"),

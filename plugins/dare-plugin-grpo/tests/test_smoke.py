@@ -7,10 +7,10 @@ import json
 import pytest
 import yaml
 
-from dare.plugins import get_registry
+from dare.plugins import FIRST_PARTY, get_registry
 from dare_grpo.objectives import OBJECTIVES
 
-FAMILIES = sorted(get_registry().entries["model_family"])
+FAMILIES = sorted(n for n, e in get_registry().entries["model_family"].items() if e.distribution in FIRST_PARTY)  # first-party: have tiny presets
 #: Per-objective overrides that keep the smoke run small.
 SMALL = {"bgpo": {"mc_num": 2}, "espo": {"mc_num": 1, "num_iterations": 2}}
 
