@@ -73,3 +73,23 @@ def test_run_end_to_end_and_resume(tmp_path, tiny_llada_dir):
     result2 = run2.execute()
     assert result2["train"]["global_step"] == 6
     assert all(torch.equal(before[k], v) for k, v in AutoModel.from_pretrained(out / "model").state_dict().items())
+
+
+def test_reported_nfe_is_per_prompt_whatever_the_batch_size(tmp_path):
+    """NFE in reports = forward passes spent on each prompt (6 denoising steps), not summed over batches."""
+    from dare.builtins.rewards import SudokuReward
+    from dare.eval.runner import evaluate_benchmark
+    from dare.plugins import get_registry
+    from dare.rewards import WeightedReward
+    from dare.spec import BenchmarkSpec
+    from dare.testing import tiny_model
+    from dare_llada.sampler import LLaDASampler
+
+    lm = tiny_model("llada", tmp_path / "m", seed=0)
+    sampler = LLaDASampler({"gen_length": 6, "block_length": 6, "steps": 6})
+    evaluator = get_registry().get("evaluator", "sudoku").cls()
+    bspec = BenchmarkSpec(name="sudoku", limit=5, prompt_template="{{ extra_info.puzzle }}", chat_template=False)
+    reward = WeightedReward([(SudokuReward({"require_answer_tags": False}), 1.0)])
+    nfes = [evaluate_benchmark(lm.model, lm.family, lm.tokens, lm.tokenizer, sampler, evaluator, bspec, reward,
+                               batch_size=b).nfe for b in (1, 2, 5)]
+    assert nfes == [6, 6, 6]
