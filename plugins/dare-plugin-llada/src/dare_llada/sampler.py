@@ -108,33 +108,13 @@ def decode(
     :returns: ``(x [B, Lp + gen_length], unmask_step [B, gen_length] int64, nfe)``.
     :raises ValueError: ``gen_length % block_length != 0`` or ``steps % num_blocks != 0``.
     """
-    if gen_length % block_length != 0:
-        raise ValueError(f"gen_length ({gen_length}) must be a multiple of block_length ({block_length})")
-    num_blocks = gen_length // block_length
-    if steps % num_blocks != 0:
-        raise ValueError(f"steps ({steps}) must be a multiple of the number of blocks ({num_blocks})")
-    steps_per_block = steps // num_blocks
     B, Lp = prompt.shape
     x = torch.full((B, Lp + gen_length), mask_id, dtype=torch.long, device=prompt.device)
     x[:, :Lp] = prompt
-    if attention_mask is not None:
-        attention_mask = torch.cat(
-            [attention_mask, torch.ones((B, gen_length), dtype=attention_mask.dtype, device=prompt.device)], dim=-1
-        )
-    prompt_index = x != mask_id
     opts = _StepOptions(temperature, cfg_scale, remasking, mask_id, logits_eos_inf, confidence_eos_eot_inf, eos_id, eot_id,
                         generator)
-    traj = Trajectory(B, gen_length, device=prompt.device)
-    nfe = 0
-    for nb in range(num_blocks):
-        start = Lp + nb * block_length
-        end = start + block_length
-        quota = num_transfer_tokens(x[:, start:end] == mask_id, steps_per_block)
-        for i in range(steps_per_block):
-            committed, n = _denoise_step(logits_fn, x, attention_mask, prompt_index, end, quota[:, i], opts)
-            nfe += n
-            traj.record(committed[:, Lp:], nb * steps_per_block + i)
-    return x, traj.unmask_step, nfe
+    # the official prompt index: every position not holding the mask token
+    return _run_schedule(logits_fn, x, x != mask_id, Lp, attention_mask, 0, steps, steps, gen_length, block_length, opts)
 
 
 @torch.no_grad()
@@ -180,28 +160,43 @@ def denoise_steps(
     :raises ValueError: block/step divisibility as :func:`decode`, a state of the wrong length, or
         ``0 <= start_step <= end_step <= steps`` violated.
     """
-    if gen_length % block_length != 0:
-        raise ValueError(f"gen_length ({gen_length}) must be a multiple of block_length ({block_length})")
-    num_blocks = gen_length // block_length
-    if steps % num_blocks != 0:
-        raise ValueError(f"steps ({steps}) must be a multiple of the number of blocks ({num_blocks})")
     end_step = steps if end_step is None else end_step
     if not 0 <= start_step <= end_step <= steps:
         raise ValueError(f"need 0 <= start_step ({start_step}) <= end_step ({end_step}) <= steps ({steps})")
     B, L = state.shape
     if L != prompt_length + gen_length:
         raise ValueError(f"state has {L} positions, expected prompt_length + gen_length = {prompt_length + gen_length}")
-    spb = steps // num_blocks
-    Lp = prompt_length
     x = state.clone()
+    prompt_index = torch.zeros_like(x, dtype=torch.bool)
+    prompt_index[:, :prompt_length] = True
+    opts = _StepOptions(temperature, cfg_scale, remasking, mask_id, logits_eos_inf, confidence_eos_eot_inf, eos_id, eot_id,
+                        generator)
+    return _run_schedule(logits_fn, x, prompt_index, prompt_length, attention_mask, start_step, end_step, steps,
+                         gen_length, block_length, opts)
+
+
+def _run_schedule(logits_fn, x: torch.Tensor, prompt_index: torch.Tensor, prompt_length: int,
+                  attention_mask: torch.Tensor | None, start_step: int, end_step: int, steps: int, gen_length: int,
+                  block_length: int, opts: _StepOptions) -> tuple[torch.Tensor, torch.Tensor, int]:
+    """Global steps ``start_step .. end_step - 1`` of the semi-AR schedule on ``x`` (modified in place).
+
+    Global step ``s`` belongs to block ``s // steps_per_block``; on entering a block the quota is
+    computed over the block's remaining steps from its remaining masks (``num_transfer_tokens``).
+    :param attention_mask: ``[B, prompt_length]`` or None; extended with ones over the completion.
+    :returns: ``(x, unmask_step [B, gen_length] int64 (-1 where nothing was committed), nfe)``.
+    :raises ValueError: ``gen_length % block_length != 0`` or ``steps % num_blocks != 0``.
+    """
+    if gen_length % block_length != 0:
+        raise ValueError(f"gen_length ({gen_length}) must be a multiple of block_length ({block_length})")
+    num_blocks = gen_length // block_length
+    if steps % num_blocks != 0:
+        raise ValueError(f"steps ({steps}) must be a multiple of the number of blocks ({num_blocks})")
+    spb = steps // num_blocks
+    B, Lp = x.shape[0], prompt_length
     if attention_mask is not None:
         attention_mask = torch.cat(
             [attention_mask, torch.ones((B, gen_length), dtype=attention_mask.dtype, device=x.device)], dim=-1
         )
-    prompt_index = torch.zeros_like(x, dtype=torch.bool)
-    prompt_index[:, :Lp] = True
-    opts = _StepOptions(temperature, cfg_scale, remasking, mask_id, logits_eos_inf, confidence_eos_eot_inf, eos_id, eot_id,
-                        generator)
     traj = Trajectory(B, gen_length, device=x.device)
     nfe = 0
     quota, first = None, 0
@@ -209,7 +204,7 @@ def denoise_steps(
         nb, i = divmod(s, spb)
         start, end = Lp + nb * block_length, Lp + (nb + 1) * block_length
         if quota is None or i == 0:
-            quota, first = num_transfer_tokens(x[:, start:end] == mask_id, spb - i), i
+            quota, first = num_transfer_tokens(x[:, start:end] == opts.mask_id, spb - i), i
         committed, n = _denoise_step(logits_fn, x, attention_mask, prompt_index, end, quota[:, i - first], opts)
         nfe += n
         traj.record(committed[:, Lp:], s)
