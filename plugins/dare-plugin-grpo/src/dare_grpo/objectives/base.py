@@ -27,7 +27,7 @@ own rollout (tree rollouts, intermediate predictions) sets ``trainer_class`` to 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, Literal
 
 import torch
 from pydantic import Field, ValidationError
@@ -132,6 +132,7 @@ def clipped_token_loss(
     mode: Aggregation | None = None,
     num_tokens: float | None = None,
     num_sequences: float | None = None,
+    agg: Callable[[torch.Tensor], torch.Tensor] | None = None,
 ) -> LossTerms:
     """Token-level clipped GRPO loss of one pass plus ``beta`` x KL, aggregated over the scored tokens.
 
@@ -141,14 +142,18 @@ def clipped_token_loss(
     whole batch's normalisers (default: ``inp.num_tokens``/``inp.num_sequences``).
     Metrics: ``clip_fraction`` (+ ``_low``/``_high``), ``dual_clip_fraction``, ``approx_kl``
     (k3 of current vs old), ``kl`` (vs reference), with the same aggregation.
-    """
-    mode = mode or args.loss_aggregation
-    num_tokens = inp.num_tokens if num_tokens is None else num_tokens
-    num_sequences = inp.num_sequences if num_sequences is None else num_sequences
-    weights = inp.current.scored.float()
 
-    def agg(values: torch.Tensor) -> torch.Tensor:
-        return aggregate(values, weights, mode, num_tokens=num_tokens, num_sequences=num_sequences)
+    :param agg: ``[B, L] per-token values -> scalar``, replacing that aggregation (e.g. JustGRPO's
+        position chunks, which each see part of the completion but the whole batch's normalisers).
+    """
+    if agg is None:
+        mode = mode or args.loss_aggregation
+        num_tokens = inp.num_tokens if num_tokens is None else num_tokens
+        num_sequences = inp.num_sequences if num_sequences is None else num_sequences
+        weights = inp.current.scored.float()
+
+        def agg(values: torch.Tensor) -> torch.Tensor:
+            return aggregate(values, weights, mode, num_tokens=num_tokens, num_sequences=num_sequences)
 
     cur = inp.current.token
     clipped = clipped_policy_loss(

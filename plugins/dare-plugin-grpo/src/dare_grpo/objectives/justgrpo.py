@@ -33,8 +33,7 @@ import torch
 from pydantic import Field, ValidationError
 
 from dare.diffusion.estimators import AutoregressiveEstimator
-from dare.rl import clipped_policy_loss, kl_estimate, ratio_from_log
-from dare_grpo.objectives.base import LossTerms, OnlineRLObjective, RLParams
+from dare_grpo.objectives.base import OnlineRLObjective, RLParams, clipped_token_loss
 
 __all__ = ["JustGRPO", "JustGRPOParams", "chunk_aggregate", "autoregressive_sampler_problems"]
 
@@ -118,22 +117,7 @@ class JustGRPO(OnlineRLObjective):
             return chunk_aggregate(values, weights, mode, inp.response_lengths, inp.total_response_tokens,
                                    inp.num_sequences)
 
-        cur = inp.current.token
-        clipped = clipped_policy_loss(ratio_from_log(cur - inp.old), inp.advantages[:, None], args.clip_eps_low,
-                                      args.clip_eps_high, args.dual_clip_c)
-        loss = agg(clipped.loss)
-        metrics = {
-            "clip_fraction_high": agg(clipped.clipped_high.float()),
-            "clip_fraction_low": agg(clipped.clipped_low.float()),
-            "dual_clip_fraction": agg(clipped.dual_clipped.float()),
-            "approx_kl": agg(kl_estimate(cur.detach(), inp.old, "k3")),
-        }
-        metrics["clip_fraction"] = metrics["clip_fraction_high"] + metrics["clip_fraction_low"]
-        if inp.ref is not None and args.beta > 0:
-            kl = agg(kl_estimate(cur, inp.ref, args.kl_estimator))
-            loss = loss + args.beta * kl
-            metrics["kl"] = kl.detach()
-        return LossTerms(loss, metrics)
+        return clipped_token_loss(inp, args, agg=agg)
 
     def check(self, ctx, loc):
         problems = super().check(ctx, loc)
