@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 
 import pytest
+import torch
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
@@ -20,3 +21,21 @@ def tiny_llada_dir(tmp_path_factory):
     d = tmp_path_factory.mktemp("tiny-llada") / "model"
     tiny_model("llada", d, seed=0)
     return d
+
+
+@pytest.fixture(scope="module")
+def one_thread():
+    """Tiny models run fastest on one CPU thread (and the CI machine is shared); restored afterwards.
+    Modules opt in with ``pytestmark = pytest.mark.usefixtures("one_thread")``."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture
+def args(tmp_path):
+    """``args(**kw)`` -> a ``GRPOConfig`` writing under ``tmp_path`` with no reporting."""
+    from dare_grpo.config import GRPOConfig
+
+    return lambda **kw: GRPOConfig(output_dir=str(tmp_path), report_to="none", **kw)

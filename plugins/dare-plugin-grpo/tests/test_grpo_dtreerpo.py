@@ -15,13 +15,7 @@ from dare_grpo.objectives.dtreerpo import EdgeLossInput, sd_pair_count, sd_sched
 from dare_grpo.rollout_tree import branch_points, local_advantages, propagate_values, transition_mask
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """Tiny models run fastest on one CPU thread (and the CI machine is shared); restored afterwards."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 E, LOG = math.exp, math.log

@@ -14,21 +14,10 @@ from dare_grpo.objectives import EBPO, SequenceLossInput
 from dare_grpo.objectives.ebpo import ResponseBlockwiseELBOEstimator, log_clipped_ratio
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """Tiny models run fastest on one CPU thread (and the CI machine is shared); restored afterwards."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 E = math.exp
-
-
-@pytest.fixture
-def args(tmp_path):
-    return lambda **kw: GRPOConfig(output_dir=str(tmp_path), report_to="none", **kw)
 
 
 def test_log_domain_clip_both_branches_and_k3_on_composites(args):

@@ -13,13 +13,7 @@ from dare_grpo.objectives import JustGRPO, PassLossInput
 from dare_grpo.objectives.justgrpo import chunk_aggregate
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """Tiny models run fastest on one CPU thread (and the CI machine is shared); restored afterwards."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 CUR = torch.tensor([[-1.0, -2.0], [-0.5, -1.5]])

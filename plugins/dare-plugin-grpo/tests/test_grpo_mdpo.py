@@ -14,21 +14,10 @@ from dare_grpo.objectives.mdpo import StepLossInput, select_steps, step_advantag
 from dare_grpo.rollout_mdpo import MDPOTrajectory, mdpo_decode
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """Tiny models run fastest on one CPU thread (and the CI machine is shared); restored afterwards."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 E = math.exp
-
-
-@pytest.fixture
-def args(tmp_path):
-    return lambda **kw: GRPOConfig(output_dir=str(tmp_path), report_to="none", **kw)
 
 
 def test_step_scores_advantages_and_top_k():

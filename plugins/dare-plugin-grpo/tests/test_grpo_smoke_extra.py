@@ -13,13 +13,7 @@ from dare.plugins import FIRST_PARTY, get_registry
 from dare_grpo.objectives import EXTRA_OBJECTIVES
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """Tiny models run fastest on one CPU thread (and the CI machine is shared); restored afterwards."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 FAMILIES = sorted(n for n, e in get_registry().entries["model_family"].items() if e.distribution in FIRST_PARTY)  # first-party: have tiny presets

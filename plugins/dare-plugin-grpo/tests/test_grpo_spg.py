@@ -14,13 +14,7 @@ from dare_grpo.objectives import SPG
 from dare_grpo.objectives.spg import JointLossInput, spg_surrogates
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """Tiny models run fastest on one CPU thread (and the CI machine is shared); restored afterwards."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 E, LOG = math.exp, math.log
