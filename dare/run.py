@@ -163,10 +163,11 @@ class Run:
         return self.objective.train(self)
 
     # ------------------------------------------------------------------ evaluation
-    def benchmark_reward(self, index: int):
-        """The reward of ``eval.benchmarks[index]``: its override, else the benchmark's default."""
-        b = self.spec.eval.resolved[index]
-        loc = f"eval.benchmarks[{index}]"
+    def benchmark_reward(self, index: int | None):
+        """The reward of ``eval.benchmarks[index]`` (``None``: ``eval.validation``): its override, else the
+        benchmark's default."""
+        b = self.spec.eval.validation if index is None else self.spec.eval.resolved[index]
+        loc = "eval.validation" if index is None else f"eval.benchmarks[{index}]"
         if b.reward is not None:
             return self._weighted([(self.ctx.components[f"{loc}.reward"], 1.0)])
         ev = self.ctx.components[loc]
@@ -209,13 +210,31 @@ class Run:
             return None
         return [BenchmarkResult(**r) for r in data["results"]]
 
+    def validate(self, model, limit: int | None = None):
+        """Score ``model`` on ``eval.validation`` (``limit`` rows at most). Returns a ``BenchmarkResult``."""
+        from dare.eval import evaluate_benchmark
+
+        v = self.spec.eval.validation
+        return evaluate_benchmark(
+            model, self.family, self.tokens, self.tokenizer, self.sampler, self.ctx.components["eval.validation"], v,
+            self.benchmark_reward(None), batch_size=self.spec.eval.batch_size, seed=self.spec.eval.seed, limit=limit,
+        )
+
     def training_eval_fn(self):
-        """``(model) -> metrics`` on the first benchmark (``train.eval_limit`` rows), for in-training eval."""
+        """``(model) -> metrics`` for in-training evaluation every ``train.eval_steps`` (``train.eval_limit`` rows).
+
+        With ``eval.validation`` the keys are ``validation/accuracy`` and ``validation/mean_reward`` (what
+        ``train.keep_best`` selects on); otherwise ``<benchmark>/accuracy`` and ``<benchmark>/mean_reward``
+        of the first eval benchmark.
+        """
         if self.spec.eval is None or self.spec.train is None or not self.spec.train.eval_steps or self.sampler is None:
             return None
         limit = self.spec.train.eval_limit
 
         def fn(model) -> dict[str, float]:
+            if self.spec.eval.validation is not None:
+                res = self.validate(model, limit)
+                return {"validation/accuracy": res.accuracy, "validation/mean_reward": res.mean_reward}
             (res,) = self.evaluate("train", model=model, limit=limit, benchmarks=[0], save=False)
             return {f"{res.name}/accuracy": res.accuracy, f"{res.name}/mean_reward": res.mean_reward}
 
@@ -246,6 +265,12 @@ class Run:
         train_metrics: dict[str, float] = {}
         if do_train:
             train_metrics = self.train() or {}
+            if self.spec.train.keep_best:
+                from dare.trainers import read_best
+
+                best = read_best(self.checkpoint_dir)
+                if best is not None:
+                    train_metrics = {**train_metrics, "best_step": best["step"], "best_validation_accuracy": best["value"]}
         if do_eval and do_train:
             stages["after"] = self.evaluate("after")
         prov = provenance(self.spec, self.sampler, self.spec.eval.seed if self.spec.eval else None)

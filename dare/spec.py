@@ -121,7 +121,9 @@ class DatasetSpec(_Strict):
 
     path: str = Field(description="parquet/JSONL file, 'dare://' packaged asset, or hub dataset id.")
     split: str = Field("train", description="Split, for hub datasets.")
-    limit: int | None = Field(None, gt=0, description="Use only the first N rows.")
+    offset: int = Field(0, ge=0, description="Skip the first N rows (with limit: rows offset .. offset+limit-1), e.g. to "
+                        "hold rows out for eval.validation.")
+    limit: int | None = Field(None, gt=0, description="Use only the first N rows (after offset).")
     prompt_template: str | None = Field(
         None, description="Jinja template over row fields giving the user message, e.g. '{{ extra_info.puzzle }}'."
     )
@@ -165,8 +167,16 @@ class TrainSpec(_Strict):
     logging_steps: int = Field(10, gt=0)
     save_steps: int = Field(500, gt=0, description="Checkpoint every N steps (official format + trainer state).")
     save_total_limit: int | None = Field(2, gt=0)
-    eval_steps: int | None = Field(None, gt=0, description="Evaluate the first eval benchmark every N steps.")
+    eval_steps: int | None = Field(
+        None, gt=0, description="Evaluate every N steps during training: eval.validation when given, else the first eval benchmark."
+    )
     eval_limit: int | None = Field(None, gt=0, description="Rows of that benchmark used for in-training evaluation.")
+    keep_best: bool = Field(
+        False,
+        description="End training with the weights that scored the highest eval.validation accuracy among the in-training "
+        "evaluations (every eval_steps, plus one before the first step; ties keep the earliest) instead of the last "
+        "step's. Needs train.eval_steps and eval.validation (never selects on a test benchmark).",
+    )
     max_length: int | None = Field(None, gt=0, description="Truncate/filter sequences longer than this (tokens).")
     bf16: bool = Field(False, description="bf16 autocast.")
     resume: bool = Field(True, description="Resume from the last checkpoint in the output directory, if any.")
@@ -176,7 +186,8 @@ class TrainSpec(_Strict):
 class BenchmarkSpec(_Strict):
     name: str = Field(description="Evaluator (benchmark) name, e.g. gsm8k, sudoku.")
     path: str | None = Field(None, description="Data file; defaults to the benchmark's file under $DARE_DATA_DIR.")
-    limit: int | None = Field(None, gt=0)
+    offset: int = Field(0, ge=0, description="Skip the first N rows.")
+    limit: int | None = Field(None, gt=0, description="Use only the first N rows (after offset).")
     prompt_template: str | None = None
     chat_template: bool = True
     system_prompt: str | None = None
@@ -185,6 +196,12 @@ class BenchmarkSpec(_Strict):
 
 class EvalSpec(_Strict):
     benchmarks: list[Union[BenchmarkSpec, str]] = Field(description="Benchmarks (names or objects).")
+    validation: BenchmarkSpec | None = Field(
+        None,
+        description="Held-out benchmark scored every train.eval_steps during training (instead of the first benchmark) "
+        "and used by train.keep_best; give it rows that are neither trained on nor in the test benchmarks, e.g. "
+        "training rows held out with data.train.limit and this offset.",
+    )
     before_train: bool = Field(True, description="With `dare run`: also evaluate the model before training.")
     batch_size: int = Field(32, gt=0)
     seed: int = 0
@@ -516,6 +533,14 @@ def build_context(spec: RunSpec, source: str | None = None) -> SpecContext:
                 _component(ctx, problems, "reward", b.reward, f"{loc}.reward")
             if ev is not None:
                 _check_benchmark_data(ev, b, loc, problems)
+        v = spec.eval.validation
+        if v is not None:
+            ev = _component(ctx, problems, "evaluator", ComponentSpec(name=v.name), "eval.validation")
+            if v.reward is not None:
+                _component(ctx, problems, "reward", v.reward, "eval.validation.reward")
+            if ev is not None:
+                _check_benchmark_data(ev, v, "eval.validation", problems)
+                _check_validation_rows(spec, ev, v, problems)
         if spec.sampler is None:
             problems.append(("sampler", "eval needs a sampler: section to generate answers"))
     if spec.data is not None:
@@ -524,6 +549,7 @@ def build_context(spec: RunSpec, source: str | None = None) -> SpecContext:
             if ds is not None:
                 _check_dataset(ds, f"data.{split}", problems)
     _check_output(spec, problems)
+    _check_keep_best(spec, problems)
 
     # component cross-checks, once everything structural passed
     for loc, comp in list(ctx.components.items()):
@@ -701,6 +727,48 @@ def _check_benchmark_data(ev, b: BenchmarkSpec, loc: str, problems: list) -> Non
         return
     ds = DatasetSpec(path=str(path), prompt_template=b.prompt_template)
     _check_dataset(ds, loc, problems)
+
+
+def _row_range(offset: int, limit: int | None) -> str:
+    return f"{offset}..{offset + limit - 1}" if limit is not None else f"{offset}..end"
+
+
+def _check_validation_rows(spec: RunSpec, ev, v: BenchmarkSpec, problems: list) -> None:
+    """``eval.validation`` must not share rows with ``data.train`` (same file, overlapping ranges)."""
+    from dare.eval.runner import benchmark_path
+
+    train = spec.data.train if spec.data is not None else None
+    if train is None:
+        return
+    try:
+        vpath = Path(benchmark_path(ev, v)).resolve()
+        tpath = resolve_path(train.path).resolve()
+    except (DareError, OSError):
+        return
+    if vpath != tpath:
+        return
+    t0, t1 = train.offset, train.offset + train.limit if train.limit is not None else float("inf")
+    v0, v1 = v.offset, v.offset + v.limit if v.limit is not None else float("inf")
+    if max(t0, v0) < min(t1, v1):
+        hint = (f"e.g. data.train.limit: {v0}" if t0 == 0 and v0 > 0 else
+                "give data.train and eval.validation disjoint offset/limit ranges")
+        problems.append(("eval.validation", f"rows {_row_range(v.offset, v.limit)} of {train.path} are also training rows "
+                                            f"(data.train rows {_row_range(train.offset, train.limit)}): a validation "
+                                            f"score on trained rows cannot select a checkpoint; hold them out, {hint}"))
+
+
+def _check_keep_best(spec: RunSpec, problems: list) -> None:
+    t = spec.train
+    if t is None or not t.keep_best:
+        return
+    if spec.eval is None or spec.eval.validation is None:
+        problems.append(("train.keep_best", "keep_best selects the final weights on eval.validation, which is not set; add "
+                                            "eval.validation (held-out training rows, never the test benchmark)"))
+    if t.eval_steps is None:
+        problems.append(("train.keep_best", "keep_best needs in-training evaluations; set train.eval_steps (e.g. 10)"))
+    elif t.eval_steps > t.max_steps:
+        problems.append(("train.eval_steps", f"eval_steps {t.eval_steps} > max_steps {t.max_steps}: keep_best would only "
+                                             "see the evaluation before training; lower train.eval_steps"))
 
 
 def _check_output(spec: RunSpec, problems: list) -> None:

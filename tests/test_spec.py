@@ -221,7 +221,7 @@ def test_union_errors_show_only_the_mapping_branch(tmp_path, tiny_llada_dir):
         load_spec(write(tmp_path, s), check=False)
     assert exc.value.problems[0] == ("eval.benchmarks[0].limit", "Input should be greater than 0 (got 0)")
     assert exc.value.problems[1][0] == "eval.benchmarks[1].limits"
-    assert exc.value.problems[1][1].startswith("unknown key; allowed keys here: name, path, limit")
+    assert exc.value.problems[1][1].startswith("unknown key; allowed keys here: name, path, offset, limit")
     assert len(exc.value.problems) == 2  # no "eval.benchmarks[0].str: Input should be a valid string"
 
 

@@ -64,11 +64,15 @@ def dataset_columns(path: str) -> list[str] | None:
     raise DataError(f"{path!r}: unsupported file type {p.suffix!r}; use .parquet or .jsonl")
 
 
-def load_rows(path: str, limit: int | None = None, split: str = "train", columns: list[str] | None = None) -> list[dict]:
-    """Load rows as plain Python dicts.
+def load_rows(
+    path: str, limit: int | None = None, split: str = "train", columns: list[str] | None = None, offset: int = 0
+) -> list[dict]:
+    """Load rows as plain Python dicts: rows ``offset .. offset+limit-1`` of the file (all after ``offset``
+    without ``limit``).
 
     :param path: parquet/JSONL path, ``dare://`` asset or hub dataset id.
-    :param limit: keep only the first ``limit`` rows.
+    :param limit: keep only the first ``limit`` rows after ``offset``.
+    :param offset: skip this many rows first (``DatasetSpec.offset``, e.g. rows held out for validation).
     :param columns: columns that must exist.
     :raises DataError: missing file, unreadable file, or a missing column.
     """
@@ -80,8 +84,9 @@ def load_rows(path: str, limit: int | None = None, split: str = "train", columns
             ds = datasets.load_dataset(path, split=split)
         except Exception as exc:  # noqa: BLE001
             raise DataError(f"could not load hub dataset {path!r} (split {split!r}): {exc}") from None
-        if limit is not None:
-            ds = ds.select(range(min(limit, len(ds))))
+        stop = len(ds) if limit is None else min(offset + limit, len(ds))
+        if offset or limit is not None:
+            ds = ds.select(range(min(offset, len(ds)), stop))
         rows = [dict(r) for r in ds]
     else:
         cols = dataset_columns(path)
@@ -89,17 +94,21 @@ def load_rows(path: str, limit: int | None = None, split: str = "train", columns
             import pyarrow.parquet as pq
 
             table = pq.read_table(p)
-            if limit is not None:
-                table = table.slice(0, limit)
+            if offset or limit is not None:
+                table = table.slice(offset, limit)
             rows = [to_python(r) for r in table.to_pylist()]
         else:
             rows = []
             with p.open() as f:
+                seen = 0
                 for i, line in enumerate(f):
                     if limit is not None and len(rows) >= limit:
                         break
                     line = line.strip()
                     if not line:
+                        continue
+                    seen += 1
+                    if seen <= offset:
                         continue
                     try:
                         rows.append(json.loads(line))
@@ -110,5 +119,5 @@ def load_rows(path: str, limit: int | None = None, split: str = "train", columns
         if rows and col not in rows[0]:
             raise DataError(f"{path!r} has no column {col!r}; its columns are: {', '.join(rows[0])}")
     if not rows:
-        raise DataError(f"{path!r} has no rows")
+        raise DataError(f"{path!r} has no rows" + (f" after the first {offset} (offset)" if offset else ""))
     return rows

@@ -94,7 +94,7 @@ def evaluate_benchmark(
     from dare.sampling.text import generate_texts
 
     path = benchmark_path(evaluator, bspec)
-    rows = load_rows(str(path), limit=limit or bspec.limit)
+    rows = load_rows(str(path), limit=limit or bspec.limit, offset=bspec.offset)
     prompter = Prompter(tokenizer, bspec.prompt_template, None, bspec.chat_template, bspec.system_prompt)
     prompts = [prompter.prompt(r) for r in rows]
     gen = torch.Generator().manual_seed(seed)

@@ -10,7 +10,10 @@ What it adds to ``transformers.Trainer``:
   TensorBoard;
 * ``eval_fn``: an optional callable ``(model) -> dict[str, float]`` run every ``eval_steps`` (the
   benchmark score logged beside the loss);
-* ``family`` and ``tokens``: the model family adapter and special ids, for subclasses' losses.
+* ``family`` and ``tokens``: the model family adapter and special ids, for subclasses' losses;
+* ``keep_best_metric``: every evaluation whose ``eval_fn`` value for that key beats the best so far
+  saves the weights to ``<output_dir>/best`` (staged, then renamed; ``best.json`` names the step and
+  value); when training ends those weights are loaded back, so the final model is the best one.
 
 Model checkpoints are the model's own ``save_pretrained`` output, i.e. the official format. LoRA
 (peft) models checkpoint their adapter in peft's format; their final ``save_model`` writes the merged
@@ -31,7 +34,20 @@ import torch
 from transformers import Trainer, TrainerCallback, TrainingArguments
 from transformers.trainer_utils import get_last_checkpoint
 
-__all__ = ["DareConfig", "DareTrainer", "JsonlMetricsCallback", "last_complete_checkpoint"]
+__all__ = ["DareConfig", "DareTrainer", "JsonlMetricsCallback", "last_complete_checkpoint", "read_best"]
+
+BEST_DIR = "best"
+
+
+def read_best(output_dir: str | os.PathLike) -> dict[str, Any] | None:
+    """``<output_dir>/best/best.json`` (``{"step", "metric", "value"}``) or None when absent."""
+    f = Path(output_dir) / BEST_DIR / "best.json"
+    if not f.is_file():
+        return None
+    try:
+        return json.loads(f.read_text())
+    except json.JSONDecodeError:
+        return None
 
 
 @dataclass
@@ -45,6 +61,11 @@ class DareConfig(TrainingArguments):
     metrics_file: str | None = field(default=None, metadata={"help": "JSONL metrics path (default <output_dir>/metrics.jsonl)."})
     tensorboard_dir: str | None = field(default=None, metadata={"help": "TensorBoard log dir (default <output_dir>/tensorboard)."})
     num_threads: int | None = field(default=None, metadata={"help": "torch.set_num_threads on CPU."})
+    keep_best_metric: str | None = field(
+        default=None,
+        metadata={"help": "eval_fn key (higher is better) whose best evaluation's weights end training (None: the last "
+                          "step's weights). Set eval_on_start to let the starting weights compete."},
+    )
 
     def __post_init__(self):
         if not torch.cuda.is_available():
@@ -152,9 +173,57 @@ class DareTrainer(Trainer):
         finally:
             self.model.train(was_training)
         metrics = {f"{metric_key_prefix}/{k}": float(v) for k, v in raw.items()}
+        if self.args.keep_best_metric:
+            self._maybe_save_best(raw)
         self.log(metrics)
         self.control = self.callback_handler.on_evaluate(self.args, self.state, self.control, metrics=metrics)
         return metrics
+
+    # ------------------------------------------------------------------ best weights
+    def _maybe_save_best(self, raw: dict[str, float]) -> None:
+        """Save the weights to ``<output_dir>/best`` when ``raw[keep_best_metric]`` beats the best so far."""
+        from dare.errors import DareError
+
+        key = self.args.keep_best_metric
+        if key not in raw:
+            raise DareError(f"keep_best_metric {key!r} is not among the in-training evaluation's metrics "
+                            f"({', '.join(raw)}); set train.keep_best only with eval.validation")
+        value = float(raw[key])
+        best = read_best(self.args.output_dir)
+        if best is not None and best.get("metric") == key and not value > best["value"]:
+            return
+        root = self.args.output_dir
+        staging = os.path.join(root, ".staging", BEST_DIR)
+        if self.args.should_save:
+            shutil.rmtree(staging, ignore_errors=True)
+        self.save_model(staging, _internal_call=True)
+        if not self.args.should_save:
+            return
+        record = {"step": int(self.state.global_step), "metric": key, "value": value}
+        with open(os.path.join(staging, "best.json"), "w") as f:
+            json.dump(record, f)
+        target = os.path.join(root, BEST_DIR)
+        old = os.path.join(root, ".staging", BEST_DIR + ".old")
+        shutil.rmtree(old, ignore_errors=True)
+        if os.path.exists(target):
+            os.replace(target, old)
+        os.replace(staging, target)
+        shutil.rmtree(old, ignore_errors=True)
+        print(f"step {record['step']}: best {key} so far ({value:.4f}), saved to {target}", file=sys.stderr)
+
+    def load_best(self) -> dict[str, Any] | None:
+        """Load ``<output_dir>/best`` into the model (after training, with ``keep_best_metric``).
+
+        :returns: the ``best.json`` record, or None (nothing loaded) when no evaluation ran.
+        """
+        best = read_best(self.args.output_dir)
+        if best is None or best.get("metric") != self.args.keep_best_metric:
+            return None
+        self._load_from_checkpoint(os.path.join(self.args.output_dir, BEST_DIR))
+        if self.is_world_process_zero():
+            print(f"final weights: step {best['step']} ({best['metric']} {best['value']:.4f}), the best in-training "
+                  "evaluation (train.keep_best)", file=sys.stderr)
+        return best
 
     # ------------------------------------------------------------------ saving
     def save_model(self, output_dir: str | None = None, _internal_call: bool = False) -> None:
@@ -224,6 +293,10 @@ class DareTrainer(Trainer):
         without a checkpoint drops every earlier record from the metrics file (a run that died before
         its first checkpoint). The emptied ``.staging`` directory is removed when training ends.
 
+        With ``keep_best_metric`` the best in-training evaluation's weights (``<output_dir>/best``) are
+        loaded when training ends; a ``best`` saved after the resumed checkpoint (or by a run without
+        one) is dropped first, as its metrics records are.
+
         :raises DareError: ``resume`` is False but ``output_dir`` already holds ``checkpoint-*``
             directories (the new run's checkpoints would be rotated against the old ones).
         """
@@ -239,14 +312,23 @@ class DareTrainer(Trainer):
                                 "train.resume: true to continue from them, or output.overwrite: true to start fresh")
         ckpt = last_complete_checkpoint(self.args.output_dir) if resume else None
         if self.args.should_save:
-            self._drop_metrics_after(int(Path(ckpt).name.split("-")[-1]) if ckpt is not None else 0)
+            step = int(Path(ckpt).name.split("-")[-1]) if ckpt is not None else 0
+            self._drop_metrics_after(step)
+            best = read_best(self.args.output_dir)
+            if best is not None and (ckpt is None or best["step"] > step):  # not on the resumed trajectory yet
+                shutil.rmtree(os.path.join(self.args.output_dir, BEST_DIR), ignore_errors=True)
         if ckpt is not None and self.is_world_process_zero():
             print(f"resuming from {ckpt}", file=sys.stderr)
         if ckpt is not None and self.args.max_steps > 0:
             state = json.loads((Path(ckpt) / "trainer_state.json").read_text())
             if state.get("global_step", 0) >= self.args.max_steps:
-                return self._finished_from(ckpt, state)
+                out = self._finished_from(ckpt, state)
+                if self.args.keep_best_metric:
+                    self.load_best()
+                return out
         out = self.train(resume_from_checkpoint=ckpt)
+        if self.args.keep_best_metric:
+            self.load_best()
         if self.args.should_save and os.path.isdir(staging) and not os.listdir(staging):
             os.rmdir(staging)
         return out

@@ -31,6 +31,8 @@ def config_from_spec(train, output_dir: str, config_cls, **extra: Any):
         save_steps=train.save_steps,
         save_total_limit=train.save_total_limit,
         eval_steps=train.eval_steps,
+        keep_best_metric="validation/accuracy" if train.keep_best else None,
+        eval_on_start=bool(train.keep_best),
         bf16=train.bf16,
         num_threads=train.num_threads,
         dataloader_num_workers=0,

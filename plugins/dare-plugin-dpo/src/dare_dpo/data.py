@@ -93,8 +93,10 @@ def response_text(value: Any, column: str, where: str) -> str:
     return value
 
 
-def load_pairs(path: str, limit: int | None = None, split: str = "train", loc: str = "data.train") -> list[PreferencePair]:
-    """Load and validate preference pairs (before any model is loaded).
+def load_pairs(
+    path: str, limit: int | None = None, split: str = "train", loc: str = "data.train", offset: int = 0
+) -> list[PreferencePair]:
+    """Load and validate preference pairs (before any model is loaded): rows ``offset .. offset+limit-1``.
 
     :param loc: the dataset's YAML path, used in messages.
     :raises DataError: missing file or ``chosen``/``rejected`` column, malformed responses, or a row
@@ -103,12 +105,12 @@ def load_pairs(path: str, limit: int | None = None, split: str = "train", loc: s
     from dare.data import load_rows
 
     try:
-        rows = load_rows(path, limit=limit, split=split, columns=list(PAIR_COLUMNS))
+        rows = load_rows(path, limit=limit, split=split, columns=list(PAIR_COLUMNS), offset=offset)
     except DataError as exc:
         raise DataError(f"{loc}.path: {exc}; a preference dataset needs the columns prompt, chosen and rejected") from None
     pairs = []
     for i, row in enumerate(rows):
-        where = f"{loc}: {path} row {i}"
+        where = f"{loc}: {path} row {offset + i}"
         chosen = response_text(row.get("chosen"), "chosen", where)
         rejected = response_text(row.get("rejected"), "rejected", where)
         if chosen == rejected:

@@ -81,7 +81,7 @@ class DPO(Objective):
 
         spec = run.spec
         splits = {"train": spec.data.train, "eval": spec.data.eval}
-        pairs = {k: load_pairs(ds.path, ds.limit, ds.split, f"data.{k}") for k, ds in splits.items() if ds is not None}
+        pairs = {k: load_pairs(ds.path, ds.limit, ds.split, f"data.{k}", ds.offset) for k, ds in splits.items() if ds is not None}
         examples = {}
         for split, rows in pairs.items():
             ds = splits[split]

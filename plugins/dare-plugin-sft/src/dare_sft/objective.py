@@ -47,7 +47,7 @@ class SFT(Objective):
 
         spec = run.spec
         ds = spec.data.train
-        rows = load_rows(ds.path, limit=ds.limit, split=ds.split)
+        rows = load_rows(ds.path, limit=ds.limit, split=ds.split, offset=ds.offset)
         prompter = Prompter(run.tokenizer, ds.prompt_template, ds.response_template, ds.chat_template, ds.system_prompt)
         examples = []
         for row in rows:

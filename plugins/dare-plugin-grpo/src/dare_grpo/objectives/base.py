@@ -250,7 +250,7 @@ class OnlineRLObjective(Objective):
 
         spec = run.spec
         ds = spec.data.train
-        rows = load_rows(ds.path, limit=ds.limit, split=ds.split)
+        rows = load_rows(ds.path, limit=ds.limit, split=ds.split, offset=ds.offset)
         prompter = Prompter(run.tokenizer, ds.prompt_template, None, ds.chat_template, ds.system_prompt)
         sampler = self.rollout_sampler(run.sampler)
         dataset = PromptDataset.from_rows(rows, prompter, run.tokenizer, spec.train.max_length, sampler.gen_length)
