@@ -104,6 +104,13 @@ def test_keep_best_ends_with_the_best_validation_weights(tmp_path, tiny_llada_di
         (0, 0.1), (2, 0.5), (4, 0.3), (6, 0.5)]
     assert not (out / "checkpoints" / ".staging").exists()
 
+    # re-running the finished spec resumes at the last checkpoint, trains nothing, and ends with the
+    # best weights again (no new validation: the scripted scores are used up)
+    again = Run(load_spec(tmp_path / "s.yaml", check=False), source=str(tmp_path / "s.yaml")).execute()
+    assert again["train"]["best_step"] == 2
+    final = load_file(out / "model" / "model.safetensors")
+    assert all(torch.equal(final[k], at2[k]) for k in final)
+
 
 def test_keep_best_real_validation_keeps_start_on_ties(tmp_path, tiny_llada_dir):
     """A random tiny model solves nothing: every evaluation ties at 0.0, so the start weights are kept."""
