@@ -715,6 +715,24 @@ def _check_dataset(ds: DatasetSpec, loc: str, problems: list, need_prompt: bool 
     for col, where in needed.items():
         if col not in cols:
             problems.append((where, f"{ds.path} has no column {col!r}; its columns are: {', '.join(cols)}"))
+    if ds.offset:
+        n = _parquet_rows(ds.path)
+        if n is not None and ds.offset >= n:
+            problems.append((f"{loc}.offset", f"offset {ds.offset} skips every row: {ds.path} has {n} rows; use an "
+                                              f"offset below {n}"))
+
+
+def _parquet_rows(path: str) -> int | None:
+    """Row count of a local parquet file (from its footer), else None."""
+    try:
+        p = resolve_path(path)
+        if p.suffix != ".parquet" or not p.is_file():
+            return None
+        import pyarrow.parquet as pq
+
+        return pq.ParquetFile(p).metadata.num_rows
+    except Exception:  # noqa: BLE001 - unreadable files are reported by the column check
+        return None
 
 
 def _check_benchmark_data(ev, b: BenchmarkSpec, loc: str, problems: list) -> None:
@@ -725,7 +743,7 @@ def _check_benchmark_data(ev, b: BenchmarkSpec, loc: str, problems: list) -> Non
     except DareError as exc:
         problems.append((f"{loc}.path", str(exc)))
         return
-    ds = DatasetSpec(path=str(path), prompt_template=b.prompt_template)
+    ds = DatasetSpec(path=str(path), prompt_template=b.prompt_template, offset=b.offset)
     _check_dataset(ds, loc, problems)
 
 
@@ -737,6 +755,25 @@ def _check_validation_rows(spec: RunSpec, ev, v: BenchmarkSpec, problems: list) 
     """``eval.validation`` must not share rows with ``data.train`` (same file, overlapping ranges)."""
     from dare.eval.runner import benchmark_path
 
+    try:
+        vpath = Path(benchmark_path(ev, v)).resolve()
+    except (DareError, OSError):
+        return
+    v0, v1 = v.offset, v.offset + v.limit if v.limit is not None else float("inf")
+    for i, b in enumerate(spec.eval.resolved):
+        if b.path is None and b.name != v.name:
+            continue  # another evaluator's default file
+        try:
+            bpath = Path(benchmark_path(ev, b)).resolve()  # b.path, or (same evaluator) the shared default
+        except (DareError, OSError):
+            continue
+        b0, b1 = b.offset, b.offset + b.limit if b.limit is not None else float("inf")
+        if bpath == vpath and max(b0, v0) < min(b1, v1):
+            problems.append(("eval.validation", f"rows {_row_range(v.offset, v.limit)} of {vpath.name} are also rows of "
+                                                f"eval.benchmarks[{i}] (the test set): checkpoints would be selected on "
+                                                "test data; point eval.validation.path at held-out training rows "
+                                                "(e.g. the training file with data.train.limit and this offset)"))
+            return
     train = spec.data.train if spec.data is not None else None
     if train is None:
         return

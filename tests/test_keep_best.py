@@ -67,6 +67,14 @@ def test_keep_best_needs_held_out_validation(tmp_path, tiny_llada_dir):
     del raw["data"]["train"]["limit"]  # the whole file is trained on
     assert "data.train.limit: 64" in _problems(raw)["eval.validation"]
 
+    raw = _spec(tiny_llada_dir, tmp_path / "f")
+    raw["eval"]["validation"] = {**BENCH, "limit": 8}  # no path: the sudoku default file is the test set
+    assert "eval.benchmarks[0] (the test set)" in _problems(raw)["eval.validation"]
+
+    raw = _spec(tiny_llada_dir, tmp_path / "g")
+    raw["eval"]["validation"]["offset"] = 25000
+    assert "has 20000 rows" in _problems(raw)["eval.validation.offset"]
+
     raw = _spec(tiny_llada_dir, tmp_path / "d", eval_steps=10)
     assert "eval_steps 10 > max_steps 6" in _problems(raw)["train.eval_steps"]
 
@@ -92,6 +100,7 @@ def test_keep_best_ends_with_the_best_validation_weights(tmp_path, tiny_llada_di
     best = json.loads((out / "checkpoints" / "best" / "best.json").read_text())
     assert best == {"step": 2, "metric": "validation/accuracy", "value": 0.5}
     assert result["train"]["best_step"] == 2 and result["train"]["best_validation_accuracy"] == 0.5
+    assert "final weights (train.keep_best): step 2, validation accuracy 0.5000" in (out / "report.md").read_text()
 
     final = load_file(out / "model" / "model.safetensors")
     at2 = load_file(out / "checkpoints" / "checkpoint-2" / "model.safetensors")
@@ -122,3 +131,37 @@ def test_keep_best_real_validation_keeps_start_on_ties(tmp_path, tiny_llada_dir)
     final = load_file(out / "model" / "model.safetensors")
     start = load_file(tiny_llada_dir / "model.safetensors")
     assert all(torch.equal(final[k], start[k]) for k in final)
+
+
+def test_resume_does_not_evaluate_the_resumed_step(tmp_path, tiny_llada_dir, monkeypatch):
+    """Resuming at checkpoint-4 (eval_steps 3) evaluates step 6 only, as the uninterrupted run did, and
+    keeps best/ (step 3), so the final weights are the uninterrupted run's."""
+    import shutil
+
+    calls = []
+    scores = {0: 0.1, 3: 0.5, 6: 0.3}
+
+    def fake_validate(self, model, limit=None):
+        step = len(calls)
+        calls.append(step)
+        return SimpleNamespace(accuracy=scripted.pop(0), mean_reward=0.0)
+
+    scripted = [scores[0], scores[3], scores[6]]
+    monkeypatch.setattr(Run, "validate", fake_validate)
+    out = tmp_path / "run"
+    (tmp_path / "s.yaml").write_text(yaml.safe_dump(_spec(tiny_llada_dir, out, eval_steps=3)))
+    Run(load_spec(tmp_path / "s.yaml", check=False), source=str(tmp_path / "s.yaml")).execute()
+    assert len(calls) == 3
+    first = load_file(out / "model" / "model.safetensors")
+
+    # as if killed after checkpoint-4: the last checkpoint and the final model are gone
+    shutil.rmtree(out / "checkpoints" / "checkpoint-6")
+    shutil.rmtree(out / "model")
+    calls.clear()
+    scripted = [scores[6]]
+    monkeypatch.setattr(Run, "validate", fake_validate)
+    again = Run(load_spec(tmp_path / "s.yaml", check=False), source=str(tmp_path / "s.yaml")).execute()
+    assert len(calls) == 1  # step 6 only: the resumed step 4 is not evaluated
+    assert again["train"]["best_step"] == 3
+    final = load_file(out / "model" / "model.safetensors")
+    assert all(torch.equal(final[k], first[k]) for k in final)

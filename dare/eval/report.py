@@ -97,6 +97,10 @@ def write_report(out_dir: str | Path, stages: dict[str, list], prov: dict[str, A
         for k, v in extra.items():
             if isinstance(v, (str, int, float)):
                 body.append(f"- {k}: {v}")
+        tm = extra.get("train_metrics") or {}
+        if isinstance(tm, dict) and "best_step" in tm:
+            body.append(f"- final weights (train.keep_best): step {tm['best_step']}, validation accuracy "
+                        f"{tm.get('best_validation_accuracy', float('nan')):.4f}; the `after` row evaluates them")
     atomic_write_text(md, "\n".join(body) + "\n")
     return js, md
 

@@ -223,6 +223,9 @@ class DareTrainer(Trainer):
         if self.is_world_process_zero():
             print(f"final weights: step {best['step']} ({best['metric']} {best['value']:.4f}), the best in-training "
                   "evaluation (train.keep_best)", file=sys.stderr)
+            if best["step"] == 0:
+                print(f"warning: no step beat the start on {best['metric']} ({best['value']:.4f}); the final model is "
+                      "the starting weights. Check the validation reward/prompt, or the learning rate", file=sys.stderr)
         return best
 
     # ------------------------------------------------------------------ saving
@@ -294,8 +297,10 @@ class DareTrainer(Trainer):
         its first checkpoint). The emptied ``.staging`` directory is removed when training ends.
 
         With ``keep_best_metric`` the best in-training evaluation's weights (``<output_dir>/best``) are
-        loaded when training ends; a ``best`` saved after the resumed checkpoint (or by a run without
-        one) is dropped first, as its metrics records are.
+        loaded when training ends. On resume ``best/`` is kept (the best weights validated so far in
+        this run directory, possibly from after the checkpoint: a deterministic replay re-scores them
+        equal, which does not replace them) and the evaluation before the first step is not repeated;
+        a start without a checkpoint removes it.
 
         :raises DareError: ``resume`` is False but ``output_dir`` already holds ``checkpoint-*``
             directories (the new run's checkpoints would be rotated against the old ones).
@@ -314,9 +319,12 @@ class DareTrainer(Trainer):
         if self.args.should_save:
             step = int(Path(ckpt).name.split("-")[-1]) if ckpt is not None else 0
             self._drop_metrics_after(step)
-            best = read_best(self.args.output_dir)
-            if best is not None and (ckpt is None or best["step"] > step):  # not on the resumed trajectory yet
+            if ckpt is None:  # a fresh start: a best/ left by a run that died before its first checkpoint
                 shutil.rmtree(os.path.join(self.args.output_dir, BEST_DIR), ignore_errors=True)
+        if ckpt is not None:
+            # the start was evaluated by the first process; re-evaluating the resumed step (which an
+            # uninterrupted run may never evaluate) could select weights that run would not
+            self.args.eval_on_start = False
         if ckpt is not None and self.is_world_process_zero():
             print(f"resuming from {ckpt}", file=sys.stderr)
         if ckpt is not None and self.args.max_steps > 0:
