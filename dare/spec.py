@@ -747,19 +747,29 @@ def _check_benchmark_data(ev, b: BenchmarkSpec, loc: str, problems: list) -> Non
     _check_dataset(ds, loc, problems)
 
 
+def _rows(offset: int, limit: int | None) -> tuple[float, float]:
+    """Half-open row range ``[offset, offset + limit)`` (``inf`` without a limit)."""
+    return offset, offset + limit if limit is not None else float("inf")
+
+
 def _row_range(offset: int, limit: int | None) -> str:
     return f"{offset}..{offset + limit - 1}" if limit is not None else f"{offset}..end"
 
 
+def _overlap(a: tuple[float, float], b: tuple[float, float]) -> bool:
+    return max(a[0], b[0]) < min(a[1], b[1])
+
+
 def _check_validation_rows(spec: RunSpec, ev, v: BenchmarkSpec, problems: list) -> None:
-    """``eval.validation`` must not share rows with ``data.train`` (same file, overlapping ranges)."""
+    """``eval.validation`` must share rows with neither an ``eval.benchmarks`` entry (the test set) nor
+    ``data.train`` (same file, overlapping ``offset``/``limit`` ranges)."""
     from dare.eval.runner import benchmark_path
 
     try:
         vpath = Path(benchmark_path(ev, v)).resolve()
     except (DareError, OSError):
         return
-    v0, v1 = v.offset, v.offset + v.limit if v.limit is not None else float("inf")
+    vrows = _rows(v.offset, v.limit)
     for i, b in enumerate(spec.eval.resolved):
         if b.path is None and b.name != v.name:
             continue  # another evaluator's default file
@@ -767,27 +777,17 @@ def _check_validation_rows(spec: RunSpec, ev, v: BenchmarkSpec, problems: list) 
             bpath = Path(benchmark_path(ev, b)).resolve()  # b.path, or (same evaluator) the shared default
         except (DareError, OSError):
             continue
-        b0, b1 = b.offset, b.offset + b.limit if b.limit is not None else float("inf")
-        if bpath == vpath and max(b0, v0) < min(b1, v1):
+        if bpath == vpath and _overlap(_rows(b.offset, b.limit), vrows):
             problems.append(("eval.validation", f"rows {_row_range(v.offset, v.limit)} of {vpath.name} are also rows of "
                                                 f"eval.benchmarks[{i}] (the test set): checkpoints would be selected on "
                                                 "test data; point eval.validation.path at held-out training rows "
                                                 "(e.g. the training file with data.train.limit and this offset)"))
             return
     train = spec.data.train if spec.data is not None else None
-    if train is None:
+    if train is None or resolve_path(train.path).resolve() != vpath:
         return
-    try:
-        vpath = Path(benchmark_path(ev, v)).resolve()
-        tpath = resolve_path(train.path).resolve()
-    except (DareError, OSError):
-        return
-    if vpath != tpath:
-        return
-    t0, t1 = train.offset, train.offset + train.limit if train.limit is not None else float("inf")
-    v0, v1 = v.offset, v.offset + v.limit if v.limit is not None else float("inf")
-    if max(t0, v0) < min(t1, v1):
-        hint = (f"e.g. data.train.limit: {v0}" if t0 == 0 and v0 > 0 else
+    if _overlap(_rows(train.offset, train.limit), vrows):
+        hint = (f"e.g. data.train.limit: {v.offset}" if train.offset == 0 and v.offset > 0 else
                 "give data.train and eval.validation disjoint offset/limit ranges")
         problems.append(("eval.validation", f"rows {_row_range(v.offset, v.limit)} of {train.path} are also training rows "
                                             f"(data.train rows {_row_range(train.offset, train.limit)}): a validation "

@@ -12,7 +12,7 @@ What it adds to ``transformers.Trainer``:
   benchmark score logged beside the loss);
 * ``family`` and ``tokens``: the model family adapter and special ids, for subclasses' losses;
 * ``keep_best_metric``: every evaluation whose ``eval_fn`` value for that key beats the best so far
-  saves the weights to ``<output_dir>/best`` (staged, then renamed; ``best.json`` names the step and
+  saves the weights to ``<output_dir>/best`` (``dare.io.atomic_dir``; ``best.json`` names the step and
   value); when training ends those weights are loaded back, so the final model is the best one.
 
 Model checkpoints are the model's own ``save_pretrained`` output, i.e. the official format. LoRA
@@ -192,23 +192,13 @@ class DareTrainer(Trainer):
         best = read_best(self.args.output_dir)
         if best is not None and best.get("metric") == key and not value > best["value"]:
             return
-        root = self.args.output_dir
-        staging = os.path.join(root, ".staging", BEST_DIR)
-        if self.args.should_save:
-            shutil.rmtree(staging, ignore_errors=True)
-        self.save_model(staging, _internal_call=True)
-        if not self.args.should_save:
-            return
+        from dare.io import atomic_dir
+
+        target = os.path.join(self.args.output_dir, BEST_DIR)
         record = {"step": int(self.state.global_step), "metric": key, "value": value}
-        with open(os.path.join(staging, "best.json"), "w") as f:
-            json.dump(record, f)
-        target = os.path.join(root, BEST_DIR)
-        old = os.path.join(root, ".staging", BEST_DIR + ".old")
-        shutil.rmtree(old, ignore_errors=True)
-        if os.path.exists(target):
-            os.replace(target, old)
-        os.replace(staging, target)
-        shutil.rmtree(old, ignore_errors=True)
+        with atomic_dir(target, overwrite=True) as tmp:
+            self.save_model(str(tmp), _internal_call=True)
+            (tmp / "best.json").write_text(json.dumps(record))
         print(f"step {record['step']}: best {key} so far ({value:.4f}), saved to {target}", file=sys.stderr)
 
     def load_best(self) -> dict[str, Any] | None:
