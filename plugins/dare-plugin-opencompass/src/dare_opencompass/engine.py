@@ -97,7 +97,8 @@ class DareEngine:
         self.sampler_params = params
         self._samplers: dict[int | None, Any] = {}
         self.gen_length_fixed = "gen_length" in params
-        self.default_sampler = self._build(params, "sampler params")  # validates every parameter now
+        # validate every parameter now; without gen_length, rules tying it to other params wait for max_out_len
+        self.default_sampler = self._build(params, "sampler params", defer_cross_field=not self.gen_length_fixed)
         if (batch_size is not None and batch_size < 1) or mc_samples < 1:
             raise DareHarnessError(f"batch_size and mc_samples must be >= 1 (got {batch_size}, {mc_samples})")
         self.batch_size = None if batch_size is None else int(batch_size)
@@ -108,15 +109,21 @@ class DareEngine:
         self.generator = torch.Generator().manual_seed(self.seed)
 
     # ------------------------------------------------------------------ samplers and lengths
-    def _build(self, params: dict[str, Any], what: str):
+    def _build(self, params: dict[str, Any], what: str, defer_cross_field: bool = False):
+        """The sampler for ``params``; ``defer_cross_field``: None when only cross-field rules (``model_validator``
+        errors, which have no field location) fail."""
         from pydantic import ValidationError
 
         try:
             return self.sampler_cls(params)
         except ValidationError as exc:
+            if defer_cross_field and all(not e["loc"] for e in exc.errors()):
+                return None
             why = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'params'}: {e['msg'].removeprefix('Value error, ')}"
                             for e in exc.errors())
-            raise DareHarnessError(f"{what} of sampler {self.sampler_name!r} are invalid: {why}") from None
+            fix = ("" if self.gen_length_fixed else "; set gen_length (at most the task's max_out_len) with params that "
+                   "fit it in the sampler params")
+            raise DareHarnessError(f"{what} of sampler {self.sampler_name!r} are invalid: {why}{fix}") from None
 
     def gen_length_for(self, max_out_len: int | None) -> int:
         """The sampler's ``gen_length`` (completion canvas, in tokens) for a harness's ``max_out_len``.
@@ -131,6 +138,10 @@ class DareEngine:
         """
         fixed = self.default_sampler.params.gen_length if self.gen_length_fixed else None
         if max_out_len is None:
+            if fixed is None and self.default_sampler is None:
+                raise DareHarnessError(
+                    f"no max_out_len given and the {self.sampler_name} sampler params set no gen_length; set either"
+                )
             return int(fixed if fixed is not None else self.default_sampler.params.gen_length)
         max_out_len = int(max_out_len)
         if max_out_len < 1:
@@ -150,7 +161,7 @@ class DareEngine:
 
         :raises DareHarnessError: ``gen_length`` breaks a rule of the sampler's ``Params``.
         """
-        if gen_length == self.default_sampler.params.gen_length:
+        if self.default_sampler is not None and gen_length == self.default_sampler.params.gen_length:
             return self.default_sampler
         if gen_length not in self._samplers:
             self._samplers[gen_length] = self._build(
@@ -220,21 +231,23 @@ class DareEngine:
             chunk = list(texts[start : start + step])
             ids = [self._ids(t) for t in chunk]
             width = max(1, max(len(x) for x in ids))
+            # right padding: each text keeps positions 0..len-1, so its logits do not depend on the batch
             input_ids = torch.full((len(ids), width), lm.tokens.pad_id, dtype=torch.long)
             attn = torch.zeros((len(ids), width), dtype=torch.long)
-            eligible = torch.zeros((len(ids), width), dtype=torch.bool)
-            parts = []
+            masks, p_masks, lengths = [], [], []
             for i, x in enumerate(ids):
-                if x:
-                    input_ids[i, width - len(x) :] = torch.tensor(x)
-                    attn[i, width - len(x) :] = 1
-                    skip = int(mask_length[start + i]) if mask_length is not None else 0
-                    eligible[i, width - len(x) + min(skip, len(x)) :] = True
+                input_ids[i, : len(x)] = torch.tensor(x, dtype=torch.long)
+                attn[i, : len(x)] = 1
+                skip = min(int(mask_length[start + i]) if mask_length is not None else 0, len(x))
+                eligible = torch.zeros((1, len(x)), dtype=torch.bool)
+                eligible[:, skip:] = True
                 g = torch.Generator().manual_seed(self.seed * 1_000_003 + zlib.crc32(chunk[i].encode("utf-8")))
-                parts.append(sample_corruptions(eligible[i : i + 1], self.mc_samples, "stratified", g))
-            corr = Corruptions(mask=torch.cat([p.mask for p in parts]).to(self.device),
-                               p_mask=torch.cat([p.p_mask for p in parts]).to(self.device),
-                               lengths=torch.cat([p.lengths for p in parts]).to(self.device))
+                corr = sample_corruptions(eligible, self.mc_samples, "stratified", g)  # drawn on the text alone
+                masks.append(torch.nn.functional.pad(corr.mask, (0, width - len(x))))
+                p_masks.append(corr.p_mask)
+                lengths.append(corr.lengths)
+            corr = Corruptions(mask=torch.cat(masks).to(self.device), p_mask=torch.cat(p_masks).to(self.device),
+                               lengths=torch.cat(lengths).to(self.device))
             input_ids, attn = input_ids.to(self.device), attn.to(self.device)
             denoise = lambda noisy: lm.family.denoiser_logits(lm.model, noisy, input_ids, attn)  # noqa: E731
             terms = elbo_terms(denoise, input_ids, corr, lm.tokens.mask_id)
