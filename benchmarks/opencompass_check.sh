@@ -6,6 +6,7 @@
 #
 #   benchmarks/opencompass_check.sh                 # fresh venv, train a model, run both, compare (exit 1 if they differ)
 #   OC_SKIP_INSTALL=1 benchmarks/opencompass_check.sh   # reuse the venv
+#   OC_RUN_TESTS=1 benchmarks/opencompass_check.sh      # also run plugins/dare-plugin-opencompass/tests there
 #
 # Environment: OC_VENV (default .venv-opencompass, git-ignored), OC_WORK (default runs/opencompass-check),
 # DARE_OC_MODEL (a model/run directory to evaluate; default: train the quickstart SFT recipe for TRAIN_STEPS
@@ -22,20 +23,27 @@ export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_
 now() { date +%s.%N; }
 took() { python3 -c "print(f'{$(now) - $1:.1f} s')"; }
 
+mkdir -p "$WORK"
 if [ -z "${OC_SKIP_INSTALL:-}" ]; then
   t=$(now)
   rm -rf "$VENV"
   python3 -m venv "$VENV"
-  "$VENV/bin/pip" install --quiet --upgrade pip
+  "$VENV/bin/pip" install --quiet --upgrade pip > "$WORK/install.log" 2>&1
   # the install command of docs/evaluation.md (the core, the first-party plugins, the OpenCompass plugin, OpenCompass)
-  "$VENV/bin/pip" install --quiet "$TORCH" . plugins/dare-plugin-llada plugins/dare-plugin-dream \
+  "$VENV/bin/pip" install "$TORCH" . plugins/dare-plugin-llada plugins/dare-plugin-dream \
     plugins/dare-plugin-sdar plugins/dare-plugin-llada2 plugins/dare-plugin-sft plugins/dare-plugin-dpo \
-    plugins/dare-plugin-grpo plugins/dare-plugin-opencompass opencompass==0.5.4
-  echo "== install: $(took "$t")"
-  "$VENV/bin/pip" check
-  "$VENV/bin/pip" list 2>/dev/null | grep -iE '^(torch|transformers|datasets|numpy|pyarrow|pandas|opencompass|dare-.*|trl) ' || true
+    plugins/dare-plugin-grpo plugins/dare-plugin-opencompass opencompass==0.5.4 >> "$WORK/install.log" 2>&1 \
+    || { tail -30 "$WORK/install.log"; exit 1; }
+  echo "== install: $(took "$t") (log: $WORK/install.log)"
+  echo "== pip check: $("$VENV/bin/pip" check)"
+  "$VENV/bin/pip" list 2>/dev/null | grep -iE '^(torch|transformers|datasets|numpy|pyarrow|pandas|opencompass|dare-[a-z-]*|trl) ' || true
 fi
-mkdir -p "$WORK"
+if [ -n "${OC_RUN_TESTS:-}" ]; then  # the plugin's unit tests (they skip where OpenCompass is not installed)
+  t=$(now)
+  "$VENV/bin/pip" install --quiet pytest >> "$WORK/install.log" 2>&1
+  "$VENV/bin/python" -m pytest -q -p no:cacheprovider plugins/dare-plugin-opencompass/tests
+  echo "== plugin tests: $(took "$t")"
+fi
 
 MODEL=${DARE_OC_MODEL:-}
 if [ -z "$MODEL" ]; then
