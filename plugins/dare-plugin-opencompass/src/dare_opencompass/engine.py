@@ -78,29 +78,26 @@ class DareEngine:
     ):
         from dare.plugins import get_registry
 
+        if (batch_size is not None and batch_size < 1) or mc_samples < 1:
+            raise DareHarnessError(f"batch_size and mc_samples must be >= 1 (got {batch_size}, {mc_samples})")
         name, params = _sampler_spec(sampler, sampler_params)
         registry = get_registry()
+        self.sampler_params = params
+        self._samplers: dict[int, Any] = {}
+        self.gen_length_fixed = "gen_length" in params
+        if name is not None:  # a named sampler's params are checked before the weights are loaded
+            self._set_sampler(registry, name)
         self.lm = _load(path, dtype)
         self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
         self.lm.model.to(self.device).eval()
         family = self.lm.family
-        name = name or family.default_sampler
-        entry = registry.find("sampler", name)
-        if entry is None:
-            raise DareHarnessError(f"sampler: {registry.unknown_message('sampler', name)}")
-        if family.attention not in entry.cls.attention_kinds:
+        if name is None:
+            self._set_sampler(registry, family.default_sampler)
+        if family.attention not in self.sampler_cls.attention_kinds:
             raise DareHarnessError(
-                f"sampler {name!r} decodes {'/'.join(entry.cls.attention_kinds)}-attention families, but model family "
-                f"{family.name!r} uses {family.attention} attention; use {family.default_sampler!r}"
+                f"sampler {self.sampler_name!r} decodes {'/'.join(self.sampler_cls.attention_kinds)}-attention families, "
+                f"but model family {family.name!r} uses {family.attention} attention; use {family.default_sampler!r}"
             )
-        self.sampler_name, self.sampler_cls = entry.name, entry.cls
-        self.sampler_params = params
-        self._samplers: dict[int | None, Any] = {}
-        self.gen_length_fixed = "gen_length" in params
-        # validate every parameter now; without gen_length, rules tying it to other params wait for max_out_len
-        self.default_sampler = self._build(params, "sampler params", defer_cross_field=not self.gen_length_fixed)
-        if (batch_size is not None and batch_size < 1) or mc_samples < 1:
-            raise DareHarnessError(f"batch_size and mc_samples must be >= 1 (got {batch_size}, {mc_samples})")
         self.batch_size = None if batch_size is None else int(batch_size)
         self.seed, self.mc_samples = int(seed), int(mc_samples)
         self.chat_template, self.system_prompt = bool(chat_template), system_prompt
@@ -109,6 +106,15 @@ class DareEngine:
         self.generator = torch.Generator().manual_seed(self.seed)
 
     # ------------------------------------------------------------------ samplers and lengths
+    def _set_sampler(self, registry, name: str) -> None:
+        entry = registry.find("sampler", name)
+        if entry is None:
+            raise DareHarnessError(f"sampler: {registry.unknown_message('sampler', name)}")
+        self.sampler_name, self.sampler_cls = entry.name, entry.cls
+        # every parameter is validated now; without gen_length, rules tying it to others wait for max_out_len
+        self.default_sampler = self._build(self.sampler_params, "sampler params",
+                                           defer_cross_field=not self.gen_length_fixed)
+
     def _build(self, params: dict[str, Any], what: str, defer_cross_field: bool = False):
         """The sampler for ``params``; ``defer_cross_field``: None when only cross-field rules (``model_validator``
         errors, which have no field location) fail."""

@@ -1,6 +1,6 @@
 """``DareRewardEvaluator``: score OpenCompass predictions with a DARE benchmark's reward, as ``dare eval`` does.
 
-References are the ``row`` column of :class:`~dare_opencompass.datasets.DareBenchmarkDataset` (each row as JSON).
+References are the ``row`` column of :class:`~dare_opencompass.data.DareBenchmarkDataset` (each row as JSON).
 Each prediction is scored by the reward (the benchmark's default reward, or ``reward=dict(name=..., params=...)``,
 the spec's ``eval.benchmarks[i].reward``) through :class:`dare.rewards.WeightedReward` (a reward that raises
 scores 0 and is counted), and counted correct by the benchmark's ``is_correct``. Results (OpenCompass reports
