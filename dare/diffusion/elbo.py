@@ -46,6 +46,7 @@ from typing import Callable, Literal
 import torch
 
 from dare.diffusion.likelihood import token_logprobs
+from dare.randomness import rand
 
 __all__ = [
     "Scheme",
@@ -63,10 +64,10 @@ Scheme = Literal["stratified", "uniform", "bernoulli"]
 Normalizer = Literal["length", "none"]
 
 
-def _rand(shape: tuple[int, ...], generator: torch.Generator | None, device: torch.device) -> torch.Tensor:
-    """``U[0, 1)`` float32 of ``shape`` on ``device``, drawn on the generator's own device."""
-    gen_device = generator.device if generator is not None else device
-    return torch.rand(shape, generator=generator, device=gen_device).to(device)
+def _rand(shape: tuple[int, ...], generator, device: torch.device) -> torch.Tensor:
+    """``U[0, 1)`` float32 of ``shape`` on ``device``, drawn on the generator's own device (per row with
+    :class:`dare.randomness.RowGenerators`)."""
+    return rand(shape, generator, device=device)
 
 
 def _uniform_count(lengths: torch.Tensor, shape: tuple[int, ...], generator: torch.Generator | None) -> torch.Tensor:

@@ -19,7 +19,7 @@ from __future__ import annotations
 from pydantic import Field
 
 from dare.diffusion.estimators import TrajectoryEstimator
-from dare_grpo.objectives.base import LossTerms, OnlineRLObjective, RLParams, clipped_token_loss
+from dare.rl import LossTerms, OnlineRLObjective, RLParams, clipped_token_loss
 
 __all__ = ["CJGRPO", "CJGRPOParams", "steps_per_block"]
 
@@ -49,8 +49,8 @@ class CJGRPO(OnlineRLObjective):
         shrink = steps_per_block(sampler) if self.params.step_merge else 1
         return TrajectoryEstimator(shrink=shrink)
 
-    def pass_loss(self, inp, args):
-        terms = clipped_token_loss(inp, args)
+    def pass_loss(self, inp):
+        terms = clipped_token_loss(inp, self.params)
         scale = 1.0 / inp.num_passes
         return LossTerms(terms.loss * scale, {k: v * scale for k, v in terms.metrics.items()})
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 from pydantic import Field, model_validator
 
 from dare.diffusion.estimators import CoupledEstimator
-from dare_grpo.objectives.base import OnlineRLObjective, RLParams, clipped_token_loss
+from dare.rl import OnlineRLObjective, RLParams, clipped_token_loss
 
 __all__ = ["CoupledGRPO", "CoupledGRPOParams"]
 
@@ -39,7 +39,7 @@ class CoupledGRPO(OnlineRLObjective):
 
     def make_estimator(self, family, model_config, sampler):
         p = self.params
-        return CoupledEstimator(p.t_min, p.t_max, p.full_mask_term)
+        return CoupledEstimator(t_min=p.t_min, t_max=p.t_max, full_mask_term=p.full_mask_term)
 
-    def pass_loss(self, inp, args):
-        return clipped_token_loss(inp, args)
+    def pass_loss(self, inp):
+        return clipped_token_loss(inp, self.params)

@@ -14,7 +14,7 @@ from __future__ import annotations
 from pydantic import Field
 
 from dare.diffusion.estimators import OneStepEstimator
-from dare_grpo.objectives.base import OnlineRLObjective, RLParams, clipped_token_loss
+from dare.rl import OnlineRLObjective, RLParams, clipped_token_loss
 
 __all__ = ["D1", "D1Params"]
 
@@ -31,7 +31,7 @@ class D1(OnlineRLObjective):
     Params = D1Params
 
     def make_estimator(self, family, model_config, sampler):
-        return OneStepEstimator(self.params.p_mask_prompt)
+        return OneStepEstimator(p_mask_prompt=self.params.p_mask_prompt)
 
-    def pass_loss(self, inp, args):
-        return clipped_token_loss(inp, args)
+    def pass_loss(self, inp):
+        return clipped_token_loss(inp, self.params)

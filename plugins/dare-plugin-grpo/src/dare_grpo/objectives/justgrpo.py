@@ -33,7 +33,7 @@ import torch
 from pydantic import Field, ValidationError
 
 from dare.diffusion.estimators import AutoregressiveEstimator
-from dare_grpo.objectives.base import OnlineRLObjective, RLParams, clipped_token_loss
+from dare.rl import OnlineRLObjective, RLParams, clipped_token_loss
 
 __all__ = ["JustGRPO", "JustGRPOParams", "chunk_aggregate", "autoregressive_sampler_problems"]
 
@@ -109,15 +109,15 @@ class JustGRPO(OnlineRLObjective):
     def make_estimator(self, family, model_config, sampler):
         return AutoregressiveEstimator(chunk_size=self.params.chunk_size)
 
-    def pass_loss(self, inp, args):
-        mode = args.loss_aggregation
+    def pass_loss(self, inp):
+        mode = self.params.loss_aggregation
         weights = inp.current.scored
 
         def agg(values: torch.Tensor) -> torch.Tensor:
             return chunk_aggregate(values, weights, mode, inp.response_lengths, inp.total_response_tokens,
                                    inp.num_sequences)
 
-        return clipped_token_loss(inp, args, agg=agg)
+        return clipped_token_loss(inp, self.params, agg=agg)
 
     def check(self, ctx, loc):
         problems = super().check(ctx, loc)

@@ -48,7 +48,7 @@ import torch
 from pydantic import Field, model_validator
 
 from dare.diffusion.estimators import RandomBlockEstimator
-from dare_grpo.objectives.base import LossTerms, OnlineRLObjective, RLParams
+from dare.rl import LossTerms, OnlineRLObjective, RLParams
 
 __all__ = ["SPG", "SPGParams", "JointLossInput", "spg_surrogates", "spg_sequence_logp"]
 
@@ -155,9 +155,10 @@ class SPG(OnlineRLObjective):
     def make_estimator(self, family, model_config, sampler):
         p = self.params
         block = p.block_length or getattr(sampler.params, "block_length", None) or sampler.gen_length
-        return RandomBlockEstimator(int(block), p.mc_num, p.p_mask_prompt, p.min_t, p.max_t)
+        return RandomBlockEstimator(block_length=int(block), mc_num=p.mc_num, p_mask_prompt=p.p_mask_prompt, min_t=p.min_t,
+                                    max_t=p.max_t)
 
-    def joint_loss(self, inp: JointLossInput, args) -> LossTerms:
+    def joint_loss(self, inp: JointLossInput) -> LossTerms:
         """``L`` of the rows in ``inp`` with the whole batch's normaliser (module docstring)."""
         p = self.params
         elbo, eubo = spg_surrogates(inp.token, inp.scored, inp.response_lengths, p.eubo_beta)
