@@ -1,6 +1,6 @@
 """Base classes of the five component kinds: ModelFamily, Sampler, Objective, Evaluator, Reward.
 
-DARE keeps three axes apart (see docs/design.md): a *model family* knows checkpoints, special ids,
+DARE keeps three axes apart (see docs/architecture.md): a *model family* knows checkpoints, special ids,
 attention kind and logit alignment; a *likelihood estimator* (``dare.diffusion``) knows how to
 corrupt a sequence and score it; an *objective* turns scores into a loss. Samplers decode with any
 family; evaluators and rewards score text and never see a model.

@@ -7,7 +7,7 @@ Both train :class:`dare_dpo.trainer.DPOTrainer`; they differ only in the ELBO es
 | ``dpo`` (default) | ``mc_num`` = 1 | i.i.d. Bernoulli-``t`` | drawn independently | 0.1 |
 | ``vrpo`` (LLaDA 1.5, arXiv 2505.19223 §3) | ``mc_num`` = 4 | stratified over ``[1, L]``, one mask each | shared with the policy | 0.2 |
 
-(``vrpo``'s defaults are DARE's recipe, algorithms.md §3.3.) ``data.eval`` pairs, when given, are scored
+(``vrpo``'s defaults are DARE's recipe, docs/algorithms.md §3.3.) ``data.eval`` pairs, when given, are scored
 before and after training (held-out reward accuracy) and every ``train.eval_steps``.
 """
 

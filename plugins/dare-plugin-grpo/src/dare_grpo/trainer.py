@@ -9,7 +9,7 @@ One optimizer step = one call of :meth:`GRPOTrainer.training_step` per gradient-
    policy (``old``, only when ``num_iterations > 1``: with one iteration the ratio is identically 1
    and ``old = current.detach()`` gives the same value and gradient) and under the reference policy
    (``ref``, when ``beta > 0``). The same passes serve the old, reference and current policies
-   (algorithms.md §9.2).
+   (docs/algorithms.md §9.2).
 2. **update** (inner iteration ``i``): the objective's loss over the passes of iteration ``i``, one
    backward per pass and row chunk (``micro_batch_size``), or the scalar-proxy replay for objectives
    whose loss depends on the pass mean (see :mod:`dare_grpo.objectives.base`). ``transformers.Trainer``
@@ -206,7 +206,7 @@ class GRPOTrainer(DareTrainer):
         return total, metrics
 
     def _update_pass_mean(self, model, rollout: Rollout, iteration: int) -> tuple[float, dict[str, float]]:
-        """Scalar-proxy replay of ``L(mean_p s_p)`` with one pass in memory (algorithms.md §3.8).
+        """Scalar-proxy replay of ``L(mean_p s_p)`` with one pass in memory (docs/algorithms.md §3.8).
 
         ``z = mean_p s_p`` is computed without gradient, ``g = dL/dz`` on a leaf copy of ``z``, then
         every pass is replayed with gradient and ``sum_n s_p[n] g[n] / P`` backpropagated: by the

@@ -12,7 +12,7 @@ An RL objective is three choices on top of :class:`~dare_grpo.trainer.GRPOTraine
    * ``"pass_mean"``: the loss is a function of the *mean* of the passes' sequence scores
      (:meth:`OnlineRLObjective.sequence_loss`); the trainer evaluates all passes without gradient,
      differentiates the loss with respect to that mean, then replays each pass with gradient and
-     backpropagates ``score_p * dL/dmean / P`` (the scalar-proxy replay, algorithms.md §3.8): exact,
+     backpropagates ``score_p * dL/dmean / P`` (the scalar-proxy replay, docs/algorithms.md §3.8): exact,
      and memory stays at one pass (ESPO, EBPO);
 3. the **loss** itself, from current/old/reference scores and advantages, using the shared pieces in
    :mod:`dare.rl` (clip, dual clip, KL estimators, aggregation).
@@ -51,7 +51,7 @@ __all__ = [
 
 
 class RLParams(Params):
-    """Parameters every RL objective accepts (DARE recipe defaults, algorithms.md §4.1)."""
+    """Parameters every RL objective accepts (DARE recipe defaults, docs/algorithms.md §4.1)."""
 
     group_size: int = Field(8, ge=2, description="Completions per prompt (G).")
     num_iterations: int = Field(1, ge=1, description="Inner iterations mu per rollout batch (one optimizer step each).")
