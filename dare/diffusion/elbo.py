@@ -20,7 +20,7 @@ Usage (an objective; the estimator never sees a family name)::
 
 Corruption schemes (``scheme``):
 
-* ``"stratified"`` (VRPO/BGPO, algorithms.md §3.3): one ``k ~ U{1..L}`` per sequence, then
+* ``"stratified"`` (VRPO/BGPO, docs/algorithms.md §3.3): one ``k ~ U{1..L}`` per sequence, then
   ``k_j = ((k - 1 + round(j L / n)) mod L) + 1`` for ``j = 0..n-1``: a low-discrepancy set of mask
   counts covering ``[1, L]`` evenly; each ``k_j`` is marginally uniform, so every term stays
   unbiased. One mask per count (the whole budget on timesteps). ``round`` is half-up here (the DARE

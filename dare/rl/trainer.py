@@ -205,7 +205,7 @@ class GRPOTrainer(DareTrainer):
         return total, metrics
 
     def _update_pass_mean(self, model, rollout: Rollout, iteration: int) -> tuple[float, dict[str, float]]:
-        """Scalar-proxy replay of ``L(mean_p s_p)`` with one pass in memory (algorithms.md §3.8).
+        """Scalar-proxy replay of ``L(mean_p s_p)`` with one pass in memory (docs/algorithms.md §3.8).
 
         ``z = mean_p s_p`` is computed without gradient, ``g = dL/dz`` on a leaf copy of ``z``, then
         every pass is replayed with gradient and ``sum_n s_p[n] g[n] / P`` backpropagated: by the

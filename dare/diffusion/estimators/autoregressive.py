@@ -1,5 +1,5 @@
 """Exact autoregressive likelihood of a dLLM decoded left to right at block length 1 (JustGRPO;
-DARE ``llada_dp_actor_justgrpo``; algorithms.md §3.10).
+DARE ``llada_dp_actor_justgrpo``; docs/algorithms.md §3.10).
 
 With block length 1 and one token per step, the sampler reveals completion token ``t`` from the
 state ``[c ; y_<t ; M ... M]``, and Gumbel-max at temperature ``T`` samples it exactly from

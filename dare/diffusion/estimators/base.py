@@ -3,7 +3,7 @@
 An RL objective needs, for each completion, a differentiable score under the current policy that
 it can compare with the same score under the old and the reference policy. Every estimator DARE
 implements is a weighted sum of per-token log-probabilities of the clean completion under a few
-corrupted inputs, so one representation covers them all (algorithms.md §9.3):
+corrupted inputs, so one representation covers them all (docs/algorithms.md §9.3):
 
 * a :class:`Pass` is ``K`` corrupted copies of the batch, ``mask[k]`` ``[N, S]`` (which positions
   of ``[prompt ; completion]`` become the mask token) and ``weight[k]`` ``[N, G]`` (how much the
@@ -13,7 +13,7 @@ corrupted inputs, so one representation covers them all (algorithms.md §9.3):
 * an estimator (a :class:`dare.components.Estimator` component, re-exported here) :meth:`Estimator.draw` s
   a list of passes (Monte-Carlo samples, denoising steps or
   position chunks), using only an explicit ``torch.Generator`` (never the global RNG), so the same
-  passes can be scored by the old, reference and current policies (algorithms.md §9.2).
+  passes can be scored by the old, reference and current policies (docs/algorithms.md §9.2).
 
 Objectives combine passes: token-level losses add one loss per pass (one backward per pass keeps
 memory at one pass), sequence-level losses use the mean of the passes' sequence scores. Logits come

@@ -1,10 +1,10 @@
 """Per-block stratified composite ELBO (EBPO, LLaDA2.1 report; DARE ``_forward_process_ebpo`` and
-``compute_ebpo_composite_elbo``; algorithms.md §3.8).
+``compute_ebpo_composite_elbo``; docs/algorithms.md §3.8).
 
 The response is split into the blocks of the block-diffusion attention, with DARE's *global* origin
 counted on the compact sequence (left padding removed): response token ``j`` of a row whose prompt
 has ``p`` real tokens sits at compact position ``p + j`` and in block ``(p + j) // block_length``,
-so the prompt tail and the first response tokens can share a block (algorithms.md §1; block
+so the prompt tail and the first response tokens can share a block (docs/algorithms.md §1; block
 families left-align rows before their block-diffusion forward). Each of ``mc_num``
 Monte-Carlo rows masks tokens in *every* block at once, each block with its own noise level::
 

@@ -1,5 +1,5 @@
 """Coupled complementary-mask estimator (DiffuCoder coupled-GRPO, arXiv 2506.20639 §4.2; DARE
-``_forward_process_coupled_grpo`` and ``llada_dp_actor_coupled_grpo``; algorithms.md §3.2).
+``_forward_process_coupled_grpo`` and ``llada_dp_actor_coupled_grpo``; docs/algorithms.md §3.2).
 
 Per completion: draw ``t ~ U(t_min, t_max)`` and ``u_k ~ U(0, 1)`` per response token; copy A masks
 ``{k: u_k < t}``, copy B the complement ``{k: u_k >= t}``, so every response token is masked in

@@ -1,5 +1,5 @@
 """Complementary-mask sequence ELBO with the ``(L + 1)`` denominator (ESPO, arXiv 2512.03759 §3;
-DARE ``_forward_process_espo`` and ``compute_espo_sequence_elbo``; algorithms.md §3.11).
+DARE ``_forward_process_espo`` and ``compute_espo_sequence_elbo``; docs/algorithms.md §3.11).
 
 For a response of ``L = |y|`` tokens, draw a mask count ``k in {0, ..., L}`` and mask ``k`` random
 response tokens; ``p = k / (L + 1)`` (the ``L + 1`` denominator keeps both weights finite

@@ -1,5 +1,5 @@
 """One-step mean-field estimator (d1 / diffu-GRPO, arXiv 2504.12216 §3.2; DARE
-``_forward_process_d1``; algorithms.md §3.1).
+``_forward_process_d1``; docs/algorithms.md §3.1).
 
 Every response token is masked, and each real prompt token independently with probability
 ``p_mask_prompt`` (0.15 in d1). One forward; the per-token score is the log-prob of each completion

@@ -1,6 +1,6 @@
 """SPG's random-block corruption (Wang et al., "SPG: Sandwiched Policy Gradient for Masked Diffusion
 Language Models", arXiv 2510.09541 §3.3 "block-wise masking"; DARE ``_forward_process_spg``;
-algorithms.md §3.6).
+docs/algorithms.md §3.6).
 
 The completion is cut into blocks of ``block_length`` positions counted from the response start (the
 semi-autoregressive sampler's blocks). One corrupted copy per Monte-Carlo sample, mimicking a state of

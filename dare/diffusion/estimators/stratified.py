@@ -1,7 +1,7 @@
 """The stratified ELBO-MC estimator (VRPO/BGPO mask counts ``k/L``) as estimator passes.
 
 The corruptions themselves come from :func:`dare.diffusion.elbo.sample_corruptions` (stratified mask
-counts ``k_j`` over ``[1, L]``, ``p_mask = k_j / L``; algorithms.md §3.3, §3.7); this module only
+counts ``k_j`` over ``[1, L]``, ``p_mask = k_j / L``; docs/algorithms.md §3.3, §3.7); this module only
 presents them in the :class:`~dare.diffusion.estimators.base.Pass` form: one pass per Monte-Carlo
 sample ``j``, masking ``k_j`` response tokens, weight ``1 / p_mask_j`` on each, so a pass's sequence
 score is the ELBO term ``sum_{i masked} lp_i / p_mask_j`` (raw nats, not length-normalised).

@@ -1,6 +1,6 @@
 """Trajectory replay: the likelihood of a completion along the sampler's own decoding trajectory
 (CJ-GRPO, arXiv 2509.23924; TraceRL, arXiv 2509.06949 §3; DARE ``llada_dp_actor_cj_grpo``;
-algorithms.md §3.5, §3.12).
+docs/algorithms.md §3.5, §3.12).
 
 The sampler records ``unmask_step[n, g]``, the denoising step that committed completion token ``g``
 (``SamplerOutput.unmask_step``). The state *before* step ``s`` has every token committed at an

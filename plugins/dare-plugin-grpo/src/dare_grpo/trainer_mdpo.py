@@ -1,6 +1,6 @@
 """The MDPO trainer: trajectory rollout, step-wise rewards and advantages, top-K step rows, weighted PPO.
 
-(MDPO, arXiv 2508.13148; DARE ``dllm_ray_trainer.py`` mdpo branch; algorithms.md §3.4.) One rollout batch:
+(MDPO, arXiv 2508.13148; DARE ``dllm_ray_trainer.py`` mdpo branch; docs/algorithms.md §3.4.) One rollout batch:
 
 1. :func:`~dare_grpo.rollout_mdpo.mdpo_decode` on ``G`` copies of each prompt (the rollout generator);
 2. the final completions are scored (the logged ``reward``) and every step's prediction ``y^(s)``

@@ -3,7 +3,7 @@
 The base trainer's ``per_pass`` update adds one loss per pass; SPG's EUBO is a log of a mean over the
 copies, so its loss is a function ``L(l_1, ..., l_M)`` of all copies' token log-probs at once
 (:meth:`dare_grpo.objectives.spg.SPG.joint_loss`). :class:`SPGTrainer` evaluates it exactly with one copy
-in memory, the token-level analogue of the scalar-proxy replay (algorithms.md §3.8):
+in memory, the token-level analogue of the scalar-proxy replay (docs/algorithms.md §3.8):
 
 1. ``M = 1`` (the recipe): one forward per row chunk with gradient, the loss directly;
 2. ``M > 1``: every copy scored without gradient; ``g = dL/dl`` on a leaf copy of the ``[M, N, G]``

@@ -1,6 +1,6 @@
 """The d-TreeRPO trainer: tree rollout, leaf rewards, local advantages, edge-level PPO (arXiv 2512.09675).
 
-One rollout batch (algorithms.md §3.9):
+One rollout batch (docs/algorithms.md §3.9):
 
 1. :func:`~dare_grpo.rollout_tree.grow_tree` per prompt (no group expansion: ``group_size`` is unused),
    with the rollout sampler's ``partial_denoise`` and the rollout generator;

@@ -1,6 +1,6 @@
 """``bgpo``: memory-bounded ELBO policy optimisation with a piecewise ratio (Lin et al., "Boundary-Guided
 Policy Optimization for Memory-efficient RL of Diffusion Large Language Models", arXiv 2510.11683;
-DARE ``llada_dp_actor_bgpo``, ``compute_policy_loss_bgpo``; algorithms.md §3.7).
+DARE ``llada_dp_actor_bgpo``, ``compute_policy_loss_bgpo``; docs/algorithms.md §3.7).
 
 Estimator: ``mc_num`` stratified ELBO terms (VRPO mask counts ``k_j / L``,
 :mod:`dare.diffusion.estimators.stratified`); ``l_j = (sum_{i masked} lp_i / p_j) / |y|`` per

@@ -1,6 +1,6 @@
 """``cj-grpo``: consistency-trajectory GRPO (Yang et al., "Taming Masked Diffusion Language Models via
 Consistency Trajectory Reinforcement Learning with Fewer Decoding Step", arXiv 2509.23924; DARE
-``llada_dp_actor_cj_grpo``; algorithms.md §3.5).
+``llada_dp_actor_cj_grpo``; docs/algorithms.md §3.5).
 
 Estimator: exact replay of the sampler's decoding trajectory
 (:mod:`dare.diffusion.estimators.trajectory`): the tokens committed at step ``s`` are scored under the

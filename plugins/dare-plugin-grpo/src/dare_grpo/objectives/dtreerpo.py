@@ -1,6 +1,6 @@
 """``d-treerpo``: tree-structured RL with local transition likelihoods (d-TreeRPO, arXiv 2512.09675
 §3, eq. (3)-(8); DARE ``dtreerpo_llada_rollout.py``, ``dtreerpo_algos.py``, ``llada_dp_actor_dtreerpo.py``;
-algorithms.md §3.9).
+docs/algorithms.md §3.9).
 
 Rollout (:mod:`dare_grpo.rollout_tree`): per prompt a tree of partly decoded states, branching at the
 remaining-step counts ``T, T - T/s, ..., 0`` (``s = contraction``): ``num_tree_samples`` children of the
@@ -41,7 +41,7 @@ model has adapters (DARE's ``ref_in_actor``; the recipe trains LoRA r 128 / alph
   rejected when set. The recipe's optimiser (AdamW betas (0.9, 0.99), weight decay 0.1, grad clip 0.2,
   constant lr 3e-5) belongs to the spec's ``train:`` section.
 
-Recipe defaults (§4.2): ``contraction`` 2, ``num_tree_samples`` 4, ``tree_branch_factor`` 4, eps 0.4,
+Recipe defaults (docs/algorithms.md §4.2): ``contraction`` 2, ``num_tree_samples`` 4, ``tree_branch_factor`` 4, eps 0.4,
 ``num_iterations`` (ppo_epochs) 12, beta 0.01 (k3), self-distillation on with lambda_max 3e-3, gamma 2,
 tau_max 2, beta_sd 0.7.
 """

@@ -1,6 +1,6 @@
 """``ebpo``: ELBO-based block-level policy optimisation (LLaDA2.1 technical report, arXiv 2602.08676
 §4, eq. (4)-(5); DARE ``ebpo_actor_mixin.py``, ``_forward_process_ebpo``, ``compute_ebpo_composite_elbo``,
-``compute_policy_loss_ebpo``, ``compute_ebpo_kl``; algorithms.md §3.8).
+``compute_policy_loss_ebpo``, ``compute_ebpo_kl``; docs/algorithms.md §3.8).
 
 Estimator: the all-block composite ELBO (:mod:`dare.diffusion.estimators.blockwise`): ``mc_num`` rows,
 each masking every response block at its own stratified noise level (at least one token per block),
@@ -27,7 +27,7 @@ composite is a per-block-stratified ELBO estimate rather than a block-factorised
 
 **[QUIRK] decided:** DARE exponentiates the unclipped side of the log-domain clip unbounded (``inf``
 for a huge negative-advantage log-ratio of composite sums); here the exponent is capped at
-``dare.rl.kl.MAX_EXP`` (value finite; gradient 0 beyond e^20). Recipe defaults (§4.3/4.4): ``mc_num``
+``dare.rl.kl.MAX_EXP`` (value finite; gradient 0 beyond e^20). Recipe defaults (docs/algorithms.md §4.3/4.4): ``mc_num``
 16, eps 0.2, mu 1, beta 0.
 """
 

@@ -1,6 +1,6 @@
 """``espo``: ELBO-based sequence-level policy optimisation (Ou et al., "Principled and Tractable RL for
 Reasoning with Diffusion Language Models", arXiv 2512.03759; DARE ``llada_dp_actor_espo``,
-``compute_policy_loss_espo``, ``compute_espo_kl``; algorithms.md §3.11).
+``compute_policy_loss_espo``, ``compute_espo_kl``; docs/algorithms.md §3.11).
 
 Estimator: the complementary-mask sequence ELBO with the ``(L + 1)`` denominator, ``mc_num`` MC
 samples, fresh masks at every inner iteration (:mod:`dare.diffusion.estimators.elbo_complement`);
@@ -13,7 +13,7 @@ samples, fresh masks at every inner iteration (:mod:`dare.diffusion.estimators.e
 
 ``|y| = R`` for EOS-padded families. The gradient goes through the scalar-proxy replay (the trainer's
 ``pass_mean`` reduction): exact, with one MC sample in memory. Advantages are RLOO. Defaults are the
-math recipe (§4.2): G = 16, mu = 8, mc_num = 2, beta 1e-3 (k2), eps 0.2; Sudoku used G = 6,
+math recipe (docs/algorithms.md §4.2): G = 16, mu = 8, mc_num = 2, beta 1e-3 (k2), eps 0.2; Sudoku used G = 6,
 beta 1e-2; countdown eps 0. Not replicated: the official k1 "gradient-corrected" form (k1 here is
 the plain estimator of :mod:`dare.rl.kl`).
 """

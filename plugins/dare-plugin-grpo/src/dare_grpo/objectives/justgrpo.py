@@ -1,6 +1,6 @@
 """``justgrpo``: GRPO on the exact likelihood of autoregressively decoded diffusion LMs (JustGRPO,
 arXiv 2601.15165 §3; DARE ``llada_dp_actor_justgrpo``, recipe ``run_justgrpo_llada_8b_instruct.sh``;
-algorithms.md §3.10).
+docs/algorithms.md §3.10).
 
 Rollout: the spec's sampler decoding strictly left to right, one token per step, sampling each token
 from ``softmax(logits / T)``. The learner then has the *exact* rollout likelihood

@@ -1,7 +1,7 @@
 """``mdpo``: Masked Diffusion Policy Optimization (He et al., "MDPO: Overcoming the Training-Inference
 Divide of Masked Diffusion Language Models", arXiv 2508.13148 §3, eq. (4)-(7); DARE
 ``mdpo_llada_rollout.py``, ``mdpo_algos.py`` (``compute_step_wise_advantage``, ``select_top_k_steps``,
-``compute_mdpo_policy_loss``), ``llada_dp_actor_mdpo.py``; algorithms.md §3.4).
+``compute_mdpo_policy_loss``), ``llada_dp_actor_mdpo.py``; docs/algorithms.md §3.4).
 
 Rollout (:mod:`dare_grpo.rollout_mdpo`): a non-cached categorical sampler that records, for every
 denoising step ``s = 1..T``, the input state ``x^(s)``, the one-shot prediction ``y^(s)`` and the
@@ -39,7 +39,7 @@ like the surrogate, as DARE does. The recipe has the KL off (``beta = 0``; its c
 * Block-attention families are rejected: MDPO's rollout and its step states are full-sequence
   (non-cached, every masked position predicted at once), which block-diffusion attention cannot express.
 
-Recipe defaults (§4.2): ``sample_train_steps`` 16, eps 0.2, ``conf_alg`` llada (Dream: entropy), KL off,
+Recipe defaults (docs/algorithms.md §4.2): ``sample_train_steps`` 16, eps 0.2, ``conf_alg`` llada (Dream: entropy), KL off,
 G = 8, mu = 1.
 """
 

@@ -1,6 +1,6 @@
 """``spg``: Sandwiched Policy Gradient (Wang et al., "SPG: Sandwiched Policy Gradient for Masked
 Diffusion Language Models", arXiv 2510.09541 §3, eq. (6)-(9); DARE ``llada_dp_actor_spg``,
-``_forward_process_spg``, ``compute_policy_loss_spg``; algorithms.md §3.6).
+``_forward_process_spg``, ``compute_policy_loss_spg``; docs/algorithms.md §3.6).
 
 Estimator: SPG's block-wise corruption (:mod:`dare.diffusion.estimators.random_block`): a random
 completion block ``j`` partly masked (uniform count), later blocks fully masked, the prompt and earlier
@@ -34,7 +34,7 @@ the true log-likelihood, so both push it in the advantage's direction.
   *clean* predecessors, so the corruption of earlier blocks and the "later blocks fully masked" context
   that SPG's surrogates are defined on cannot be expressed (DARE runs SPG on LLaDA/Dream only).
 
-Recipe defaults (§4.2): ``logp_estimation`` mix, ``mix_weight`` 0.5, ``eubo_beta`` 1.5, ``mc_num`` 1,
+Recipe defaults (docs/algorithms.md §4.2): ``logp_estimation`` mix, ``mix_weight`` 0.5, ``eubo_beta`` 1.5, ``mc_num`` 1,
 mu 1, block length = the rollout sampler's (32), ``p_mask_prompt`` 0.15, ``min_t`` 0, ``max_t`` 1.
 """
 

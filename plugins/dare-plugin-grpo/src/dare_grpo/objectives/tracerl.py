@@ -1,6 +1,6 @@
 """``tracerl``: trajectory-aware PPO (Wang et al., "Revolutionizing Reinforcement Learning Framework
 for Diffusion Large Language Models", arXiv 2509.06949 §3, the TraceRL policy objective; not in the
-DARE repo, algorithms.md §3.12).
+DARE repo, docs/algorithms.md §3.12).
 
 Estimator: replay of the sampler's trajectory with *trajectory shrinkage* ``s`` (``shrink``): every
 ``s`` neighbouring steps form one transition ``tau^s(t)``, scored under the state before it
