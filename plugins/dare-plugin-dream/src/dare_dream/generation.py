@@ -1,6 +1,6 @@
 """HF-native generation for Dream: the release's ``model.diffusion_generate(...)``, decoded by DARE's ``dream`` sampler.
 
-The Dream release (``generation_utils.py``, ``DreamGenerationMixin``; model-families.md §2.7) gives its model
+The Dream release (``generation_utils.py``, ``DreamGenerationMixin``; docs/model-families.md §2.7) gives its model
 class ``diffusion_generate(inputs, generation_config=None, **kwargs)``: settings come from the keyword
 arguments over a ``generation_config`` over the release defaults (``DreamGenerationConfig``: steps 512,
 eps 1e-3, alg ``origin``, temperature 0, ``max_length`` 20), and it returns the sequences ``[B, Lp + G]``,

@@ -2,7 +2,7 @@
 
 LLaDA's release has no generation method on its model class: its entry point is the function
 ``generate(model, prompt, attention_mask, steps, gen_length, block_length, temperature, cfg_scale,
-remasking, mask_id, ...)`` of ML-GSAI/LLaDA ``generate.py`` (model-families.md §1.7), which
+remasking, mask_id, ...)`` of ML-GSAI/LLaDA ``generate.py`` (docs/model-families.md §1.7), which
 :func:`dare_llada.sampler.generate` reproduces. :class:`LLaDAGenerationMixin` makes that function a
 method with the same arguments (``model.generate(prompt, attention_mask, steps=..., gen_length=...)``)
 which also reads a transformers-style call (``input_ids=``, ``max_new_tokens=``, ``do_sample=``,

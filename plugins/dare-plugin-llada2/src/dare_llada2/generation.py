@@ -1,7 +1,7 @@
 """HF-native generation for LLaDA2: the release's ``model.generate(inputs, ...)``, decoded by DARE's ``llada2`` decoder.
 
 The LLaDA2.0 and LLaDA2.1 releases give ``LLaDA2MoeModelLM`` a ``generate`` method with their own
-signatures (model-families.md §5.6): 2.0 ``generate(inputs, temperature, block_length, steps, gen_length,
+signatures (docs/model-families.md §5.6): 2.0 ``generate(inputs, temperature, block_length, steps, gen_length,
 top_p, top_k, eos_early_stop, minimal_topk, threshold, eos_id, mask_id)``; 2.1 adds ``editing_threshold``,
 ``max_post_steps`` and ``num_to_transfer``. Both take one prompt ``[1, Lp]`` and return the **generated tokens
 only**, up to and including the first EOS. The two releases share ``model_type`` and ``config.json``, so

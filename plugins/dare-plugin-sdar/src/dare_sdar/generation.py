@@ -2,7 +2,7 @@
 
 SDAR's release decodes with the function ``block_diffusion_generate(model, prompt, mask_id, gen_length,
 block_length, denoising_steps, temperature, top_k, top_p, remasking_strategy, confidence_threshold,
-stopping_criteria_idx)`` of JetAstra/SDAR ``generate.py`` (model-families.md §3.5); its model class only
+stopping_criteria_idx)`` of JetAstra/SDAR ``generate.py`` (docs/model-families.md §3.5); its model class only
 inherits transformers' autoregressive ``generate()``, which does not decode a block-diffusion model.
 :class:`SDARGenerationMixin` gives DARE's SDAR classes
 
