@@ -36,7 +36,7 @@ if [ -z "${OC_SKIP_INSTALL:-}" ]; then
     || { tail -30 "$WORK/install.log"; exit 1; }
   echo "== install: $(took "$t") (log: $WORK/install.log)"
   echo "== pip check: $("$VENV/bin/pip" check)"
-  "$VENV/bin/pip" list 2>/dev/null | grep -iE '^(torch|transformers|datasets|numpy|pyarrow|pandas|opencompass|dare-[a-z-]*|trl) ' || true
+  "$VENV/bin/pip" list 2>/dev/null | grep -iE '^(torch|transformers|datasets|numpy|pyarrow|pandas|opencompass|dare-[a-z0-9-]*|trl) ' || true
 fi
 if [ -n "${OC_RUN_TESTS:-}" ]; then  # the plugin's unit tests (they skip where OpenCompass is not installed)
   t=$(now)
@@ -48,15 +48,17 @@ fi
 MODEL=${DARE_OC_MODEL:-}
 if [ -z "$MODEL" ]; then
   t=$(now)
+  rm -rf "$WORK/sft"
   "$VENV/bin/dare" train examples/quickstart-sft-short.yaml --set "train.max_steps=$STEPS" --set "train.save_steps=$STEPS" \
-    --set "output.dir=$WORK/sft" --set output.overwrite=true > "$WORK/train.log" 2>&1
+    --set "output.dir=$WORK/sft" > "$WORK/train.log" 2>&1 || { tail -20 "$WORK/train.log"; exit 1; }
   MODEL="$WORK/sft"
   echo "== train ($STEPS SFT steps, quickstart model): $(took "$t")"
 fi
 
 t=$(now)
+rm -rf "$WORK/dare-eval"
 "$VENV/bin/dare" eval examples/opencompass/sudoku.yaml --set "model.path=$MODEL" --set "eval.benchmarks.0.limit=$DARE_OC_LIMIT" \
-  --set "output.dir=$WORK/dare-eval" --set output.overwrite=true > "$WORK/dare-eval.log" 2>&1
+  --set "output.dir=$WORK/dare-eval" > "$WORK/dare-eval.log" 2>&1 || { tail -20 "$WORK/dare-eval.log"; exit 1; }
 echo "== dare eval: $(took "$t")"
 
 t=$(now)
