@@ -60,7 +60,8 @@ class ProposalRule:
     * ``filter_order``: ``"top_k_first"`` (top-p acts on the top-k renormalised distribution) or
       ``"top_p_first"``;
     * ``fill``: value of filtered logits, ``"-inf"`` or ``"finfo_min"`` (the dtype's most negative
-      finite value);
+      finite value; on ordinary finite logits both give the same probabilities, as ``exp`` underflows to
+      0 either way, and the choice keeps each release's arithmetic);
     * ``greedy``: at temperature 0, ``"raw_argmax"`` (argmax of the unfiltered logits, confidence from
       their softmax) or ``"filtered_max"`` (filter, then the most probable token);
     * ``draw``: ``"multinomial"`` on the softmax, or ``"categorical"`` on the renormalised softmax

@@ -111,8 +111,10 @@ def test_non_finite_logits_raise_naming_block_and_step(use_cache, nan_from_call,
         return torch.full_like(logits, torch.nan) if stub.calls >= nan_from_call else logits
 
     stub = LogitsStub(fn)
+    sampler = SDARSampler({"gen_length": 8, "block_length": 4, "denoising_steps": 4, "use_cache": use_cache,
+                           "remasking": "low_confidence_static", "temperature": temperature, "stop_at_eos": False})
     with pytest.raises(NonFiniteLogitsError, match=f"non-finite logits at {where}.*diverged") as err:
-        decode(stub, PROMPT, use_cache, remasking="low_confidence_static", temperature=temperature)
+        sampler.generate(stub, SDARFamily(), TOKENS, PROMPT, generator=torch.Generator().manual_seed(0))
     assert isinstance(err.value, DareError)
 
 

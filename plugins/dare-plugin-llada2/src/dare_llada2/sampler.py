@@ -39,6 +39,11 @@ Deliberate choices (each documented where it applies):
   their first active blocks line up; the shift is hidden from attention (padding keys masked) and
   from positions (``position_ids`` count from each row's first token). A row therefore decodes exactly
   as it would alone.
+* NaN/Inf logits raise :class:`dare.sampling.NonFiniteLogitsError` naming the block and step (the release
+  would commit token 0, the argmax of NaN, at temperature 0).
+* the model is called only through the family's KV-cache interface
+  (:meth:`dare.modeling.BlockDiffusionFamily.new_cache` / ``block_logits``; the canvas is
+  :func:`dare.sampling.block_canvas`), so the decoder runs any block-diffusion family.
 * the 2.0 early stop looks for the first EOS in the *generated* part (the release scans the whole
   window, prompt included, which only differs when a prompt holds EOS).
 * a 2.1 iteration that changes nothing (masks remain but every committed proposal is the mask token,

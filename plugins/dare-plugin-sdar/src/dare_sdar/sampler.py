@@ -18,7 +18,8 @@ A finished block is run once more with ``store_kv=True`` to commit its keys/valu
 row stops when its completion holds a stop id (``stopping_criteria_idx``; EOS and end-of-turn in the
 sampler); its later blocks stay masks.
 
-Sampling (official ``sample_with_temperature_topk_topp``): logits ``/ temperature`` (if != 1), top-k, then
+Sampling (official ``sample_with_temperature_topk_topp``; :func:`dare.sampling.sample_tokens` with
+:data:`~dare.sampling.BLOCK_RULE`, shared with the LLaDA2 decoder): logits ``/ temperature``, top-k, then
 top-p (the usual right-shifted nucleus rule), softmax, one multinomial draw per position; the confidence is
 the drawn token's probability under that filtered distribution. The official code always samples:
 temperature 0 divides by zero, and its greedy emulation ``top_k=1`` makes every confidence 1.0 (so the
@@ -39,8 +40,14 @@ Deliberate deviations from the official code (each only where the official one m
 * rows are independent in a batch (the official loop stops the whole batch when any row produces a stop
   id, and ``sequential`` raises for a finished row);
 * left-padded batches are supported: each row is re-aligned so that its padding fills whole blocks in
-  front of it (padding keys are masked out, RoPE positions start at the row's first real token), so every
-  row is decoded exactly as it would be alone.
+  front of it (padding keys are masked out, RoPE positions start at the row's first real token;
+  :func:`dare.sampling.block_canvas`), so every row is decoded exactly as it would be alone;
+* NaN/Inf logits raise :class:`dare.sampling.NonFiniteLogitsError` naming the block and step (the
+  official code would commit token 0, the argmax of NaN, at temperature 0).
+
+The model is called only through the family's KV-cache interface
+(:meth:`dare.modeling.BlockDiffusionFamily.new_cache` / ``block_logits``), so the loop decodes any
+block-diffusion family.
 
 :func:`block_diffusion_generate` keeps the official signature and return value (the whole ``x``
 ``[B, T]``, trailing masks included) for unpadded prompts; :class:`SDARSampler` wraps the same loop as a
@@ -412,6 +419,7 @@ class SDARSampler(Sampler):
         cached block forward. ``nfe`` counts denoising forwards; ``extras['forward_passes']`` all model calls.
 
         :raises SDARInputError: the family has no cached block forward, or bad prompts/masks.
+        :raises dare.sampling.NonFiniteLogitsError: the model returned NaN/Inf logits.
         """
         problem = block_decoder_problem(family, self.name)
         if problem:
