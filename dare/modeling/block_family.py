@@ -1,6 +1,7 @@
 """The block-diffusion model family base: shared forwards and the KV-cache interface of block decoders.
 
-Block-diffusion LMs (SDAR, arXiv 2510.06303; LLaDA2; both BD3-LM style, arXiv 2503.09573) cut a
+Block-diffusion LMs (SDAR, arXiv 2510.06303; LLaDA2; both BD3-LM style, arXiv 2503.09573;
+docs/algorithms.md §1) cut a
 sequence into blocks of ``block_size`` tokens counted from its first real token; attention is
 bidirectional inside a block and causal across blocks; position ``i`` scores token ``i``. A family
 plugin subclasses :class:`BlockDiffusionFamily` and gives its checkpoint facts, its default block size
@@ -15,7 +16,8 @@ Left padding: every forward here first rolls each row left by its padding (so re
 ``0 .. n-1`` and blocks start at the row's first real token, as in the releases' training and
 single-sequence decoding), and rolls the logits back afterwards.
 
-**KV-cache interface** (what the block samplers call; one decoding run owns one cache):
+**KV-cache interface** (what the block samplers call; one decoding run owns one cache; the releases'
+protocol in docs/model-families.md §3.4 and §5.6):
 
 * ``new_cache(model)`` returns an empty cache object for ``model``;
 * ``block_logits(model, input_ids, position_ids, attention_mask, cache, store_kv, logits_to_keep)``

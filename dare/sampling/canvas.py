@@ -1,6 +1,6 @@
 """The working sequence ("canvas") of a block decoder, for left-padded batches.
 
-Block decoders (SDAR, LLaDA2; model-families.md §3.5 and §5.6 of the reference notes) cut
+Block decoders (SDAR, LLaDA2; docs/model-families.md §3.5 and §5.6) cut
 ``[prompt | masks]`` into blocks of ``block_length`` counted from the prompt's first token, prefill
 the whole prompt blocks, then denoise one block at a time; the first decoded block may hold the
 prompt's tail. In a batch the prompts differ in length, so :func:`block_canvas` shifts row ``b`` right

@@ -1,7 +1,7 @@
 """Token proposals: one ``sample_tokens`` for every decoder, and the non-finite-logits check.
 
 A denoising step turns the logits of the positions it may commit into a proposed token and a
-confidence per position. The official samplers agree on the pipeline (temperature, top-k/top-p
+confidence per position (docs/algorithms.md §5.3-5.5; docs/model-families.md §2.7, §3.5 and §5.6). The official samplers agree on the pipeline (temperature, top-k/top-p
 filtering, softmax, one categorical draw; argmax at temperature 0) and differ in four details, which
 :class:`ProposalRule` names:
 
