@@ -515,7 +515,8 @@ _V21_ONLY = ("editing_threshold", "max_post_steps", "num_to_transfer", "official
 
 
 class LLaDA2SamplerParams(Params):
-    """Parameters of the ``llada2`` sampler (defaults: the release's ``generate`` defaults, greedy, 256 tokens)."""
+    """Parameters of the ``llada2`` sampler (defaults: greedy LLaDA2.0 threshold decoding at 0.95, 32 steps per
+    block, 256 tokens, the model's block size)."""
 
     variant: Literal["2.0", "2.1"] = Field(
         "2.0", description="Decoder: '2.0' (threshold + per-step quota) or '2.1' (threshold + token editing)."
