@@ -30,6 +30,7 @@ from dare.rewards import WeightedReward
 from dare.rewards.code import build_tests, code_outcome, count_tests, entry_point
 from dare.rewards.code_extract import fenced_code, mbpp_code
 from dare.rewards.sandbox import SandboxError, SandboxLimits, isolation, landlock, procfs, run_python, uid_mode_problem
+from dare.rewards.sandbox.launch import RUNNER
 from dare.testing import shared_path
 
 MODES = ["auto", "process"]  # auto is uid mode where this runs as root
@@ -195,8 +196,11 @@ def attack(source: str, mode: str, limits: SandboxLimits = FAST):
 
 
 def survivors(result) -> list[int]:
+    """Processes of the run still present: in its PID namespace (bubblewrap) or session, or of its uid."""
+    time.sleep(0.05)  # a killed process leaves /proc a moment later
     uid = result.layers.get("uid")
-    return procfs.session_members(result.pid) + (procfs.owned_by(uid) if uid is not None else [])
+    found = procfs.in_namespace(result.pidns) if result.pidns else procfs.session_members(result.pid)
+    return found + (procfs.owned_by(uid) if uid is not None else [])
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -234,15 +238,19 @@ def test_write_outside_the_sandbox(mode, unharmed):
     target.parent.chmod(0o777)  # only the sandbox may stop it, not this directory's permissions
     direct = f"open({str(target)!r}, 'w').write('x')"
     score, result, _ = attack(direct, mode)
-    assert score == 0.0 and "outside the sandbox directory" in result.stderr
-    if landlock.abi_version() < 1:
+    assert score == 0.0 and not target.exists()
+    if result.layers["bwrap"]:  # the directory is not even there
+        assert "No such file or directory" in result.stderr
+    else:
+        assert "outside the sandbox directory" in result.stderr
+    if landlock.abi_version() < 1 and not result.layers["bwrap"]:
         return  # without Landlock nothing below the Python guard stops writes to a 0777 directory
     # dir_fd-relative opens get past the Python guard; Landlock must still refuse
     relative = (
         f"import os\nfd = os.open('/', os.O_RDONLY)\nos.open({str(target)[1:]!r}, os.O_WRONLY | os.O_CREAT, dir_fd=fd)"
     )
     score, result, _ = attack(relative, mode)
-    assert score == 0.0 and "Permission denied" in result.stderr
+    assert score == 0.0 and ("Permission denied" in result.stderr or "No such file" in result.stderr)
     assert not target.exists()
 
 
@@ -345,6 +353,7 @@ def test_uid_leases_are_exclusive():
 def test_interrupted_caller_leaves_nothing_running(unharmed):
     """Ctrl-C while a program runs: the supervisor is told to stop and kills the program's tree."""
     spinner = "import os\nfor _ in range(2):\n    os.fork()\nwhile True:\n    pass"
+    before = set(_sandbox_processes())
     # Python's own Ctrl-C handler, also when the suite runs with SIGINT ignored (nohup, `trap '' INT`)
     previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     timer = threading.Timer(0.8, os.kill, (os.getpid(), signal.SIGINT))
@@ -356,8 +365,20 @@ def test_interrupted_caller_leaves_nothing_running(unharmed):
     finally:
         signal.signal(signal.SIGINT, previous)
     assert time.monotonic() - started < 10
-    marker = b'"timeout_s": 61.25'  # in the runner's command line, which its forks keep
-    assert [p for p in procfs.parents() if marker in _cmdline(p)] == []
+    time.sleep(0.05)
+    assert set(_sandbox_processes()) - before == set()
+
+
+def _sandbox_processes() -> list[int]:
+    """Processes running the sandbox runner (bwrap, supervisor and its forks keep its path in their
+    command line) or owned by a sandbox uid."""
+    runner = RUNNER.encode()
+    found = [p for p in procfs.parents() if runner in _cmdline(p)]
+    for pid in procfs.parents():
+        uids = procfs._status(pid).get("Uid", "").split()
+        if uids and isolation.UID_BASE <= int(uids[0]) < isolation.UID_BASE + isolation.UID_COUNT:
+            found.append(pid)
+    return found
 
 
 def _cmdline(pid: int) -> bytes:
@@ -370,7 +391,9 @@ def _cmdline(pid: int) -> bytes:
 
 def test_isolation_choice(monkeypatch):
     monkeypatch.setattr(isolation, "_probe", lambda: ("it needs root (this process runs as uid 1000)", False))
-    assert isolation.resolve_isolation("auto") == isolation.Isolation("process")
+    assert isolation.resolve_isolation("auto").mode == "process"
+    monkeypatch.setattr(isolation, "bwrap_problem", lambda packages=(): "bwrap is not installed")
+    assert isolation.resolve_isolation("auto") == isolation.Isolation("process", bwrap=False)
     with pytest.raises(SandboxError, match="isolation 'uid' is unavailable: it needs root"):
         isolation.resolve_isolation("uid")
     (where, message), = CodeReward({"isolation": "uid"}).check(None, "rewards[0]")  # what `dare validate` reports
