@@ -426,3 +426,129 @@ def test_code_reward_and_benchmarks_are_registered(monkeypatch):
         assert evaluator.reward == "code" and evaluator.data_sources == (name,)
         path = benchmark_path(evaluator, BenchmarkSpec(name=name))
         assert path.name == f"{name}_1.parquet" and len(load_rows(str(path))) == count
+
+
+# --------------------------------------------------------------------- tests in another process
+def test_wire_round_trip():
+    import collections
+    import decimal
+    import fractions
+    import math
+
+    import numpy as np
+
+    from dare.rewards.sandbox import wire
+
+    def refuse(obj):
+        raise AssertionError(f"{obj!r} should be plain data")
+
+    point = collections.namedtuple("Point", "x y")
+    values = [
+        None, True, 3, -(2**100), 1.5, float("inf"), "text\u00e9", b"\x00b", bytearray(b"ab"), (1, [2, {3: (4,)}]),
+        {1, 2}, frozenset({"a"}), 2 - 3j, fractions.Fraction(1, 3), decimal.Decimal("0.1"), {(1, 2): [None]},
+    ]
+    for value in values:
+        back = wire.decode(json.loads(json.dumps(wire.encode(value, refuse))), refuse)
+        assert back == value and type(back) is type(value)
+    converted = [(point(1, 2), (1, 2)), (collections.Counter("aab"), {"a": 2, "b": 1}), (np.int64(7), 7),
+                 (np.float32(0.5), 0.5), (np.bool_(True), True)]
+    for value, plain in converted:
+        back = wire.decode(json.loads(json.dumps(wire.encode(value, refuse))), refuse)
+        assert back == plain and type(back) is type(plain)
+    nan = wire.decode(json.loads(json.dumps(wire.encode(float("nan"), refuse))), refuse)
+    assert math.isnan(nan)
+    seen = []
+    assert wire.encode([object(), np.zeros(2)], lambda obj: seen.append(obj) or len(seen)) == [
+        "l", [["r", 1, "object"], ["r", 2, "ndarray"]]
+    ]
+
+
+def test_wire_refuses_malformed_values():
+    from dare.rewards.sandbox import wire
+
+    for bad in ({"a": 1}, ["zz", []], ["l"], ["l", 3], ["d", [[["l", []], 1]]], ["s", [["l", []]]], ["b", "xyz"],
+                ["q", 1, 0], ["r", "1", "x"], ["c", "1", 2], ["e", "not a number"]):
+        with pytest.raises(wire.WireError):
+            wire.decode(bad, lambda n, t: n)
+    read, write = os.pipe()
+    os.write(write, (2**31).to_bytes(4, "big"))
+    with pytest.raises(wire.WireError, match="over the"):
+        wire.receive(read)
+    os.close(read)
+    os.close(write)
+
+
+def run_with_tests(program: str, tests: str, **kwargs):
+    return run_python([program], FAST, tests=tests, **kwargs)
+
+
+def test_program_objects_reach_the_tests_as_plain_data():
+    program = (
+        "class Node:\n    def __init__(self, v, kids=()):\n        self.v, self.kids = v, list(kids)\n"
+        "def total(n):\n    return n.v + sum(total(k) for k in n.kids)\n"
+        "def gen(n):\n    yield from range(n)\n"
+        "def fail(kind):\n    raise {'value': ValueError, 'own': type('Own', (Exception,), {})}[kind]('no')\n"
+        "def add(xs):\n    xs.append(1)\n    return len(xs)\n"
+        "LIMIT = {'a': (1, 2.5)}\n"
+    )
+    tests = (
+        "assert total(Node(1, [Node(2), Node(3, [Node(4)])])) == 10\n"
+        "assert Node(5).v == 5 and Node(5) != Node(5)\n"  # a program object equals only itself
+        "assert list(gen(3)) == [0, 1, 2] and LIMIT == {'a': (1, 2.5)}\n"
+        "try:\n    fail('value')\nexcept ValueError as exc:\n    assert str(exc) == 'no'\nelse:\n    raise AssertionError\n"
+        "xs = []\nassert add(xs) == 1 and xs == []\n"  # arguments are copies
+    )
+    result = run_with_tests(program, tests)
+    assert result.passed, result.tests_stderr
+    result = run_with_tests(program, "try:\n    fail('own')\nexcept ValueError:\n    pass\n")
+    assert not result.passed and "RemoteError: Own: no" in result.tests_stderr
+    assert result.failed_unit == 1 and result.returncode == 0 and result.tests_returncode == 1
+
+
+def test_program_failures_are_test_failures():
+    raising = run_with_tests("raise RuntimeError('top level')", "pass\n")
+    assert not raising.passed and raising.failed_unit == 0 and "RuntimeError: top level" in raising.stderr
+    exiting = run_with_tests("def f():\n    import os\n    os.abort()\n", "assert f() is None\n")
+    assert not exiting.passed and "ProgramGone" in exiting.tests_stderr
+
+
+def test_builtins_are_taken_from_the_program_only_for_the_function_under_test():
+    mbpp_sum = ["assert sum(10,15) == 6", "assert sum(100,150) == 93", "assert sum(4,6) == 3"]  # MBPP row 115
+    sample = {"data_source": "mbpp", "reward_model": {"ground_truth": json.dumps(mbpp_sum)}}
+    program = "def sum(a, b):\n    return __builtins__['sum'](d for d in range(1, min(a, b)) if a % d == 0 and b % d == 0)"
+    program = program.replace("__builtins__['sum']", "__import__('builtins').sum")
+    assert code_outcome(f"[BEGIN]\n '{program}' \n[DONE]", sample, FAST).score == 1.0
+    hack = "def abs(x):\n    return 0\ndef sum(*a):\n    return 0\ndef f():\n    return 5\n"
+    result = run_with_tests(hack, "assert abs(f() - 1) < 1e-9\nassert sum([f()]) == 1\n", entry_points=["f"])
+    assert not result.passed and "AssertionError" in result.tests_stderr
+
+
+def test_tested_names():
+    from dare.rewards.code import tested_names
+
+    assert tested_names("def check(candidate):\n    assert candidate(1)\n\ncheck(sum)\n") == ["sum"]
+    assert tested_names("assert sum(10,15) == 6\nassert sum(4,6) == 3\n") == ["sum"]
+    assert tested_names("assert set(similar(a, b)) == set((4, 5))\n") == []  # `set` is not under test
+    assert tested_names("check(has_close_elements)\n") == []  # not a built-in: taken anyway
+
+
+def test_active_layers_report():
+    layers = isolation.active_layers()
+    assert layers["kernel"] == os.uname().release
+    assert layers["bwrap"] is True or isinstance(layers["bwrap"], str)
+    assert (layers["bwrap"] is True) == (isolation.bwrap_problem() is None)
+    assert layers["landlock_abi"] == landlock.abi_version()
+    assert layers["tests"].startswith("separate process")
+    result = run_python(["pass"], FAST)
+    assert result.layers["bwrap"] == (layers["bwrap"] is True) and result.layers["landlock"] == layers["landlock_abi"]
+
+
+def test_view_holds_no_secrets():
+    from dare.rewards.sandbox.view import view
+
+    seen = view()
+    paths = seen.readable() + seen.listable()
+    assert os.path.realpath(sys.base_prefix) in paths and seen.packages == ("numpy",)
+    for private in ("/etc", "/root", "/home", "/proc", os.path.expanduser("~"), os.getcwd()):
+        assert private not in paths
+    assert all(not p.startswith(("/etc/", "/proc")) or p == "/etc/ld.so.cache" for p in paths)

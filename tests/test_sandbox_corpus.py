@@ -2,7 +2,8 @@
 
 Each program defines ``f`` so that the tests (``assert f() == 1`` unless its ``# tests:`` line says
 otherwise) pass exactly when its attack worked; reward hacks try to pass with a wrong ``f``. For
-every program: it scores 0, the run ends within the time limit plus 1 s, no process of it
+every program: it scores 0, its run (from the start of its process until every process of it was
+reaped) ends within the time limit plus 1 s, no process of it
 survives, nothing outside its directory is written (a world-writable directory with a sentinel),
 no planted secret (a root-only private key, a variable in this process's environment, /etc/shadow)
 appears in anything it printed, nothing reaches this process's TCP and UDP sockets, its whole
@@ -20,13 +21,15 @@ import re
 import resource
 import secrets
 import socket
+import subprocess
+import sys
 import time
 from pathlib import Path
 from string import Template
 
 import pytest
 
-from dare.rewards.code import code_outcome
+from dare.rewards.code import PRELUDE, code_outcome
 from dare.rewards.sandbox import SandboxLimits, landlock, procfs
 from dare.rewards.sandbox.isolation import Isolation, resolve_isolation
 from dare.rewards.sandbox.launch import RUNNER
@@ -38,7 +41,12 @@ LIMITS = SandboxLimits(timeout_s=2.0, cpu_time_s=4, memory_mb=512, max_processes
 #: is a few tens of MiB); disk under bubblewrap is exact (tmpfs size)
 MEMORY_SLACK_MB = 128
 DISK_SLACK_MB = 64
+#: the program's run (fork to last reap) must end within the time limit plus 1 s; starting the
+#: interpreter and bubblewrap before it takes ~0.3 s here, more when the machine is busy
+STARTUP_SLACK_S = 5.0
 #: the slow configurations run the whole corpus again; make test runs these cases in them
+#: attacks that only need the caller's rights: outside the sandbox they succeed (the control)
+CONTROL = {"14", "15", "16", "17", "26", "27", "28", "39"}
 NATIVE_FAST = {"04", "05", "09", "14", "15", "16", "18", "19", "20", "21", "26", "27", "28", "31", "33", "39", "41"}
 
 
@@ -153,7 +161,8 @@ def run_case(path: Path, planted: dict, config: str) -> None:
     result = outcome.result
     printed = result.stdout + result.stderr + result.tests_stderr
     assert outcome.score == 0.0, printed[-2000:]
-    assert seconds <= LIMITS.timeout_s + 1.0, f"took {seconds:.2f} s"
+    assert result.run_s <= LIMITS.timeout_s + 1.0, f"ran {result.run_s:.2f} s"
+    assert seconds <= LIMITS.timeout_s + STARTUP_SLACK_S, f"took {seconds:.2f} s"
     time.sleep(0.05)  # a killed process leaves /proc a moment later
     assert _survivors(result) == []
     assert sorted(p.name for p in planted["outside"].iterdir()) == ["sentinel.txt"]
@@ -180,7 +189,21 @@ def test_corpus_native_subset(path, planted):
     run_case(path, planted, "native")
 
 
+@pytest.mark.parametrize("number", sorted(CONTROL))
+def test_attacks_work_without_the_sandbox(number, planted, tmp_path):
+    """The corpus can fail: run as this user in one namespace with its tests (as rLLM's runner
+    does), outside the sandbox, each of these programs passes its tests."""
+    if number in ("14", "15") and os.geteuid() != 0:
+        pytest.skip("reading /etc/shadow and a root-only key needs root outside the sandbox")
+    path = next(p for p in CASES if p.name.startswith(number))
+    program, tests = _split(Template(path.read_text()).safe_substitute(planted["values"]))
+    done = subprocess.run([sys.executable, "-I", "-c", f"{PRELUDE}\n{program}\n{tests}"], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr[-2000:]
+
+
 @pytest.mark.slow
+@pytest.mark.skipif(os.environ.get("DARE_SLOW") != "1", reason="slow: set DARE_SLOW=1")
 @pytest.mark.parametrize("config", ["native", "process"])
 @pytest.mark.parametrize("path", CASES, ids=[p.stem for p in CASES])
 def test_corpus_other_configurations(path, config, planted):

@@ -77,7 +77,8 @@ class SandboxResult:
     * ``failed_unit``: index of the unit that raised (``len(units)``: the tests), else None.
     * ``timed_out``: the wall-clock limit was hit; ``killed_for``: ``"memory"`` or ``"disk"`` when
       the supervisor killed the tree for exceeding that limit, else None.
-    * ``elapsed_s``: wall seconds of the whole run, as the caller saw it (startup and cleanup included).
+    * ``elapsed_s``: wall seconds of the whole run, as the caller saw it (startup and cleanup included);
+      ``run_s``: from the start of the program process until every process of it was reaped.
     * ``cpu_s``, ``maxrss_mb``: CPU seconds and largest single-process peak resident MiB of the
       run's processes; ``peak_memory_mb``: the largest whole-tree memory the supervisor saw;
       ``peak_disk_mb``: the most the directory held (as last measured).
@@ -107,6 +108,7 @@ class SandboxResult:
     peak_memory_mb: float = 0.0
     peak_disk_mb: float = 0.0
     pidns: str | None = None
+    run_s: float = 0.0
     verdict: bool = False
 
     @property
@@ -297,5 +299,6 @@ def run_python(
         peak_memory_mb=report["peak_memory_mb"],
         peak_disk_mb=report["peak_disk_mb"],
         pidns=report["pidns"],
+        run_s=report["run_s"],
         verdict=report["passed"],
     )

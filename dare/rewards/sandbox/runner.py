@@ -55,6 +55,8 @@ TAIL_BYTES = 4096
 KILL_DEADLINE_S = 5.0
 #: seconds between two checks of the program tree's memory (and, without bwrap, its disk use)
 POLL_S = 0.01
+#: seconds the program may take to end by itself after the test process has ended
+END_GRACE_S = 0.2
 #: the memory held in open memfd files is added up every this many polls (it lists each process's descriptors)
 MEMFD_EVERY = 5
 #: most files and directories the program may create without bwrap's tmpfs quota
@@ -314,7 +316,7 @@ def _supervise(cfg: dict, pids: dict, streams: dict, tests_pid: int | None) -> d
     out = {"timed_out": False, "killed_for": None, "peak_memory_mb": 0.0, "peak_disk_mb": 0.0, "statuses": statuses}
     waiting_for = tests_pid if tests_pid else pids["program"]
     open_fds = dict(streams)
-    polls, hidden = 0, 0
+    polls, hidden, grace_end = 0, 0, None
     try:
         while True:
             left = deadline - time.monotonic()
@@ -336,8 +338,13 @@ def _supervise(cfg: dict, pids: dict, streams: dict, tests_pid: int | None) -> d
                     statuses[pid] = status
             except ChildProcessError:
                 pass
-            if waiting_for in statuses:
+            if pids["program"] in statuses and (not tests_pid or tests_pid in statuses):
                 break
+            if waiting_for in statuses:  # the verdict is in: the program gets a moment to end by itself
+                if grace_end is None:
+                    grace_end = time.monotonic() + END_GRACE_S
+                elif time.monotonic() > grace_end:
+                    break
             tree = procfs.subtree(os.getpid(), skip)
             polls += 1
             if polls % MEMFD_EVERY == 1:
@@ -412,8 +419,6 @@ def main() -> int:
     """Supervise one sandboxed program; prints the JSON report (see the module docstring)."""
     (size,) = struct.unpack(">Q", _read_exact(0, 8))
     cfg = json.loads(_read_exact(0, size))
-    if hasattr(sys, "set_int_max_str_digits"):
-        sys.set_int_max_str_digits(0)  # big integers are plain data between program and tests
     sys.path.extend(cfg["sys_path"])
     subreaper = identity.become_subreaper()
     identity.forbid_inspection()
@@ -427,6 +432,7 @@ def main() -> int:
     tests = cfg["tests_name"] is not None
     pids: dict[str, int] = {}
     streams: dict[int, _Tail] = {}
+    started = time.monotonic()
     try:
         pids["program"] = os.fork()
         if pids["program"] == 0:
@@ -452,6 +458,7 @@ def main() -> int:
         run = {"timed_out": True, "killed_for": None, "peak_memory_mb": 0.0, "peak_disk_mb": 0.0, "statuses": {}}
     statuses = run.pop("statuses")
     leftover = _kill_descendants(dict(statuses), set(pids.values()))  # statuses: those that ended by themselves
+    run_s = time.monotonic() - started
     for fd, tail in streams.items():  # what was written before the end
         os.set_blocking(fd, False)
         try:
@@ -476,6 +483,7 @@ def main() -> int:
                 "tests_returncode": _code(tests_status),
                 "passed": finished and verdict is not None and _code(verdict) == 0,
                 "leftover": leftover,
+                "run_s": run_s,
                 "subreaper": subreaper,
                 "cpu_s": usage.ru_utime + usage.ru_stime,
                 "maxrss_mb": usage.ru_maxrss / 1024,

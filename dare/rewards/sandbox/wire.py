@@ -3,7 +3,8 @@
 The program and its tests run in different processes (:mod:`.remote`); every value that crosses
 between them is encoded here. A value is *plain data* or a *reference*:
 
-* plain: ``None``, ``bool``, ``int``, ``float``, ``str`` (as JSON) and tagged JSON arrays for
+* plain: ``None``, ``bool``, ``int`` (beyond 64 bits as ``["h", hex]``), ``float``, ``str`` (as
+  JSON) and tagged JSON arrays for
   ``list`` ``["l", items]``, ``tuple`` ``["t", items]``, ``set`` ``["s", items]``, ``frozenset``
   ``["f", items]``, ``dict`` ``["d", [[key, value], ...]]``, ``bytes`` ``["b", hex]``, ``bytearray``
   ``["y", hex]``, ``complex`` ``["c", real, imag]``, ``fractions.Fraction`` ``["q", num, den]`` and
@@ -16,9 +17,8 @@ between them is encoded here. A value is *plain data* or a *reference*:
 Decoding accepts exactly these forms and nothing else, so whatever the program sends, the tests
 get plain Python values: no object of the program's making (no custom ``__eq__``) ever reaches the
 process that decides the verdict. Framing: a 4-byte big-endian length, then the UTF-8 JSON text;
-messages over :data:`MAX_MESSAGE` bytes are refused. Integers longer than ``sys.get_int_max_str_digits()``
-digits fail to encode/decode unless the process lifted that limit (the runner does). Standard library
-only (the sandbox runner loads it by file path).
+messages over :data:`MAX_MESSAGE` bytes are refused. Standard library only (the sandbox runner loads
+it by file path).
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ __all__ = ["MAX_MESSAGE", "MAX_DEPTH", "WireError", "encode", "decode", "send", 
 
 MAX_MESSAGE = 64 * 1024 * 1024
 MAX_DEPTH = 200
+_SMALL = 2**63
 _SEQUENCES = {"l": list, "t": tuple, "s": set, "f": frozenset}
 
 
@@ -49,18 +50,26 @@ def _numpy_scalar(x):
     return None
 
 
+def _int(x: int):
+    """Small integers as JSON numbers; large ones as hex text (linear time both ways, where decimal
+    conversion is quadratic: a factorial of a few thousand digits would take seconds)."""
+    return x if -_SMALL <= x < _SMALL else ["h", format(x, "x")]
+
+
 def encode(x, refer, depth: int = 0):
     """``x`` as JSON-ready plain data; ``refer(obj)`` returns the reference id of anything else."""
     t = type(x)
-    if x is None or t is bool or t is str or t is int or t is float:
+    if x is None or t is bool or t is str or t is float:
         return x
+    if t is int:
+        return _int(x)
     if depth > MAX_DEPTH:
         return ["r", refer(x), t.__name__]
     d = depth + 1
     if isinstance(x, bool):  # unreachable (bool cannot be subclassed), kept for clarity
         return bool(x)
     if isinstance(x, int):
-        return int(x)
+        return _int(int(x))
     if isinstance(x, float):
         return float(x)
     if isinstance(x, str):
@@ -138,6 +147,12 @@ def decode(v, resolve, depth: int = 0):
             return decimal.Decimal(v[1])
         except decimal.InvalidOperation:
             raise WireError("malformed value: bad decimal") from None
+    if tag == "h":
+        _need(len(v) == 2 and type(v[1]) is str and len(v[1]) < 2**26, "'h' needs hex text")
+        try:
+            return int(v[1], 16)
+        except ValueError:
+            raise WireError("malformed value: bad hex integer") from None
     if tag == "r":
         _need(len(v) == 3 and type(v[1]) is int and type(v[2]) is str, "'r' needs an id and a type name")
         return resolve(v[1], v[2][:100])
