@@ -94,7 +94,7 @@ def corpus() -> None:
               "CALLER_DIR": str(Path(__file__).parent), "TCP_PORT": "9", "UDP_PORT": "9",
               "MEMORY_MB": str(limits.memory_mb), "MAX_DISK_MB": str(limits.max_disk_mb), "RUNNER": "/nonexistent"}
     print(f"limits: {limits}")
-    print(f"{'case':34s} {'score':>5s} {'s':>5s} {'ended':>10s} {'mem MiB':>8s} {'disk MiB':>8s}")
+    print(f"{'case':34s} {'score':>5s} {'s':>5s} {'run s':>5s} {'ended':>10s} {'mem MiB':>8s} {'disk MiB':>8s}")
     for path in sorted((Path(__file__).parent.parent / "tests" / "sandbox_corpus").glob("[0-9]*.py")):
         source = Template(path.read_text()).safe_substitute(values)
         tests = "assert f() == 1\n"
@@ -108,7 +108,8 @@ def corpus() -> None:
         seconds = time.monotonic() - start
         r = outcome.result
         ended = "timeout" if r.timed_out else (r.killed_for or f"exit {r.returncode}")
-        print(f"{path.stem:34s} {outcome.score:5.1f} {seconds:5.2f} {ended:>10s} {r.peak_memory_mb:8.0f} {r.peak_disk_mb:8.1f}")
+        print(f"{path.stem:34s} {outcome.score:5.1f} {seconds:5.2f} {r.run_s:5.2f} {ended:>10s} "
+              f"{r.peak_memory_mb:8.0f} {r.peak_disk_mb:8.1f}")
 
 
 def main() -> None:

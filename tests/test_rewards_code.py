@@ -34,7 +34,7 @@ from dare.rewards.sandbox.launch import RUNNER
 from dare.testing import shared_path
 
 MODES = ["auto", "process"]  # auto is uid mode where this runs as root
-FAST = SandboxLimits(timeout_s=1.0, cpu_time_s=5, memory_mb=512, max_processes=6)
+FAST = SandboxLimits(timeout_s=2.0, cpu_time_s=5, memory_mb=512, max_processes=6)
 
 
 def code_reward(**params):
@@ -495,7 +495,8 @@ def test_program_objects_reach_the_tests_as_plain_data():
         "assert total(Node(1, [Node(2), Node(3, [Node(4)])])) == 10\n"
         "assert Node(5).v == 5 and Node(5) != Node(5)\n"  # a program object equals only itself
         "assert list(gen(3)) == [0, 1, 2] and LIMIT == {'a': (1, 2.5)}\n"
-        "try:\n    fail('value')\nexcept ValueError as exc:\n    assert str(exc) == 'no'\nelse:\n    raise AssertionError\n"
+        "try:\n    fail('value')\nexcept ValueError as exc:\n    assert str(exc) == 'no'\n"
+        "else:\n    raise AssertionError\n"
         "xs = []\nassert add(xs) == 1 and xs == []\n"  # arguments are copies
     )
     result = run_with_tests(program, tests)
@@ -515,8 +516,7 @@ def test_program_failures_are_test_failures():
 def test_builtins_are_taken_from_the_program_only_for_the_function_under_test():
     mbpp_sum = ["assert sum(10,15) == 6", "assert sum(100,150) == 93", "assert sum(4,6) == 3"]  # MBPP row 115
     sample = {"data_source": "mbpp", "reward_model": {"ground_truth": json.dumps(mbpp_sum)}}
-    program = "def sum(a, b):\n    return __builtins__['sum'](d for d in range(1, min(a, b)) if a % d == 0 and b % d == 0)"
-    program = program.replace("__builtins__['sum']", "__import__('builtins').sum")
+    program = "import builtins\ndef sum(a, b):\n    return builtins.sum(d for d in range(1, a) if a % d == b % d == 0)"
     assert code_outcome(f"[BEGIN]\n '{program}' \n[DONE]", sample, FAST).score == 1.0
     hack = "def abs(x):\n    return 0\ndef sum(*a):\n    return 0\ndef f():\n    return 5\n"
     result = run_with_tests(hack, "assert abs(f() - 1) < 1e-9\nassert sum([f()]) == 1\n", entry_points=["f"])

@@ -58,8 +58,8 @@ def command(binary: str, view: View, privileged: bool, disk_bytes: int, env: dic
     :param disk_bytes: size of the ``/tmp`` tmpfs (the program's disk quota).
     :param env: the whole environment inside.
     """
-    args = [binary, "--die-with-parent", "--unshare-pid", "--as-pid-1", "--unshare-net", "--unshare-ipc", "--unshare-uts",
-            "--unshare-cgroup-try"]
+    args = [binary, "--die-with-parent", "--unshare-pid", "--as-pid-1", "--unshare-net", "--unshare-ipc",
+            "--unshare-uts", "--unshare-cgroup-try"]
     if privileged:
         args += ["--cap-drop", "ALL"]
         for cap in SUPERVISOR_CAPS:

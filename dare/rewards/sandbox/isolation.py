@@ -243,10 +243,13 @@ def active_layers(requested: str = "auto", packages: tuple[str, ...] = DEFAULT_P
     reads = "mount namespace with the view only" if iso.bwrap else "unconfined"
     if abi >= 1:
         reads += " + Landlock read rules (the view)"
-    writes = "size-limited tmpfs /tmp only" if iso.bwrap else "the run's directory: Landlock" if abi >= 1 else "Python guard only"
-    network = "empty network namespace (bwrap)" if iso.bwrap else (
-        "empty network namespace (uid mode)" if iso.mode == "uid" else "Landlock TCP rules" if abi >= 4 else "Python guard only"
-    )
+    if iso.bwrap:
+        writes, network = "size-limited tmpfs /tmp only", "empty network namespace (bwrap)"
+    else:
+        writes = "the run's directory: Landlock" if abi >= 1 else "Python guard only"
+        network = "empty network namespace (uid mode)" if iso.mode == "uid" else (
+            "Landlock TCP rules" if abi >= 4 else "Python guard only"
+        )
     return {
         "kernel": os.uname().release,
         "mode": iso.mode,
@@ -258,7 +261,7 @@ def active_layers(requested: str = "auto", packages: tuple[str, ...] = DEFAULT_P
         "network": network,
         "reads": reads,
         "writes": writes,
-        "disk_quota": "tmpfs size (bwrap) + RLIMIT_FSIZE" if iso.bwrap else "supervisor watchdog (10 ms) + RLIMIT_FSIZE",
+        "disk_quota": "tmpfs size (bwrap) + RLIMIT_FSIZE" if iso.bwrap else "watchdog (10 ms) + RLIMIT_FSIZE",
         "memory_limit": "whole tree: supervisor watchdog (RssAnon + RssShmem + memfd, 10 ms); RLIMIT_AS per process",
         "processes": "RLIMIT_NPROC (private uid)" if iso.mode == "uid" else "RLIMIT_NPROC or fork refused (root)",
         "tests": "separate process, plain data only",

@@ -276,6 +276,8 @@ def run_python(
         cmd = [seen.python, "-I", "-S", "-B", "-X", "utf8", RUNNER]
         if iso.bwrap:
             binary = bwrap.executable()
+            if binary is None:
+                raise SandboxError("isolation asks for bubblewrap but bwrap is not installed; resolve it with 'auto'")
             cmd = bwrap.command(binary, seen, os.geteuid() == 0, limits.max_disk_mb * 1024 * 1024, env) + cmd
         report = _supervise(cmd, cwd if not iso.bwrap else "/", env, payload, limits)
     elapsed = time.monotonic() - started

@@ -10,7 +10,8 @@ test source (only when the config says there are tests). It runs as up to three 
   process, only *then* reads the tests (so they were never in the program's memory) and forks the
   test process. It drains the program's stdout/stderr, enforces the wall-clock limit, the
   whole-tree memory limit (resident anonymous + shared memory of every program process, polled every
-  :data:`POLL_S`, plus the size of the memfd files they hold open, every :data:`MEMFD_EVERY` polls) and the disk quota and entry count of the program's directory (polled likewise;
+  :data:`POLL_S`, plus the size of the memfd files they hold open, every :data:`MEMFD_EVERY` polls)
+  and the disk quota and entry count of the program's directory (polled likewise;
   under bwrap the tmpfs size is the hard quota and ``statvfs`` counts its inodes, else the
   directory is walked); then it kills and reaps *every* descendant and prints one JSON report;
 * the **program process** starts a new session, points stdin at ``/dev/null`` and stdout/stderr at
