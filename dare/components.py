@@ -1,6 +1,6 @@
 """Base classes of the five component kinds: ModelFamily, Sampler, Objective, Evaluator, Reward.
 
-DARE keeps three axes apart (see docs/design.md): a *model family* knows checkpoints, special ids,
+DARE keeps three axes apart (see docs/architecture.md): a *model family* knows checkpoints, special ids,
 attention kind and logit alignment; a *likelihood estimator* (``dare.diffusion``) knows how to
 corrupt a sequence and score it; an *objective* turns scores into a loss. Samplers decode with any
 family; evaluators and rewards score text and never see a model.
@@ -22,11 +22,10 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict
 
+from dare.errors import CheckpointError
+
 if TYPE_CHECKING:  # pragma: no cover
     import torch
-
-    from dare.run import Run
-    from dare.spec import SpecContext
 
 __all__ = [
     "Params",
@@ -74,8 +73,11 @@ class Component:
         doc = (cls.__doc__ or "").strip()
         return doc.splitlines()[0] if doc else ""
 
-    def check(self, ctx: SpecContext, loc: str) -> list[tuple[str, str]]:
+    def check(self, ctx, loc: str) -> list[tuple[str, str]]:
         """Cross-field checks against the rest of the spec; return ``(yaml_path, message)`` pairs.
+
+        ``ctx`` is the :class:`dare.spec.ResolvedSpec` being validated (``ctx.spec``, ``ctx.family``,
+        ``ctx.model_config``, ``ctx.tokenizer``, ``ctx.sampler``, ...).
 
         ``loc`` is this component's YAML path (e.g. ``"sampler"``). The default finds nothing.
         """
@@ -168,8 +170,6 @@ class ModelFamily(Component):
 
         :raises dare.errors.CheckpointError: the tokenizer has no mask token (nor EOS).
         """
-        from dare.errors import CheckpointError
-
         vocab = tokenizer.get_vocab()
 
         def lookup(role: str) -> int | None:
@@ -196,8 +196,6 @@ class ModelFamily(Component):
 
         :raises dare.errors.CheckpointError: no mask token, or config and tokenizer disagree on it.
         """
-        from dare.errors import CheckpointError
-
         tok = self.tokens_from_tokenizer(tokenizer)
         mask = getattr(config, "mask_token_id", None)
         if mask is not None and int(mask) != tok.mask_id:
@@ -340,7 +338,7 @@ class Sampler(Component):
         """Whether this sampler implements :meth:`partial_denoise`."""
         return cls.partial_denoise is not Sampler.partial_denoise
 
-    def check(self, ctx: SpecContext, loc: str) -> list[tuple[str, str]]:
+    def check(self, ctx, loc: str) -> list[tuple[str, str]]:
         fam = ctx.family
         if fam is not None and fam.attention not in self.attention_kinds:
             return [
@@ -364,10 +362,10 @@ class Objective(Component):
     kind = "objective"
     stage: ClassVar[Literal["supervised", "preference", "online_rl"]] = "supervised"
 
-    def train(self, run: Run) -> dict[str, float]:
+    def train(self, run) -> dict[str, float]:
         raise NotImplementedError
 
-    def check(self, ctx: SpecContext, loc: str) -> list[tuple[str, str]]:
+    def check(self, ctx, loc: str) -> list[tuple[str, str]]:
         problems = []
         spec = ctx.spec
         if spec.data is None or spec.data.train is None:

@@ -221,7 +221,7 @@ class OnlineRLObjective(Objective):
     # ------------------------------------------------------------------ validation
     def check(self, ctx, loc: str) -> list[tuple[str, str]]:
         problems = super().check(ctx, loc)
-        sampler = ctx.components.get("sampler")
+        sampler = ctx.sampler
         if sampler is None:
             return problems
         where = f"{loc}.params.rollout_sampler"

@@ -56,7 +56,7 @@ class CJGRPO(OnlineRLObjective):
 
     def check(self, ctx, loc):
         problems = super().check(ctx, loc)
-        sampler = ctx.components.get("sampler")
+        sampler = ctx.sampler
         if self.params.step_merge and sampler is not None and steps_per_block(sampler) is None:
             problems.append((f"{loc}.params.step_merge", f"sampler {sampler.name!r} has no gen_length/block_length/steps "
                                                          "params, so its blocks are unknown; set step_merge: false"))

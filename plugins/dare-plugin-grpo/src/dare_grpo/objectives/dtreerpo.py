@@ -201,7 +201,7 @@ class DTreeRPO(OnlineRLObjective):
 
     def check(self, ctx, loc):
         problems = super().check(ctx, loc)
-        p, family, sampler = self.params, ctx.family, ctx.components.get("sampler")
+        p, family, sampler = self.params, ctx.family, ctx.sampler
         for key, why in (("group_size", "the tree defines the groups (siblings)"),
                          ("advantage", "advantages are the tree's local advantages")):
             if key in p.model_fields_set:

@@ -121,7 +121,7 @@ class JustGRPO(OnlineRLObjective):
 
     def check(self, ctx, loc):
         problems = super().check(ctx, loc)
-        sampler = ctx.components.get("sampler")
+        sampler = ctx.sampler
         if sampler is None:
             return problems
         try:

@@ -166,7 +166,7 @@ class MDPO(OnlineRLObjective):
 
     def check(self, ctx, loc):
         problems = super().check(ctx, loc)
-        family, sampler = ctx.family, ctx.components.get("sampler")
+        family, sampler = ctx.family, ctx.sampler
         if self.params.dual_clip_c is not None:
             problems.append((f"{loc}.params.dual_clip_c", "MDPO's surrogate has no dual clip; remove dual_clip_c"))
         if family is not None and family.attention != "full":
