@@ -26,7 +26,7 @@ __all__ = ["SandboxLimits", "SandboxResult", "run_python"]
 log = logging.getLogger("dare.rewards.sandbox")
 
 RUNNER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "runner.py")
-#: the runner's program process exits with EXIT_UNIT + i when unit i raised (see runner.py)
+#: the program process exits with EXIT_UNIT + i when unit i raised (see child.py)
 EXIT_UNIT = 100
 #: the test process's exit status when a test raised (see remote.py)
 EXIT_TESTS_FAILED = 1
