@@ -552,3 +552,19 @@ def test_view_holds_no_secrets():
     for private in ("/etc", "/root", "/home", "/proc", os.path.expanduser("~"), os.getcwd()):
         assert private not in paths
     assert all(not p.startswith(("/etc/", "/proc")) or p == "/etc/ld.so.cache" for p in paths)
+
+
+def test_sandbox_directory_moves_when_the_view_lies_under_tmp():
+    """A checkout or environment under /tmp would be hidden by the /tmp tmpfs: use another mount point."""
+    import dataclasses
+
+    from dare.rewards.sandbox import bwrap
+    from dare.rewards.sandbox.view import view
+
+    seen = view()
+    under_tmp = dataclasses.replace(seen, trees=seen.trees + ("/tmp/checkout/dare/rewards/sandbox",))
+    assert bwrap.workdir(under_tmp) == bwrap.FALLBACK_WORKDIR
+    args = bwrap.command("bwrap", under_tmp, True, 2**20, {})
+    assert args[args.index("--tmpfs", args.index("/dev/shm") + 1) + 1] == bwrap.FALLBACK_WORKDIR
+    elsewhere = dataclasses.replace(seen, trees=tuple(t for t in seen.trees if not t.startswith("/tmp/")))
+    assert bwrap.workdir(elsewhere) == "/tmp"

@@ -7,7 +7,8 @@ The whole sandbox run (supervisor, program and tests) starts inside one ``bwrap`
   allowed packages, system libraries, the dynamic linker's cache), read-only, plus a fresh
   ``/dev`` (null, zero, random, urandom, tty), a ``/proc`` of its own, and ``/tmp``: a tmpfs of
   ``max_disk_mb`` (the disk quota: writes past it fail with ``ENOSPC``) that is the program's
-  working directory, ``HOME`` and ``TMPDIR``;
+  working directory, ``HOME`` and ``TMPDIR`` (``/dare-sandbox`` instead when the view itself lies
+  under ``/tmp``);
 * new PID, network (no interface up), IPC, UTS and (where possible) cgroup namespaces: the program
   sees no other process and reaches no network. The supervisor is the namespace's PID 1
   (``--as-pid-1``: bwrap's own init would exit unreaped after it and linger as a zombie of the host's
@@ -34,12 +35,14 @@ import subprocess
 
 from dare.rewards.sandbox.view import View
 
-__all__ = ["SUPERVISOR_CAPS", "executable", "command", "problem"]
+__all__ = ["SUPERVISOR_CAPS", "executable", "workdir", "command", "problem"]
 
 #: capabilities the supervisor keeps inside a root-started sandbox
 SUPERVISOR_CAPS = ("CAP_SETUID", "CAP_SETGID", "CAP_CHOWN", "CAP_FOWNER", "CAP_KILL", "CAP_SYS_PTRACE")
-#: where the program's directory (the size-limited tmpfs) is mounted inside
+#: where the program's directory (the size-limited tmpfs) is mounted inside; ``FALLBACK_WORKDIR`` when
+#: a path of the view lies under ``/tmp`` (a checkout or environment there would be hidden by it)
 WORKDIR = "/tmp"
+FALLBACK_WORKDIR = "/dare-sandbox"
 _SHM_BYTES = 1024 * 1024
 
 
@@ -49,6 +52,12 @@ def executable() -> str | None:
     if found is None and os.access("/usr/bin/bwrap", os.X_OK):
         found = "/usr/bin/bwrap"
     return found
+
+
+def workdir(view: View) -> str:
+    """The program's directory inside the sandbox for this view (see :data:`WORKDIR`)."""
+    paths = (*view.trees, *view.libs, *view.files)
+    return FALLBACK_WORKDIR if any(p == WORKDIR or p.startswith(WORKDIR + "/") for p in paths) else WORKDIR
 
 
 def command(binary: str, view: View, privileged: bool, disk_bytes: int, env: dict[str, str]) -> list[str]:
@@ -76,7 +85,8 @@ def command(binary: str, view: View, privileged: bool, disk_bytes: int, env: dic
     for path, target in view.links:
         args += ["--symlink", target, path]
     args += ["--dev", "/dev", "--size", str(_SHM_BYTES), "--tmpfs", "/dev/shm", "--proc", "/proc"]
-    args += ["--size", str(int(disk_bytes)), "--tmpfs", WORKDIR, "--chdir", WORKDIR, "--clearenv"]
+    work = workdir(view)
+    args += ["--size", str(int(disk_bytes)), "--tmpfs", work, "--chdir", work, "--clearenv"]
     for key, value in env.items():
         args += ["--setenv", key, value]
     return args + ["--"]

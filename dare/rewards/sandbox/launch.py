@@ -242,7 +242,7 @@ def run_python(
     with ExitStack() as stack:
         uid = stack.enter_context(lease_uid()) if iso.mode == "uid" else None
         if iso.bwrap:
-            workdir = cwd = bwrap.WORKDIR
+            workdir = cwd = bwrap.workdir(seen)
         else:
             workdir = cwd = os.path.realpath(tempfile.mkdtemp(prefix="dare-sandbox-"))
             stack.callback(_remove, workdir)
