@@ -191,7 +191,8 @@ def attack(source: str, mode: str, limits: SandboxLimits = FAST):
     """Score an attack as a HumanEval-style completion; returns (score, result, seconds)."""
     sample = {"data_source": "x", "prompt": "def f():", "reward_model": {"ground_truth": "assert f() == 1\n"}}
     start = time.monotonic()
-    outcome = code_outcome(fenced(source + "\ndef f():\n    return 1\n"), sample, limits, isolation=mode)
+    program = fenced(source + "\ndef f():\n    return 1\n")
+    outcome = code_outcome(program, sample, limits, per_test_timeout_s=limits.timeout_s, isolation=mode)
     return outcome.score, outcome.result, time.monotonic() - start
 
 
