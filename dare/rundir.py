@@ -65,6 +65,29 @@ def writable_problem(out: str | Path) -> str | None:
     return None
 
 
+def _check_trainer_files(ckpt: Path) -> None:
+    """``trainer_state.json`` parses, and the ``torch.save`` files (optimizer, scheduler, RNG states) are
+    complete zip archives (their central directory is read; nothing is unpickled).
+
+    :raises CheckpointError: naming the damaged file.
+    """
+    import zipfile
+
+    from dare.errors import CheckpointError
+
+    state = ckpt / "trainer_state.json"
+    try:
+        json.loads(state.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise CheckpointError(f"{state} is not valid JSON ({exc}): the save was interrupted") from None
+    for f in sorted(ckpt.glob("*.pt")) + sorted(ckpt.glob("*.pth")):
+        try:
+            with zipfile.ZipFile(f) as z:
+                z.infolist()
+        except (OSError, zipfile.BadZipFile) as exc:
+            raise CheckpointError(f"{f} is truncated or damaged ({exc}): the save was interrupted") from None
+
+
 def _resume_problem(out: Path) -> tuple[str, str] | None:
     """A damaged checkpoint that a resuming run would load (safetensors headers only, no tensor data)."""
     if not (out / "checkpoints").is_dir():
@@ -78,6 +101,7 @@ def _resume_problem(out: Path) -> tuple[str, str] | None:
         return None
     try:
         adapter_weights(ckpt) if (Path(ckpt) / ADAPTER_CONFIG).is_file() else checkpoint_shapes(ckpt)
+        _check_trainer_files(Path(ckpt))
     except CheckpointError as exc:
         return ("train.resume", f"the run resumes from {ckpt}, which is damaged: {exc}. Move {ckpt} out of the run "
                                 "directory to resume from the checkpoint before it, or set train.resume: false and "

@@ -82,9 +82,10 @@ def check_model(ctx, problems: Problems) -> None:
         _check_hub_id(path, problems)  # otherwise checked when loading
         return
     if not p.is_dir():
-        what = "is a file, not a directory" if p.exists() else "does not exist (a local path: never looked up on the hub)"
-        problems.append(("model.path", f"{path!r} {what}: model.path takes a checkpoint, run or LoRA adapter directory, "
-                                       "or a hub id (org/name); check the spelling"))
+        what = f"{path!r} is a file, not a directory" if p.exists() else \
+            f"no such directory {path!r} (a local path, so it is not looked up on the hub; check the spelling)"
+        problems.append(("model.path", f"{what}: model.path takes a checkpoint, run or LoRA adapter directory, or a hub "
+                                       "id (org/name)"))
         return
     p = trained_model_dir(p)  # an earlier run's directory: its trained model/
 
