@@ -51,12 +51,15 @@ def is_unfinished_run(out: Path) -> bool:
 
 def writable_problem(out: str | Path) -> str | None:
     """Why this process cannot create or write ``out`` (checked on ``out``, or on its nearest existing parent
-    when it does not exist yet, with ``os.access``: permissions and read-only mounts), or None."""
+    when it does not exist yet, with ``os.access``: permissions, directories it may not enter, read-only
+    mounts), or None."""
     out = Path(out)
     probe = out.absolute()
-    while not probe.exists() and probe != probe.parent:
+    while not os.path.exists(probe) and probe != probe.parent:  # os.path.exists: False when it may not look
         probe = probe.parent
     if not probe.is_dir():
+        if probe == out.absolute():
+            return None  # output.dir itself is a file: plan_output_dir says so
         return f"{str(out)!r} cannot be created: {str(probe)!r} is a file, not a directory; choose another output.dir"
     if not os.access(probe, os.W_OK | os.X_OK):
         where = "it" if probe == out.absolute() else f"its parent {str(probe)!r}"
@@ -121,10 +124,10 @@ def plan_output_dir(out: str | Path, spec_hash: str, overwrite: bool, resume: bo
     """
     out = Path(out)
     shown = str(out)
+    if (why := writable_problem(out)) is not None:  # first: it also covers directories this user may not enter
+        return "refuse", [("output.dir", why)]
     if out.exists() and not out.is_dir():
         return "refuse", [("output.dir", f"{shown!r} exists and is not a directory; choose another output.dir")]
-    if (why := writable_problem(out)) is not None:
-        return "refuse", [("output.dir", why)]
     if not out.is_dir() or not any(out.iterdir()):
         return "use", []
     marker = out / "run.json"

@@ -123,7 +123,7 @@ def edit_tensors(model: Path, fn: Callable[[dict], None]) -> None:
 
 
 def poison(state: dict, value: float = float("nan")) -> None:
-    state["model.transformer.blocks.0.att_proj.weight"].view(-1)[3] = value
+    state["model.transformer.blocks.0.q_proj.weight"].view(-1)[3] = value
 
 
 def resumable_run(w: World, c: Path, **train) -> tuple[Path, str]:
@@ -223,14 +223,15 @@ def _adapter_case(edit, cmd: str = "validate"):
     return make
 
 
-def _readonly_output(cmd: str):
+def _readonly_output(cmd: str, mode: int = 0o555):
+    """output.dir inside a directory this user may not write (0555) or not even enter (0700, owned by root)."""
     def make(w, c):
         ro = c / "readonly"
         ro.mkdir()
-        spec = train_spec(None, "unused", str(ro / "out"))
+        spec = train_spec(None, "unused", "readonly/out")
         spec["model"] = {"new": {"family": "llada", "preset": "tiny"}}
         args = [cmd, write_spec(c, spec)]
-        ro.chmod(0o555)
+        ro.chmod(mode)
         return args
     return make
 
@@ -315,12 +316,12 @@ def _card_without_vocab(w, c):
 
 
 def _drop_tensor(m: Path) -> None:
-    edit_tensors(m, lambda s: s.pop("model.transformer.blocks.0.att_proj.weight"))
+    edit_tensors(m, lambda s: s.pop("model.transformer.blocks.0.q_proj.weight"))
 
 
 def _reshape_tensor(m: Path) -> None:
     def fn(s):
-        s["model.transformer.blocks.0.att_proj.weight"] = s["model.transformer.blocks.0.att_proj.weight"][:-1].clone()
+        s["model.transformer.blocks.0.q_proj.weight"] = s["model.transformer.blocks.0.q_proj.weight"][:-1].clone()
     edit_tensors(m, fn)
 
 
@@ -364,7 +365,9 @@ def _optimizer_pickle(ckpt: Path) -> None:
 CASES: list[Case] = [
     # ------------------------------------------------------------------ spec files
     Case("spec-missing-file", lambda w, c: ["validate", "nope.yaml"], ("nope.yaml", "does not exist")),
-    Case("spec-not-yaml", _raw_spec("model: [unclosed\n"), ("spec.yaml", "not valid YAML")),
+    Case("spec-not-yaml", _raw_spec("model: [unclosed\n"), ("spec.yaml", "not valid YAML"),
+         xfail="dare/spec/overrides.py (lead): the YAML error is pyyaml's multi-line excerpt with a blank line, not one "
+               "paragraph (e.g. 'not valid YAML at line 1, column 8: expected ...')"),
     Case("spec-not-a-mapping", _raw_spec("- model\n- output\n"), ("spec.yaml", "must be a mapping")),
     Case("spec-unknown-key", _validate(lambda w, c: {**train_spec(w, str(w.model), "out"), "modle": {}}),
          ("modle", "unknown key")),
@@ -407,19 +410,19 @@ CASES: list[Case] = [
     Case("weights-missing", _model_case(lambda m: (m / "model.safetensors").unlink()),
          ("model.path", "has no *.safetensors weights")),
     Case("weights-missing-tensor", _model_case(_drop_tensor),
-         ("model.path", "'model.transformer.blocks.0.att_proj.weight'", "is missing from the checkpoint")),
+         ("model.path", "'model.transformer.blocks.0.q_proj.weight'", "is missing from the checkpoint")),
     Case("weights-wrong-shape", _model_case(_reshape_tensor),
-         ("model.path", "'model.transformer.blocks.0.att_proj.weight' has shape")),
+         ("model.path", "'model.transformer.blocks.0.q_proj.weight' has shape")),
     Case("weights-unexpected-tensor", _model_case(_extra_tensor), ("model.path", "unexpected tensor 'model.transformer.stray.weight'")),
     Case("weights-index-missing-shard", _model_case(_sharded_missing),
          ("model.path", "model-00002-of-00002.safetensors", "is missing")),
     Case("weights-index-not-json", _model_case(_bad_index), ("model.path", "model.safetensors.index.json is not a readable")),
     Case("weights-nan-run", _model_case(lambda m: edit_tensors(m, poison), cmd="run"),
-         ("model.safetensors", "'model.transformer.blocks.0.att_proj.weight'", "NaN or infinite"), staging="out"),
+         ("model.safetensors", "'model.transformer.blocks.0.q_proj.weight'", "NaN or infinite"), staging="out"),
     Case("weights-inf-train", _model_case(lambda m: edit_tensors(m, lambda s: poison(s, float("inf"))), cmd="train"),
-         ("model.safetensors", "'model.transformer.blocks.0.att_proj.weight'", "NaN or infinite"), staging="out"),
+         ("model.safetensors", "'model.transformer.blocks.0.q_proj.weight'", "NaN or infinite"), staging="out"),
     Case("weights-nan-generate", _generate("model", lambda w, c: edit_tensors(copy_model(w, c), poison)),
-         ("model.safetensors", "'model.transformer.blocks.0.att_proj.weight'", "NaN or infinite")),
+         ("model.safetensors", "'model.transformer.blocks.0.q_proj.weight'", "NaN or infinite")),
     Case("weights-truncated-generate", _generate("model", lambda w, c: damage(copy_model(w, c) / "model.safetensors",
                                                                               "truncated")),
          ("--model", "model.safetensors is truncated or damaged")),
@@ -494,6 +497,8 @@ CASES: list[Case] = [
     Case("output-read-only-validate", _readonly_output("validate"), ("output.dir", "is not writable", "read-only"),
          unprivileged=True),
     Case("output-read-only-train", _readonly_output("train"), ("output.dir", "is not writable", "read-only"),
+         unprivileged=True),
+    Case("output-inside-private-dir", _readonly_output("validate", 0o700), ("output.dir", "'readonly/out' is not writable"),
          unprivileged=True),
     Case("resume-weights-truncated", _resume_case(lambda k: damage(k / "model.safetensors", "truncated"), max_steps=2),
          ("train.resume", "checkpoint-1/model.safetensors is truncated or damaged"), staging="out"),

@@ -36,7 +36,7 @@ from dare.modeling.tokenizer import build_byte_tokenizer
 from dare.plugins import get_registry
 
 __all__ = ["LoadedModel", "load_model", "create_model", "resolve_family", "checkpoint_shapes", "verify_checkpoint",
-           "trained_model_dir", "DTYPES", "ADAPTER_CONFIG", "ADAPTER_WEIGHTS", "adapter_base", "load_adapter_checkpoint",
+           "trained_model_dir", "one_line", "DTYPES", "ADAPTER_CONFIG", "ADAPTER_WEIGHTS", "adapter_base", "load_adapter_checkpoint",
            "weight_files", "safetensors_header", "adapter_weights", "first_nonfinite_tensor", "check_finite", "embedding_rows",
            "tokenizer_fit_problem", "check_tokenizer_fits", "missing_local_path", "MIN_TOKENIZER_COVERAGE"]
 
@@ -90,7 +90,7 @@ def family_of(path: str | Path, registry=None) -> ModelFamily:
         except CheckpointError:
             raise
         except Exception as exc:  # noqa: BLE001
-            raise CheckpointError(f"could not load the config of {str(path)!r} (not a local directory; hub: {exc})") from None
+            raise CheckpointError(f"could not load the config of {str(path)!r} (not a local directory; hub: {one_line(exc)})") from None
     cfg = p / "config.json"
     if not cfg.is_file():
         raise CheckpointError(f"{path} has no config.json; a model directory needs config.json, weights and tokenizer files")
@@ -149,6 +149,12 @@ def verify_checkpoint(model_dir: str | Path, model_class, config) -> None:
             )
 
 
+def one_line(exc: BaseException | str) -> str:
+    """An exception's text (libraries' messages span lines) as one line, for a one-paragraph error."""
+    text = " ".join(str(exc).split())
+    return text or (type(exc).__name__ if isinstance(exc, BaseException) else "")
+
+
 def trained_model_dir(path: Path) -> Path:
     """``path/model`` when ``path`` is a DARE run directory (``run.json``) holding a trained model, else ``path``."""
     return path / "model" if (path / "run.json").is_file() and (path / "model" / "config.json").is_file() else path
@@ -202,7 +208,7 @@ def load_model(path: str | Path, dtype: str = "float32", registry=None, verify: 
             except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
                 raise CheckpointError(f"{p / 'config.json'} is not valid JSON: {err}") from None
             resolve_family(raw.get("model_type") if isinstance(raw, dict) else None, registry)  # the clear error
-        raise CheckpointError(f"could not load the config of {path!r}: {exc}") from None
+        raise CheckpointError(f"could not load the config of {str(path)!r}: {one_line(exc)}") from None
     family = resolve_family(getattr(config, "model_type", None), registry)
     if verify and p.exists():
         family.validate_checkpoint(str(p))
@@ -210,7 +216,7 @@ def load_model(path: str | Path, dtype: str = "float32", registry=None, verify: 
     try:
         tokenizer = AutoTokenizer.from_pretrained(src)
     except Exception as exc:  # noqa: BLE001
-        raise CheckpointError(f"could not load the tokenizer of {path!r}: {exc}") from None
+        raise CheckpointError(f"could not load the tokenizer of {str(path)!r}: {one_line(exc)}") from None
     tokens = check_tokenizer_fits(config, tokenizer, family, where=src)
     if dtype not in DTYPES:
         raise CheckpointError(f"dtype {dtype!r} is not one of {', '.join(DTYPES)}")
@@ -384,7 +390,7 @@ def load_adapter_checkpoint(path: str | Path, dtype: str = "float32", registry=N
         try:
             lm.tokenizer = AutoTokenizer.from_pretrained(str(path))
         except Exception as exc:  # noqa: BLE001
-            raise CheckpointError(f"could not load the tokenizer of {str(path)!r}: {exc}") from None
+            raise CheckpointError(f"could not load the tokenizer of {str(path)!r}: {one_line(exc)}") from None
         lm.tokens = check_tokenizer_fits(lm.model.config, lm.tokenizer, lm.family, where=path)
     lm.path = path
     return lm

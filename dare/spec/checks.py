@@ -26,6 +26,7 @@ from dare.modeling.checkpoint import (
     adapter_weights,
     check_tokenizer_fits,
     new_config_problems,
+    one_line,
     trained_model_dir,
     verify_checkpoint,
 )
@@ -129,7 +130,7 @@ def check_model(ctx, problems: Problems) -> None:
     try:
         config = AutoConfig.from_pretrained(str(p))
     except Exception as exc:  # noqa: BLE001 - a config its own class refuses
-        problems.append(("model.path", f"{cfg_file} is not a valid {mt} config: {exc}"))
+        problems.append(("model.path", f"{cfg_file} is not a valid {mt} config: {one_line(exc)}"))
         return
     try:  # safetensors headers and tensor names/shapes against the config (no tensor data read)
         ctx.family.validate_checkpoint(str(p))
@@ -137,11 +138,11 @@ def check_model(ctx, problems: Problems) -> None:
     except DareError as exc:
         problems.append(("model.path", str(exc)))
     except Exception as exc:  # noqa: BLE001 - the model class cannot be built from this config
-        problems.append(("model.path", f"{cfg_file}: a {mt} model cannot be built from this config: {exc}"))
+        problems.append(("model.path", f"{cfg_file}: a {mt} model cannot be built from this config: {one_line(exc)}"))
     try:
         tok = ctx.tokenizer
     except Exception as exc:  # noqa: BLE001 - report any tokenizer failure as a spec problem
-        problems.append(("model.path", f"could not load the tokenizer from {path!r}: {exc}"))
+        problems.append(("model.path", f"could not load the tokenizer from {path!r}: {one_line(exc)}"))
         return
     if tok is not None:
         try:
