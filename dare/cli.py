@@ -261,7 +261,9 @@ def plugins(as_json, with_params):
 # --------------------------------------------------------------------------- scaffolding
 @cli.command(name="new-plugin")
 @click.argument("name")
-@click.option("--kind", required=True, type=click.Choice(["objective", "model", "sampler", "evaluator", "reward"]))
+@click.option("--kind", required=True, type=click.Choice(["objective", "rl-objective", "model", "sampler", "evaluator", "reward"]),
+              help="objective: a supervised objective on the core's training skeleton; rl-objective: an online-RL "
+                   "objective on dare.rl.OnlineRLObjective; model, sampler, evaluator, reward.")
 @click.option("--output", "-o", default=".", show_default=True, help="Parent directory of the new package.")
 def new_plugin(name, kind, output):
     """Scaffold an installable plugin package NAME with one component of KIND and a passing test."""

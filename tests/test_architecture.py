@@ -161,3 +161,40 @@ def test_plugins_never_import_each_other(package):
             if name.split(".")[0] in others:
                 bad.append(f"{m} imports {name}")
     assert not bad, bad
+
+
+def _plugin_sources() -> list[Path]:
+    return sorted(p for src in PLUGINS.glob("dare-plugin-*/src") for p in src.rglob("*.py"))
+
+
+def test_no_objective_copies_the_training_skeleton():
+    """Objectives override the skeleton's pieces (datasets, trainer class, loss); ``train(run)`` lives in
+    dare/trainers/objective.py only."""
+    bad = []
+    for path in _plugin_sources() + [CORE / "templates" / "plugin" / "objective.py.j2"]:
+        text = path.read_text()
+        tree = ast.parse(text.replace("{{ class_name }}", "X").replace("{{ component }}", "x"))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.FunctionDef) and node.name == "train" and [a.arg for a in node.args.args][:2] == ["self", "run"]:
+                bad.append(f"{path.relative_to(ROOT)}:{node.lineno}")
+    assert not bad, f"objectives defining their own train(run): {bad}"
+
+
+def test_trainer_configs_declare_no_objective_param():
+    """One parameter schema per component: a DareConfig subclass may hold training-loop settings only, never a
+    field that an objective's Params declares."""
+    from dare.plugins import get_registry
+
+    objective_fields = set()
+    for name in get_registry().names("objective"):
+        objective_fields |= set(get_registry().get("objective", name).cls.Params.model_fields)
+    dup = []
+    for path in _plugin_sources() + sorted(CORE.rglob("*.py")):
+        tree = ast.parse(path.read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ClassDef) and any(getattr(b, "id", getattr(b, "attr", "")) in ("DareConfig", "TrainingArguments")
+                                                      for b in node.bases):
+                for stmt in node.body:
+                    if isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name) and stmt.target.id in objective_fields:
+                        dup.append(f"{path.relative_to(ROOT)}: {node.name}.{stmt.target.id}")
+    assert not dup, f"trainer config fields that objectives' Params also declare: {dup}"

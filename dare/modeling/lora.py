@@ -3,7 +3,7 @@
 A spec's ``model.lora`` (a ``dare.spec.LoraSpec``: ``r``, ``alpha``, ``dropout``, ``target_modules``,
 ``include_lm_head``, ``path``) becomes a peft ``LoraConfig`` (LoRA, arXiv
 2106.09685: ``W x + (alpha / r) B A x`` with ``B = 0`` at init, as DARE's recipes build it,
-algorithms.md §2.5). Target names come from the family adapter, never from a family name:
+docs/algorithms.md §2.5). Target names come from the family adapter, never from a family name:
 
 * ``target_modules: all-linear`` -> ``ModelFamily.lora_target_modules`` (leaf names such as
   ``q_proj``), with the LM head (``ModelFamily.lm_head_module``, a full module name) excluded
@@ -221,7 +221,7 @@ class ReferencePolicy:
 
     * LoRA (peft) policy: the *same* model with its adapters disabled (peft ``disable_adapter``);
       with ``B = 0`` at init this is exactly the initial policy and costs no memory (DARE's
-      ``ref_in_actor``, algorithms.md §3.9).
+      ``ref_in_actor``, docs/algorithms.md §3.9).
     * otherwise: a deep copy of the policy taken at construction, in eval mode, without gradients.
 
     Use ``with ref.model() as m:`` under ``torch.no_grad()``; the policy's train/eval mode is restored.
