@@ -295,7 +295,8 @@ def _runs_typo(w, c):
 
 
 def _hub_not_cached(w, c):
-    return ["validate", write_spec(c, train_spec(w, "some-org/not-a-cached-model", "out"))]
+    """`dare run` of a hub id missing from the cache with HF_HUB_OFFLINE=1 (the test session sets it)."""
+    return ["run", write_spec(c, train_spec(w, "some-org/not-a-cached-model", "out"))]
 
 
 def _small_tokenizer(w, c):
@@ -390,8 +391,8 @@ CASES: list[Case] = [
     Case("model-path-is-a-file", lambda w, c: (c.joinpath("weights.bin").write_bytes(b"x"),
                                                ["validate", write_spec(c, train_spec(w, "weights.bin", "out"))])[1],
          ("model.path", "'weights.bin' is a file")),
-    Case("model-hub-id-offline-not-cached", _hub_not_cached, ("model.path", "some-org/not-a-cached-model",
-                                                              "HF_HUB_OFFLINE")),
+    Case("model-hub-id-offline-not-cached", _hub_not_cached, ("some-org/not-a-cached-model", "HF_HUB_OFFLINE"),
+         staging="out"),
     Case("model-no-config", _model_case(lambda m: (m / "config.json").unlink()), ("model.path", "has no config.json")),
     Case("model-config-not-json", _model_case(lambda m: (m / "config.json").write_text("{")),
          ("model.path", "config.json is not valid JSON")),
@@ -429,9 +430,15 @@ CASES: list[Case] = [
     Case("weights-random-eval", lambda w, c: (damage(copy_model(w, c) / "model.safetensors", "random"),
                                               ["eval", write_spec(c, eval_spec(w, "model", "out"))])[1],
          ("model.path", "model.safetensors is not a safetensors file")),
+    Case("weights-nan-eval", lambda w, c: (edit_tensors(copy_model(w, c), poison),
+                                           ["eval", write_spec(c, eval_spec(w, "model", "out"))])[1],
+         ("model.safetensors", "NaN or infinite"), staging="out"),
+    Case("run-trained-model-nan-eval", lambda w, c: _nan_trained_model(w, c),
+         ("out/model/model.safetensors", "NaN or infinite"), staging="out"),
     Case("generate-run-dir-typo", _generate("runs/quickstart-sft-shrt", lambda w, c: (c / "runs").mkdir()),
          ("--model", "no such directory 'runs/quickstart-sft-shrt'")),
-    Case("generate-hub-id-offline", _generate("some-org/not-a-cached-model"), ("--model", "HF_HUB_OFFLINE")),
+    Case("generate-hub-id-offline", _generate("some-org/not-a-cached-model"), ("some-org/not-a-cached-model",
+                                                                               "HF_HUB_OFFLINE")),
     # ------------------------------------------------------------------ tokenizers
     Case("tokenizer-missing", _model_case(_no_tokenizer), ("model.path", "could not load the tokenizer")),
     Case("tokenizer-json-damaged", _model_case(_tokenizer_json_garbage), ("model.path", "could not load the tokenizer")),
@@ -538,6 +545,17 @@ def _with(spec: dict, dotted: str, value):
         cur = cur[p]
     cur[last] = value
     return spec
+
+
+def _nan_trained_model(w: World, c: Path) -> list[str]:
+    """`dare eval` of a run directory whose trained model/ was saved with NaN weights."""
+    from dare.spec import spec_hash, validate_spec
+
+    run = Path(shutil.copytree(w.run, c / "out"))
+    edit_tensors(run / "model", poison)
+    spec = eval_spec(w, str(w.model), "out")
+    edit_json(run / "run.json", spec_hash=spec_hash(validate_spec(spec, check=False)))
+    return ["eval", write_spec(c, spec)]
 
 
 def _poison_adapter(a: Path) -> None:

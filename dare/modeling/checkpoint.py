@@ -35,10 +35,14 @@ from dare.modeling.integrity import (
 from dare.modeling.tokenizer import build_byte_tokenizer
 from dare.plugins import get_registry
 
-__all__ = ["LoadedModel", "load_model", "create_model", "resolve_family", "checkpoint_shapes", "verify_checkpoint",
-           "trained_model_dir", "one_line", "DTYPES", "ADAPTER_CONFIG", "ADAPTER_WEIGHTS", "adapter_base", "load_adapter_checkpoint",
-           "weight_files", "safetensors_header", "adapter_weights", "first_nonfinite_tensor", "check_finite", "embedding_rows",
-           "tokenizer_fit_problem", "check_tokenizer_fits", "missing_local_path", "MIN_TOKENIZER_COVERAGE"]
+__all__ = [
+    "LoadedModel", "load_model", "create_model", "resolve_family", "checkpoint_shapes", "verify_checkpoint",
+    "trained_model_dir", "one_line", "missing_local_path", "DTYPES", "ADAPTER_CONFIG", "ADAPTER_WEIGHTS",
+    "adapter_base", "adapter_weights", "load_adapter_checkpoint",
+    # re-exported from dare.modeling.integrity
+    "weight_files", "safetensors_header", "first_nonfinite_tensor", "check_finite", "embedding_rows",
+    "tokenizer_fit_problem", "check_tokenizer_fits", "MIN_TOKENIZER_COVERAGE",
+]
 
 ADAPTER_CONFIG = "adapter_config.json"
 
@@ -90,7 +94,8 @@ def family_of(path: str | Path, registry=None) -> ModelFamily:
         except CheckpointError:
             raise
         except Exception as exc:  # noqa: BLE001
-            raise CheckpointError(f"could not load the config of {str(path)!r} (not a local directory; hub: {one_line(exc)})") from None
+            raise CheckpointError(f"could not load the config of {str(path)!r} (not a local directory; hub: "
+                                  f"{_hub_failure(str(path), exc)})") from None
     cfg = p / "config.json"
     if not cfg.is_file():
         raise CheckpointError(f"{path} has no config.json; a model directory needs config.json, weights and tokenizer files")
@@ -155,6 +160,17 @@ def one_line(exc: BaseException | str) -> str:
     return text or (type(exc).__name__ if isinstance(exc, BaseException) else "")
 
 
+def _hub_failure(repo_id: str, exc: BaseException) -> str:
+    """Why a hub id did not load: with ``HF_HUB_OFFLINE`` set (transformers then fails at once, without
+    retries) a plain statement that it is not in the local cache, else the library's message."""
+    from huggingface_hub import constants
+
+    if constants.HF_HUB_OFFLINE:
+        return (f"{repo_id} is not in the local hub cache ({constants.HF_HUB_CACHE}) and HF_HUB_OFFLINE is set; "
+                "download it first (hf download) or point at a local checkpoint directory")
+    return one_line(exc)
+
+
 def trained_model_dir(path: Path) -> Path:
     """``path/model`` when ``path`` is a DARE run directory (``run.json``) holding a trained model, else ``path``."""
     return path / "model" if (path / "run.json").is_file() and (path / "model" / "config.json").is_file() else path
@@ -208,7 +224,8 @@ def load_model(path: str | Path, dtype: str = "float32", registry=None, verify: 
             except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
                 raise CheckpointError(f"{p / 'config.json'} is not valid JSON: {err}") from None
             resolve_family(raw.get("model_type") if isinstance(raw, dict) else None, registry)  # the clear error
-        raise CheckpointError(f"could not load the config of {str(path)!r}: {one_line(exc)}") from None
+        raise CheckpointError(f"could not load the config of {str(path)!r}: "
+                              f"{one_line(exc) if p.exists() else _hub_failure(str(path), exc)}") from None
     family = resolve_family(getattr(config, "model_type", None), registry)
     if verify and p.exists():
         family.validate_checkpoint(str(p))

@@ -80,8 +80,7 @@ def check_model(ctx, problems: Problems) -> None:
     path = spec.model.path
     p = resolve_path(path)
     if not looks_local(path):
-        _check_hub_id(path, problems)  # otherwise checked when loading
-        return
+        return  # hub id: checked when loading
     if not p.is_dir():
         what = f"{path!r} is a file, not a directory" if p.exists() else \
             f"no such directory {path!r} (a local path, so it is not looked up on the hub; check the spelling)"
@@ -149,22 +148,6 @@ def check_model(ctx, problems: Problems) -> None:
             check_tokenizer_fits(config, tok, ctx.family, where=path)
         except DareError as exc:
             problems.append(("model.path", str(exc)))
-
-
-def _check_hub_id(path: str, problems: Problems) -> None:
-    """With ``HF_HUB_OFFLINE`` set, a hub id must be in the local hub cache (nothing is downloaded then)."""
-    from huggingface_hub import constants, try_to_load_from_cache
-
-    if not constants.HF_HUB_OFFLINE:
-        return
-    try:
-        cached = try_to_load_from_cache(path, "config.json")
-    except Exception:  # noqa: BLE001 - an id the hub would refuse: reported when loading
-        cached = None
-    if not isinstance(cached, str):
-        problems.append(("model.path", f"{path!r} is not a local directory, and as a hub id it is not in the local hub "
-                                       f"cache ({constants.HF_HUB_CACHE}) while HF_HUB_OFFLINE is set; download it first "
-                                       "(huggingface-cli download) or point model.path at a local checkpoint directory"))
 
 
 def check_lora(ctx, problems: Problems) -> None:
