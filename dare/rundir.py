@@ -61,7 +61,8 @@ def writable_problem(out: str | Path) -> str | None:
         if probe == out.absolute():
             return None  # output.dir itself is a file: plan_output_dir says so
         return f"{str(out)!r} cannot be created: {str(probe)!r} is a file, not a directory; choose another output.dir"
-    if not os.access(probe, os.W_OK | os.X_OK):
+    effective = os.access in os.supports_effective_ids  # the ids a write would use (setuid, sudo -u)
+    if not os.access(probe, os.W_OK | os.X_OK, effective_ids=effective):
         where = "it" if probe == out.absolute() else f"its parent {str(probe)!r}"
         return (f"{str(out)!r} is not writable: {where} is read-only for this user (permissions or a read-only mount); "
                 "choose an output.dir you can write, e.g. under your home or working directory")

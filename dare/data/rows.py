@@ -68,9 +68,10 @@ def dataset_columns(path: str) -> list[str] | None:
     raise DataError(f"{path!r}: unsupported file type {p.suffix!r}; use .parquet or .jsonl")
 
 
-def dataset_rows(path: str) -> int | None:
-    """Number of rows of a local parquet file (from its footer) or JSONL file (non-blank lines); None for hub
-    ids and files that cannot be read (:func:`dataset_columns` reports those)."""
+def dataset_rows(path: str, at_most: int | None = None) -> int | None:
+    """Number of rows of a local parquet file (from its footer) or JSONL file (non-blank lines, counted up to
+    ``at_most``: a bound keeps validation of a large file cheap); None for hub ids and files that cannot be
+    read (:func:`dataset_columns` reports those)."""
     p = _local(path)
     if p is None or not p.is_file():
         return None
@@ -80,8 +81,13 @@ def dataset_rows(path: str) -> int | None:
 
             return pq.ParquetFile(p).metadata.num_rows
         if p.suffix in (".jsonl", ".json"):
+            n = 0
             with p.open(encoding="utf-8") as f:
-                return sum(1 for line in f if line.strip())
+                for line in f:
+                    n += bool(line.strip())
+                    if at_most is not None and n >= at_most:
+                        break
+            return n
     except Exception:  # noqa: BLE001 - unreadable files are reported by dataset_columns
         return None
     return None

@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from safetensors import safe_open
 
 from dare.components import ModelFamily, SpecialTokens
 from dare.errors import CheckpointError, DareError

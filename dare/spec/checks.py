@@ -1,11 +1,14 @@
 """Semantic checks of a structurally valid spec (the second validation pass, before any weights load).
 
 Each check appends ``(yaml_path, message)`` problems: the model (``model.path`` is a checkpoint, run or
-adapter directory whose ``config.json`` an installed family loads and whose tokenizer has the family's
-mask token; ``model.new`` names a family, preset and valid config overrides; ``model.lora`` targets
-exist), datasets and benchmark files (exist, have the columns the templates use, offsets inside the
-file), held-out validation rows (disjoint from training and test rows), ``train.keep_best`` and
-``output.dir`` (:mod:`dare.rundir`). :func:`dare.spec.resolve.resolve_spec` runs them.
+adapter directory whose ``config.json`` an installed family loads, whose safetensors headers hold exactly
+the tensors that config implies (no tensor data read; :mod:`dare.modeling.integrity`) and whose tokenizer
+has the family's mask token and fits the embedding; a path that looks local and does not exist is
+reported, never looked up on the hub; ``model.new`` names a family, preset and valid config overrides;
+``model.lora`` targets exist), datasets and benchmark files (exist, have rows and the columns the
+templates use, offsets inside the file), held-out validation rows (disjoint from training and test
+rows), ``train.keep_best`` and ``output.dir`` (writable, and the rules of :mod:`dare.rundir`).
+:func:`dare.spec.resolve.resolve_spec` runs them.
 """
 
 from __future__ import annotations
@@ -203,7 +206,7 @@ def check_dataset(ds: DatasetSpec, loc: str, problems: Problems, need_prompt: bo
     for col, where in needed.items():
         if col not in cols:
             problems.append((where, f"{ds.path} has no column {col!r}; its columns are: {', '.join(cols)}"))
-    n = dataset_rows(ds.path)
+    n = dataset_rows(ds.path, at_most=ds.offset + 1)
     if n == 0:
         problems.append((f"{loc}.path", f"{ds.path} has no rows; point {loc}.path at a file with data"))
     elif ds.offset and n is not None and ds.offset >= n:
