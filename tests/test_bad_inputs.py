@@ -152,13 +152,14 @@ class _Payload:
 
 
 def bad_sharded_checkpoint(w: World, c: Path) -> Path:
+    """An accelerate FSDP sharded folder whose ``.metadata`` pickle would create ``PWNED`` when unpickled."""
+    import warnings
+
     import torch.distributed.checkpoint as dcp
     from safetensors.torch import load_file
 
     src = c / "checkpoint-10"
     state = load_file(str(w.model / "model.safetensors"))
-    import warnings
-
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         dcp.save({"model": state}, storage_writer=dcp.FileSystemWriter(str(src / "pytorch_model_fsdp_0")), no_dist=True)
@@ -197,7 +198,8 @@ def _raw_spec(text: str):
     return make
 
 
-def _data_case(write_file, name: str, field: str = "train"):
+def _data_case(write_file, name: str):
+    """``data.train.path`` is the file ``name`` that ``write_file`` writes (or not) in the case directory."""
     def make(w, c):
         write_file(c / name)
         spec = train_spec(w, str(w.model), "out")
@@ -207,9 +209,12 @@ def _data_case(write_file, name: str, field: str = "train"):
 
 
 def _empty_parquet(p: Path) -> None:
+    """A parquet file with the training file's columns and zero rows."""
     import pyarrow.parquet as pq
 
-    pq.write_table(pq.read_table(Path(__file__).parent.parent / "dare" / "assets" / "sudoku" / "train.parquet").slice(0, 0), p)
+    from dare import assets
+
+    pq.write_table(pq.read_table(assets.path("sudoku/train.parquet")).slice(0, 0), p)
 
 
 def _adapter_case(edit, cmd: str = "validate"):
@@ -243,13 +248,10 @@ def _output_case(prepare):
     return make
 
 
-def _set_parent_file(c: Path) -> None:
-    (c / "parent").write_text("a file")
-
-
 def _spec_with_output(path: str):
+    """``output.dir: path`` where the case directory's ``parent`` is a file."""
     def make(w, c):
-        _set_parent_file(c)
+        (c / "parent").write_text("a file")
         return ["validate", write_spec(c, train_spec(w, str(w.model), path))]
     return make
 

@@ -7,7 +7,6 @@ import json
 import shutil
 
 import pytest
-import torch
 from safetensors.torch import load_file, save_file
 
 from dare.errors import CheckpointError
@@ -43,6 +42,25 @@ def test_a_starting_model_with_one_non_finite_weight_is_refused_at_load(model_co
     msg = str(err.value)
     assert msg.startswith(f"{f}: tensor {name!r} holds 1 NaN or infinite value, so this model produces NaN logits")
     assert "\n" not in msg
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16", "float64"])
+def test_nonfinite_count_is_exact_and_huge_finite_values_are_not_flagged(dtype):
+    import torch
+
+    from dare.modeling.integrity import _nonfinite_count
+
+    t = torch.randn(1000, generator=torch.Generator().manual_seed(0)).to(getattr(torch, dtype))
+    assert _nonfinite_count(t) == 0
+    for bad in (float("nan"), float("inf"), float("-inf")):
+        u = t.clone()
+        u[[5, 7, 900]] = bad
+        assert _nonfinite_count(u) == 3
+    mixed = t.clone()
+    mixed[1], mixed[2] = float("inf"), float("-inf")  # their sum is NaN: still 2 non-finite values
+    assert _nonfinite_count(mixed) == 2
+    huge = torch.full((100,), torch.finfo(getattr(torch, dtype)).max / 2, dtype=getattr(torch, dtype))
+    assert _nonfinite_count(huge) == 0  # the sum overflows; the exact count says finite
 
 
 def test_finite_models_pass_and_the_check_streams_every_tensor(tiny_llada_dir):

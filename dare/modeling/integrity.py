@@ -3,7 +3,8 @@
 * :func:`weight_files`, :func:`safetensors_header`: the safetensors files of a checkpoint and their headers
   (``safetensors`` validates that the declared tensors cover each file exactly: an empty, truncated or
   non-safetensors file is caught without reading tensor data);
-* :func:`check_finite`: every floating-point tensor streamed once, ``isfinite().all()`` per tensor;
+* :func:`check_finite`: every floating-point tensor streamed once (a finite sum, else an exact ``isfinite``
+  count);
 * :func:`check_tokenizer_fits`: the tokenizer against the model's embedding rows and special ids
   (a model card copied without its vocabulary files loads as a tiny tokenizer of its added tokens).
 
@@ -93,10 +94,31 @@ def safetensors_header(path: str | Path) -> dict[str, tuple[int, ...]]:
                               "again from its source or use an earlier checkpoint") from None
 
 
+def _nonfinite_count(t: torch.Tensor) -> int:
+    """Number of NaN/inf values in a floating-point tensor.
+
+    Fast path: the sum (float32 accumulation; float64 for float64 tensors) is finite only if every value
+    is (a NaN or an inf anywhere makes it NaN or inf). Only when the sum is not finite, which a sum of
+    huge finite values can also be, are the values counted exactly with ``isfinite``. The sum reads the
+    tensor once without a boolean copy: ~25x less time than ``isfinite().all()`` on float32 on one core.
+    """
+    try:
+        total = t.sum(dtype=torch.float64 if t.dtype == torch.float64 else torch.float32)
+    except (RuntimeError, TypeError):  # dtypes without a sum kernel here (e.g. float8)
+        t = t.float()
+        total = t.sum()
+    if bool(torch.isfinite(total)):
+        return 0
+    try:
+        return int((~torch.isfinite(t)).sum())
+    except (RuntimeError, TypeError):
+        return int((~torch.isfinite(t.float())).sum())
+
+
 def first_nonfinite_tensor(files: list[Path] | str | Path) -> tuple[Path, str, int] | None:
     """The first floating-point tensor holding NaN or +-inf: ``(file, tensor name, count of non-finite values)``.
 
-    Streams one tensor at a time (``isfinite().all()`` per tensor; peak memory = the largest tensor).
+    Streams one tensor at a time (peak memory = the largest tensor; see :func:`_nonfinite_count`).
 
     :param files: safetensors files, or a checkpoint directory (:func:`weight_files`).
     :returns: None when every tensor is finite.
@@ -107,14 +129,8 @@ def first_nonfinite_tensor(files: list[Path] | str | Path) -> tuple[Path, str, i
         with safe_open(str(path), framework="pt") as f:
             for key in f.keys():
                 t = f.get_tensor(key)
-                if not t.is_floating_point():
-                    continue
-                try:
-                    finite = torch.isfinite(t)
-                except (RuntimeError, TypeError):  # dtypes without isfinite on this device (e.g. float8)
-                    finite = torch.isfinite(t.float())
-                if not bool(finite.all()):
-                    return path, key, int((~finite).sum())
+                if t.is_floating_point() and (n := _nonfinite_count(t)):
+                    return path, key, n
     return None
 
 
