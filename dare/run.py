@@ -30,7 +30,7 @@ from dare.errors import DareError, SpecError
 from dare.eval import BenchmarkResult, evaluate_benchmark, provenance, write_report
 from dare.eval.report import plot_training
 from dare.io import atomic_write_json
-from dare.modeling import create_model, load_model
+from dare.modeling import create_model, enable_gradient_checkpointing, load_model
 from dare.modeling.checkpoint import DTYPES
 from dare.modeling.lora import apply_lora
 from dare.rewards import WeightedReward
@@ -118,7 +118,8 @@ class Run:
         ``model.path`` may be a LoRA adapter directory (base + adapter, merged; see
         :func:`dare.modeling.lora.load_adapter_checkpoint`). With ``model.lora`` the model is wrapped in
         peft adapters (:func:`dare.modeling.lora.apply_lora`, initialised under ``train.seed``), so
-        every trainer trains only the adapters.
+        every trainer trains only the adapters. ``model.gradient_checkpointing`` switches on the model's
+        per-layer gradient checkpointing (:func:`dare.modeling.enable_gradient_checkpointing`) before that.
         """
         m = self.spec.model
         if m.new is not None:
@@ -134,6 +135,8 @@ class Run:
         else:
             lm = load_model(m.path, dtype=m.dtype)
             base = str(lm.path.resolve()) if lm.path is not None else m.path
+        if m.gradient_checkpointing:
+            enable_gradient_checkpointing(lm.model)
         if m.lora is not None:
             seed = self.spec.train.seed if self.spec.train else 0
             lm.model = apply_lora(lm.model, self.family, m.lora, base_name_or_path=base, seed=seed)
