@@ -79,8 +79,11 @@ def test_fsdp2_config_wraps_each_familys_decoder_layer(tmp_path):
         lm = tiny_model(name, tmp_path / f"{name}-{preset}", preset=preset)
         layer = family.decoder_layer_class
         # the class exists in the family's modeling code, is the checkpointing unit, and is what FSDP wraps
-        module = importlib.import_module(type(lm.model).__module__)
-        cls = getattr(module, layer)
+        classes = {type(m) for m in lm.model.modules() if type(m).__name__ == layer}
+        assert len(classes) == 1, (name, preset, layer)
+        cls = classes.pop()
+        package = type(lm.model).__module__.split(".")[0]
+        assert cls.__module__.startswith(package + ".modeling_") and getattr(importlib.import_module(cls.__module__), layer) is cls
         assert issubclass(cls, GradientCheckpointingLayer), layer
         assert list(type(lm.model)._no_split_modules) == [layer]
         assert explicit is None or layer in explicit
