@@ -32,6 +32,8 @@ __all__ = [
     "gather",
     "main_first",
     "teardown",
+    "device",
+    "shards_model",
 ]
 
 _ENV_FIX = ("on a CPU machine launch with `ACCELERATE_USE_CPU=1 torchrun --nproc_per_node N --no-python dare run SPEC` or "
@@ -83,6 +85,20 @@ def setup():
     state = PartialState(cpu=not torch.cuda.is_available())
     check_launch(state.num_processes)
     return state
+
+
+def shards_model() -> bool:
+    """Whether the launch shards the model over the processes (accelerate FSDP or DeepSpeed): the trainer then
+    places the model on the devices itself, so DARE leaves it where it was loaded (CPU)."""
+    return any(os.environ.get(k, "").lower() in ("1", "true") for k in ("ACCELERATE_USE_FSDP", "ACCELERATE_USE_DEEPSPEED"))
+
+
+def device() -> torch.device:
+    """This process's compute device: ``cuda:LOCAL_RANK`` when CUDA is available (and ``ACCELERATE_USE_CPU`` is
+    not set), else the CPU. Models are moved there after loading (:class:`dare.run.Run`, ``dare generate``)."""
+    if torch.cuda.is_available() and os.environ.get("ACCELERATE_USE_CPU", "").lower() not in ("1", "true"):
+        return torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
+    return torch.device("cpu")
 
 
 def _initialized() -> bool:
