@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import sys
 from collections.abc import Iterator
 from typing import Any
 
@@ -84,6 +85,9 @@ def setup():
 
     state = PartialState(cpu=not torch.cuda.is_available())
     check_launch(state.num_processes)
+    if shards_model() and state.device.type == "cpu" and state.is_main_process:
+        print("warning: the launch asks for FSDP/DeepSpeed but this process runs on the CPU, where accelerate "
+              "uses plain data parallelism: every process holds the whole model (docs/scaling.md)", file=sys.stderr)
     return state
 
 
