@@ -107,3 +107,21 @@ def test_deepspeed_configs_leave_batch_clipping_and_precision_to_the_spec(name, 
     # ZeRO-3 gathers 16-bit weights on save, so model/ is a loadable official-format checkpoint
     assert ds["zero_optimization"]["stage3_gather_16bit_weights_on_model_save"] is (stage == 3)
     assert load_config_from_file(str(CONFIGS / name)).deepspeed_config["deepspeed_multinode_launcher"] == "standard"
+
+
+def test_an_fsdp_or_deepspeed_launch_on_cpu_warns_that_the_model_is_not_sharded(monkeypatch, capsys):
+    """On a machine without GPUs accelerate runs FSDP/DeepSpeed configs as plain data parallelism: say so."""
+    import torch
+
+    from dare import distributed
+
+    if torch.cuda.is_available():
+        pytest.skip("checks the CPU fallback")
+    monkeypatch.setenv("ACCELERATE_USE_FSDP", "true")
+    assert distributed.shards_model() and distributed.device().type == "cpu"
+    distributed.setup()
+    assert "every process holds the whole model" in capsys.readouterr().err
+    monkeypatch.delenv("ACCELERATE_USE_FSDP")
+    assert not distributed.shards_model()
+    distributed.setup()
+    assert "FSDP" not in capsys.readouterr().err
