@@ -5,7 +5,8 @@ with the quickstart's sampler) evaluates ``dare://sudoku/test.parquet`` (500 puz
 
 * baseline: one process (``dare eval SPEC``), ``OMP_NUM_THREADS`` = ``--threads`` (default: every core);
 * candidate: ``ACCELERATE_USE_CPU=1 torchrun --nproc_per_node 2 --no-python dare eval SPEC``, each process
-  with ``--threads / 2`` threads (the same cores in total), each decoding half of the puzzles.
+  with ``max(1, --threads // 2)`` threads (the same cores in total when ``--threads`` is even), each decoding
+  half of the puzzles.
 
 The two alternate for ``--rounds`` rounds (each in a fresh run directory). Timed is the evaluation itself, the
 ``seconds`` of the report (wall time in the sampler; with 2 processes the slower one's), not process start-up
@@ -75,7 +76,8 @@ def _stats(xs: list[float]) -> str:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rounds", type=int, default=5, help="rounds of (1 process, 2 processes), alternating")
-    ap.add_argument("--threads", type=int, default=os.cpu_count() or 2, help="CPU threads in total per evaluation")
+    ap.add_argument("--threads", type=int, default=os.cpu_count() or 2,
+                    help="threads of the 1-process run; each of the 2 processes gets max(1, threads // 2)")
     ap.add_argument("--batch-size", type=int, default=250, help="eval.batch_size (rows per sampler call)")
     args = ap.parse_args()
     if args.rounds < 3:
@@ -104,8 +106,9 @@ def main() -> None:
     cpu = next((ln.split(":", 1)[1].strip() for ln in Path("/proc/cpuinfo").read_text().splitlines()
                 if ln.startswith("model name")), "unknown CPU") if Path("/proc/cpuinfo").is_file() else "unknown CPU"
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
-    print(f"\n500 Sudoku test puzzles, LLaDA quickstart preset, greedy, {args.threads} threads in total, "
-          f"batch {args.batch_size}; {cpu}, {os.cpu_count()} cores, load average {load:.1f} at the end")
+    print(f"\n500 Sudoku test puzzles, LLaDA quickstart preset, greedy, batch {args.batch_size}; 1 process: "
+          f"{args.threads} thread(s); 2 processes: {max(1, args.threads // 2)} thread(s) each; {cpu}, "
+          f"{os.cpu_count()} cores, load average {load:.1f} at the end")
     for procs in (1, 2):
         secs = [x["seconds"] for x in times[procs]]
         walls = [x["wall"] for x in times[procs]]

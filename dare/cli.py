@@ -146,18 +146,7 @@ def profile(spec, steps, overrides, as_json):
     t = Table(title=f"dare profile {spec} ({steps} steps, first not timed)")
     t.add_column("measure")
     t.add_column("value", justify="right")
-    gib = result.peak_memory_bytes / 2**30
-    for name, value in [
-        ("processes / device", f"{result.processes} / {result.device}"),
-        ("weights dtype / bf16 autocast / grad. checkpointing", f"{result.dtype} / {result.bf16} / {result.gradient_checkpointing}"),
-        ("parameters (total)", f"{result.parameters:,}"),
-        ("parameters (trainable)", f"{result.trainable_parameters:,}"),
-        (f"peak memory ({result.peak_memory_kind})", f"{gib:.3f} GiB"),
-        ("seconds / step", f"{result.seconds_per_step:.4f}"),
-        ("first step (s)", f"{result.first_step_seconds:.4f}"),
-        ("tokens / step (forwards with gradients)", f"{result.tokens_per_step:,.0f}"),
-        ("tokens / s", f"{result.tokens_per_second:,.1f}"),
-    ]:
+    for name, value in result.rows():
         t.add_row(name, value)
     _console().print(t)
 

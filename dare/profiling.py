@@ -63,6 +63,21 @@ class ProfileResult:
     def to_dict(self) -> dict:
         return asdict(self)
 
+    def rows(self) -> list[tuple[str, str]]:
+        """``(measure, value)`` pairs for a table (``dare profile`` without ``--json``)."""
+        return [
+            ("processes / device", f"{self.processes} / {self.device}"),
+            ("weights dtype / bf16 autocast / grad. checkpointing",
+             f"{self.dtype} / {self.bf16} / {self.gradient_checkpointing}"),
+            ("parameters (total)", f"{self.parameters:,}"),
+            ("parameters (trainable)", f"{self.trainable_parameters:,}"),
+            (f"peak memory ({self.peak_memory_kind})", f"{self.peak_memory_bytes / 2**30:.3f} GiB"),
+            ("seconds / step", f"{self.seconds_per_step:.4f}"),
+            ("first step (s)", f"{self.first_step_seconds:.4f}"),
+            ("tokens / step (forwards with gradients)", f"{self.tokens_per_step:,.0f}"),
+            ("tokens / s", f"{self.tokens_per_second:,.1f}"),
+        ]
+
 
 def count_parameters(model: torch.nn.Module) -> tuple[int, int]:
     """``(total, trainable)`` parameter counts (shared tensors counted once)."""

@@ -41,6 +41,12 @@ def test_profile_reports_positive_measurements_and_counts_trainable_parameters(t
     assert full["tokens_per_step"] % 4 == 0  # whole sequences of a batch of 4
     assert full["tokens_per_second"] == pytest.approx(full["tokens_per_step"] / full["seconds_per_step"], rel=1e-9)
 
+    from dare.profiling import ProfileResult
+
+    table = dict(ProfileResult(**full).rows())  # what the table (no --json) shows
+    assert table["parameters (trainable)"] == f"{full['trainable_parameters']:,}"
+    assert table["processes / device"] == "1 / cpu"
+
     from dare.testing import tiny_model
 
     expected = sum(p.numel() for p in tiny_model("llada", tmp_path / "ref").model.parameters())
