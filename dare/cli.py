@@ -1,7 +1,7 @@
 """The ``dare`` command.
 
 ``dare run SPEC`` (eval before, train, eval after, report), ``dare train SPEC``, ``dare eval SPEC``,
-``dare generate``, ``dare validate SPEC``, ``dare schema``, ``dare plugins``, ``dare new-plugin``,
+``dare generate``, ``dare profile SPEC``, ``dare validate SPEC``, ``dare schema``, ``dare plugins``, ``dare new-plugin``,
 ``dare create-model``, ``dare export``. Plugins add commands through the ``register_commands`` hook.
 
 Errors caused by input (:class:`dare.errors.DareError`) are printed as one paragraph without a
@@ -120,6 +120,37 @@ def compare(entries, output, title):
         click.echo(f"plot: {png}")
 
 
+# --------------------------------------------------------------------------- profile
+@cli.command()
+@click.argument("spec", type=click.Path(dir_okay=False))
+@click.option("--steps", default=5, show_default=True, type=int, help="Training steps (the first is not timed).")
+@click.option("--set", "overrides", multiple=True, help=_OVERRIDE_HELP)
+@click.option("--json", "as_json", is_flag=True, help="Print the measurements as JSON.")
+def profile(spec, steps, overrides, as_json):
+    """Parameters, peak memory, tokens/s and seconds per step of SPEC's training, over a few steps in a
+    temporary directory (dare.profiling)."""
+    import contextlib
+
+    from dare.profiling import profile_spec
+
+    # with --json, stdout carries only the JSON (the trainer's progress lines go to stderr)
+    with contextlib.redirect_stdout(sys.stderr) if as_json else contextlib.nullcontext():
+        result = profile_spec(spec, steps=steps, overrides=list(overrides))
+    if not _is_main():
+        return
+    if as_json:
+        click.echo(json.dumps(result.to_dict(), indent=2))
+        return
+    from rich.table import Table
+
+    t = Table(title=f"dare profile {spec} ({steps} steps, first not timed)")
+    t.add_column("measure")
+    t.add_column("value", justify="right")
+    for name, value in result.rows():
+        t.add_row(name, value)
+    _console().print(t)
+
+
 # --------------------------------------------------------------------------- generate
 @cli.command()
 @click.option("--model", "model_path", required=True, help="Checkpoint directory (official format) or hub id.")
@@ -134,6 +165,7 @@ def generate(model_path, prompts, sampler_name, params, chat, dtype, seed, as_js
     """Prompt in, text out."""
     import torch
 
+    from dare import distributed
     from dare.modeling import load_model
     from dare.sampling.text import encode_prompts, decode_completions
     from dare.spec import parse_override_value
@@ -152,14 +184,16 @@ def generate(model_path, prompts, sampler_name, params, chat, dtype, seed, as_js
     # the spec's checks (model directory, sampler params, sampler vs family) before loading any weights
     sampler = _generate_checks(model_path, sampler_name, raw)
     lm = load_model(model_path, dtype=dtype)
+    device = distributed.device()
+    lm.model.to(device)
     rendered = [
         lm.tokenizer.apply_chat_template([{"role": "user", "content": t}], tokenize=False, add_generation_prompt=True)
         if chat and lm.tokenizer.chat_template
         else t
         for t in texts
     ]
-    ids, attn = encode_prompts(lm.tokenizer, rendered, lm.tokens.pad_id)
-    gen = torch.Generator().manual_seed(seed)
+    ids, attn = encode_prompts(lm.tokenizer, rendered, lm.tokens.pad_id, device)
+    gen = torch.Generator(device=device).manual_seed(seed)
     lm.model.eval()
     out = sampler.generate(lm.model, lm.family, lm.tokens, ids, attn, generator=gen)
     completions = decode_completions(lm.tokenizer, out.completions, lm.tokens)

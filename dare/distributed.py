@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import sys
 from collections.abc import Iterator
 from typing import Any
 
@@ -32,6 +33,8 @@ __all__ = [
     "gather",
     "main_first",
     "teardown",
+    "device",
+    "shards_model",
 ]
 
 _ENV_FIX = ("on a CPU machine launch with `ACCELERATE_USE_CPU=1 torchrun --nproc_per_node N --no-python dare run SPEC` or "
@@ -82,7 +85,24 @@ def setup():
 
     state = PartialState(cpu=not torch.cuda.is_available())
     check_launch(state.num_processes)
+    if shards_model() and state.device.type == "cpu" and state.is_main_process:
+        print("warning: the launch asks for FSDP/DeepSpeed but this process runs on the CPU, where accelerate "
+              "uses plain data parallelism: every process holds the whole model (docs/scaling.md)", file=sys.stderr)
     return state
+
+
+def shards_model() -> bool:
+    """Whether the launch shards the model over the processes (accelerate FSDP or DeepSpeed): the trainer then
+    places the model on the devices itself, so DARE leaves it where it was loaded (CPU)."""
+    return any(os.environ.get(k, "").lower() in ("1", "true") for k in ("ACCELERATE_USE_FSDP", "ACCELERATE_USE_DEEPSPEED"))
+
+
+def device() -> torch.device:
+    """This process's compute device: ``cuda:LOCAL_RANK`` when CUDA is available (and ``ACCELERATE_USE_CPU`` is
+    not set), else the CPU. Models are moved there after loading (:class:`dare.run.Run`, ``dare generate``)."""
+    if torch.cuda.is_available() and os.environ.get("ACCELERATE_USE_CPU", "").lower() not in ("1", "true"):
+        return torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
+    return torch.device("cpu")
 
 
 def _initialized() -> bool:

@@ -30,7 +30,7 @@ from dare.errors import DareError, SpecError
 from dare.eval import BenchmarkResult, evaluate_benchmark, provenance, write_report
 from dare.eval.report import plot_training
 from dare.io import atomic_write_json
-from dare.modeling import create_model, load_model
+from dare.modeling import create_model, enable_gradient_checkpointing, load_model
 from dare.modeling.checkpoint import DTYPES
 from dare.modeling.lora import apply_lora
 from dare.rewards import WeightedReward
@@ -60,6 +60,8 @@ class Run:
         self.objective = self.resolved.objective
         self.reward = self._weighted(self.resolved.rewards)
         self.hash = spec_hash(spec)
+        #: extra ``transformers.TrainerCallback``s given to the trainer (e.g. ``dare profile``'s step timer)
+        self.callbacks: list = []
 
     @classmethod
     def from_file(cls, path: str, overrides: list[str] | None = None) -> Run:
@@ -118,7 +120,10 @@ class Run:
         ``model.path`` may be a LoRA adapter directory (base + adapter, merged; see
         :func:`dare.modeling.lora.load_adapter_checkpoint`). With ``model.lora`` the model is wrapped in
         peft adapters (:func:`dare.modeling.lora.apply_lora`, initialised under ``train.seed``), so
-        every trainer trains only the adapters.
+        every trainer trains only the adapters. The model is moved to this process's device
+        (:func:`dare.distributed.device`: ``cuda:LOCAL_RANK`` on GPU machines) unless FSDP/DeepSpeed will shard
+        it. ``model.gradient_checkpointing`` switches on the model's
+        per-layer gradient checkpointing (:func:`dare.modeling.enable_gradient_checkpointing`) before that.
         """
         m = self.spec.model
         if m.new is not None:
@@ -134,6 +139,10 @@ class Run:
         else:
             lm = load_model(m.path, dtype=m.dtype)
             base = str(lm.path.resolve()) if lm.path is not None else m.path
+        if not distributed.shards_model():  # FSDP/DeepSpeed: the trainer places the shards
+            lm.model.to(distributed.device())
+        if m.gradient_checkpointing:
+            enable_gradient_checkpointing(lm.model)
         if m.lora is not None:
             seed = self.spec.train.seed if self.spec.train else 0
             lm.model = apply_lora(lm.model, self.family, m.lora, base_name_or_path=base, seed=seed)
@@ -156,6 +165,8 @@ class Run:
         if not (self.model_dir / "config.json").is_file():
             return False
         self.__dict__["lm"] = load_model(self.model_dir, dtype=self.spec.model.dtype)
+        if not distributed.shards_model():
+            self.lm.model.to(distributed.device())
         if distributed.is_main():
             print(f"evaluating the trained model in {self.model_dir}", file=sys.stderr)
         return True

@@ -36,3 +36,19 @@ def run_cli(capsys):
         return code, out.out, out.err
 
     return _run
+
+
+def pytest_collection_modifyitems(config, items):
+    """Skip tests marked ``gpu`` when no CUDA device is usable, saying why (benchmarks/device_check.sh runs them)."""
+    gpu_items = [item for item in items if item.get_closest_marker("gpu") is not None]
+    if not gpu_items:
+        return
+    import torch
+
+    if torch.cuda.is_available():
+        return
+    build = f"torch {torch.__version__}, CUDA build {torch.version.cuda or 'no (CPU-only build)'}"
+    skip = pytest.mark.skip(reason=f"gpu: needs a CUDA device and torch.cuda.is_available() is False ({build}); "
+                                   "run benchmarks/device_check.sh on a GPU machine")
+    for item in gpu_items:
+        item.add_marker(skip)

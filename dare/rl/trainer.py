@@ -147,7 +147,7 @@ class GRPOTrainer(DareTrainer):
         self._keys = (step, completions)
         seed = self.args.seed
         if self.row_generators:
-            self.rollout_generator = RowGenerators.keyed(seed, "rollout", step, completions)
+            self.rollout_generator = RowGenerators.keyed(seed, "rollout", step, completions, device=self.args.device)
         else:  # the sampler draws batch-wide: keyed by the step and the rollout's first prompt
             key = key_seed(seed, STREAMS["rollout"], step, int(prompt_indices[0]) if prompt_indices else 0)
             self.rollout_generator = torch.Generator(device=self.args.device).manual_seed(key)

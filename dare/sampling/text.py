@@ -56,14 +56,16 @@ class TextGeneration:
     generated_tokens: int = 0
 
 
-def _generator(sampler, generator, seed: int | None, indices: list[int]):
+def _generator(sampler, generator, seed: int | None, indices: list[int], device: torch.device):
     """Per-row generators keyed by ``(seed, "eval", 0, index)`` when the sampler draws per row; else one
-    generator keyed by the batch's first index; else ``generator``."""
+    generator keyed by the batch's first index; else ``generator``. Keyed generators live on the model's
+    ``device`` (samplers draw on the generator's device: a CPU generator would make a GPU sampler draw every
+    noise tensor on the CPU, or fail where a draw takes the tensors' device)."""
     if seed is None:
         return generator
     if getattr(sampler, "supports_row_generators", False):
-        return RowGenerators.keyed(seed, "eval", 0, indices)
-    return torch.Generator().manual_seed(key_seed(seed, STREAMS["eval"], 0, indices[0]))
+        return RowGenerators.keyed(seed, "eval", 0, indices, device=device)
+    return torch.Generator(device=device).manual_seed(key_seed(seed, STREAMS["eval"], 0, indices[0]))
 
 
 @torch.no_grad()
@@ -90,7 +92,7 @@ def generate_texts(model, family, tokens: SpecialTokens, tokenizer, sampler, pro
             chunk = prompts[i : i + batch_size]
             ids, attn = encode_prompts(tokenizer, chunk, tokens.pad_id, device)
             t0 = time.perf_counter()
-            gen = _generator(sampler, generator, seed, indices[i : i + batch_size])
+            gen = _generator(sampler, generator, seed, indices[i : i + batch_size], device)
             res = sampler.generate(model, family, tokens, ids, attn, generator=gen)
             out.seconds += time.perf_counter() - t0
             out.nfe += res.nfe

@@ -40,6 +40,7 @@ from dare.spec.models import BenchmarkSpec, DatasetSpec, RunSpec, spec_hash
 __all__ = [
     "check_model",
     "check_lora",
+    "check_gradient_checkpointing",
     "check_dataset",
     "check_benchmark_data",
     "check_validation_rows",
@@ -180,6 +181,16 @@ def check_lora(ctx, problems: Problems) -> None:
         resolve_lora_targets(model, ctx.family, lora)
     except SpecError as exc:
         problems.extend(exc.problems)
+
+
+def check_gradient_checkpointing(ctx, problems: Problems) -> None:
+    """``model.gradient_checkpointing``: the family's model class supports it (no weights loaded)."""
+    if not ctx.spec.model.gradient_checkpointing or ctx.family is None:
+        return
+    cls = ctx.family.model_class()
+    if not getattr(cls, "supports_gradient_checkpointing", False):
+        problems.append(("model.gradient_checkpointing", f"{cls.__name__} ({ctx.family.name}) does not support gradient "
+                                                         "checkpointing; set model.gradient_checkpointing: false"))
 
 
 def check_dataset(ds: DatasetSpec, loc: str, problems: Problems, need_prompt: bool = True) -> None:

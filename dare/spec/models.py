@@ -86,6 +86,12 @@ class ModelSpec(_Strict):
     new: NewModelSpec | None = Field(None, description="Create a new random model instead of loading one.")
     dtype: Literal["float32", "bfloat16", "float16"] = Field("float32", description="Weights dtype.")
     lora: LoraSpec | None = Field(None, description="Train LoRA adapters instead of all weights.")
+    gradient_checkpointing: bool = Field(
+        False,
+        description="Gradient (activation) checkpointing while training: keep only each decoder layer's input and "
+        "recompute the layer in the backward pass. Less activation memory for about one more forward per step; the "
+        "loss and gradients are unchanged. No effect on evaluation or rollouts (no gradients there).",
+    )
 
     @model_validator(mode="after")
     def _one_source(self):

@@ -22,6 +22,7 @@ from dare.plugins import get_registry
 from dare.spec.checks import (
     check_benchmark_data,
     check_dataset,
+    check_gradient_checkpointing,
     check_keep_best,
     check_lora,
     check_model,
@@ -144,6 +145,7 @@ def resolve_spec(spec: RunSpec, source: str | None = None) -> ResolvedSpec:
     problems = ctx.problems
     check_model(ctx, problems)
     check_lora(ctx, problems)
+    check_gradient_checkpointing(ctx, problems)
     if spec.algorithm is not None:
         ctx.objective = _component(ctx, "objective", spec.algorithm, "algorithm")
     if spec.sampler is not None:

@@ -107,6 +107,7 @@ class TrainerObjective(Objective):
             tokens=run.tokens,
             eval_fn=run.training_eval_fn(),
             objective=self,
+            callbacks=list(getattr(run, "callbacks", ())),
             **self.trainer_kwargs(run, datasets),
         )
         metrics = self.before_training(trainer, datasets)

@@ -26,6 +26,7 @@ import torch.nn.functional as F
 from torch import nn
 from transformers import PreTrainedModel
 from transformers import initialization as init
+from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.utils import ModelOutput
 
 from dare_llada.configuration_llada import LLaDAConfig
@@ -130,8 +131,13 @@ class LLaDARotary(nn.Module):
 _ACTIVATIONS = {"silu": F.silu, "gelu": F.gelu, "relu": F.relu}
 
 
-class LLaDALlamaBlock(nn.Module):
-    """One ``block_type: llama`` block: ``x + attn(norm(x))`` then ``x + ff_out(act(ff_proj h) * up_proj h)``."""
+class LLaDALlamaBlock(GradientCheckpointingLayer):
+    """One ``block_type: llama`` block: ``x + attn(norm(x))`` then ``x + ff_out(act(ff_proj h) * up_proj h)``.
+
+    The FSDP wrap and gradient-checkpointing unit: with ``model.gradient_checkpointing_enable()`` (transformers'
+    ``GradientCheckpointingLayer``) a training forward under grad keeps only the block's input and recomputes the
+    block in the backward (``layer_past``/``use_cache`` are then dropped: no KV cache while training).
+    """
 
     def __init__(self, layer_id: int, config: LLaDAConfig):
         super().__init__()
@@ -296,7 +302,7 @@ class LLaDAPreTrainedModel(PreTrainedModel):
     config_class = LLaDAConfig
     base_model_prefix = "model"
     _no_split_modules = ["LLaDALlamaBlock"]
-    supports_gradient_checkpointing = False
+    supports_gradient_checkpointing = True
     _supports_sdpa = True
 
     def _init_weights(self, module):

@@ -303,7 +303,8 @@ class LLaDA2MoeSparseMoeBlock(nn.Module):
         routed = flat.new_zeros(flat.shape[0], idx.shape[1], H)
         for e in torch.unique(idx).tolist():
             token, slot = (idx == e).nonzero(as_tuple=True)
-            routed[token, slot] = self.experts[e](flat[token])
+            # .to: under autocast (train.bf16) the experts return bf16 while the buffer has the input's dtype
+            routed[token, slot] = self.experts[e](flat[token]).to(routed.dtype)
         y = (routed.to(weights.dtype) * weights.unsqueeze(-1)).sum(dim=1).to(x.dtype)
         if self.shared_experts is not None:
             y = y + self.shared_experts(flat)
