@@ -178,7 +178,8 @@ def export_model(src: str | Path, out: str | Path, base: str | None = None, dtyp
         raise CheckpointError(f"{out} is not empty; choose another output directory or pass --overwrite")
     if dtype is not None and dtype not in DTYPES:
         raise CheckpointError(f"dtype {dtype!r} is not one of {', '.join(DTYPES)}")
-    registry = get_registry()  # registers the family classes with the Auto classes
+    registry = get_registry()
+    registry.load_all("model_family")  # importing a family registers its Auto classes
     kind = "adapter" if (src / "adapter_config.json").is_file() else "checkpoint"
     model, tokenizer = (_merge_adapter if kind == "adapter" else _convert_checkpoint)(src, base, dtype, registry)
     family = resolve_family(model.config.model_type, registry)

@@ -5,15 +5,25 @@ registered with a pluggy ``PluginManager``; DARE's own built-ins (``DEFAULT_PLUG
 dotted module path. A plugin that fails to import is recorded (name, distribution, error) and the
 rest still load. ``pm.check_pending()`` then fails loudly on misspelt hook implementations.
 
+Registration runs through pluggy: for every plugin that implements a ``register_*`` hook, the host
+calls that hook (``pm.subset_hook_caller``: the hook with only this plugin's implementation) with a
+``register`` callback bound to the plugin, its distribution and version. So each component is
+attributed to the plugin that registered it, a plugin whose hook raises is recorded as a load failure
+while the others still register, and ``DARE_TRACE_PLUGINS=1`` shows every call. Two components with
+the same kind and name (or alias) raise :class:`~dare.errors.PluginError` naming both distributions.
+
+Components are imported lazily. A plugin registers either a class (``register(MyReward)``, imported
+with the plugin) or a reference ``register("pkg.module:MyReward", name=..., description=...)``: the
+registry then knows the kind, name, aliases, one-line description (and a model family's
+``model_types``) without importing the module, and :attr:`Entry.cls` imports it on first use. So
+listing plugins, ``dare --help`` and validating a spec import only the plugin modules (which import
+nothing but ``dare.hookimpl``) and the components a spec names.
+
 Environment switches:
 
 * ``DARE_LOAD_PLUGINS``: comma-separated entry-point names to load (empty string: none); unset means
   all installed plugins.
-* ``DARE_TRACE_PLUGINS=1``: print every hook call (pluggy hook-call monitoring).
-
-Components are collected by calling each plugin's ``register_*`` hook with a ``register`` callback
-that stamps the plugin's distribution and version. Two components with the same kind and name (or
-alias) raise :class:`~dare.errors.PluginError` naming both distributions.
+* ``DARE_TRACE_PLUGINS=1``: print every hook call (pluggy hook-call monitoring) to stderr.
 """
 
 from __future__ import annotations
@@ -21,21 +31,25 @@ from __future__ import annotations
 import difflib
 import importlib
 import os
+import re
 import sys
 import traceback
 from dataclasses import dataclass, field
 from importlib import metadata
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pluggy
 
 from dare import hookspecs
-from dare.components import KINDS, Component
 from dare.errors import PluginError
+
+if TYPE_CHECKING:  # pragma: no cover
+    from dare.components import Component
 
 __all__ = [
     "DEFAULT_PLUGINS",
     "FIRST_PARTY",
+    "HOOK_FOR_KIND",
     "Entry",
     "LoadFailure",
     "Registry",
@@ -45,7 +59,7 @@ __all__ = [
 ]
 
 #: DARE's built-in plugins (part of the ``dare-dllm`` distribution), loaded by module path.
-DEFAULT_PLUGINS = ("dare.builtins.rewards", "dare.builtins.benchmarks")
+DEFAULT_PLUGINS = ("dare.builtins",)
 
 #: Distributions whose components the committed ``schemas/run-spec.schema.json`` covers: the core and
 #: the plugins under ``plugins/`` in this repository (``dare schema --first-party``).
@@ -54,7 +68,8 @@ FIRST_PARTY = (
     "dare-plugin-llada2", "dare-plugin-sdar", "dare-plugin-sft",
 )
 
-_HOOK_FOR_KIND = {
+#: Component kind -> the hook that registers it (the kinds of :data:`dare.components.KINDS`, same order).
+HOOK_FOR_KIND = {
     "model_family": "register_model_families",
     "sampler": "register_samplers",
     "objective": "register_objectives",
@@ -62,39 +77,125 @@ _HOOK_FOR_KIND = {
     "reward": "register_rewards",
 }
 
+_TARGET = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_][\w.]*")
 
-@dataclass(frozen=True)
+
+def _label(kind: str) -> str:
+    return kind.replace("_", " ")
+
+
+def _kind_base(kind: str) -> type[Component]:
+    """The base class of ``kind``. :mod:`dare.components` (pydantic) is imported only once a component
+    class is registered or loaded, so listing lazy plugins does not pay for it."""
+    from dare.components import KINDS
+
+    return KINDS[kind]
+
+
+@dataclass(eq=False)
 class Entry:
-    """A registered component: its class and where it came from."""
+    """A registered component: what it is, where it came from, and its class (imported on first use).
+
+    ``target`` is the class's ``"module:QualName"``. A lazily registered component is known by the
+    metadata its plugin declared (``aliases``, one-line ``description``, a family's ``model_types``;
+    ``None`` = not declared, read from the class) until :attr:`cls` imports it.
+    """
 
     kind: str
     name: str
-    cls: type[Component]
     distribution: str
     version: str
     plugin: str
+    target: str
+    aliases: tuple[str, ...] = ()
+    description: str = ""
+    model_types: tuple[str, ...] | None = None
+    _cls: type[Component] | None = field(default=None, repr=False)
+    _error: PluginError | None = field(default=None, repr=False)
+
+    @property
+    def loaded(self) -> bool:
+        """Whether the component class has been imported."""
+        return self._cls is not None
+
+    @property
+    def cls(self) -> type[Component]:
+        """The component class, imported from ``target`` on first access and checked against what the
+        plugin declared (kind, name, aliases, model types).
+
+        :raises PluginError: the module does not import, has no such class, or the class disagrees
+            with its registration; the message names the plugin and its distribution.
+        """
+        if self._cls is None:
+            if self._error is not None:
+                raise self._error
+            try:
+                self._cls = self._import()
+            except PluginError as exc:
+                self._error = exc
+                raise
+        return self._cls
 
     def create(self, params: Any = None) -> Component:
-        """Instantiate with validated params (a ``Params`` instance or a dict)."""
+        """Instantiate with validated params (a ``Params`` instance or a dict).
+
+        :raises PluginError: the class cannot be imported (see :attr:`cls`).
+        """
         return self.cls(params)
+
+    def _where(self) -> str:
+        return f"the {_label(self.kind)} {self.name!r} of plugin {self.plugin} ({self.distribution} {self.version})"
+
+    def _import(self) -> type[Component]:
+        module_name, _, qualname = self.target.partition(":")
+        try:
+            obj: Any = importlib.import_module(module_name)
+            for part in qualname.split("."):
+                obj = getattr(obj, part)
+        except Exception as exc:  # noqa: BLE001 - any import-time error of a plugin's module
+            raise PluginError(
+                f"could not import {self._where()} from {self.target}: {type(exc).__name__}: {exc}; "
+                f"reinstall or fix {self.distribution}, or uninstall it (`dare plugins --check` lists every such failure)"
+            ) from exc
+        base = _kind_base(self.kind)
+        if not (isinstance(obj, type) and issubclass(obj, base)):
+            raise PluginError(f"{self._where()} names {self.target}, which is not a {base.__name__} subclass")
+        declared = {"name": self.name, "aliases": set(self.aliases)}
+        found = {"name": obj.name, "aliases": set(obj.aliases)}
+        if self.model_types is not None:
+            declared["model_types"] = set(self.model_types)
+            found["model_types"] = set(getattr(obj, "model_types", ()))
+        for key, want in declared.items():
+            if found[key] != want:
+                raise PluginError(
+                    f"{self._where()} is registered with {key} {_show(want)} but its class {self.target} has "
+                    f"{key} {_show(found[key])}; make the plugin's register() call and the class agree"
+                )
+        return obj
+
+
+def _show(value) -> str:
+    return repr(sorted(value)) if isinstance(value, set) else repr(value)
 
 
 @dataclass(frozen=True)
 class LoadFailure:
-    """A plugin that could not be imported or whose ``register_*`` hook raised."""
+    """A plugin that could not be imported, whose ``register_*`` hook raised, or (``component`` set,
+    as ``"kind name"``) one of whose lazily registered components could not be imported."""
 
     plugin: str
     distribution: str
     error: str
     detail: str = ""
+    component: str = ""
 
 
 @dataclass
 class Registry:
     """Components by kind and name, plus plugin load failures."""
 
-    entries: dict[str, dict[str, Entry]] = field(default_factory=lambda: {k: {} for k in KINDS})
-    aliases: dict[str, dict[str, str]] = field(default_factory=lambda: {k: {} for k in KINDS})
+    entries: dict[str, dict[str, Entry]] = field(default_factory=lambda: {k: {} for k in HOOK_FOR_KIND})
+    aliases: dict[str, dict[str, str]] = field(default_factory=lambda: {k: {} for k in HOOK_FOR_KIND})
     failures: list[LoadFailure] = field(default_factory=list)
     conflicts: list[str] = field(default_factory=list)
     plugins: dict[str, tuple[str, str]] = field(default_factory=dict)  # plugin -> (dist, version)
@@ -103,14 +204,14 @@ class Registry:
         return sorted(self.entries[kind])
 
     def all(self) -> list[Entry]:
-        return [e for kind in KINDS for e in sorted(self.entries[kind].values(), key=lambda e: e.name)]
+        return [e for kind in HOOK_FOR_KIND for e in sorted(self.entries[kind].values(), key=lambda e: e.name)]
 
     def find(self, kind: str, name: str) -> Entry | None:
         name = self.aliases[kind].get(name, name)
         return self.entries[kind].get(name)
 
     def get(self, kind: str, name: str) -> Entry:
-        """The entry for ``name``.
+        """The entry for ``name`` (its class is not imported yet).
 
         :raises PluginError: unknown name; the message lists installed names and a close match.
         """
@@ -121,31 +222,49 @@ class Registry:
 
     def unknown_message(self, kind: str, name: str) -> str:
         installed = self.names(kind)
-        label = kind.replace("_", " ")
-        msg = f"unknown {label} {name!r}; installed: {', '.join(installed) or '(none)'}"
+        msg = f"unknown {_label(kind)} {name!r}; installed: {', '.join(installed) or '(none)'}"
         close = difflib.get_close_matches(name, installed + list(self.aliases[kind]), n=1)
         if close:
             msg += f" (did you mean {close[0]!r}?)"
         failed = [f.plugin for f in self.failures]
         if failed:
-            msg += f"; plugins that failed to load: {', '.join(failed)} (run `dare plugins`)"
+            msg += f"; plugins that failed to load: {', '.join(dict.fromkeys(failed))} (run `dare plugins`)"
         return msg
 
-    def restricted(self, distributions) -> "Registry":
+    def restricted(self, distributions) -> Registry:
         """A copy holding only the components of ``distributions`` (names of installed distributions)."""
         keep = set(distributions)
         out = Registry(failures=list(self.failures), conflicts=list(self.conflicts))
-        for kind in KINDS:
+        for kind in HOOK_FOR_KIND:
             out.entries[kind] = {n: e for n, e in self.entries[kind].items() if e.distribution in keep}
             out.aliases[kind] = {a: n for a, n in self.aliases[kind].items() if n in out.entries[kind]}
         out.plugins = {p: dv for p, dv in self.plugins.items() if dv[0] in keep}
         return out
 
     def family_for_model_type(self, model_type: str) -> Entry | None:
+        """The model family that loads ``model_type``: by the declared ``model_types``, importing only
+        families that declared none."""
         for entry in self.entries["model_family"].values():
-            if model_type in getattr(entry.cls, "model_types", ()):
+            types = entry.model_types if entry.model_types is not None else getattr(entry.cls, "model_types", ())
+            if model_type in types:
                 return entry
         return None
+
+    def load_all(self, kind: str | None = None) -> list[LoadFailure]:
+        """Import every component (of ``kind``) now; components that fail to import are added to
+        :attr:`failures` (once each) and returned, the others stay usable."""
+        new = []
+        for k in [kind] if kind else list(HOOK_FOR_KIND):
+            for entry in sorted(self.entries[k].values(), key=lambda e: e.name):
+                try:
+                    entry.cls
+                except PluginError as exc:
+                    failure = LoadFailure(entry.plugin, entry.distribution, str(exc),
+                                          "".join(traceback.format_exception(exc)), f"{k} {entry.name}")
+                    if failure.component not in {f.component for f in self.failures}:
+                        self.failures.append(failure)
+                        new.append(failure)
+        return new
 
 
 _pm: pluggy.PluginManager | None = None
@@ -187,14 +306,17 @@ def reset() -> None:
     _registry = None
 
 
-def _dist_of(module_name: str) -> tuple[str, str]:
-    top = module_name.split(".")[0]
-    for dist in metadata.packages_distributions().get(top, []):
-        try:
-            return dist, metadata.version(dist)
-        except metadata.PackageNotFoundError:  # pragma: no cover
-            continue
-    return "unknown", "0"
+def _core_distribution() -> tuple[str, str]:
+    try:
+        return "dare-dllm", metadata.version("dare-dllm")
+    except metadata.PackageNotFoundError:  # pragma: no cover - a source tree on sys.path, not installed
+        from dare import __version__
+
+        return "dare-dllm", __version__
+
+
+def _failure(reg: Registry, plugin: str, dist: str, error: str) -> None:
+    reg.failures.append(LoadFailure(plugin, dist, error, traceback.format_exc()))
 
 
 def _load() -> tuple[pluggy.PluginManager, Registry]:
@@ -208,10 +330,10 @@ def _load() -> tuple[pluggy.PluginManager, Registry]:
         try:
             mod = importlib.import_module(mod_name)
         except Exception as exc:  # pragma: no cover - a broken install
-            reg.failures.append(LoadFailure(mod_name, "dare-dllm", f"{type(exc).__name__}: {exc}", traceback.format_exc()))
+            _failure(reg, mod_name, "dare-dllm", f"{type(exc).__name__}: {exc}")
             continue
         pm.register(mod, name=mod_name)
-        reg.plugins[mod_name] = _dist_of("dare")
+        reg.plugins[mod_name] = _core_distribution()
 
     eps = metadata.entry_points(group="dare")
     for ep in sorted(eps, key=lambda e: e.name):
@@ -225,13 +347,9 @@ def _load() -> tuple[pluggy.PluginManager, Registry]:
             continue
         try:
             mod = ep.load()
-        except Exception as exc:
-            reg.failures.append(LoadFailure(ep.name, dist, f"{type(exc).__name__}: {exc}", traceback.format_exc()))
-            continue
-        try:
             pm.register(mod, name=ep.name)
         except Exception as exc:
-            reg.failures.append(LoadFailure(ep.name, dist, f"{type(exc).__name__}: {exc}", traceback.format_exc()))
+            _failure(reg, ep.name, dist, f"{type(exc).__name__}: {exc}")
             continue
         reg.plugins[ep.name] = (dist, version)
 
@@ -241,42 +359,82 @@ def _load() -> tuple[pluggy.PluginManager, Registry]:
         raise PluginError(f"a plugin implements a hook that does not exist: {exc}") from None
 
     if os.environ.get("DARE_TRACE_PLUGINS"):
-        pm.trace.root.setwriter(lambda s: sys.stderr.write(s))
+        pm.trace.root.setwriter(lambda s: sys.stderr.write(s))  # the current stderr at each write
         pm.enable_tracing()
 
-    for kind, hook_name in _HOOK_FOR_KIND.items():
-        for impl in getattr(pm.hook, hook_name).get_hookimpls():
-            plugin_name = impl.plugin_name
-            dist, version = reg.plugins.get(plugin_name, ("unknown", "0"))
-            register = _make_register(reg, kind, plugin_name, dist, version)
+    for kind, hook_name in HOOK_FOR_KIND.items():
+        impls = getattr(pm.hook, hook_name).get_hookimpls()  # registration order: built-ins first
+        for impl in impls:
+            dist, version = reg.plugins.get(impl.plugin_name, ("unknown", "0"))
+            others = [other.plugin for other in impls if other.plugin is not impl.plugin]
+            call = pm.subset_hook_caller(hook_name, remove_plugins=others)  # this plugin's hook alone
             try:
-                impl.function(register=register)
+                call(register=_Register(reg, kind, impl.plugin_name, dist, version))
             except Exception as exc:
-                reg.failures.append(
-                    LoadFailure(plugin_name, dist, f"{hook_name} raised {type(exc).__name__}: {exc}", traceback.format_exc())
-                )
+                _failure(reg, impl.plugin_name, dist, f"{hook_name} raised {type(exc).__name__}: {exc}")
     _registry = reg
     return pm, reg
 
 
-def _make_register(reg: Registry, kind: str, plugin: str, dist: str, version: str):
-    base = KINDS[kind]
+class _Register:
+    """The ``register`` callback that one plugin's ``register_<kind>`` hook receives (see
+    :mod:`dare.hookspecs`): records components of ``kind`` attributed to ``plugin``/``dist``."""
 
-    def register(cls: type[Component]) -> None:
-        if not (isinstance(cls, type) and issubclass(cls, base)):
-            raise TypeError(f"{plugin}: register() for {kind} takes a {base.__name__} subclass, got {cls!r}")
-        if not cls.name:
-            raise TypeError(f"{plugin}: {cls.__name__} has no name")
-        for key in (cls.name, *cls.aliases):
+    def __init__(self, reg: Registry, kind: str, plugin: str, dist: str, version: str):
+        self.reg, self.kind, self.plugin, self.dist, self.version = reg, kind, plugin, dist, version
+
+    def __repr__(self) -> str:  # shown by DARE_TRACE_PLUGINS=1
+        return f"<register {_label(self.kind)} for plugin {self.plugin} ({self.dist} {self.version})>"
+
+    def __call__(self, component, /, *, name: str | None = None, description: str = "",
+                 aliases=(), model_types=None) -> None:
+        """Register ``component``: a component class, or its ``"module:Class"`` path with the metadata.
+
+        :raises TypeError: a class that is not a subclass of the kind's base or has no name; a path
+            that is not ``"module:Class"``, without ``name``, or with metadata the kind has not.
+        """
+        where = f"{self.plugin}: register() for {_label(self.kind)}"
+        if isinstance(component, str):
+            if not _TARGET.fullmatch(component):
+                raise TypeError(f"{where} takes a class or a 'package.module:ClassName' string, got {component!r}")
+            if not (isinstance(name, str) and name):
+                raise TypeError(f"{where} {component!r}: give the component's name=")
+            if isinstance(aliases, str) or not all(isinstance(a, str) for a in aliases):
+                raise TypeError(f"{where} {component!r}: aliases= takes a tuple of names")
+            if model_types is not None:
+                if self.kind != "model_family":
+                    raise TypeError(f"{where} {component!r}: model_types= is for model families only")
+                if isinstance(model_types, str) or not all(isinstance(t, str) for t in model_types):
+                    raise TypeError(f"{where} {component!r}: model_types= takes a tuple of model_type names")
+                model_types = tuple(model_types)
+            entry = Entry(self.kind, name, self.dist, self.version, self.plugin, component, tuple(aliases),
+                          (description or "").strip().split("\n")[0], model_types)
+        else:
+            if name is not None or description or aliases or model_types is not None:
+                raise TypeError(f"{where} {component!r}: a registered class carries its own name and metadata; "
+                                "pass only the class (or a 'module:Class' string with the metadata)")
+            base = _kind_base(self.kind)
+            if not (isinstance(component, type) and issubclass(component, base)):
+                raise TypeError(f"{where} takes a {base.__name__} subclass, got {component!r}")
+            if not component.name:
+                raise TypeError(f"{self.plugin}: {component.__name__} has no name")
+            types = tuple(component.model_types) if self.kind == "model_family" else None
+            entry = Entry(self.kind, component.name, self.dist, self.version, self.plugin,
+                          f"{component.__module__}:{component.__qualname__}", tuple(component.aliases),
+                          component.description(), types, _cls=component)
+        self._add(entry)
+
+    def _add(self, entry: Entry) -> None:
+        reg, kind = self.reg, self.kind
+        for key in (entry.name, *entry.aliases):
             existing = reg.find(kind, key)
             if existing is not None:
                 reg.conflicts.append(
-                    f"two plugins register a {kind.replace('_', ' ')} named {key!r}: "
-                    f"{existing.distribution} ({existing.plugin}) and {dist} ({plugin}); uninstall one of them"
+                    f"two plugins register a {_label(kind)} named {key!r}: "
+                    f"{existing.distribution} ({existing.plugin}) and {entry.distribution} ({entry.plugin}); "
+                    "uninstall one of them"
                 )
                 return
-        reg.entries[kind][cls.name] = Entry(kind, cls.name, cls, dist, version, plugin)
-        for alias in cls.aliases:
-            reg.aliases[kind][alias] = cls.name
-
-    return register
+        reg.entries[kind][entry.name] = entry
+        for alias in entry.aliases:
+            reg.aliases[kind][alias] = entry.name

@@ -1,9 +1,9 @@
 """Load and create checkpoints in the official format.
 
 A model directory is always what the family's release ships: ``config.json`` (official keys and
-``model_type``), safetensors with the official tensor names, tokenizer files. Importing a family
-plugin registers its classes with transformers' Auto classes, so ``AutoModel.from_pretrained(dir)``
-works without ``trust_remote_code``.
+``model_type``), safetensors with the official tensor names, tokenizer files. Importing a model
+family's class registers its model classes with transformers' Auto classes, so
+``AutoModel.from_pretrained(dir)`` works without ``trust_remote_code``.
 """
 
 from __future__ import annotations
@@ -66,7 +66,7 @@ def family_of(path: str | Path, registry=None) -> ModelFamily:
 
         from dare.plugins import get_registry
 
-        get_registry()
+        (registry or get_registry()).load_all("model_family")  # importing a family registers its Auto classes
         try:
             return resolve_family(AutoConfig.from_pretrained(str(path)).model_type, registry)
         except CheckpointError:
@@ -162,7 +162,8 @@ def load_model(path: str | Path, dtype: str = "float32", registry=None, verify: 
     from dare.plugins import get_registry
     from dare.spec import resolve_path
 
-    registry = registry or get_registry()  # imports the family plugins (Auto-class registration)
+    registry = registry or get_registry()
+    registry.load_all("model_family")  # importing a family registers its Auto classes
     p = trained_model_dir(resolve_path(str(path)))
     if (p / "adapter_config.json").is_file():  # a LoRA adapter directory: its base + the adapter, merged
         from dare.modeling.lora import load_adapter_checkpoint

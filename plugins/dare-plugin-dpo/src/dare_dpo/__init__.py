@@ -6,9 +6,19 @@ Two objectives over (prompt, chosen, rejected) pairs, for every model family:
   (``dare.diffusion.elbo``);
 * ``vrpo``: LLaDA 1.5's variance-reduced preference optimisation (arXiv 2505.19223): stratified mask
   counts, the whole budget on timesteps (one mask each), corruptions shared by policy and reference.
+
+The names below are imported on first access (PEP 562), so loading the plugin entry point
+(:mod:`dare_dpo.plugin`) does not import the trainer stack.
 """
 
-from dare_dpo.loss import DPOLossOutput, dpo_loss
-from dare_dpo.trainer import DPOConfig, DPOTrainer
+import importlib
 
 __all__ = ["DPOConfig", "DPOTrainer", "dpo_loss", "DPOLossOutput"]
+
+_MODULE = {"DPOConfig": "trainer", "DPOTrainer": "trainer", "dpo_loss": "loss", "DPOLossOutput": "loss"}
+
+
+def __getattr__(name):
+    if name in _MODULE:
+        return getattr(importlib.import_module(f"dare_dpo.{_MODULE[name]}"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
