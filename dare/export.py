@@ -162,7 +162,7 @@ def export_model(src: str | Path, out: str | Path, base: str | None = None, dtyp
     """
     from dare.io import atomic_dir
     from dare.modeling.checkpoint import DTYPES, resolve_family, trained_model_dir, verify_checkpoint
-    from dare.plugins import get_registry
+    from dare.plugins import get_registry, register_auto_classes
 
     given, out = Path(src), Path(out)
     src = trained_model_dir(given)
@@ -179,7 +179,7 @@ def export_model(src: str | Path, out: str | Path, base: str | None = None, dtyp
     if dtype is not None and dtype not in DTYPES:
         raise CheckpointError(f"dtype {dtype!r} is not one of {', '.join(DTYPES)}")
     registry = get_registry()
-    registry.load_all("model_family")  # importing a family registers its Auto classes
+    register_auto_classes()
     kind = "adapter" if (src / "adapter_config.json").is_file() else "checkpoint"
     model, tokenizer = (_merge_adapter if kind == "adapter" else _convert_checkpoint)(src, base, dtype, registry)
     family = resolve_family(model.config.model_type, registry)

@@ -16,6 +16,9 @@ that validates its ``params:`` block in a run spec. ``register`` takes either
   lists the component from this metadata and imports ``my_pkg.reward`` when the component is first
   used, so a plugin module that imports only ``dare.hookimpl`` keeps ``dare`` quick to start. The
   metadata must match the class (checked on import).
+
+A model-family plugin also implements ``register_auto_classes`` (its transformers classes, registered
+only when DARE first loads or creates a checkpoint).
 """
 
 from __future__ import annotations
@@ -75,6 +78,20 @@ def register_rewards(register):
 
     :param register: ``register(cls)`` or ``register("module:Class", name=..., description=...,
         aliases=(...))``; call once per reward this plugin provides.
+    """
+
+
+# --------------------------------------------------------------------------- transformers classes
+@hookspec
+def register_auto_classes():
+    """Register this plugin's transformers classes (config, model, tokenizer) with transformers' Auto
+    classes (``AutoConfig.register``, ``AutoModel.register``, ...), so ``AutoModel.from_pretrained(dir)``
+    loads the family's checkpoints without ``trust_remote_code``.
+
+    DARE calls it once per process (:func:`dare.plugins.register_auto_classes`) before it reads or
+    creates a checkpoint through transformers. Import the modeling modules inside the hook, not at the
+    plugin module's top level, so that ``dare --help``, ``dare plugins`` and ``dare validate`` do not
+    import them.
     """
 
 

@@ -55,6 +55,7 @@ __all__ = [
     "Registry",
     "get_plugin_manager",
     "get_registry",
+    "register_auto_classes",
     "reset",
 ]
 
@@ -269,6 +270,7 @@ class Registry:
 
 _pm: pluggy.PluginManager | None = None
 _registry: Registry | None = None
+_auto_registered: pluggy.PluginManager | None = None  # the manager whose register_auto_classes ran
 
 
 def _new_pm() -> pluggy.PluginManager:
@@ -301,9 +303,28 @@ def get_registry() -> Registry:
 
 def reset() -> None:
     """Forget the loaded plugins (tests; after installing a plugin in-process)."""
-    global _pm, _registry
+    global _pm, _registry, _auto_registered
     _pm = None
     _registry = None
+    _auto_registered = None
+
+
+def register_auto_classes() -> None:
+    """Let every plugin register its transformers classes with transformers' Auto classes (the
+    ``register_auto_classes`` hook), once per loaded plugin manager.
+
+    Call it before reading or creating a checkpoint through ``AutoConfig``/``AutoModel``/
+    ``AutoTokenizer`` (``dare.modeling`` and the spec's model checks do). Each plugin's hook runs on its
+    own; one that raises is recorded in the registry's ``failures`` (``dare plugins`` lists it) and the
+    others still register.
+    """
+    global _auto_registered
+    pm = get_plugin_manager()
+    if _auto_registered is pm:
+        return
+    _auto_registered = pm
+    assert _registry is not None
+    _call_each(pm, _registry, "register_auto_classes")
 
 
 def _core_distribution() -> tuple[str, str]:
@@ -363,17 +384,27 @@ def _load() -> tuple[pluggy.PluginManager, Registry]:
         pm.enable_tracing()
 
     for kind, hook_name in HOOK_FOR_KIND.items():
-        impls = getattr(pm.hook, hook_name).get_hookimpls()  # registration order: built-ins first
-        for impl in impls:
-            dist, version = reg.plugins.get(impl.plugin_name, ("unknown", "0"))
-            others = [other.plugin for other in impls if other.plugin is not impl.plugin]
-            call = pm.subset_hook_caller(hook_name, remove_plugins=others)  # this plugin's hook alone
-            try:
-                call(register=_Register(reg, kind, impl.plugin_name, dist, version))
-            except Exception as exc:
-                _failure(reg, impl.plugin_name, dist, f"{hook_name} raised {type(exc).__name__}: {exc}")
+        _call_each(pm, reg, hook_name,
+                   lambda plugin, dist, version, kind=kind: {"register": _Register(reg, kind, plugin, dist, version)})
     _registry = reg
     return pm, reg
+
+
+def _call_each(pm: pluggy.PluginManager, reg: Registry, hook_name: str,
+               kwargs=lambda plugin, dist, version: {}) -> None:
+    """Call ``hook_name`` through pluggy once per implementing plugin (``pm.subset_hook_caller``: the
+    hook with only that plugin's implementation), in registration order (built-ins first), with
+    ``kwargs(plugin, dist, version)``. A plugin whose hook raises is recorded as a load failure and the
+    others still run."""
+    impls = getattr(pm.hook, hook_name).get_hookimpls()
+    for impl in impls:
+        dist, version = reg.plugins.get(impl.plugin_name, ("unknown", "0"))
+        others = [other.plugin for other in impls if other.plugin is not impl.plugin]
+        call = pm.subset_hook_caller(hook_name, remove_plugins=others)
+        try:
+            call(**kwargs(impl.plugin_name, dist, version))
+        except Exception as exc:
+            _failure(reg, impl.plugin_name, dist, f"{hook_name} raised {type(exc).__name__}: {exc}")
 
 
 class _Register:

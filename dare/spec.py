@@ -388,6 +388,9 @@ class SpecContext:
             p = resolve_path(adapter_base(p))  # a LoRA adapter without tokenizer files: its base model's
         from transformers import AutoTokenizer
 
+        from dare.plugins import register_auto_classes
+
+        register_auto_classes()  # the families' tokenizer (and config) classes, for this and _check_model
         return AutoTokenizer.from_pretrained(str(p))
 
 

@@ -1,9 +1,10 @@
 """Load and create checkpoints in the official format.
 
 A model directory is always what the family's release ships: ``config.json`` (official keys and
-``model_type``), safetensors with the official tensor names, tokenizer files. Importing a model
-family's class registers its model classes with transformers' Auto classes, so
-``AutoModel.from_pretrained(dir)`` works without ``trust_remote_code``.
+``model_type``), safetensors with the official tensor names, tokenizer files. Family plugins
+register their classes with transformers' Auto classes (:func:`dare.plugins.register_auto_classes`,
+called here before transformers reads or creates a checkpoint), so ``AutoModel.from_pretrained(dir)``
+works without ``trust_remote_code``.
 """
 
 from __future__ import annotations
@@ -64,9 +65,9 @@ def family_of(path: str | Path, registry=None) -> ModelFamily:
     if not p.exists():  # a hub id: ask the hub (or its cache) for config.json
         from transformers import AutoConfig
 
-        from dare.plugins import get_registry
+        from dare.plugins import register_auto_classes
 
-        (registry or get_registry()).load_all("model_family")  # importing a family registers its Auto classes
+        register_auto_classes()
         try:
             return resolve_family(AutoConfig.from_pretrained(str(path)).model_type, registry)
         except CheckpointError:
@@ -159,11 +160,11 @@ def load_model(path: str | Path, dtype: str = "float32", registry=None, verify: 
     """
     from transformers import AutoConfig, AutoModel, AutoTokenizer
 
-    from dare.plugins import get_registry
+    from dare.plugins import get_registry, register_auto_classes
     from dare.spec import resolve_path
 
     registry = registry or get_registry()
-    registry.load_all("model_family")  # importing a family registers its Auto classes
+    register_auto_classes()
     p = trained_model_dir(resolve_path(str(path)))
     if (p / "adapter_config.json").is_file():  # a LoRA adapter directory: its base + the adapter, merged
         from dare.modeling.lora import load_adapter_checkpoint
@@ -218,7 +219,9 @@ def create_model(
     from transformers import AutoModel
 
     from dare.io import atomic_dir
+    from dare.plugins import register_auto_classes
 
+    register_auto_classes()
     presets = family.presets()
     if preset not in presets:
         raise CheckpointError(f"unknown preset {preset!r} for family {family.name}; available: {', '.join(presets)}")
@@ -246,6 +249,9 @@ def _new_tokenizer(family: ModelFamily, tokenizer: str = "byte"):
         )
     from transformers import AutoTokenizer
 
+    from dare.plugins import register_auto_classes
+
+    register_auto_classes()
     return AutoTokenizer.from_pretrained(tokenizer)
 
 

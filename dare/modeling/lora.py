@@ -282,6 +282,9 @@ def lora_spec_problems(ctx: SpecContext) -> list[tuple[str, str]]:
     try:
         from transformers import AutoConfig
 
+        from dare.plugins import register_auto_classes
+
+        register_auto_classes()
         raw = dict(ctx.model_config)
         model_type = raw.pop("model_type", None)
         config = AutoConfig.for_model(model_type, **raw) if model_type else ctx.family.config_class()(**raw)

@@ -6,9 +6,8 @@ Importing this module registers ``DreamConfig``/``DreamModel`` with transformers
 ``AutoTokenizer.from_pretrained(dir)`` work without ``trust_remote_code`` (also for a released
 directory whose ``config.json``/``tokenizer_config.json`` carry an ``auto_map``).
 
-``dare_dream.family`` imports this module, so using the family registers them (as does importing one of
-these classes from ``dare_dream``); the plugin entry point ``dare_dream.plugin`` does not, so listing plugins stays
-light.
+The plugin's ``register_auto_classes`` hook (:mod:`dare_dream.plugin`) imports this module when DARE
+first reads or creates a checkpoint, and so does importing one of these classes from ``dare_dream``.
 """
 
 from transformers import AutoConfig, AutoModel, AutoModelForCausalLM, AutoModelForMaskedLM, AutoTokenizer

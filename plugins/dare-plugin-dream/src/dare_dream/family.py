@@ -17,8 +17,6 @@ import torch
 
 from dare.components import ModelFamily, SpecialTokens
 
-import dare_dream.auto  # noqa: F401  (registers the transformers Auto classes; see dare_dream/__init__.py)
-
 __all__ = ["DreamFamily", "DREAM_CHAT_TEMPLATE", "shift_logits", "left_padding_inputs"]
 
 #: Qwen2.5 ChatML as in Dream-v0-Instruct-7B's tokenizer_config.json, without the tool-call branches:

@@ -1,7 +1,8 @@
 """Entry point of ``dare-plugin-dream``: registers the Dream family and sampler.
 
 Lazy references (see :mod:`dare.hookspecs`): ``dare_dream.family`` and ``dare_dream.sampler`` are
-imported when a spec or command first uses them, so listing plugins does not import torch.
+imported when a spec or command first uses them, and ``dare_dream.auto`` (transformers) when DARE
+first reads or creates a checkpoint, so listing plugins does not import torch.
 """
 
 from dare import hookimpl
@@ -18,3 +19,8 @@ def register_model_families(register):
 def register_samplers(register):
     register("dare_dream.sampler:DreamSampler", name="dream",
              description="Dream's diffusion_generate (origin / maskgit_plus / topk_margin / entropy), with trajectory.")
+
+
+@hookimpl
+def register_auto_classes():
+    import dare_dream.auto  # noqa: F401  (importing it registers Dream's transformers classes)

@@ -4,9 +4,8 @@ Importing this module registers ``LLaDAConfig``/``LLaDAModelLM`` with transforme
 ``AutoModel``, ``AutoModelForCausalLM`` and ``AutoModelForMaskedLM`` for ``model_type: llada``, so
 ``AutoModel.from_pretrained(dir)`` works without ``trust_remote_code``.
 
-``dare_llada.family`` imports this module, so using the family registers them (as does importing one of
-these classes from ``dare_llada``); the plugin entry point ``dare_llada.plugin`` does not, so listing plugins stays
-light.
+The plugin's ``register_auto_classes`` hook (:mod:`dare_llada.plugin`) imports this module when DARE
+first reads or creates a checkpoint, and so does importing one of these classes from ``dare_llada``.
 """
 
 from transformers import AutoConfig, AutoModel, AutoModelForCausalLM, AutoModelForMaskedLM

@@ -8,8 +8,6 @@ import torch
 
 from dare.components import ModelFamily, SpecialTokens
 
-import dare_llada.auto  # noqa: F401  (registers the transformers Auto classes; see dare_llada/__init__.py)
-
 __all__ = ["LLaDAFamily", "LLADA_CHAT_TEMPLATE"]
 
 #: LLaDA-8B-Instruct's template, made to honour ``add_generation_prompt`` (the release always appends

@@ -1,7 +1,8 @@
 """Entry point of ``dare-plugin-llada``: registers the LLaDA family and sampler.
 
 Lazy references (see :mod:`dare.hookspecs`): ``dare_llada.family`` and ``dare_llada.sampler`` are
-imported when a spec or command first uses them, so listing plugins does not import torch.
+imported when a spec or command first uses them, and ``dare_llada.auto`` (transformers) when DARE
+first reads or creates a checkpoint, so listing plugins does not import torch.
 """
 
 from dare import hookimpl
@@ -17,3 +18,8 @@ def register_model_families(register):
 def register_samplers(register):
     register("dare_llada.sampler:LLaDASampler", name="llada",
              description="LLaDA semi-autoregressive low-confidence remasking (official generate.py), with trajectory.")
+
+
+@hookimpl
+def register_auto_classes():
+    import dare_llada.auto  # noqa: F401  (importing it registers LLaDA's transformers classes)

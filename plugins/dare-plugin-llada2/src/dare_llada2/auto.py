@@ -6,9 +6,8 @@ Importing this module registers ``LLaDA2MoeConfig``/``LLaDA2MoeModelLM`` with tr
 also for a release ``config.json`` that carries an ``auto_map``. ``AutoModel`` returns the model with
 its LM head (DARE always wants logits), not the release's bare backbone.
 
-``dare_llada2.family`` imports this module, so using the family registers them (as does importing one of
-these classes from ``dare_llada2``); the plugin entry point ``dare_llada2.plugin`` does not, so listing plugins stays
-light.
+The plugin's ``register_auto_classes`` hook (:mod:`dare_llada2.plugin`) imports this module when DARE
+first reads or creates a checkpoint, and so does importing one of these classes from ``dare_llada2``.
 """
 
 from transformers import AutoConfig, AutoModel, AutoModelForCausalLM, AutoModelForMaskedLM

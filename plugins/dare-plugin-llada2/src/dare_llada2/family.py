@@ -20,8 +20,6 @@ import torch
 from dare.components import ModelFamily, SpecialTokens
 from dare.diffusion.block import block_causal_mask, block_diffusion_inputs, leading_padding, roll_rows
 
-import dare_llada2.auto  # noqa: F401  (registers the transformers Auto classes; see dare_llada2/__init__.py)
-
 __all__ = ["LLaDA2Family", "LLADA2_CHAT_TEMPLATE", "DEFAULT_BLOCK_SIZE", "PRESETS"]
 
 #: Block size LLaDA2.0/2.1 were trained and are decoded with (model cards: block_length 32). A

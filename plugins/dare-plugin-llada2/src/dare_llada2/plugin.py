@@ -1,7 +1,8 @@
 """Entry point of ``dare-plugin-llada2``: registers the LLaDA2.x family and its block decoder.
 
 Lazy references (see :mod:`dare.hookspecs`): ``dare_llada2.family`` and ``dare_llada2.sampler`` are
-imported when a spec or command first uses them, so listing plugins does not import torch.
+imported when a spec or command first uses them, and ``dare_llada2.auto`` (transformers) when DARE
+first reads or creates a checkpoint, so listing plugins does not import torch.
 """
 
 from dare import hookimpl
@@ -19,3 +20,8 @@ def register_samplers(register):
     register("dare_llada2.sampler:LLaDA2Sampler", name="llada2",
              description="LLaDA2's official block decoder (2.0 threshold decoding / 2.1 token editing), batched, "
                          "KV-cached.")
+
+
+@hookimpl
+def register_auto_classes():
+    import dare_llada2.auto  # noqa: F401  (importing it registers LLaDA2's transformers classes)

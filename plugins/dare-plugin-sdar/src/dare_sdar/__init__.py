@@ -1,10 +1,10 @@
 """DARE plugin: the SDAR block-diffusion LM family (dense ``sdar`` and MoE ``sdar_moe``) and its decoder.
 
-:mod:`dare_sdar.auto` registers this plugin's configuration, model (and tokenizer) classes with
-transformers' Auto classes, so ``AutoModel.from_pretrained(dir)`` works without ``trust_remote_code``;
-:mod:`dare_sdar.family` imports it, and so does the first access of a name below (PEP 562). Importing the
-package alone is light, as the plugin entry point :mod:`dare_sdar.plugin` (loaded by every ``dare``
-command) needs.
+:mod:`dare_sdar.auto` registers this plugin's configuration and model classes with transformers' Auto
+classes, so ``AutoModel.from_pretrained(dir)`` works without ``trust_remote_code``. The plugin's
+``register_auto_classes`` hook imports it (DARE calls the hook before it first reads or creates a
+checkpoint), and so does the first access of a name below (PEP 562). Importing the package alone is
+light, as the plugin entry point :mod:`dare_sdar.plugin` (loaded by every ``dare`` command) needs.
 """
 
 __all__ = ["SDARCache", "SDARConfig", "SDARMoeConfig", "SDARForCausalLM", "SDARMoeForCausalLM"]

@@ -6,9 +6,8 @@ Importing this module registers ``SDARConfig``/``SDARForCausalLM`` (``model_type
 DARE checkpoint) without ``trust_remote_code``, also when ``config.json`` carries the release's
 ``auto_map`` (a registered local class wins over remote code).
 
-``dare_sdar.family`` imports this module, so using the family registers them (as does importing one of
-these classes from ``dare_sdar``); the plugin entry point ``dare_sdar.plugin`` does not, so listing plugins stays
-light.
+The plugin's ``register_auto_classes`` hook (:mod:`dare_sdar.plugin`) imports this module when DARE
+first reads or creates a checkpoint, and so does importing one of these classes from ``dare_sdar``.
 """
 
 from transformers import AutoConfig, AutoModel, AutoModelForCausalLM

@@ -29,8 +29,6 @@ import torch
 from dare.components import ModelFamily, SpecialTokens
 from dare.diffusion.block import block_causal_mask, block_diffusion_inputs, leading_padding, roll_rows
 
-import dare_sdar.auto  # noqa: F401  (registers the transformers Auto classes; see dare_sdar/__init__.py)
-
 __all__ = ["SDARFamily", "SDAR_CHAT_TEMPLATE", "DEFAULT_BLOCK_SIZE", "PRESETS", "block_logits"]
 
 #: Block size when a config has no ``block_size`` key (the SDAR-30B-A3B release).

@@ -1,7 +1,8 @@
 """Entry point of ``dare-plugin-sdar``: registers the SDAR family and its block decoder.
 
 Lazy references (see :mod:`dare.hookspecs`): ``dare_sdar.family`` and ``dare_sdar.sampler`` are
-imported when a spec or command first uses them, so listing plugins does not import torch.
+imported when a spec or command first uses them, and ``dare_sdar.auto`` (transformers) when DARE
+first reads or creates a checkpoint, so listing plugins does not import torch.
 """
 
 from dare import hookimpl
@@ -19,3 +20,8 @@ def register_samplers(register):
     register("dare_sdar.sampler:SDARSampler", name="sdar",
              description="SDAR block diffusion decoding with a KV cache (JetAstra/SDAR generate.py), with trajectory "
                          "and NFE.")
+
+
+@hookimpl
+def register_auto_classes():
+    import dare_sdar.auto  # noqa: F401  (importing it registers SDAR's transformers classes)
