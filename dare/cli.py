@@ -127,7 +127,7 @@ def generate(model_path, prompts, sampler_name, params, chat, dtype, seed, as_js
 
     from dare.modeling import load_model
     from dare.sampling.text import encode_prompts, decode_completions
-    from dare.spec import check_generate, parse_override_value
+    from dare.spec import parse_override_value
 
     texts = []
     for p in prompts:
@@ -141,7 +141,7 @@ def generate(model_path, prompts, sampler_name, params, chat, dtype, seed, as_js
         k, v = kv.split("=", 1)
         raw[k.strip()] = parse_override_value(v)
     # the spec's checks (model directory, sampler params, sampler vs family) before loading any weights
-    sampler, _ = check_generate(model_path, sampler_name, raw)
+    sampler = _generate_checks(model_path, sampler_name, raw)
     lm = load_model(model_path, dtype=dtype)
     rendered = [
         lm.tokenizer.apply_chat_template([{"role": "user", "content": t}], tokenize=False, add_generation_prompt=True)
@@ -159,6 +159,25 @@ def generate(model_path, prompts, sampler_name, params, chat, dtype, seed, as_js
     else:
         for c in completions:
             click.echo(c)
+
+
+def _generate_checks(model_path: str, sampler: str | None, params: dict):
+    """``dare generate``'s input checks (:func:`dare.spec.resolve_generate`), problems named by the options.
+
+    :returns: the sampler component. :raises DareError: naming ``--model``, ``--sampler``, ``--param KEY``.
+    """
+    from dare.spec import resolve_generate
+
+    ctx = resolve_generate(model_path, sampler, params)
+    if not ctx.problems:
+        return ctx.sampler
+    names = {"model.path": "--model", "sampler.name": "--sampler", "sampler": "--sampler", "sampler.params": "--param"}
+    out = []
+    for loc, msg in ctx.problems:
+        if loc.startswith("sampler.params."):
+            loc = f"--param {loc[len('sampler.params.'):]}"
+        out.append(f"{names.get(loc, loc)}: {msg.replace('model.path', '--model')}")
+    raise DareError("; ".join(out))
 
 
 # --------------------------------------------------------------------------- validate / schema / plugins
@@ -252,7 +271,9 @@ def plugins(as_json, with_params, check):
 # --------------------------------------------------------------------------- scaffolding
 @cli.command(name="new-plugin")
 @click.argument("name")
-@click.option("--kind", required=True, type=click.Choice(["objective", "model", "sampler", "evaluator", "reward"]))
+@click.option("--kind", required=True, type=click.Choice(["objective", "rl-objective", "model", "sampler", "evaluator", "reward"]),
+              help="objective: a supervised objective on the core's training skeleton; rl-objective: an online-RL "
+                   "objective on dare.rl.OnlineRLObjective; model, sampler, evaluator, reward.")
 @click.option("--output", "-o", default=".", show_default=True, help="Parent directory of the new package.")
 def new_plugin(name, kind, output):
     """Scaffold an installable plugin package NAME with one component of KIND and a passing test."""

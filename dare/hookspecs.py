@@ -7,7 +7,7 @@ every registered component with the plugin's distribution and version and reject
 the same kind and name.
 
 Components are classes deriving from :mod:`dare.components` (``ModelFamily``, ``Sampler``,
-``Objective``, ``Evaluator``, ``Reward``); each carries a ``name`` and a pydantic ``Params`` model
+``Objective``, ``Estimator``, ``Evaluator``, ``Reward``); each carries a ``name`` and a pydantic ``Params`` model
 that validates its ``params:`` block in a run spec. ``register`` takes either
 
 * the class: ``register(MyReward)`` (its module is imported with the plugin), or
@@ -58,6 +58,16 @@ def register_objectives(register):
 
     :param register: ``register(cls)`` or ``register("module:Class", name=..., description=...,
         aliases=(...))``; call once per objective this plugin provides.
+    """
+
+
+# --------------------------------------------------------------------------- likelihood estimators
+@hookspec
+def register_estimators(register):
+    """Register :class:`dare.components.Estimator` subclasses (likelihood estimators objectives may select).
+
+    :param register: ``register(cls)`` or ``register("module:Class", name=..., description=...,
+        aliases=(...))``; call once per estimator this plugin provides.
     """
 
 

@@ -1,7 +1,9 @@
-"""Atomic writes: nothing on disk is half-written.
+"""Paths and atomic writes: where a spec's paths point, and nothing on disk half-written.
 
 Files are written to a temporary sibling and renamed into place; directories are built in a
 temporary sibling directory and renamed (an existing target is moved aside first, then removed).
+:func:`resolve_path` maps a spec path (``dare://`` packaged asset, ``~``, relative) to a local path;
+:func:`looks_local` tells a local path from a hub id (``org/name``).
 """
 
 from __future__ import annotations
@@ -15,7 +17,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-__all__ = ["atomic_dir", "atomic_write_text", "atomic_write_json"]
+from dare import assets
+
+__all__ = ["atomic_dir", "atomic_write_text", "atomic_write_json", "resolve_path", "looks_local"]
 
 
 @contextlib.contextmanager
@@ -65,3 +69,25 @@ def atomic_write_text(path: str | os.PathLike, text: str) -> None:
 
 def atomic_write_json(path: str | os.PathLike, data: Any) -> None:
     atomic_write_text(path, json.dumps(data, indent=2, sort_keys=False, default=str) + "\n")
+
+
+def resolve_path(path: str | os.PathLike) -> Path:
+    """``dare://rel`` -> the packaged asset ``rel`` (:mod:`dare.assets`); ``~`` is expanded; other paths
+    stay relative to the working directory."""
+    path = str(path)
+    if path.startswith("dare://"):
+        return assets.path(path[len("dare://") :])
+    return Path(os.path.expanduser(path))
+
+
+def looks_local(path: str) -> bool:
+    """Whether a model/data ``path`` names a local file or directory rather than a hub id.
+
+    Local: it exists, is a ``dare://`` asset, starts with ``.``, ``/`` or ``~``, does not have the hub's
+    ``org/name`` shape (exactly one ``/``), or its first segment is an existing local directory (a typo
+    in ``runs/my-run`` is a missing local directory, not a hub repository).
+    """
+    path = str(path)
+    if path.startswith(("dare://", ".", "/", "~")) or path.count("/") != 1:
+        return True
+    return resolve_path(path).exists() or Path(path.split("/", 1)[0]).is_dir()

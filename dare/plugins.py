@@ -74,6 +74,7 @@ HOOK_FOR_KIND = {
     "model_family": "register_model_families",
     "sampler": "register_samplers",
     "objective": "register_objectives",
+    "estimator": "register_estimators",
     "evaluator": "register_evaluators",
     "reward": "register_rewards",
 }

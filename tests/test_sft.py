@@ -66,13 +66,16 @@ def test_collator_block_convention_padding_excluded_and_whole_blocks():
 def test_sft_trainer_loss_replays_by_hand(tiny_llada_dir, tmp_path):
     """SFTTrainer.compute_loss = the paper's loss with masks drawn from torch's global RNG."""
     from dare.modeling import load_model
-    from dare_sft.trainer import SFTConfig, SFTTrainer
+    from dare.trainers import DareConfig
+    from dare_sft.objective import SFT
+    from dare_sft.trainer import SFTTrainer
 
     lm = load_model(tiny_llada_dir)
     c = SupervisedCollator(lm.tokens, lm.family.pad_in_response)
     batch = c([SupervisedExample([10, 11, 12], [20, 21, lm.tokens.eos_id]), SupervisedExample([10], [22, lm.tokens.eos_id])])
-    args = SFTConfig(output_dir=str(tmp_path), mask_eps=0.2, report_to="none")
-    trainer = SFTTrainer(model=lm.model, args=args, train_dataset=[], data_collator=c, family=lm.family, tokens=lm.tokens)
+    args = DareConfig(output_dir=str(tmp_path), report_to="none")
+    trainer = SFTTrainer(model=lm.model, args=args, train_dataset=[], data_collator=c, family=lm.family, tokens=lm.tokens,
+                         objective=SFT(mask_eps=0.2))
     torch.manual_seed(123)
     got = trainer.compute_loss(lm.model, batch)
     # replay the draws

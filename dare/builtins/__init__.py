@@ -1,16 +1,18 @@
-"""DARE's built-in plugin (part of ``dare-dllm``): the rewards of :mod:`dare.builtins.rewards` and the
-benchmarks of :mod:`dare.builtins.benchmarks`.
+"""DARE's built-in plugin (part of ``dare-dllm``): the rewards of :mod:`dare.builtins.rewards`, the
+benchmarks of :mod:`dare.builtins.benchmarks` and the likelihood estimators of
+:mod:`dare.diffusion.estimators` (as components, so objectives that allow several take one by name and
+``dare plugins`` lists them).
 
 The host loads this module by path (``dare.plugins.DEFAULT_PLUGINS``), whatever ``DARE_LOAD_PLUGINS``
-says. It registers lazy references (see :mod:`dare.hookspecs`): the reward and benchmark modules are
-imported when a spec or command first uses one of their components, not when plugins are listed.
+says. It registers lazy references (see :mod:`dare.hookspecs`): the modules are imported when a spec
+or command first uses one of their components, not when plugins are listed.
 """
 
 from __future__ import annotations
 
 from dare.hookspecs import hookimpl
 
-__all__ = ["register_evaluators", "register_rewards"]
+__all__ = ["register_estimators", "register_evaluators", "register_rewards"]
 
 
 @hookimpl
@@ -51,3 +53,26 @@ def register_evaluators(register):
     register("dare.builtins.benchmarks:MBPP", name="mbpp",
              description="MBPP (500 test problems, 3-shot [BEGIN]/[DONE] prompts); pass@1 on the assert list, "
                          "sandboxed.")
+
+
+@hookimpl
+def register_estimators(register):
+    register("dare.diffusion.estimators.onestep:OneStepEstimator", name="one-step",
+             description="d1's one-step estimator: fully masked completion, prompt masked with ``p_mask_prompt``.")
+    register("dare.diffusion.estimators.coupled:CoupledEstimator", name="coupled",
+             description="DiffuCoder's coupled (complementary) mask pair, with DARE's optional full-mask term.")
+    register("dare.diffusion.estimators.elbo_complement:ComplementaryELBOEstimator", name="complementary-elbo",
+             description="ESPO's sequence ELBO: stratified ``k/(L+1)`` masks plus the complementary copy, ``mc_num`` "
+                         "passes.")
+    register("dare.diffusion.estimators.blockwise:BlockwiseELBOEstimator", name="blockwise-elbo",
+             description="EBPO's all-block composite ELBO: every block masked in every MC row, stratified noise "
+                         "levels.")
+    register("dare.diffusion.estimators.trajectory:TrajectoryEstimator", name="trajectory",
+             description="Exact (``shrink = 1``) or shrunk replay of the recorded decoding trajectory.")
+    register("dare.diffusion.estimators.autoregressive:AutoregressiveEstimator", name="autoregressive",
+             description="Left-to-right exact likelihood (block length 1), ``chunk_size`` positions per pass.")
+    register("dare.diffusion.estimators.stratified:StratifiedELBOEstimator", name="mc-elbo",
+             description="``mc_num`` ELBO terms with stratified (or uniform/Bernoulli) mask counts, one pass each.")
+    register("dare.diffusion.estimators.random_block:RandomBlockEstimator", name="random-block",
+             description="SPG's block-wise corruption: random block ``j`` partly masked, later blocks masked, earlier "
+                         "at 15%.")

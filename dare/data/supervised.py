@@ -22,8 +22,12 @@ __all__ = ["SupervisedExample", "tokenize_example", "SupervisedCollator"]
 
 @dataclass
 class SupervisedExample:
+    """Token ids of one (prompt, response + EOS) pair; ``index`` is its position in the dataset (the key of
+    its per-example random draws; -1 when unknown)."""
+
     prompt_ids: list[int]
     response_ids: list[int]
+    index: int = -1
 
 
 def tokenize_example(tokenizer, prompt: str, response: str, tokens: SpecialTokens, max_length: int | None = None) -> SupervisedExample | None:
@@ -43,7 +47,8 @@ class SupervisedCollator:
 
     Returns ``input_ids`` ``[B, L]`` int64, ``attention_mask`` ``[B, L]`` int64, ``prompt_mask``
     ``[B, L]`` bool, ``loss_mask`` ``[B, L]`` bool (response positions, padding included iff
-    ``pad_in_response``) and ``response_length`` ``[B]`` int64 (= ``loss_mask.sum(1)``).
+    ``pad_in_response``), ``response_length`` ``[B]`` int64 (= ``loss_mask.sum(1)``) and ``index``
+    ``[B]`` int64 (the examples' ``index``).
     ``pad_to_multiple_of`` rounds ``L`` up (block families need whole blocks).
     """
 
@@ -79,4 +84,5 @@ class SupervisedCollator:
             "prompt_mask": prompt_mask,
             "loss_mask": loss_mask,
             "response_length": loss_mask.sum(dim=1),
+            "index": torch.tensor([e.index for e in batch], dtype=torch.long),
         }

@@ -20,7 +20,7 @@ Usage (an objective; the estimator never sees a family name)::
 
 Corruption schemes (``scheme``):
 
-* ``"stratified"`` (VRPO/BGPO, algorithms.md §3.3): one ``k ~ U{1..L}`` per sequence, then
+* ``"stratified"`` (VRPO/BGPO, docs/algorithms.md §3.3): one ``k ~ U{1..L}`` per sequence, then
   ``k_j = ((k - 1 + round(j L / n)) mod L) + 1`` for ``j = 0..n-1``: a low-discrepancy set of mask
   counts covering ``[1, L]`` evenly; each ``k_j`` is marginally uniform, so every term stays
   unbiased. One mask per count (the whole budget on timesteps). ``round`` is half-up here (the DARE
@@ -46,6 +46,7 @@ from typing import Callable, Literal
 import torch
 
 from dare.diffusion.likelihood import token_logprobs
+from dare.randomness import rand
 
 __all__ = [
     "Scheme",
@@ -63,10 +64,10 @@ Scheme = Literal["stratified", "uniform", "bernoulli"]
 Normalizer = Literal["length", "none"]
 
 
-def _rand(shape: tuple[int, ...], generator: torch.Generator | None, device: torch.device) -> torch.Tensor:
-    """``U[0, 1)`` float32 of ``shape`` on ``device``, drawn on the generator's own device."""
-    gen_device = generator.device if generator is not None else device
-    return torch.rand(shape, generator=generator, device=gen_device).to(device)
+def _rand(shape: tuple[int, ...], generator, device: torch.device) -> torch.Tensor:
+    """``U[0, 1)`` float32 of ``shape`` on ``device``, drawn on the generator's own device (per row with
+    :class:`dare.randomness.RowGenerators`)."""
+    return rand(shape, generator, device=device)
 
 
 def _uniform_count(lengths: torch.Tensor, shape: tuple[int, ...], generator: torch.Generator | None) -> torch.Tensor:

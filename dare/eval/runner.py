@@ -10,6 +10,7 @@ from typing import Any
 import torch
 
 from dare.errors import DataError
+from dare.io import resolve_path
 
 __all__ = ["BenchmarkResult", "benchmark_path", "evaluate_benchmark", "data_root"]
 
@@ -25,8 +26,6 @@ def benchmark_path(evaluator, bspec) -> Path:
 
     :raises DataError: no path given and no default (or ``$DARE_DATA_DIR`` unset for it).
     """
-    from dare.spec import resolve_path
-
     if bspec.path:
         return resolve_path(bspec.path)
     default = evaluator.default_path

@@ -1,7 +1,7 @@
 """The code reward: run the completion's program against the sample's tests in the sandbox.
 
 Rule (DARE ``dllm_rm`` -> ``rllm_reward_fn_code``, ``verl/utils/reward_score/code_reward.py``; see
-algorithms.md §6): extract the program (:mod:`dare.rewards.code_extract`; MBPP rows use the MBPP rule),
+docs/algorithms.md §6): extract the program (:mod:`dare.rewards.code_extract`; MBPP rows use the MBPP rule),
 run it with the tests; 1.0 if everything passes, 0.0 if anything fails, times out or no program can be
 extracted (format error). The tests come from ``reward_model.ground_truth``:
 

@@ -119,15 +119,18 @@ class DareTrainer(Trainer):
     :param family: the model family adapter (``dare.components.ModelFamily``).
     :param tokens: special ids (``dare.components.SpecialTokens``).
     :param eval_fn: ``(model) -> dict[str, float]`` run every ``args.eval_steps`` when set.
+    :param objective: the objective being trained (``dare.components.Objective``); losses read its
+        settings from ``self.objective.params`` (the config holds training-loop settings only).
     """
 
-    def __init__(self, *args, family=None, tokens=None, eval_fn: Callable | None = None, **kwargs):
+    def __init__(self, *args, family=None, tokens=None, eval_fn: Callable | None = None, objective=None, **kwargs):
         targs: DareConfig = kwargs.get("args") if "args" in kwargs else args[1]
         if targs.num_threads and targs.use_cpu:
             torch.set_num_threads(targs.num_threads)
         self.family = family
         self.tokens = tokens
         self.eval_fn = eval_fn
+        self.objective = objective
         self._dare_staging: str | None = None
         if eval_fn is not None and targs.eval_steps:
             targs.eval_strategy = "steps"
@@ -235,6 +238,14 @@ class DareTrainer(Trainer):
         super().save_model(os.path.join(output_dir, "adapter"), _internal_call)
         if self.args.should_save:
             save_merged(self.model, output_dir, tokenizer=self.processing_class)
+
+    def save_final(self, model_dir: str | os.PathLike) -> None:
+        """Write the trained model to ``model_dir`` in the official format (a LoRA run: merged, with the
+        adapter in ``adapter/``), atomically (built in a temporary sibling, then renamed)."""
+        from dare.io import atomic_dir
+
+        with atomic_dir(model_dir, overwrite=True) as tmp:
+            self.save_model(str(tmp))
 
     # ------------------------------------------------------------------ atomic checkpoints
     def _get_output_dir(self, trial):  # noqa: D401 - transformers hook

@@ -1,5 +1,5 @@
 """Complementary-mask sequence ELBO with the ``(L + 1)`` denominator (ESPO, arXiv 2512.03759 §3;
-DARE ``_forward_process_espo`` and ``compute_espo_sequence_elbo``; algorithms.md §3.11).
+DARE ``_forward_process_espo`` and ``compute_espo_sequence_elbo``; docs/algorithms.md §3.11).
 
 For a response of ``L = |y|`` tokens, draw a mask count ``k in {0, ..., L}`` and mask ``k`` random
 response tokens; ``p = k / (L + 1)`` (the ``L + 1`` denominator keeps both weights finite
@@ -19,10 +19,12 @@ The prompt is never masked. Values are raw sums (not divided by the length).
 from __future__ import annotations
 
 import torch
+from pydantic import Field
 
+from dare.components import Params
 from dare.diffusion.estimators.base import Estimator, Pass, ScoringBatch, uniform
 
-__all__ = ["ComplementaryELBOEstimator", "stratified_counts", "complement_pass"]
+__all__ = ["ComplementaryELBOParams", "ComplementaryELBOEstimator", "stratified_counts", "complement_pass"]
 
 
 def stratified_counts(lengths: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
@@ -72,15 +74,20 @@ def complement_pass(batch: ScoringBatch, reduce_var: bool = True, generator: tor
     return Pass(mask=torch.stack(masks), weight=torch.stack(weights).float())
 
 
+class ComplementaryELBOParams(Params):
+    """Parameters of :class:`ComplementaryELBOEstimator`."""
+
+    mc_num: int = Field(2, ge=1, description="Monte-Carlo passes (each a mask and its complement).")
+    reduce_var: bool = Field(True, description="Add the complementary copy of each mask (variance reduction).")
+
+
 class ComplementaryELBOEstimator(Estimator):
     """ESPO's sequence ELBO: stratified ``k/(L+1)`` masks plus the complementary copy, ``mc_num`` passes."""
 
+    name = "complementary-elbo"
     level = "sequence"
 
-    def __init__(self, mc_num: int = 2, reduce_var: bool = True):
-        if mc_num < 1:
-            raise ValueError(f"mc_num must be >= 1, got {mc_num}")
-        self.mc_num, self.reduce_var = mc_num, reduce_var
+    Params = ComplementaryELBOParams
 
     def draw(self, batch: ScoringBatch, generator: torch.Generator | None = None) -> list[Pass]:
-        return [complement_pass(batch, self.reduce_var, generator) for _ in range(self.mc_num)]
+        return [complement_pass(batch, self.params.reduce_var, generator) for _ in range(self.params.mc_num)]

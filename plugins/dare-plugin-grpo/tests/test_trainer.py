@@ -12,11 +12,11 @@ from dare.diffusion.estimators import ScoringBatch, score_pass
 from dare.modeling import load_model
 from dare.rewards import WeightedReward
 from dare.rl import group_advantages
-from dare_grpo.config import GRPOConfig
-from dare_grpo.data import PromptDataset
+from dare.trainers import DareConfig
+from dare.rl.prompts import PromptDataset
 from dare_grpo.objectives import BGPO, CJGRPO, D1, ESPO, CoupledGRPO, TraceRL
-from dare_grpo.rollout import Rollout
-from dare_grpo.trainer import GRPOTrainer
+from dare.rl.rollout import Rollout
+from dare.rl.trainer import GRPOTrainer
 
 pytest.importorskip("dare_llada")
 from dare_llada.sampler import LLaDASampler  # noqa: E402
@@ -43,10 +43,13 @@ class Raising:
 
 
 def make_trainer(lm, objective, out, **cfg):
-    kw = dict(output_dir=str(out), per_device_train_batch_size=1, group_size=2, max_steps=2, learning_rate=1e-2,
+    """A GRPOTrainer: ``cfg`` keys the objective's Params declare go to the objective, the rest to DareConfig."""
+    rl = {k: cfg.pop(k) for k in list(cfg) if k in type(objective).Params.model_fields}
+    objective = type(objective)(objective.params, **{"group_size": 2, **rl})
+    kw = dict(output_dir=str(out), per_device_train_batch_size=1, max_steps=2, learning_rate=1e-2,
               logging_steps=1, save_steps=100, report_to="none", seed=0)
     kw.update(cfg)
-    args = GRPOConfig(**kw)
+    args = DareConfig(**kw)
     sampler = LLaDASampler({"gen_length": 4, "block_length": 4, "steps": 4, "temperature": 1.0})
     return GRPOTrainer(
         model=lm.model, args=args, train_dataset=PromptDataset(["12", "34", "56", "78"], [{}] * 4),
@@ -113,8 +116,8 @@ def test_proxy_replay_gradient_equals_direct_gradient(tmp_path, tiny_llada_dir):
     from dare_grpo.objectives import SequenceLossInput
 
     old_mean = torch.stack([s.sum(-1) for s in old]).mean(0)
-    objective.sequence_loss(SequenceLossInput(mean, old_mean, None, rollout.advantages, rollout.batch.response_lengths),
-                            trainer.args).loss.backward()
+    trainer.objective.sequence_loss(SequenceLossInput(mean, old_mean, None, rollout.advantages,
+                                                      rollout.batch.response_lengths)).loss.backward()
     for n, p in lm.model.named_parameters():
         if p.grad is not None:
             assert torch.allclose(replay[n], p.grad, atol=1e-6, rtol=1e-4), n
@@ -135,7 +138,7 @@ def test_inner_iterations_reuse_the_rollout(tmp_path, tiny_llada_dir):
 
 
 def test_a_raising_reward_scores_zero_and_is_counted(tiny_llada_dir):
-    from dare_grpo.rollout import score_completions
+    from dare.rl.rollout import score_completions
 
     lm = load_model(tiny_llada_dir)
     ids = torch.tensor([[50, 51, 97, 98, lm.tokens.eos_id], [50, 51, 99, lm.tokens.eos_id, lm.tokens.eos_id]])
@@ -234,7 +237,7 @@ def test_resume_reproduces_masks_rollouts_and_weights(tmp_path, tiny_llada_dir, 
 
 def test_prompt_order_repeats_each_rollout_batch_and_is_a_function_of_seed_and_epoch():
     from dare.errors import DataError
-    from dare_grpo.data import RepeatChunkSampler
+    from dare.rl.prompts import RepeatChunkSampler
 
     s = RepeatChunkSampler(7, chunk_size=3, repeats=2, seed=5)
     order = list(s)

@@ -3,19 +3,19 @@
 Two objectives over (prompt, chosen, rejected) pairs, for every model family:
 
 * ``dpo``: DPO (arXiv 2305.18290) with sequence log-likelihoods replaced by Monte-Carlo ELBO estimates
-  (``dare.diffusion.elbo``);
+  (a sequence-level :class:`dare.components.Estimator`, ``mc-elbo`` by default);
 * ``vrpo``: LLaDA 1.5's variance-reduced preference optimisation (arXiv 2505.19223): stratified mask
   counts, the whole budget on timesteps (one mask each), corruptions shared by policy and reference.
 
 The names below are imported on first access (PEP 562), so loading the plugin entry point
-(:mod:`dare_dpo.plugin`) does not import the trainer stack.
+(:mod:`dare_dpo.plugin`) imports neither torch nor the trainer stack.
 """
 
 import importlib
 
-__all__ = ["DPOConfig", "DPOTrainer", "dpo_loss", "DPOLossOutput"]
+__all__ = ["DPOTrainer", "dpo_loss", "DPOLossOutput"]
 
-_MODULE = {"DPOConfig": "trainer", "DPOTrainer": "trainer", "dpo_loss": "loss", "DPOLossOutput": "loss"}
+_MODULE = {"DPOTrainer": "trainer", "dpo_loss": "loss", "DPOLossOutput": "loss"}
 
 
 def __getattr__(name):

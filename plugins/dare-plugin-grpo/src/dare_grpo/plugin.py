@@ -1,7 +1,8 @@
-"""Entry point of ``dare-plugin-grpo``: registers the online-RL objectives.
+"""Entry point of ``dare-plugin-grpo``: registers the online-RL objectives (and EBPO's response-block ELBO
+estimator).
 
 Lazy references (see :mod:`dare.hookspecs`): an objective's module (with the RL trainer stack) is
-imported when a spec first uses it. The list matches ``dare_grpo.objectives.OBJECTIVES +
+imported when a spec first uses it. The objectives are ``dare_grpo.objectives.OBJECTIVES +
 EXTRA_OBJECTIVES`` (tests/test_plugins.py checks every first-party registration against its class).
 """
 
@@ -39,3 +40,9 @@ def register_objectives(register):
                          "self-distillation.")
     register("dare_grpo.objectives.justgrpo:JustGRPO", name="justgrpo",
              description="JustGRPO (arXiv 2601.15165): AR decoding (block length 1), exact AR likelihood, clipped GRPO.")
+
+
+@hookimpl
+def register_estimators(register):
+    register("dare_grpo.objectives.ebpo:ResponseBlockwiseELBOEstimator", name="response-blockwise-elbo",
+             description="The composite ELBO with blocks counted from the response start (full-attention families).")

@@ -76,7 +76,7 @@ _RELEASE = {
 }
 
 PRESETS: dict[str, dict[str, Any]] = {
-    # model-families.md §5.7: the CPU test size
+    # docs/model-families.md §5.7: the CPU test size
     "tiny": {**_RELEASE, "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
              "head_dim": 16, "rotary_dim": 8, "intermediate_size": 128, "first_k_dense_replace": 1, "num_experts": 8,
              "num_experts_per_tok": 2, "n_group": 4, "topk_group": 2, "moe_intermediate_size": 16,

@@ -1,7 +1,7 @@
 """LLaDA2's official block decoder (LLaDA2.0 threshold decoding, LLaDA2.1 token editing), batched, with a KV cache.
 
 Source: ``LLaDA2MoeModelLM.generate`` of the inclusionAI releases LLaDA2.0-mini and LLaDA2.1-mini
-(``modeling_llada2_moe.py``; reference/model-families.md §5.6). Layout: ``x = [prompt | mask ...]``
+(``modeling_llada2_moe.py``; docs/model-families.md §5.6). Layout: ``x = [prompt | mask ...]``
 cut into blocks of ``block_length`` counted from the first prompt token; the first visited block may
 hold the prompt's tail. Each block is denoised with the block-causal mask, then the next one.
 

@@ -75,7 +75,7 @@ _MOE = {
     "router_aux_loss_coef": 0.001,
 }
 
-#: ``config.json`` presets. ``tiny``/``tiny-moe``: the CPU test sizes of model-families.md §3.6/§4.4
+#: ``config.json`` presets. ``tiny``/``tiny-moe``: the CPU test sizes of docs/model-families.md §3.6/§4.4
 #: (head_dim 32 != hidden/heads on purpose); the others: the released architectures (shape checks).
 PRESETS: dict[str, dict[str, Any]] = {
     "tiny": {**_DENSE, "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,

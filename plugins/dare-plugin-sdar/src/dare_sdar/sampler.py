@@ -1,6 +1,6 @@
 """SDAR's block diffusion decoder with a KV cache of committed blocks.
 
-Source: JetAstra/SDAR ``generate.py`` ``block_diffusion_generate`` (HEAD c2041a8; model-families.md §3.5),
+Source: JetAstra/SDAR ``generate.py`` ``block_diffusion_generate`` (HEAD c2041a8; docs/model-families.md §3.5),
 SDAR arXiv 2510.06303 §3. The sequence ``[prompt | masks]`` is cut into blocks of ``block_length`` tokens
 counted from the first prompt token. The whole prompt blocks are prefilled into the KV cache
 (``store_kv=True``); each later block (the first may hold the prompt tail) is denoised in up to

@@ -1,4 +1,4 @@
-"""Masked-diffusion SFT trainer (TRL style): ``SFTConfig`` + ``SFTTrainer``.
+"""Masked-diffusion SFT trainer (TRL style): ``SFTTrainer``, configured by :class:`dare.trainers.DareConfig`.
 
 Loss (LLaDA, arXiv 2502.09992, Algorithm 2 and eq. (5)): per example draw ``t = (1 - eps) u + eps``;
 mask every response token independently with probability ``t`` (prompt tokens never);
@@ -13,32 +13,24 @@ so a resumed run draws the same masks as an uninterrupted one.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 from dare.diffusion import apply_mask, bernoulli_mask, masked_diffusion_loss, sample_mask_ratio
-from dare.trainers import DareConfig, DareTrainer
+from dare.trainers.base import DareTrainer
 
-__all__ = ["SFTConfig", "SFTTrainer"]
-
-
-@dataclass
-class SFTConfig(DareConfig):
-    """``DareConfig`` plus the masked-diffusion SFT knobs."""
-
-    mask_eps: float = field(default=1e-3, metadata={"help": "t = (1 - eps) u + eps: the smallest mask ratio."})
+__all__ = ["SFTTrainer"]
 
 
 class SFTTrainer(DareTrainer):
     """Trains on batches from ``dare.data.SupervisedCollator`` with the masked-diffusion SFT loss.
 
-    Expects ``family`` and ``tokens`` (see :class:`dare.trainers.DareTrainer`).
+    Expects ``family``, ``tokens`` and ``objective`` (an :class:`dare_sft.objective.SFT`, whose ``mask_eps`` it
+    reads; see :class:`dare.trainers.DareTrainer`).
     """
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         ids = inputs["input_ids"]
         loss_mask = inputs["loss_mask"]
         attn = inputs["attention_mask"]
-        t = sample_mask_ratio(ids.shape[0], self.args.mask_eps, device=ids.device)
+        t = sample_mask_ratio(ids.shape[0], self.objective.params.mask_eps, device=ids.device)
         masked = bernoulli_mask(t, loss_mask)
         noisy = apply_mask(ids, masked, self.tokens.mask_id)
         model_attn = None if bool(attn.all()) else attn

@@ -9,14 +9,14 @@ One optimizer step = one call of :meth:`GRPOTrainer.training_step` per gradient-
    policy (``old``, only when ``num_iterations > 1``: with one iteration the ratio is identically 1
    and ``old = current.detach()`` gives the same value and gradient) and under the reference policy
    (``ref``, when ``beta > 0``). The same passes serve the old, reference and current policies
-   (algorithms.md §9.2).
+   (docs/algorithms.md §9.2).
 2. **update** (inner iteration ``i``): the objective's loss over the passes of iteration ``i``, one
    backward per pass and row chunk (``micro_batch_size``), or the scalar-proxy replay for objectives
-   whose loss depends on the pass mean (see :mod:`dare_grpo.objectives.base`). ``transformers.Trainer``
+   whose loss depends on the pass mean (see :mod:`dare.rl.objective`). ``transformers.Trainer``
    then clips gradients (``max_grad_norm``) and steps the optimizer.
 
 The ``num_iterations`` inner iterations reuse the rollout (the prompt sampler repeats each rollout
-batch, :class:`~dare_grpo.data.RepeatChunkSampler`). Reference policy (``beta > 0``, through
+batch, :class:`~dare.rl.prompts.RepeatChunkSampler`). Reference policy (``beta > 0``, through
 :class:`dare.modeling.lora.ReferencePolicy`): a frozen copy of the initial model, or, for a peft
 model, the same model with its adapters disabled (no second copy).
 
@@ -42,14 +42,14 @@ from typing import Any
 
 import torch
 
-from dare.diffusion.estimators import Estimator, Pass, PassScore, ScoringBatch, score_pass
+from dare.components import Estimator
+from dare.diffusion.estimators import Pass, PassScore, ScoringBatch, score_pass
 from dare.modeling.lora import ReferencePolicy
-from dare.rl import group_advantages
-from dare.trainers import DareTrainer
-from dare_grpo.config import GRPOConfig
-from dare_grpo.data import RepeatChunkSampler, collate_prompts
-from dare_grpo.objectives.base import LossTerms, OnlineRLObjective, PassLossInput, SequenceLossInput
-from dare_grpo.rollout import Rollout, sample_completions, score_completions
+from dare.rl.advantages import group_advantages
+from dare.rl.losses import LossTerms, PassLossInput, SequenceLossInput
+from dare.rl.prompts import RepeatChunkSampler, collate_prompts
+from dare.rl.rollout import Rollout, sample_completions, score_completions
+from dare.trainers.base import DareTrainer
 
 __all__ = ["GRPOTrainer"]
 
@@ -57,39 +57,39 @@ RL_STATE_FILE = "rl_state.pt"
 
 
 class GRPOTrainer(DareTrainer):
-    """Online RL with any :class:`~dare_grpo.objectives.base.OnlineRLObjective` (module docstring).
+    """Online RL with any :class:`~dare.rl.objective.OnlineRLObjective` (module docstring).
 
-    :param objective: the RL objective (loss and score reduction).
+    :param objective: the RL objective (loss, score reduction and every RL setting: ``objective.params``,
+        an :class:`~dare.rl.objective.RLParams`).
     :param estimator: its likelihood estimator (``objective.make_estimator(...)``).
     :param sampler: the rollout sampler (``dare.components.Sampler``).
     :param reward: a ``dare.rewards.WeightedReward``.
-    :param train_dataset: a :class:`~dare_grpo.data.PromptDataset`.
+    :param train_dataset: a :class:`~dare.rl.prompts.PromptDataset`.
     Other arguments as :class:`dare.trainers.DareTrainer` (``family`` and ``tokens`` are required).
     """
 
-    args: GRPOConfig
-
-    def __init__(self, *args, objective: OnlineRLObjective, estimator: Estimator, sampler, reward, **kwargs):
+    def __init__(self, *args, objective, estimator: Estimator | None, sampler, reward, **kwargs):
         kwargs.setdefault("data_collator", collate_prompts)
-        super().__init__(*args, **kwargs)
-        self.objective = objective
+        super().__init__(*args, objective=objective, **kwargs)
+        self.params = objective.params
         self.estimator = estimator
         self.sampler = sampler
         self.reward = reward
+        self.likelihood_temperature = objective.resolved_likelihood_temperature(sampler)
         # the sampler draws on the model's device; masks are drawn on the CPU (same masks on any device)
         # (seeds offset by the process index, so data-parallel workers draw different completions and masks)
-        rank = self.args.process_index
-        self.rollout_generator = torch.Generator(device=self.args.device).manual_seed(self.args.resolved_rollout_seed + rank)
-        self.mask_generator = torch.Generator().manual_seed(self.args.resolved_mask_seed + rank)
+        rank, seed = self.args.process_index, self.args.seed
+        self.rollout_generator = torch.Generator(device=self.args.device).manual_seed(seed + 1 + rank)
+        self.mask_generator = torch.Generator().manual_seed(seed + 2 + rank)
         self.buffers: dict[tuple[int, ...], Rollout] = {}
-        self.reference = ReferencePolicy(self.accelerator.unwrap_model(self.model)) if self.args.beta > 0 else None
+        self.reference = ReferencePolicy(self.accelerator.unwrap_model(self.model)) if self.params.beta > 0 else None
 
     # ------------------------------------------------------------------ data order
     def _get_train_sampler(self, train_dataset=None):
         a = self.args
         chunk = a.per_device_train_batch_size * a.gradient_accumulation_steps * a.world_size
         seed = a.data_seed if a.data_seed is not None else a.seed
-        return RepeatChunkSampler(len(train_dataset or self.train_dataset), chunk, a.num_iterations, seed)
+        return RepeatChunkSampler(len(train_dataset or self.train_dataset), chunk, self.params.num_iterations, seed)
 
     # ------------------------------------------------------------------ likelihoods
     def _logits_fn(self, model):
@@ -97,7 +97,7 @@ class GRPOTrainer(DareTrainer):
         return lambda noisy, clean, attn: family.denoiser_logits(model, noisy, clean, attn)
 
     def _row_chunks(self, n: int) -> list[slice]:
-        step = self.args.micro_batch_size or n
+        step = self.params.micro_batch_size or n
         return [slice(i, min(i + step, n)) for i in range(0, n, step)]
 
     @torch.no_grad()
@@ -106,7 +106,7 @@ class GRPOTrainer(DareTrainer):
         fn = self._logits_fn(model)
         out = []
         for pas in passes:
-            parts = [score_pass(fn, batch.rows(r), pas.rows(r), self.args.likelihood_temperature, with_entropy)
+            parts = [score_pass(fn, batch.rows(r), pas.rows(r), self.likelihood_temperature, with_entropy)
                      for r in self._row_chunks(batch.num_rows)]
             entropy = torch.cat([x.entropy for x in parts]) if with_entropy else None
             out.append(PassScore(torch.cat([x.token for x in parts]), pas.scored, entropy))
@@ -119,7 +119,7 @@ class GRPOTrainer(DareTrainer):
     # ------------------------------------------------------------------ rollout
     def generate_rollout(self, model, inputs: dict[str, list]) -> Rollout:
         """Sample, score, compute advantages, draw passes and the old/reference scores (module docstring)."""
-        a = self.args
+        a = self.params
         was_training = model.training
         t0 = time.perf_counter()
         batch, gen_stats = sample_completions(
@@ -156,7 +156,7 @@ class GRPOTrainer(DareTrainer):
         return rollout
 
     def _reward_stats(self, rewards, parts, advantages) -> dict[str, float]:
-        groups = rewards.view(-1, self.args.group_size)
+        groups = rewards.view(-1, self.params.group_size)
         stats = {
             "reward": float(rewards.mean()),
             "reward_std": float(rewards.std()) if rewards.numel() > 1 else 0.0,
@@ -185,7 +185,7 @@ class GRPOTrainer(DareTrainer):
             num_tokens = float(pas.scored.sum())
             for r in self._row_chunks(batch.num_rows):
                 with self.compute_loss_context_manager():
-                    current = score_pass(fn, batch.rows(r), pas.rows(r), self.args.likelihood_temperature, with_entropy=True)
+                    current = score_pass(fn, batch.rows(r), pas.rows(r), self.likelihood_temperature, with_entropy=True)
                 old = rollout.old[iteration][p][r] if rollout.old is not None else current.token.detach()
                 ref = rollout.ref[iteration][p][r] if rollout.ref is not None else None
                 terms = self.objective.pass_loss(
@@ -193,7 +193,6 @@ class GRPOTrainer(DareTrainer):
                                   response_lengths=lengths[r], pass_index=p, num_passes=len(passes),
                                   num_tokens=num_tokens, num_sequences=batch.num_rows,
                                   total_response_tokens=float(lengths.sum())),
-                    self.args,
                 )
                 self._backward(terms.loss)
                 total += float(terms.loss.detach())
@@ -206,7 +205,7 @@ class GRPOTrainer(DareTrainer):
         return total, metrics
 
     def _update_pass_mean(self, model, rollout: Rollout, iteration: int) -> tuple[float, dict[str, float]]:
-        """Scalar-proxy replay of ``L(mean_p s_p)`` with one pass in memory (algorithms.md §3.8).
+        """Scalar-proxy replay of ``L(mean_p s_p)`` with one pass in memory (docs/algorithms.md §3.8).
 
         ``z = mean_p s_p`` is computed without gradient, ``g = dL/dz`` on a leaf copy of ``z``, then
         every pass is replayed with gradient and ``sum_n s_p[n] g[n] / P`` backpropagated: by the
@@ -223,7 +222,6 @@ class GRPOTrainer(DareTrainer):
         terms = self.objective.sequence_loss(
             SequenceLossInput(current=proxy, old=old.detach(), ref=ref, advantages=rollout.advantages,
                               response_lengths=batch.response_lengths),
-            self.args,
         )
         (grad,) = torch.autograd.grad(terms.loss, proxy)
         fn = self._logits_fn(model)
@@ -231,7 +229,7 @@ class GRPOTrainer(DareTrainer):
         for pas in passes:
             for r in self._row_chunks(batch.num_rows):
                 with self.compute_loss_context_manager():
-                    seq = score_pass(fn, batch.rows(r), pas.rows(r), self.args.likelihood_temperature).sequence
+                    seq = score_pass(fn, batch.rows(r), pas.rows(r), self.likelihood_temperature).sequence
                 self._backward((seq * grad[r]).sum() / P)
                 forwards += int((pas.weight[:, r] != 0).flatten(1).any(dim=1).sum())
         metrics: dict[str, float] = {}
@@ -253,7 +251,7 @@ class GRPOTrainer(DareTrainer):
     def training_step(self, model, inputs: dict[str, Any], num_items_in_batch=None) -> torch.Tensor:
         """Rollout (first inner iteration) + one inner iteration of the objective (module docstring)."""
         model.train()
-        a = self.args
+        a = self.params
         iteration = self.state.global_step % a.num_iterations
         key = tuple(inputs["index"])
         rollout = self.buffers.get(key) if iteration > 0 else None
@@ -269,7 +267,7 @@ class GRPOTrainer(DareTrainer):
         loss, metrics = update(model, rollout, iteration)
         metrics["time/update"] = time.perf_counter() - t0
         self.record(**metrics)
-        return torch.tensor(loss / self.current_gradient_accumulation_steps, device=a.device)
+        return torch.tensor(loss / self.current_gradient_accumulation_steps, device=self.args.device)
 
     # ------------------------------------------------------------------ checkpointed RL state
     def rl_state(self) -> dict[str, Any]:
