@@ -46,8 +46,9 @@ def run(spec, overrides):
 
     r = Run.from_file(spec, list(overrides))
     out = r.execute()
-    _print_stages(out["stages"])
-    click.echo(f"run directory: {r.dir}")
+    if _is_main():
+        _print_stages(out["stages"])
+        click.echo(f"run directory: {r.dir}")
 
 
 @cli.command()
@@ -59,8 +60,9 @@ def train(spec, overrides):
 
     r = Run.from_file(spec, list(overrides))
     out = r.execute(train=True, evaluate=False)
-    click.echo(json.dumps(out["train"], indent=2))
-    click.echo(f"trained model: {r.model_dir}")
+    if _is_main():
+        click.echo(json.dumps(out["train"], indent=2))
+        click.echo(f"trained model: {r.model_dir}")
 
 
 @cli.command(name="eval")
@@ -78,8 +80,16 @@ def eval_cmd(spec, overrides):
     if r.spec.eval is None:
         raise DareError("the spec has no eval: section; add eval.benchmarks")
     out = r.execute(train=False, evaluate=True)
-    _print_stages(out["stages"])
-    click.echo(f"report: {r.dir / 'report.md'}")
+    if _is_main():
+        _print_stages(out["stages"])
+        click.echo(f"report: {r.dir / 'report.md'}")
+
+
+def _is_main() -> bool:
+    """Whether this process prints results (the main one when several processes run the command)."""
+    from dare.distributed import is_main
+
+    return is_main()
 
 
 def _print_stages(stages):
@@ -354,12 +364,21 @@ def _quiet_libraries() -> None:
         hf_logging.set_verbosity_error()
 
 
+def _leave_process_group() -> None:
+    """After a multi-process command: barrier, then destroy the process group (dare.distributed.teardown)."""
+    if "torch" in sys.modules:
+        from dare.distributed import teardown
+
+        teardown()
+
+
 def main(argv: list[str] | None = None) -> None:
     """Console entry point: runs the CLI, printing :class:`DareError` as one paragraph (exit 2)."""
     _quiet_libraries()
     _load_plugin_commands()
     try:
         cli.main(args=argv, standalone_mode=False)
+        _leave_process_group()
     except click.exceptions.Abort:
         click.echo("aborted", err=True)
         sys.exit(130)

@@ -19,7 +19,8 @@ from typing import Any
 
 from dare import assets
 
-__all__ = ["atomic_dir", "atomic_write_text", "atomic_write_json", "resolve_path", "looks_local"]
+__all__ = ["atomic_dir", "replace_dir", "describe_write_error", "atomic_write_text", "atomic_write_json", "resolve_path",
+           "looks_local"]
 
 
 @contextlib.contextmanager
@@ -43,13 +44,41 @@ def atomic_dir(target: str | os.PathLike, overwrite: bool = False) -> Iterator[P
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+    replace_dir(tmp, target)
+
+
+def replace_dir(src: str | os.PathLike, target: str | os.PathLike) -> None:
+    """Rename the directory ``src`` to ``target`` (same filesystem), replacing ``target`` if it exists: the old
+    one is renamed aside first and deleted after, so ``target`` is always either complete or the previous one."""
+    src, target = Path(src), Path(target)
     old = None
     if target.exists():
         old = target.parent / f".{target.name}.old-{os.getpid()}"
         os.replace(target, old)
-    os.replace(tmp, target)
+    os.replace(src, target)
     if old is not None:
         shutil.rmtree(old, ignore_errors=True) if old.is_dir() else old.unlink()
+
+
+def describe_write_error(exc: BaseException, path: str | os.PathLike) -> str:
+    """One sentence for a failed write under ``path``: "no space left" (errno 28, or a torch.save failure with
+    the disk full), "permission denied", or the error itself."""
+    import errno
+
+    err = exc
+    while err is not None:
+        if isinstance(err, OSError) and err.errno == errno.ENOSPC:
+            return f"no space left on the device holding {path}"
+        if isinstance(err, PermissionError):
+            return f"permission denied writing {path}"
+        err = err.__cause__ or err.__context__
+    try:
+        free = shutil.disk_usage(Path(path).parent if not Path(path).exists() else path).free
+    except OSError:
+        free = None
+    if free is not None and free < 64 * 2**20:
+        return f"the device holding {path} is full ({free // 2**20} MiB free): {exc}"
+    return f"could not write {path}: {type(exc).__name__}: {exc}"
 
 
 def atomic_write_text(path: str | os.PathLike, text: str) -> None:

@@ -28,7 +28,7 @@ from collections.abc import Sequence
 
 import torch
 
-__all__ = ["STREAMS", "key_seed", "RowGenerators", "rand", "multinomial"]
+__all__ = ["STREAMS", "key_seed", "RowGenerators", "row_generator", "rand", "multinomial"]
 
 #: Stream ids of the draws DARE makes per example.
 STREAMS = {
@@ -37,6 +37,7 @@ STREAMS = {
     "rollout": 3,  # RL rollout sampling (Gumbel noise, remasking, categorical draws)
     "rl-passes": 4,  # RL likelihood-estimator passes
     "eval": 5,  # evaluation sampling noise (temperature > 0)
+    "preference-ref": 6,  # DPO reference-policy corruptions when not shared with the policy
 }
 
 
@@ -95,6 +96,12 @@ class RowGenerators:
         """``U[0, 1)`` of ``[B, *shape]``: row ``b`` from generator ``b``."""
         out = torch.stack([torch.rand(tuple(shape), generator=g, device=g.device, dtype=dtype) for g in self.generators])
         return out.to(device) if device is not None else out
+
+
+def row_generator(generator, row: int):
+    """The generator row ``row`` draws its own values from: its generator with :class:`RowGenerators`, else
+    ``generator`` itself (a shared ``torch.Generator`` or None)."""
+    return generator.generators[row] if isinstance(generator, RowGenerators) else generator
 
 
 def rand(shape: Sequence[int], generator: torch.Generator | RowGenerators | None, device=None) -> torch.Tensor:

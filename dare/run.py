@@ -25,6 +25,7 @@ from typing import Any
 
 import torch
 
+from dare import distributed
 from dare.errors import DareError, SpecError
 from dare.eval import BenchmarkResult, evaluate_benchmark, provenance, write_report
 from dare.eval.report import plot_training
@@ -87,20 +88,27 @@ class Run:
         (no checkpoint, ``model/`` or report: one line on stderr says so), or, when ``train``, when it
         holds training output of this spec with ``train.resume: false`` and ``output.overwrite``.
 
+        With several processes every one decides from the same directory state (before anything changes), and
+        only the main process clears, creates and writes; the others wait at a barrier.
+
         :raises SpecError: ``output.dir`` (not a run directory; a different run) or ``train.resume``
             (this run's checkpoints are there but resume is off and overwrite is not set).
         """
         resume = self.spec.train.resume if self.spec.train is not None else True
         action, problems = plan_output_dir(self.dir, self.hash, self.spec.output.overwrite, resume=resume, train=train)
+        distributed.barrier()  # every process decided before the main one changes anything
         if problems:
             raise SpecError(problems, source=self.source)
-        if action == "replace-unfinished":
-            print(f"{self.dir}: replacing the files of an earlier unfinished run (no checkpoint, model or report)",
-                  file=sys.stderr)
-        if action in ("replace", "replace-unfinished"):
-            clear_run_dir(self.dir)
-        self.dir.mkdir(parents=True, exist_ok=True)
-        atomic_write_json(self.dir / "run.json", {"spec_hash": self.hash, "source": self.source, "spec": self.spec.model_dump(mode="json")})
+        if distributed.is_main():
+            if action == "replace-unfinished":
+                print(f"{self.dir}: replacing the files of an earlier unfinished run (no checkpoint, model or report)",
+                      file=sys.stderr)
+            if action in ("replace", "replace-unfinished"):
+                clear_run_dir(self.dir)
+            self.dir.mkdir(parents=True, exist_ok=True)
+            atomic_write_json(self.dir / "run.json", {"spec_hash": self.hash, "source": self.source,
+                                                      "spec": self.spec.model_dump(mode="json")})
+        distributed.barrier()
 
     # ------------------------------------------------------------------ model
     @cached_property
@@ -115,12 +123,13 @@ class Run:
         m = self.spec.model
         if m.new is not None:
             init_dir = self.dir / "init-model"
-            if (init_dir / "config.json").is_file():
-                lm = load_model(init_dir, dtype=m.dtype)
-            else:
-                lm = create_model(self.family, init_dir, preset=m.new.preset, overrides=m.new.config,
-                                  tokenizer=m.new.tokenizer, seed=m.new.seed)
-                lm.model.to(DTYPES[m.dtype])
+            with distributed.main_first():  # one process creates the fresh model, the others load it
+                if (init_dir / "config.json").is_file():
+                    lm = load_model(init_dir, dtype=m.dtype)
+                else:
+                    lm = create_model(self.family, init_dir, preset=m.new.preset, overrides=m.new.config,
+                                      tokenizer=m.new.tokenizer, seed=m.new.seed)
+                    lm.model.to(DTYPES[m.dtype])
             base = str(init_dir.resolve())
         else:
             lm = load_model(m.path, dtype=m.dtype)
@@ -147,7 +156,8 @@ class Run:
         if not (self.model_dir / "config.json").is_file():
             return False
         self.__dict__["lm"] = load_model(self.model_dir, dtype=self.spec.model.dtype)
-        print(f"evaluating the trained model in {self.model_dir}", file=sys.stderr)
+        if distributed.is_main():
+            print(f"evaluating the trained model in {self.model_dir}", file=sys.stderr)
         return True
 
     # ------------------------------------------------------------------ training
@@ -182,7 +192,7 @@ class Run:
             res = self.score(bench, model, limit)
             results.append(res)
             log.info("%s %s: accuracy %.4f mean reward %.4f", stage, res.name, res.accuracy, res.mean_reward)
-        if save:
+        if save and distributed.is_main():
             atomic_write_json(self.dir / "eval" / f"{stage}.json", {"spec_hash": self.hash, "results": [r.to_dict() for r in results]})
         return results
 
@@ -232,6 +242,7 @@ class Run:
         """
         do_train = train and self.objective is not None
         do_eval = evaluate and self.spec.eval is not None
+        distributed.setup()
         self.prepare(train=do_train)
         torch.manual_seed(self.spec.train.seed if self.spec.train else 0)
         trained = do_eval and not do_train and self._use_trained_model()
@@ -260,9 +271,9 @@ class Run:
                     pass
             if trained:
                 extra["eval_model"] = str(self.model_dir)
-        if stages:
+        if stages and distributed.is_main():
             write_report(self.dir, stages, prov, extra=extra)
-        if do_train:
+        if do_train and distributed.is_main():
             flat = lambda rs: {f"{r.name}/accuracy": r.accuracy for r in rs} | {f"{r.name}/mean_reward": r.mean_reward for r in rs}  # noqa: E731
             plot_training(
                 self.dir / "metrics.jsonl",
@@ -271,4 +282,5 @@ class Run:
                 after=flat(stages.get("after", [])) or None,
                 title=self.spec.output.dir,
             )
+        distributed.barrier()
         return {"stages": {k: [r.to_dict(with_samples=False) for r in v] for k, v in stages.items()}, "train": train_metrics}

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from dare.components import ModelFamily, SpecialTokens
-from dare.data.supervised import SupervisedExample
+from dare.data.supervised import SupervisedCollator, SupervisedExample
 from dare.diffusion.elbo import Corruptions
 from dare.modeling.lora import ReferencePolicy
 from dare.testing import LogitsStub
@@ -75,7 +75,7 @@ def _passes(corr: Corruptions) -> list[Pass]:
 def _trainer(tmp_path, **params):
     args = DareConfig(output_dir=str(tmp_path), report_to="none")
     objective = DPO(**params)
-    trainer = DPOTrainer(model=LogitsStub(policy_fn), args=args, train_dataset=[PAIR], data_collator=PairCollator(TOK, True),
+    trainer = DPOTrainer(model=LogitsStub(policy_fn), args=args, train_dataset=[PAIR], data_collator=PairCollator(SupervisedCollator(TOK, True)),
                          family=StubFamily(), tokens=TOK, objective=objective, estimator=objective.make_estimator(None, None))
     trainer.reference = ReferencePolicy(LogitsStub(reference_fn))
     draws = iter([_passes(C1), _passes(C2)])

@@ -52,6 +52,10 @@ class Sampler(Component):
     kind = "sampler"
     #: Attention kinds (``ModelFamily.attention``) this sampler can decode.
     attention_kinds: ClassVar[tuple[str, ...]] = ("full",)
+    #: Whether ``generate`` accepts per-row generators (:class:`dare.randomness.RowGenerators`): each row's
+    #: random draws then come from its own generator, so a row's completion does not depend on the other
+    #: rows of the batch (RL rollouts and evaluation use them when available).
+    supports_row_generators: ClassVar[bool] = False
 
     @property
     def gen_length(self) -> int:

@@ -49,16 +49,21 @@ class SupervisedCollator:
     ``[B, L]`` bool, ``loss_mask`` ``[B, L]`` bool (response positions, padding included iff
     ``pad_in_response``), ``response_length`` ``[B]`` int64 (= ``loss_mask.sum(1)``) and ``index``
     ``[B]`` int64 (the examples' ``index``).
-    ``pad_to_multiple_of`` rounds ``L`` up (block families need whole blocks).
+    ``pad_to_multiple_of`` rounds ``L`` up (block families need whole blocks). ``pad_to_length`` pads every
+    batch to at least that length: with EOS padding counted as response, an example's loss depends on the
+    padded length, so DARE pads such families to the dataset's longest example (the loss of an example is
+    then the same in any batch, on any number of processes).
     """
 
-    def __init__(self, tokens: SpecialTokens, pad_in_response: bool, pad_to_multiple_of: int | None = None):
+    def __init__(self, tokens: SpecialTokens, pad_in_response: bool, pad_to_multiple_of: int | None = None,
+                 pad_to_length: int | None = None):
         self.tokens = tokens
         self.pad_in_response = pad_in_response
         self.multiple = pad_to_multiple_of
+        self.length = pad_to_length
 
     def __call__(self, batch: list[SupervisedExample]) -> dict[str, Any]:
-        L = max(len(e.prompt_ids) + len(e.response_ids) for e in batch)
+        L = max([len(e.prompt_ids) + len(e.response_ids) for e in batch] + [self.length or 0])
         if self.multiple:
             L = -(-L // self.multiple) * self.multiple
         B = len(batch)

@@ -126,7 +126,7 @@ class OnlineRLObjective(TrainerObjective):
                             f"with gen_length={sampler.gen_length}; raise train.max_length or lower the sampler's gen_length")
         return {"train": dataset}
 
-    def data_collator(self, run):
+    def data_collator(self, run, datasets):
         return collate_prompts
 
     def trainer_kwargs(self, run, datasets) -> dict[str, Any]:

@@ -20,11 +20,14 @@ batch, :class:`~dare.rl.prompts.RepeatChunkSampler`). Reference policy (``beta >
 :class:`dare.modeling.lora.ReferencePolicy`): a frozen copy of the initial model, or, for a peft
 model, the same model with its adapters disabled (no second copy).
 
-Randomness: rollouts draw from ``rollout_generator`` and corruptions from ``mask_generator``
-(seeded from ``seed + 1``/``seed + 2``, plus the process index); both states, and a rollout batch
-that is still in use (checkpoint in the middle of its inner iterations), are saved in every
-checkpoint (``rl_state.pt``, one file per process when data-parallel) and restored on resume, so a
-resumed run draws the same completions and masks.
+Randomness (:mod:`dare.randomness`): completion ``j`` of prompt ``i`` is example ``i * G + j``; its rollout
+noise is drawn from a generator keyed by ``(seed, "rollout", step, i * G + j)`` (when the sampler draws
+per row: ``Sampler.supports_row_generators``) and its likelihood-estimator passes of inner iteration ``k``
+from ``(seed, "rl-passes", step, (i * G + j) * num_iterations + k)``. So 1 and N processes draw the same
+completions and masks, nothing random needs checkpointing, and a resumed run recomputes the same keys.
+A checkpoint never falls inside a rollout's inner iterations (a save due there is deferred to the end of
+the rollout, :class:`RolloutBoundarySaves`), so no rollout buffer is saved either. Loss normalisers (scored tokens,
+rows) are summed over processes (:meth:`GRPOTrainer._normalisers`).
 
 Metrics (logged every ``logging_steps``, means over the steps since the last log): ``reward``,
 ``reward_std``, ``reward/<name>``(+``_std``), ``reward_errors``, ``advantage_mean``/``_std``/``_abs``,
@@ -36,15 +39,17 @@ trajectory replay cannot represent), ``clip_fraction`` (+``_low``/``_high``), ``
 
 from __future__ import annotations
 
-import os
 import time
 from typing import Any
 
 import torch
+from transformers import TrainerCallback
 
+from dare import distributed
 from dare.components import Estimator
 from dare.diffusion.estimators import Pass, PassScore, ScoringBatch, score_pass
 from dare.modeling.lora import ReferencePolicy
+from dare.randomness import STREAMS, RowGenerators, key_seed
 from dare.rl.advantages import group_advantages
 from dare.rl.losses import LossTerms, PassLossInput, SequenceLossInput
 from dare.rl.prompts import RepeatChunkSampler, collate_prompts
@@ -53,10 +58,28 @@ from dare.trainers.base import DareTrainer
 
 __all__ = ["GRPOTrainer"]
 
-RL_STATE_FILE = "rl_state.pt"
+class RolloutBoundarySaves(TrainerCallback):
+    """Defer a checkpoint due inside a rollout's inner iterations to the step that ends the rollout, so a
+    checkpoint never needs the rollout buffer (and resume replays whole rollouts)."""
+
+    def __init__(self, num_iterations: int):
+        self.num_iterations = num_iterations
+        self.pending = False
+
+    def on_step_end(self, args, state, control, **kwargs):
+        at_boundary = state.global_step % self.num_iterations == 0
+        if control.should_save and not at_boundary:
+            control.should_save, self.pending = False, True
+        elif self.pending and at_boundary:
+            control.should_save, self.pending = True, False
+        return control
 
 
 class GRPOTrainer(DareTrainer):
+    #: Whether this trainer's rollout passes per-row generators to the sampler (subclasses with their own
+    #: decoding loop set False until that loop draws per row).
+    supports_row_generators = True
+
     """Online RL with any :class:`~dare.rl.objective.OnlineRLObjective` (module docstring).
 
     :param objective: the RL objective (loss, score reduction and every RL setting: ``objective.params``,
@@ -76,12 +99,14 @@ class GRPOTrainer(DareTrainer):
         self.sampler = sampler
         self.reward = reward
         self.likelihood_temperature = objective.resolved_likelihood_temperature(sampler)
-        # the sampler draws on the model's device; masks are drawn on the CPU (same masks on any device)
-        # (seeds offset by the process index, so data-parallel workers draw different completions and masks)
-        rank, seed = self.args.process_index, self.args.seed
-        self.rollout_generator = torch.Generator(device=self.args.device).manual_seed(seed + 1 + rank)
-        self.mask_generator = torch.Generator().manual_seed(seed + 2 + rank)
+        # per-example generators (dare.randomness), keyed by (seed, step, completion index) at each rollout
+        self.row_generators = self.supports_row_generators and getattr(sampler, "supports_row_generators", False)
+        self.rollout_generator = None
+        self.mask_generator = None
+        self._keys: tuple[int, list[int]] | None = None  # (rollout step, completion indices) of the current rollout
         self.buffers: dict[tuple[int, ...], Rollout] = {}
+        if self.params.num_iterations > 1:
+            self.add_callback(RolloutBoundarySaves(self.params.num_iterations))
         self.reference = ReferencePolicy(self.accelerator.unwrap_model(self.model)) if self.params.beta > 0 else None
 
     # ------------------------------------------------------------------ data order
@@ -112,8 +137,26 @@ class GRPOTrainer(DareTrainer):
             out.append(PassScore(torch.cat([x.token for x in parts]), pas.scored, entropy))
         return out
 
-    def _draw_passes(self, batch: ScoringBatch) -> list[Pass]:
-        """The estimator's passes for one inner iteration, from the mask generator."""
+    # ------------------------------------------------------------------ per-example randomness
+    def _set_rollout_keys(self, prompt_indices: list[int]) -> None:
+        """Key this rollout's draws: completion ``j`` of prompt ``i`` is example ``i * group_size + j`` at the
+        current step (dare.randomness), so its noise does not depend on the process count or batch split."""
+        G = self.params.group_size
+        completions = [int(i) * G + j for i in prompt_indices for j in range(G)]
+        step = int(self.state.global_step)
+        self._keys = (step, completions)
+        seed = self.args.seed
+        if self.row_generators:
+            self.rollout_generator = RowGenerators.keyed(seed, "rollout", step, completions)
+        else:  # the sampler draws batch-wide: keyed by the step and the rollout's first prompt
+            key = key_seed(seed, STREAMS["rollout"], step, int(prompt_indices[0]) if prompt_indices else 0)
+            self.rollout_generator = torch.Generator(device=self.args.device).manual_seed(key)
+
+    def _draw_passes(self, batch: ScoringBatch, iteration: int = 0) -> list[Pass]:
+        """The estimator's passes of inner iteration ``iteration``, each completion from its own generator."""
+        step, completions = self._keys if self._keys is not None else (0, list(range(batch.num_rows)))
+        n = self.params.num_iterations
+        self.mask_generator = RowGenerators.keyed(self.args.seed, "rl-passes", step, [c * n + iteration for c in completions])
         return self.estimator.draw(batch, self.mask_generator)
 
     # ------------------------------------------------------------------ rollout
@@ -132,7 +175,7 @@ class GRPOTrainer(DareTrainer):
         )
         advantages = group_advantages(rewards, a.group_size, a.advantage).to(batch.input_ids.device)
         rollout = Rollout(batch=batch, texts=texts, rewards=rewards, reward_parts=parts, advantages=advantages)
-        rollout.passes = [self._draw_passes(batch) for _ in range(a.num_iterations)]
+        rollout.passes = [self._draw_passes(batch, i) for i in range(a.num_iterations)]
         t2 = time.perf_counter()
         model.eval()
         try:
@@ -179,10 +222,10 @@ class GRPOTrainer(DareTrainer):
         batch, passes = rollout.batch, rollout.passes[iteration]
         fn = self._logits_fn(model)
         lengths = batch.response_lengths
+        num_tokens, num_sequences, response_tokens, world = self._normalisers(passes, batch)
         total, metrics, forwards = 0.0, {}, 0
         entropy_sum, entropy_count = 0.0, 0.0
         for p, pas in enumerate(passes):
-            num_tokens = float(pas.scored.sum())
             for r in self._row_chunks(batch.num_rows):
                 with self.compute_loss_context_manager():
                     current = score_pass(fn, batch.rows(r), pas.rows(r), self.likelihood_temperature, with_entropy=True)
@@ -191,11 +234,11 @@ class GRPOTrainer(DareTrainer):
                 terms = self.objective.pass_loss(
                     PassLossInput(current=current, old=old, ref=ref, advantages=rollout.advantages[r],
                                   response_lengths=lengths[r], pass_index=p, num_passes=len(passes),
-                                  num_tokens=num_tokens, num_sequences=batch.num_rows,
-                                  total_response_tokens=float(lengths.sum())),
+                                  num_tokens=num_tokens[p], num_sequences=num_sequences,
+                                  total_response_tokens=response_tokens),
                 )
-                self._backward(terms.loss)
-                total += float(terms.loss.detach())
+                self._backward(terms.loss * world)
+                total += float(terms.loss.detach()) * world
                 self._accumulate(metrics, terms)
                 entropy_sum += float((current.entropy * current.scored).sum())
                 entropy_count += float(current.scored.sum())
@@ -239,6 +282,24 @@ class GRPOTrainer(DareTrainer):
         metrics["entropy"] = float((torch.stack([s.entropy for s in scores]) * scored).sum() / scored.sum().clamp(min=1.0))
         return float(terms.loss.detach()), metrics
 
+    def _normalisers(self, passes: list[Pass], batch: ScoringBatch) -> tuple[list[float], int, float, int]:
+        """The loss normalisers of the whole rollout batch over every process: scored tokens per pass, rows and
+        response tokens, and the world size.
+
+        Each process's loss uses the global normalisers and is multiplied by the world size (DDP averages
+        gradients over processes), so the gradient equals the one-process gradient of the whole batch. When
+        processes hold different numbers of passes (trajectory replay: one pass per denoising step present in
+        the process's rows) the token normaliser of each pass stays per process.
+        """
+        counts = [float(p.scored.sum()) for p in passes]
+        parts = distributed.gather((counts, batch.num_rows, float(batch.response_lengths.sum())))
+        world = len(parts)
+        if all(len(c) == len(counts) for c, _, _ in parts):
+            tokens = [sum(c[p] for c, _, _ in parts) for p in range(len(counts))]
+        else:
+            tokens = [c * world for c in counts]
+        return tokens, sum(n for _, n, _ in parts), sum(t for _, _, t in parts), world
+
     def _backward(self, loss: torch.Tensor) -> None:
         self.accelerator.backward(loss / self.current_gradient_accumulation_steps)
 
@@ -256,6 +317,7 @@ class GRPOTrainer(DareTrainer):
         key = tuple(inputs["index"])
         rollout = self.buffers.get(key) if iteration > 0 else None
         if rollout is None:
+            self._set_rollout_keys(list(inputs["index"]))
             rollout = self.generate_rollout(model, inputs)
             self.record(**rollout.stats)
         if iteration < a.num_iterations - 1:
@@ -267,35 +329,5 @@ class GRPOTrainer(DareTrainer):
         loss, metrics = update(model, rollout, iteration)
         metrics["time/update"] = time.perf_counter() - t0
         self.record(**metrics)
+        self.guard.observe_loss(loss)
         return torch.tensor(loss / self.current_gradient_accumulation_steps, device=self.args.device)
-
-    # ------------------------------------------------------------------ checkpointed RL state
-    def rl_state(self) -> dict[str, Any]:
-        """Generator states and the rollout batches still in use (saved with every checkpoint)."""
-        return {
-            "rollout_generator": self.rollout_generator.get_state(),
-            "mask_generator": self.mask_generator.get_state(),
-            "buffers": self.buffers,
-        }
-
-    def load_rl_state(self, state: dict[str, Any]) -> None:
-        """Restore :meth:`rl_state`."""
-        self.rollout_generator.set_state(state["rollout_generator"])
-        self.mask_generator.set_state(state["mask_generator"])
-        self.buffers = dict(state["buffers"])
-
-    def _rl_state_file(self, directory: str) -> str:
-        """``rl_state.pt``, or ``rl_state_<rank>.pt`` per process when training data-parallel."""
-        name = RL_STATE_FILE if self.args.world_size <= 1 else f"rl_state_{self.args.process_index}.pt"
-        return os.path.join(directory, name)
-
-    def _save_rng_state(self, output_dir: str) -> None:
-        super()._save_rng_state(output_dir)
-        os.makedirs(output_dir, exist_ok=True)
-        torch.save(self.rl_state(), self._rl_state_file(output_dir))
-
-    def _load_rng_state(self, checkpoint: str | None) -> None:
-        super()._load_rng_state(checkpoint)
-        path = self._rl_state_file(checkpoint) if checkpoint else None
-        if path and os.path.isfile(path):
-            self.load_rl_state(torch.load(path, weights_only=False))

@@ -46,8 +46,8 @@ class TrainerObjective(Objective):
         """
         raise NotImplementedError(f"objective {self.name!r} defines no build_datasets()")
 
-    def data_collator(self, run):
-        """The batch collator (None: the trainer class's default)."""
+    def data_collator(self, run, datasets: dict[str, Any]):
+        """The batch collator of ``datasets`` (None: the trainer class's default)."""
         return None
 
     def trainer_kwargs(self, run, datasets: dict[str, Any]) -> dict[str, Any]:
@@ -101,7 +101,7 @@ class TrainerObjective(Objective):
             model=run.model,
             args=config,
             train_dataset=datasets["train"],
-            data_collator=self.data_collator(run),
+            data_collator=self.data_collator(run, datasets),
             processing_class=run.tokenizer,
             family=run.family,
             tokens=run.tokens,

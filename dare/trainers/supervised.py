@@ -19,10 +19,19 @@ from dare.data.supervised import SupervisedCollator, tokenize_example
 from dare.errors import DareError, DataError
 from dare.trainers.objective import TrainerObjective
 
-__all__ = ["SupervisedObjective"]
+__all__ = ["SupervisedObjective", "supervised_collator"]
 
 #: Columns a supervised dataset may hold its responses in (without a response_template).
 RESPONSE_COLUMNS = ("response", "completion", "answer")
+
+
+def supervised_collator(run, longest: int | None) -> SupervisedCollator:
+    """The family's collator for ``run``: whole blocks for block families; for families whose EOS padding is
+    part of the response (LLaDA, Dream), every batch padded to ``longest`` (the dataset's longest example),
+    so an example's loss does not depend on the batch it lands in (``SupervisedCollator``)."""
+    family = run.family
+    return SupervisedCollator(run.tokens, family.pad_in_response, pad_to_multiple_of=family.block_size(run.model.config),
+                              pad_to_length=longest if family.pad_in_response else None)
 
 
 class SupervisedObjective(TrainerObjective):
@@ -61,5 +70,5 @@ class SupervisedObjective(TrainerObjective):
                             "train.max_length or remove it")
         return {"train": examples}
 
-    def data_collator(self, run):
-        return SupervisedCollator(run.tokens, run.family.pad_in_response, pad_to_multiple_of=run.family.block_size(run.model.config))
+    def data_collator(self, run, datasets):
+        return supervised_collator(run, max(len(e.prompt_ids) + len(e.response_ids) for e in datasets["train"]))

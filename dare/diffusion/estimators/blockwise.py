@@ -30,6 +30,7 @@ from pydantic import Field
 from dare.components import Params
 from dare.errors import SpecError
 from dare.diffusion.estimators.base import Estimator, Pass, ScoringBatch, uniform
+from dare.randomness import row_generator
 
 __all__ = ["BlockwiseELBOParams", "BlockwiseELBOEstimator", "blockwise_passes", "response_blocks"]
 
@@ -62,15 +63,16 @@ def blockwise_passes(batch: ScoringBatch, block_length: int, mc_num: int, genera
         ids = torch.unique(blocks[n][blocks[n] >= 0]).tolist()
         if not ids:
             continue
+        g = row_generator(generator, n)
         cells = mc_num * len(ids)
-        offset = float(uniform((), generator, "cpu"))
+        offset = float(uniform((), g, "cpu"))
         levels = (offset + torch.arange(cells, dtype=torch.float64) / cells) % 1.0
         for c in range(cells):
             r, b = divmod(c, len(ids))
             where = torch.nonzero(blocks[n] == ids[b]).flatten()
             Lb = where.numel()
             nb = min(int(float(levels[c]) * Lb) + 1, Lb)
-            order = uniform((Lb,), generator, "cpu").argsort()
+            order = uniform((Lb,), g, "cpu").argsort()
             chosen = where[order[:nb].to(where.device)]
             masks[r, n, chosen] = True
             weights[r, n, chosen] = Lb / nb

@@ -23,6 +23,7 @@ from pydantic import Field
 
 from dare.components import Params
 from dare.diffusion.estimators.base import Estimator, Pass, ScoringBatch, uniform
+from dare.randomness import RowGenerators
 
 __all__ = ["ComplementaryELBOParams", "ComplementaryELBOEstimator", "stratified_counts", "complement_pass"]
 
@@ -30,11 +31,15 @@ __all__ = ["ComplementaryELBOParams", "ComplementaryELBOEstimator", "stratified_
 def stratified_counts(lengths: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
     """Mask counts ``k_b in {0, ..., L_b}`` (module docstring).
 
+    With per-row generators (:class:`dare.randomness.RowGenerators`, what the RL trainer passes so that a
+    row's draws do not depend on the batch or the process count) every row draws its own uniform count:
+    still unbiased, without the stratification across the rows of one batch.
+
     :param lengths: ``[N]`` int64 response lengths ``L_b``.
     :returns: ``[N]`` int64.
     """
     N = lengths.numel()
-    if N > 0 and bool((lengths == lengths[0]).all()):
+    if N > 0 and bool((lengths == lengths[0]).all()) and not isinstance(generator, RowGenerators):
         L = int(lengths[0])
         k = min(int(float(uniform((), generator, "cpu")) * (L + 1)), L)
         offsets = torch.arange(N, dtype=torch.float64) * (L + 1) / N

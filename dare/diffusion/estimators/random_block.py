@@ -31,6 +31,7 @@ from pydantic import Field, model_validator
 
 from dare.components import Params
 from dare.diffusion.estimators.base import Estimator, Pass, ScoringBatch, uniform
+from dare.randomness import row_generator
 
 __all__ = ["RandomBlockParams", "RandomBlockEstimator", "random_block_passes", "mask_count_range"]
 
@@ -99,7 +100,7 @@ def random_block_passes(
     masks = torch.zeros(mc_num, N, G, dtype=torch.bool)
     before = torch.zeros(mc_num, N, G, dtype=torch.bool)
     for n in range(N):
-        masks[:, n], before[:, n] = _row_masks(resp[n], block_length, mc_num, min_t, max_t, generator)
+        masks[:, n], before[:, n] = _row_masks(resp[n], block_length, mc_num, min_t, max_t, row_generator(generator, n))
     prompt_valid = batch.prompt_valid.cpu()
     passes = []
     for m in range(mc_num):

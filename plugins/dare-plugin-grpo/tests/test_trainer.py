@@ -190,12 +190,14 @@ def _spec(model_dir, out, objective="d1", iterations=1, steps=3):
     }
 
 
-@pytest.mark.parametrize("objective,iterations,steps", [("coupled-grpo", 1, 3), ("espo", 2, 2)])
+@pytest.mark.parametrize("objective,iterations,steps", [("coupled-grpo", 1, 3), ("espo", 2, 4)])
 def test_resume_reproduces_masks_rollouts_and_weights(tmp_path, tiny_llada_dir, monkeypatch, objective, iterations, steps):
     """Kill-and-resume equals an uninterrupted run: same masks, same completions, bit-identical weights.
 
-    coupled-grpo resumes after step 2 and redraws step 3's masks from the restored generators; espo
-    (2 inner iterations) resumes after step 1, in the middle of a rollout batch, from the checkpointed buffer.
+    Every draw is keyed by (seed, step, completion index), so nothing random is checkpointed. coupled-grpo
+    resumes after step 2 and redraws step 3's rollout and masks; espo (2 inner iterations) checkpoints only
+    at rollout boundaries (the saves due at steps 1 and 3 are deferred to 2 and 4), resumes after step 2 and
+    redraws the rollout of steps 3-4, so no rollout buffer is ever saved.
     """
     import shutil
 
@@ -205,8 +207,8 @@ def test_resume_reproduces_masks_rollouts_and_weights(tmp_path, tiny_llada_dir, 
     seen: dict[int, list] = {}
     original = GRPOTrainer._draw_passes
 
-    def record(self, batch):
-        passes = original(self, batch)
+    def record(self, batch, iteration=0):
+        passes = original(self, batch, iteration)
         seen.setdefault(self.state.global_step, []).append((batch.input_ids.clone(), [p.mask.clone() for p in passes]))
         return passes
 
@@ -217,7 +219,9 @@ def test_resume_reproduces_masks_rollouts_and_weights(tmp_path, tiny_llada_dir, 
     run.execute(evaluate=False)
     full = {k: v.clone() for k, v in run.model.state_dict().items()}
     first = dict(seen)
-    assert (out / "checkpoints" / f"checkpoint-{steps}" / "rl_state.pt").is_file()
+    ckpts = sorted(p.name for p in (out / "checkpoints").glob("checkpoint-*"))
+    assert ckpts == [f"checkpoint-{steps - 1}", f"checkpoint-{steps}"] if iterations == 1 else ["checkpoint-2", "checkpoint-4"]
+    assert not list(out.rglob("rl_state*")) and not list(out.rglob("*.pkl"))
 
     # lose the last checkpoint and the final model: the rerun resumes from the one before
     shutil.rmtree(out / "checkpoints" / f"checkpoint-{steps}")
@@ -225,12 +229,9 @@ def test_resume_reproduces_masks_rollouts_and_weights(tmp_path, tiny_llada_dir, 
     seen.clear()
     run2 = Run(load_spec(tmp_path / "s.yaml", check=False))
     run2.execute(evaluate=False)
-    if iterations == 1:  # step 3 draws a new rollout and new masks: the same as the first time
-        assert set(seen) == {2}
-        (ids, masks), (ids0, masks0) = seen[2][0], first[2][0]
+    assert set(seen) == {2}  # the rollout of the resumed step is drawn again, with the same completions and masks
+    for (ids, masks), (ids0, masks0) in zip(seen[2], first[2], strict=True):
         assert torch.equal(ids, ids0) and all(torch.equal(a, b) for a, b in zip(masks, masks0, strict=True))
-    else:  # step 2 is the second inner iteration: it reuses the checkpointed rollout, nothing is drawn
-        assert seen == {}
     for k, v in run2.model.state_dict().items():
         assert torch.equal(v, full[k]), k
 

@@ -22,6 +22,7 @@ from pydantic import Field
 from dare.components import Params
 from dare.diffusion.estimators.choice import EstimatorChoice, build_estimator, estimator_problems
 from dare.trainers.objective import TrainerObjective
+from dare.trainers.supervised import supervised_collator
 
 __all__ = ["DPO", "VRPO", "DPOParams", "VRPOParams"]
 
@@ -95,10 +96,12 @@ class DPO(TrainerObjective):
                                 "raise train.max_length or remove it")
         return out
 
-    def data_collator(self, run):
+    def data_collator(self, run, datasets):
         from dare_dpo.data import PairCollator
 
-        return PairCollator(run.tokens, run.family.pad_in_response, pad_to_multiple_of=run.family.block_size(run.model.config))
+        longest = max(len(s.prompt_ids) + len(s.response_ids) for split in datasets.values() for p in split
+                      for s in (p.chosen, p.rejected))
+        return PairCollator(supervised_collator(run, longest))
 
     def config_overrides(self, run) -> dict[str, Any]:
         return {"per_device_eval_batch_size": run.spec.train.per_device_batch_size}

@@ -14,8 +14,10 @@ Logits come from ``family.denoiser_logits`` (full attention, Dream's shift, or t
 ``[x_t ; x_0]`` forward), and which tokens count as response follows ``family.pad_in_response``,
 so this file never names a family. The reference policy is
 :class:`dare.modeling.lora.ReferencePolicy` (adapters disabled under LoRA, else a frozen copy).
-Corruptions draw from torch's global RNG, which ``transformers.Trainer`` checkpoints, so a resumed
-run redraws the same masks.
+Randomness (:mod:`dare.randomness`): the passes of response ``k`` (``2 i`` chosen / ``2 i + 1`` rejected of
+pair ``i``) at step ``s`` come from a generator keyed by ``(seed, "preference", s, k)`` (the reference's own
+draw, when not shared, from ``"preference-ref"``), so the loss does not depend on the process count or the
+batch split, and a resumed run redraws the same masks.
 """
 
 from __future__ import annotations
@@ -24,8 +26,10 @@ from typing import Any
 
 import torch
 
+from dare import distributed
 from dare.diffusion.estimators import Pass, ScoringBatch, score_pass
 from dare.modeling.lora import ReferencePolicy
+from dare.randomness import RowGenerators
 from dare.trainers.base import DareTrainer
 from dare_dpo.loss import DPOLossOutput, dpo_loss
 
@@ -69,8 +73,8 @@ class DPOTrainer(DareTrainer):
         self.reference = ReferencePolicy(self.model)
 
     # ------------------------------------------------------------------ scores
-    def draw_passes(self, batch: ScoringBatch, generator: torch.Generator | None = None) -> list[Pass]:
-        """The estimator's passes over every response of the batch."""
+    def draw_passes(self, batch: ScoringBatch, generator=None) -> list[Pass]:
+        """The estimator's passes over every response of the batch (``generator``: per-row generators)."""
         return self.estimator.draw(batch, generator)
 
     def sequence_scores(self, model, batch: ScoringBatch, passes: list[Pass]) -> torch.Tensor:
@@ -86,13 +90,21 @@ class DPOTrainer(DareTrainer):
             score = score / batch.response_lengths.clamp(min=1).to(score.dtype)
         return score
 
-    def pair_loss(self, model, inputs: dict[str, Any], generator: torch.Generator | None = None) -> tuple[DPOLossOutput, torch.Tensor]:
-        """The DPO loss of a batch and the policy scores ``[2B]`` (chosen first)."""
+    def pair_loss(self, model, inputs: dict[str, Any], seed: int | None = None, step: int | None = None
+                  ) -> tuple[DPOLossOutput, torch.Tensor]:
+        """The DPO loss of a batch and the policy scores ``[2B]`` (chosen first).
+
+        :param seed: key of the corruption draws (default ``args.seed``). :param step: default the current
+            optimizer step.
+        """
         p = self.objective.params
+        seed = self.args.seed if seed is None else seed
+        step = self.state.global_step if step is None else step
         batch = pair_scoring_batch(inputs, self.tokens.mask_id)
-        passes = self.draw_passes(batch, generator)
+        passes = self.draw_passes(batch, RowGenerators.keyed(seed, "preference", step, inputs["index"]))
         policy = self.sequence_scores(model, batch, passes)
-        ref_passes = passes if p.share_corruptions else self.draw_passes(batch, generator)
+        ref_passes = passes if p.share_corruptions else self.draw_passes(
+            batch, RowGenerators.keyed(seed, "preference-ref", step, inputs["index"]))
         with torch.no_grad(), self.reference.model() as ref_model:
             ref = self.sequence_scores(ref_model, batch, ref_passes)
         B = policy.shape[0] // 2
@@ -115,7 +127,8 @@ class DPOTrainer(DareTrainer):
     # ------------------------------------------------------------------ held-out metrics
     @torch.no_grad()
     def preference_metrics(self, pairs: list) -> dict[str, float]:
-        """Held-out preference metrics with corruptions drawn from a generator seeded ``eval_seed``.
+        """Held-out preference metrics, the corruptions keyed by ``eval_seed`` and each pair's index (the same
+        every time); each process scores its slice of the pairs and the sums are gathered.
 
         :returns: ``loss``, ``rewards/accuracies`` (implicit reward of chosen > rejected),
             ``rewards/margins``, ``elbo/accuracy`` (the policy's own ELBO prefers chosen), means over pairs.
@@ -123,14 +136,14 @@ class DPOTrainer(DareTrainer):
         model = self.model
         was_training = model.training
         model.eval()
-        gen = torch.Generator().manual_seed(self.eval_seed)
         bs = self.args.per_device_eval_batch_size
         sums = {"loss": 0.0, "rewards/accuracies": 0.0, "rewards/margins": 0.0, "elbo/accuracy": 0.0}
+        mine = distributed.shard(len(pairs))
         try:
-            for i in range(0, len(pairs), bs):
-                chunk = pairs[i : i + bs]
+            for i in range(mine.start, mine.stop, bs):
+                chunk = pairs[i : min(i + bs, mine.stop)]
                 inputs = self._prepare_inputs(self.data_collator(chunk))
-                out, policy = self.pair_loss(model, inputs, gen)
+                out, policy = self.pair_loss(model, inputs, seed=self.eval_seed, step=0)
                 B = len(chunk)
                 sums["loss"] += float(out.losses.sum())
                 sums["rewards/accuracies"] += float((out.chosen_rewards > out.rejected_rewards).float().sum())
@@ -138,4 +151,5 @@ class DPOTrainer(DareTrainer):
                 sums["elbo/accuracy"] += float((policy[:B] > policy[B:]).float().sum())
         finally:
             model.train(was_training)
-        return {k: v / len(pairs) for k, v in sums.items()}
+        parts = distributed.gather(sums)
+        return {k: sum(part[k] for part in parts) / len(pairs) for k in sums}

@@ -83,6 +83,8 @@ def step_rows(traj: MDPOTrajectory, prompt_ids: torch.Tensor, prompt_attn: torch
 class MDPOTrainer(GRPOTrainer):
     """GRPO trainer with MDPO's rollout and update (module docstring)."""
 
+    supports_row_generators = False  # its own decoding loop draws batch-wide
+
     # ------------------------------------------------------------------ rollout
     def _decode(self, model, prompt_ids, attn) -> MDPOTrajectory:
         settings = self.objective.rollout_settings(self.sampler)

@@ -81,6 +81,8 @@ def tree_edges(tree: Tree, values: list[torch.Tensor], mask_id: int, stop_ids: t
 class DTreeRPOTrainer(GRPOTrainer):
     """GRPO trainer with d-TreeRPO's rollout and update (module docstring)."""
 
+    supports_row_generators = False  # its own decoding loop draws batch-wide
+
     # ------------------------------------------------------------------ edge log-probs
     def _edge_logps(self, model, rollout: TreeRollout, parents: slice, with_entropy: bool = False):
         """Log-probs ``[n, G]`` of the edges whose parent is in ``parents`` (0 off the active positions), their
