@@ -3,6 +3,7 @@ components, listing, load failures, name conflicts, and what the quick commands 
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import re
@@ -383,3 +384,18 @@ def test_validate_imports_only_what_the_spec_names(tmp_path):
     heavy, components = line[len("HEAVY "):].split(" COMPONENTS ")
     assert eval(components) == ["dare_llada.family", "dare_llada.sampler", "dare_sft.objective"]
     assert not {"transformers", "datasets", "pandas", "peft", "accelerate", "trl", "math_verify"} & set(eval(heavy))
+
+
+def test_core_modules_that_use_auto_classes_register_them_first():
+    """get_registry() imports no family module, so transformers knows the families' model types only after
+    dare.plugins.register_auto_classes(): every core module that calls an Auto class must call it."""
+    core = Path(__file__).resolve().parent.parent / "dare"
+    missing = []
+    for path in sorted(core.rglob("*.py")):
+        tree = ast.parse(path.read_text())
+        uses = {n.value.id for n in ast.walk(tree) if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name)
+                and n.value.id.startswith("Auto")}
+        calls = any(isinstance(n, ast.Call) and getattr(n.func, "id", None) == "register_auto_classes" for n in ast.walk(tree))
+        if uses and not calls and path.name != "plugins.py":
+            missing.append(f"{path.relative_to(core.parent)} uses {sorted(uses)}")
+    assert not missing, missing
