@@ -10,7 +10,8 @@ The TRL baseline is the d1 design: ``GRPOTrainer`` with the generation replaced 
 sampler (``_generate_single_turn``) and the log-prob computation replaced by the one-step masked
 forward (``_get_per_token_logps_and_entropies``); everything else is TRL's.
 
-Run: ``python benchmarks/bench_rl_step.py [--steps 2] [--rounds 3] [--threads 1]``. The trainers run in
+Run: ``python benchmarks/bench_rl_step.py [--steps 2] [--rounds 3] [--threads 1]`` (the TRL baseline needs
+``pip install -e '.[bench]'``: DARE itself does not depend on trl). The trainers run in
 alternating rounds (DARE, TRL, DARE, ...; each round one warm-up step, then ``--steps`` timed ones)
 so that a change of machine load hits both. Prints the median seconds per step split into rollout /
 scoring / update for each trainer, and the ratio TRL / DARE of the whole step (> 1 means DARE is
@@ -211,6 +212,12 @@ def main(argv=None) -> int:
     ap.add_argument("--group", type=int, default=8)
     ap.add_argument("--threads", type=int, default=1)
     args = ap.parse_args(argv)
+    import importlib.util
+
+    if importlib.util.find_spec("trl") is None:
+        print("bench_rl_step.py: the TRL baseline needs trl, which DARE does not install; pip install -e '.[bench]'",
+              file=sys.stderr)
+        return 2
     torch.set_num_threads(args.threads)
     rows = load_rows(args.prompts * (args.steps + 1))
     dare_steps, trl_steps = [], []

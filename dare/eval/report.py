@@ -14,7 +14,7 @@ from dare.io import atomic_write_json, atomic_write_text
 
 __all__ = ["provenance", "write_report", "markdown_table", "plot_training"]
 
-_PACKAGES = ("dare-dllm", "torch", "transformers", "trl", "peft", "accelerate", "pydantic", "math-verify")
+_PACKAGES = ("dare-dllm", "torch", "transformers", "peft", "accelerate", "pydantic", "math-verify")
 
 
 def _git_sha() -> str | None:

@@ -36,6 +36,7 @@ from transformers.modeling_outputs import BaseModelOutput, MaskedLMOutput
 
 from dare.errors import CheckpointError
 from dare_dream.configuration_dream import DreamConfig
+from dare_dream.generation import DreamGenerationMixin
 
 __all__ = [
     "DreamModel",
@@ -336,7 +337,7 @@ class DreamBaseModel(DreamPreTrainedModel):
         return BaseModelOutput(last_hidden_state=x, hidden_states=tuple(hidden) if hidden is not None else None)
 
 
-class DreamModel(DreamPreTrainedModel):
+class DreamModel(DreamGenerationMixin, DreamPreTrainedModel):
     """Dream with its LM head: the class the release's ``auto_map`` names and ``AutoModel`` loads.
 
     ``forward(input_ids [B, L] int64, attention_mask, position_ids [B, L] int64 | None)`` returns a

@@ -29,6 +29,7 @@ from transformers import initialization as init
 from transformers.utils import ModelOutput
 
 from dare_llada.configuration_llada import LLaDAConfig
+from dare_llada.generation import LLaDAGenerationMixin
 
 __all__ = ["LLaDAModelLM", "LLaDAModel", "LLaDALlamaBlock", "LLaDAPreTrainedModel", "LLaDAOutput"]
 
@@ -326,7 +327,7 @@ class LLaDAPreTrainedModel(PreTrainedModel):
                 init.zeros_(module.bias)
 
 
-class LLaDAModelLM(LLaDAPreTrainedModel):
+class LLaDAModelLM(LLaDAGenerationMixin, LLaDAPreTrainedModel):
     """LLaDA with its LM head, the class ``AutoModel`` loads for ``model_type: llada``.
 
     ``forward(input_ids [B, L] int64, attention_mask [B, L] | None, attention_bias

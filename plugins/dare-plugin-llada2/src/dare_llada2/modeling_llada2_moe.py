@@ -46,6 +46,7 @@ from transformers.utils import ModelOutput
 
 from dare.errors import DareError
 from dare_llada2.configuration_llada2_moe import LLaDA2MoeConfig
+from dare_llada2.generation import LLaDA2GenerationMixin
 
 __all__ = [
     "LLaDA2MoeModelLM",
@@ -418,7 +419,7 @@ class LLaDA2MoePreTrainedModel(PreTrainedModel):
             init.zeros_(module.expert_bias)
 
 
-class LLaDA2MoeModelLM(LLaDA2MoePreTrainedModel):
+class LLaDA2MoeModelLM(LLaDA2GenerationMixin, LLaDA2MoePreTrainedModel):
     """LLaDA2.x with its LM head: the class ``AutoModel``/``AutoModelForCausalLM`` load for ``llada2_moe``.
 
     ``forward(input_ids [B, L] int64, attention_mask, position_ids [B|1, L] int64, cache

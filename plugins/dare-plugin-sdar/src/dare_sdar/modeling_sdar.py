@@ -42,6 +42,7 @@ from transformers.utils import ModelOutput
 from dare_sdar.cache import SDARCache
 from dare_sdar.configuration_sdar import SDARConfig
 from dare_sdar.errors import SDARInputError
+from dare_sdar.generation import SDARGenerationMixin
 
 __all__ = [
     "SDARRMSNorm",
@@ -329,7 +330,7 @@ class SDARModel(SDARPreTrainedModel):
         )
 
 
-class SDARForCausalLM(SDARPreTrainedModel):
+class SDARForCausalLM(SDARGenerationMixin, SDARPreTrainedModel):
     """SDAR with its LM head: the class ``AutoModel``/``AutoModelForCausalLM`` load for ``model_type: sdar``."""
 
     backbone_class: ClassVar[type[SDARModel]] = SDARModel
