@@ -21,7 +21,7 @@ import torch
 
 def tiny_model(seed: int = 0):
     """A tiny LLaDA2 with non-degenerate weights (init std 0.2) and a random expert bias, in memory."""
-    import dare_llada2  # noqa: F401  (registers the Auto classes)
+    import dare_llada2.auto  # noqa: F401  (registers the Auto classes)
     from transformers import AutoModel
 
     from dare.components import SpecialTokens

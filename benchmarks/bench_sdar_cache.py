@@ -24,7 +24,7 @@ import torch
 
 def tiny_model(seed: int = 0):
     """The dense ``tiny`` SDAR preset with non-degenerate random weights (init std 0.2), in memory."""
-    import dare_sdar  # noqa: F401  (registers the Auto classes)
+    import dare_sdar.auto  # noqa: F401  (registers the Auto classes)
     from transformers import AutoModel
 
     from dare.components import SpecialTokens

@@ -11,6 +11,7 @@ traceback, and the command exits with status 2.
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -264,8 +265,10 @@ def schema(output, check, first_party):
 
 @cli.command()
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
-@click.option("--params", "with_params", is_flag=True, help="Include each component's params JSON schema (with --json).")
-def plugins(as_json, with_params):
+@click.option("--params", "with_params", is_flag=True,
+              help="Include each component's params JSON schema (with --json; imports every component).")
+@click.option("--check", is_flag=True, help="Import every component and report those that fail (slower).")
+def plugins(as_json, with_params, check):
     """List installed components: kind, name, distribution, version; and plugins that failed to load."""
     from dare.errors import PluginError
     from dare.plugins import get_plugin_manager, reset
@@ -276,15 +279,21 @@ def plugins(as_json, with_params):
 
     reg = P._registry
     conflicts = list(reg.conflicts)
+    if check or with_params:
+        reg.load_all()  # components whose module fails to import become failures
+    broken = {f.component for f in reg.failures if f.component}
     rows = [
         {"kind": e.kind, "name": e.name, "distribution": e.distribution, "version": e.version, "plugin": e.plugin,
-         "description": e.cls.description(), **({"params": e.cls.Params.model_json_schema()} if with_params else {})}
+         "description": e.description,
+         **({"params": e.cls.Params.model_json_schema()} if with_params and f"{e.kind} {e.name}" not in broken else {})}
         for e in reg.all()
     ]
-    failures = [{"plugin": f.plugin, "distribution": f.distribution, "error": f.error} for f in reg.failures]
+    failures = [{"plugin": f.plugin, "distribution": f.distribution, "error": f.error,
+                 **({"component": f.component} if f.component else {})} for f in reg.failures]
     if as_json:
         click.echo(json.dumps({"components": rows, "failed": failures, "conflicts": conflicts}, indent=2))
     else:
+        from rich.markup import escape
         from rich.table import Table
 
         t = Table(title="DARE components")
@@ -295,7 +304,8 @@ def plugins(as_json, with_params):
         con = _console()
         con.print(t)
         for f in failures:
-            con.print(f"[red]failed to load plugin {f['plugin']} ({f['distribution']}): {f['error']}[/red]")
+            what = f"component {f['component']} of plugin" if "component" in f else "plugin"
+            con.print(f"[red]failed to load {what} {f['plugin']} ({f['distribution']}): {escape(f['error'])}[/red]")
         for c in conflicts:
             con.print(f"[red]conflict: {c}[/red]")
     if conflicts:
@@ -374,14 +384,18 @@ def _load_plugin_commands():
 
 
 def _quiet_libraries() -> None:
-    """No per-file progress bars from transformers (loading/saving shards) on the console."""
-    try:
+    """No per-file progress bars from transformers (loading/saving shards) on the console.
+
+    Through the environment variables transformers and huggingface_hub read when imported, so that a
+    command that never loads a model does not import them; directly if they are already imported.
+    """
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    if "transformers" in sys.modules:
         from transformers.utils import logging as hf_logging
 
         hf_logging.disable_progress_bar()
         hf_logging.set_verbosity_error()
-    except ImportError:  # pragma: no cover
-        pass
 
 
 def _leave_process_group() -> None:

@@ -286,7 +286,7 @@ def export_model(src: str | Path, out: str | Path, base: str | None = None, dtyp
     """
     from dare.io import atomic_dir
     from dare.modeling.checkpoint import DTYPES, resolve_family, trained_model_dir, verify_checkpoint
-    from dare.plugins import get_registry
+    from dare.plugins import get_registry, register_auto_classes
 
     given, out = Path(src), Path(out)
     src = trained_model_dir(given)
@@ -302,7 +302,8 @@ def export_model(src: str | Path, out: str | Path, base: str | None = None, dtyp
         raise CheckpointError(f"{out} is not empty; choose another output directory or pass --overwrite")
     if dtype is not None and dtype not in DTYPES:
         raise CheckpointError(f"dtype {dtype!r} is not one of {', '.join(DTYPES)}")
-    registry = get_registry()  # registers the family classes with the Auto classes
+    registry = get_registry()
+    register_auto_classes()
     kind = "adapter" if (src / "adapter_config.json").is_file() else "checkpoint"
     model, tokenizer = (_merge_adapter if kind == "adapter" else _convert_checkpoint)(src, base, dtype, registry)
     family = resolve_family(model.config.model_type, registry)

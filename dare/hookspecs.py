@@ -2,12 +2,23 @@
 
 A plugin is a module registered under the entry-point group ``dare`` (``[project.entry-points.dare]``
 in its ``pyproject.toml``). It implements some of the hooks below with ``@dare.hookimpl``. Each
-``register_*`` hook receives a ``register`` callback; the host stamps every registered component with
-the plugin's distribution and version and rejects two components of the same kind and name.
+``register_*`` hook receives a ``register`` callback bound to the calling plugin; the host stamps
+every registered component with the plugin's distribution and version and rejects two components of
+the same kind and name.
 
 Components are classes deriving from :mod:`dare.components` (``ModelFamily``, ``Sampler``,
 ``Objective``, ``Estimator``, ``Evaluator``, ``Reward``); each carries a ``name`` and a pydantic ``Params`` model
-that validates its ``params:`` block in a run spec.
+that validates its ``params:`` block in a run spec. ``register`` takes either
+
+* the class: ``register(MyReward)`` (its module is imported with the plugin), or
+* a lazy reference: ``register("my_pkg.reward:MyReward", name="my-reward", description="...")``,
+  optionally with ``aliases=(...)`` and, for a model family, ``model_types=(...)``. The registry
+  lists the component from this metadata and imports ``my_pkg.reward`` when the component is first
+  used, so a plugin module that imports only ``dare.hookimpl`` keeps ``dare`` quick to start. The
+  metadata must match the class (checked on import).
+
+A model-family plugin also implements ``register_auto_classes`` (its transformers classes, registered
+only when DARE first loads or creates a checkpoint).
 """
 
 from __future__ import annotations
@@ -25,7 +36,8 @@ hookimpl = pluggy.HookimplMarker("dare")
 def register_model_families(register):
     """Register :class:`dare.components.ModelFamily` subclasses.
 
-    :param register: ``register(family_cls)``; call once per family this plugin provides.
+    :param register: ``register(cls)`` or ``register("module:Class", name=..., description=...,
+        aliases=(...), model_types=(...))``; call once per family this plugin provides.
     """
 
 
@@ -34,7 +46,8 @@ def register_model_families(register):
 def register_samplers(register):
     """Register :class:`dare.components.Sampler` subclasses (decoding loops).
 
-    :param register: ``register(sampler_cls)``.
+    :param register: ``register(cls)`` or ``register("module:Class", name=..., description=...,
+        aliases=(...))``; call once per sampler this plugin provides.
     """
 
 
@@ -43,7 +56,8 @@ def register_samplers(register):
 def register_objectives(register):
     """Register :class:`dare.components.Objective` subclasses (training algorithms).
 
-    :param register: ``register(objective_cls)``.
+    :param register: ``register(cls)`` or ``register("module:Class", name=..., description=...,
+        aliases=(...))``; call once per objective this plugin provides.
     """
 
 
@@ -52,7 +66,8 @@ def register_objectives(register):
 def register_estimators(register):
     """Register :class:`dare.components.Estimator` subclasses (likelihood estimators objectives may select).
 
-    :param register: ``register(estimator_cls)``.
+    :param register: ``register(cls)`` or ``register("module:Class", name=..., description=...,
+        aliases=(...))``; call once per estimator this plugin provides.
     """
 
 
@@ -61,7 +76,8 @@ def register_estimators(register):
 def register_evaluators(register):
     """Register :class:`dare.components.Evaluator` subclasses (benchmarks).
 
-    :param register: ``register(evaluator_cls)``.
+    :param register: ``register(cls)`` or ``register("module:Class", name=..., description=...,
+        aliases=(...))``; call once per evaluator this plugin provides.
     """
 
 
@@ -70,7 +86,22 @@ def register_evaluators(register):
 def register_rewards(register):
     """Register :class:`dare.components.Reward` subclasses (verifiable reward functions).
 
-    :param register: ``register(reward_cls)``.
+    :param register: ``register(cls)`` or ``register("module:Class", name=..., description=...,
+        aliases=(...))``; call once per reward this plugin provides.
+    """
+
+
+# --------------------------------------------------------------------------- transformers classes
+@hookspec
+def register_auto_classes():
+    """Register this plugin's transformers classes (config, model, tokenizer) with transformers' Auto
+    classes (``AutoConfig.register``, ``AutoModel.register``, ...), so ``AutoModel.from_pretrained(dir)``
+    loads the family's checkpoints without ``trust_remote_code``.
+
+    DARE calls it once per process (:func:`dare.plugins.register_auto_classes`) before it reads or
+    creates a checkpoint through transformers. Import the modeling modules inside the hook, not at the
+    plugin module's top level, so that ``dare --help``, ``dare plugins`` and ``dare validate`` do not
+    import them.
     """
 
 

@@ -116,9 +116,9 @@ class _Tok:
 def _card_config(name):
     from transformers import AutoConfig
 
-    from dare.plugins import get_registry
+    from dare.plugins import register_auto_classes
 
-    get_registry()
+    register_auto_classes()  # the families' config classes (get_registry() alone imports no family module)
     return AutoConfig.from_pretrained(str(shared_path("model-cards", name)))
 
 

@@ -32,7 +32,7 @@ def test_real_index_names_and_shapes_match_the_8b_config():
 
 
 def test_save_load_bit_exact_through_automodel(tiny_llada_dir):
-    import dare_llada  # noqa: F401 - registers the Auto classes
+    import dare_llada.auto  # noqa: F401 - registers the Auto classes
 
     lm = load_model(tiny_llada_dir)
     again = AutoModel.from_pretrained(tiny_llada_dir)

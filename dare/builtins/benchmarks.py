@@ -8,7 +8,6 @@ Default data files live under ``$DARE_DATA_DIR`` (the layout of DARE's preproces
 from __future__ import annotations
 
 from dare.components import Evaluator
-from dare.hookspecs import hookimpl
 
 __all__ = ["GSM8K", "MATH500", "AIME", "Countdown", "Sudoku", "HumanEval", "HumanEvalPlus", "MBPP"]
 
@@ -84,9 +83,3 @@ class MBPP(Evaluator):
     reward = "code"
     data_sources = ("mbpp",)
     default_path = "rl/test/mbpp_1.parquet"
-
-
-@hookimpl
-def register_evaluators(register):
-    for cls in (GSM8K, MATH500, AIME, Countdown, Sudoku, HumanEval, HumanEvalPlus, MBPP):
-        register(cls)

@@ -8,7 +8,6 @@ from typing import Any, Literal
 from pydantic import Field
 
 from dare.components import Params, Reward
-from dare.hookspecs import hookimpl
 from dare.rewards.code import code_outcome
 from dare.rewards.countdown import countdown_score
 from dare.rewards.format import DEFAULT_PATTERN, format_score
@@ -141,9 +140,3 @@ class CodeReward(Reward):
         if problem is None:
             return []
         return [(f"{loc}.params.isolation", f"isolation 'uid' is unavailable here: {problem}; use 'auto' or 'process'")]
-
-
-@hookimpl
-def register_rewards(register):
-    for cls in (MathReward, GSM8KReward, CountdownReward, SudokuReward, FormatReward, CodeReward):
-        register(cls)

@@ -1,8 +1,9 @@
 """Load and create checkpoints in the official format.
 
 A model directory is always what the family's release ships: ``config.json`` (official keys and
-``model_type``), safetensors with the official tensor names, tokenizer files. Importing a family
-plugin registers its classes with transformers' Auto classes, so ``AutoModel.from_pretrained(dir)``
+``model_type``), safetensors with the official tensor names, tokenizer files. Family plugins
+register their classes with transformers' Auto classes (:func:`dare.plugins.register_auto_classes`,
+called here before transformers reads or creates a checkpoint), so ``AutoModel.from_pretrained(dir)``
 works without ``trust_remote_code``.
 """
 
@@ -32,7 +33,7 @@ from dare.modeling.integrity import (
     weight_files,
 )
 from dare.modeling.tokenizer import build_byte_tokenizer
-from dare.plugins import get_registry
+from dare.plugins import get_registry, register_auto_classes
 
 __all__ = [
     "LoadedModel", "load_model", "create_model", "resolve_family", "checkpoint_shapes", "verify_checkpoint",
@@ -87,7 +88,7 @@ def family_of(path: str | Path, registry=None) -> ModelFamily:
     if not p.exists():  # a hub id: ask the hub (or its cache) for config.json
         from transformers import AutoConfig
 
-        get_registry()  # imports the family plugins (Auto-class registration)
+        register_auto_classes()
         try:
             return resolve_family(AutoConfig.from_pretrained(str(path)).model_type, registry)
         except CheckpointError:
@@ -202,7 +203,8 @@ def load_model(path: str | Path, dtype: str = "float32", registry=None, verify: 
     """
     from transformers import AutoConfig, AutoModel, AutoTokenizer
 
-    registry = registry or get_registry()  # imports the family plugins (Auto-class registration)
+    registry = registry or get_registry()
+    register_auto_classes()
     p = trained_model_dir(resolve_path(str(path)))
     if (p / "adapter_config.json").is_file():  # a LoRA adapter directory: its base + the adapter, merged
         return load_adapter_checkpoint(p, dtype=dtype, registry=registry, verify=verify)
@@ -272,6 +274,7 @@ def create_model(
     """
     from transformers import AutoModel
 
+    register_auto_classes()
     presets = family.presets()
     if preset not in presets:
         raise CheckpointError(f"unknown preset {preset!r} for family {family.name}; available: {', '.join(presets)}")
@@ -297,6 +300,7 @@ def _new_tokenizer(family: ModelFamily, tokenizer: str = "byte"):
         )
     from transformers import AutoTokenizer
 
+    register_auto_classes()
     return AutoTokenizer.from_pretrained(tokenizer)
 
 

@@ -34,6 +34,7 @@ from dare.modeling.checkpoint import (
     verify_checkpoint,
 )
 from dare.modeling.lora import resolve_lora_targets
+from dare.plugins import register_auto_classes
 from dare.rundir import plan_output_dir
 from dare.spec.models import BenchmarkSpec, DatasetSpec, RunSpec, spec_hash
 
@@ -170,6 +171,7 @@ def check_lora(ctx, problems: Problems) -> None:
     try:
         from transformers import AutoConfig
 
+        register_auto_classes()
         raw = dict(ctx.model_config)
         model_type = raw.pop("model_type", None)
         config = AutoConfig.for_model(model_type, **raw) if model_type else ctx.family.config_class()(**raw)

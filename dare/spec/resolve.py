@@ -18,7 +18,7 @@ from dare.components import Evaluator, ModelFamily, Objective, Reward, Sampler
 from dare.errors import DareError, PluginError, SpecError
 from dare.io import resolve_path
 from dare.modeling.checkpoint import adapter_base, family_of, trained_model_dir
-from dare.plugins import get_registry
+from dare.plugins import get_registry, register_auto_classes
 from dare.spec.checks import (
     check_benchmark_data,
     check_dataset,
@@ -88,6 +88,7 @@ class ResolvedSpec:
             p = resolve_path(adapter_base(p))  # a LoRA adapter without tokenizer files: its base model's
         from transformers import AutoTokenizer
 
+        register_auto_classes()  # the families' tokenizer and config classes, for this and the model check
         return AutoTokenizer.from_pretrained(str(p))
 
     def components(self) -> list[tuple[str, Any]]:

@@ -16,6 +16,8 @@ from dare_llada2.modeling_llada2_moe import LLaDA2MoeModelLM
 
 @pytest.mark.parametrize("release", ["LLaDA2.0-mini", "LLaDA2.1-mini"])
 def test_release_config_loads_through_autoconfig_and_round_trips(release, tmp_path):
+    import dare_llada2.auto  # noqa: F401 - registers the Auto classes (DARE does it before loading a checkpoint)
+
     raw = json.loads((shared_path("model-cards", release) / "config.json").read_text())
     (tmp_path / "config.json").write_text(json.dumps(raw))  # carries the release's auto_map
     cfg = AutoConfig.from_pretrained(tmp_path)

@@ -1,21 +1,18 @@
 """DARE plugin: the Dream model family (Dream-v0, DiffuCoder; native PyTorch) and Dream's official sampler.
 
-Importing this package registers ``DreamConfig``/``DreamModel`` with transformers' ``AutoConfig``,
-``AutoModel``, ``AutoModelForCausalLM`` and ``AutoModelForMaskedLM`` for ``model_type: Dream``, and
-``DreamTokenizer`` with ``AutoTokenizer``, so ``AutoModel.from_pretrained(dir)`` and
-``AutoTokenizer.from_pretrained(dir)`` work without ``trust_remote_code`` (also for a released
-directory whose ``config.json``/``tokenizer_config.json`` carry an ``auto_map``).
+:mod:`dare_dream.auto` registers this plugin's configuration and model classes with transformers' Auto
+classes, so ``AutoModel.from_pretrained(dir)`` works without ``trust_remote_code``. The plugin's
+``register_auto_classes`` hook imports it (DARE calls the hook before it first reads or creates a
+checkpoint), and so does the first access of a name below (PEP 562). Importing the package alone is
+light, as the plugin entry point :mod:`dare_dream.plugin` (loaded by every ``dare`` command) needs.
 """
-
-from transformers import AutoConfig, AutoModel, AutoModelForCausalLM, AutoModelForMaskedLM, AutoTokenizer
-
-from dare_dream.configuration_dream import DreamConfig
-from dare_dream.modeling_dream import DreamModel
-from dare_dream.tokenization_dream import DreamTokenizer
 
 __all__ = ["DreamConfig", "DreamModel", "DreamTokenizer"]
 
-AutoConfig.register("Dream", DreamConfig, exist_ok=True)
-for _auto in (AutoModel, AutoModelForCausalLM, AutoModelForMaskedLM):
-    _auto.register(DreamConfig, DreamModel, exist_ok=True)
-AutoTokenizer.register(DreamConfig, tokenizer_class=DreamTokenizer, exist_ok=True)
+
+def __getattr__(name):
+    if name in __all__:
+        from dare_dream import auto
+
+        return getattr(auto, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

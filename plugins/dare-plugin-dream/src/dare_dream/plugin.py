@@ -1,17 +1,26 @@
-"""Entry point of ``dare-plugin-dream``: registers the Dream family and sampler."""
+"""Entry point of ``dare-plugin-dream``: registers the Dream family and sampler.
+
+Lazy references (see :mod:`dare.hookspecs`): ``dare_dream.family`` and ``dare_dream.sampler`` are
+imported when a spec or command first uses them, and ``dare_dream.auto`` (transformers) when DARE
+first reads or creates a checkpoint, so listing plugins does not import torch.
+"""
 
 from dare import hookimpl
-
-import dare_dream  # noqa: F401  (registers the Auto classes)
-from dare_dream.family import DreamFamily
-from dare_dream.sampler import DreamSampler
 
 
 @hookimpl
 def register_model_families(register):
-    register(DreamFamily)
+    register("dare_dream.family:DreamFamily", name="dream", model_types=("Dream",),
+             description="Dream / DiffuCoder: bidirectional Qwen2.5 masked diffusion LM; raw position j predicts token "
+                         "j+1.")
 
 
 @hookimpl
 def register_samplers(register):
-    register(DreamSampler)
+    register("dare_dream.sampler:DreamSampler", name="dream",
+             description="Dream's diffusion_generate (origin / maskgit_plus / topk_margin / entropy), with trajectory.")
+
+
+@hookimpl
+def register_auto_classes():
+    import dare_dream.auto  # noqa: F401  (importing it registers Dream's transformers classes)

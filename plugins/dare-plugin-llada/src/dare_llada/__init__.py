@@ -1,17 +1,18 @@
 """DARE plugin: the LLaDA model family (native PyTorch) and LLaDA's official sampler.
 
-Importing this package registers ``LLaDAConfig``/``LLaDAModelLM`` with transformers' ``AutoConfig``,
-``AutoModel``, ``AutoModelForCausalLM`` and ``AutoModelForMaskedLM`` for ``model_type: llada``, so
-``AutoModel.from_pretrained(dir)`` works without ``trust_remote_code``.
+:mod:`dare_llada.auto` registers this plugin's configuration and model classes with transformers' Auto
+classes, so ``AutoModel.from_pretrained(dir)`` works without ``trust_remote_code``. The plugin's
+``register_auto_classes`` hook imports it (DARE calls the hook before it first reads or creates a
+checkpoint), and so does the first access of a name below (PEP 562). Importing the package alone is
+light, as the plugin entry point :mod:`dare_llada.plugin` (loaded by every ``dare`` command) needs.
 """
-
-from transformers import AutoConfig, AutoModel, AutoModelForCausalLM, AutoModelForMaskedLM
-
-from dare_llada.configuration_llada import LLaDAConfig
-from dare_llada.modeling_llada import LLaDAModelLM
 
 __all__ = ["LLaDAConfig", "LLaDAModelLM"]
 
-AutoConfig.register("llada", LLaDAConfig, exist_ok=True)
-for _auto in (AutoModel, AutoModelForCausalLM, AutoModelForMaskedLM):
-    _auto.register(LLaDAConfig, LLaDAModelLM, exist_ok=True)
+
+def __getattr__(name):
+    if name in __all__:
+        from dare_llada import auto
+
+        return getattr(auto, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,17 +1,25 @@
-"""Entry point of ``dare-plugin-llada``: registers the LLaDA family and sampler."""
+"""Entry point of ``dare-plugin-llada``: registers the LLaDA family and sampler.
+
+Lazy references (see :mod:`dare.hookspecs`): ``dare_llada.family`` and ``dare_llada.sampler`` are
+imported when a spec or command first uses them, and ``dare_llada.auto`` (transformers) when DARE
+first reads or creates a checkpoint, so listing plugins does not import torch.
+"""
 
 from dare import hookimpl
-
-import dare_llada  # noqa: F401  (registers the Auto classes)
-from dare_llada.family import LLaDAFamily
-from dare_llada.sampler import LLaDASampler
 
 
 @hookimpl
 def register_model_families(register):
-    register(LLaDAFamily)
+    register("dare_llada.family:LLaDAFamily", name="llada", model_types=("llada",),
+             description="LLaDA: bidirectional Llama-style masked diffusion LM; position i scores token i.")
 
 
 @hookimpl
 def register_samplers(register):
-    register(LLaDASampler)
+    register("dare_llada.sampler:LLaDASampler", name="llada",
+             description="LLaDA semi-autoregressive low-confidence remasking (official generate.py), with trajectory.")
+
+
+@hookimpl
+def register_auto_classes():
+    import dare_llada.auto  # noqa: F401  (importing it registers LLaDA's transformers classes)

@@ -1,19 +1,18 @@
 """DARE plugin: the LLaDA2.x model family (LLaDA2.0 / LLaDA2.1, native PyTorch) and its block decoder.
 
-Importing this package registers ``LLaDA2MoeConfig``/``LLaDA2MoeModelLM`` with transformers'
-``AutoConfig``, ``AutoModel``, ``AutoModelForCausalLM`` and ``AutoModelForMaskedLM`` for
-``model_type: llada2_moe``, so ``AutoModel.from_pretrained(dir)`` works without ``trust_remote_code``,
-also for a release ``config.json`` that carries an ``auto_map``. ``AutoModel`` returns the model with
-its LM head (DARE always wants logits), not the release's bare backbone.
+:mod:`dare_llada2.auto` registers this plugin's configuration and model classes with transformers' Auto
+classes, so ``AutoModel.from_pretrained(dir)`` works without ``trust_remote_code``. The plugin's
+``register_auto_classes`` hook imports it (DARE calls the hook before it first reads or creates a
+checkpoint), and so does the first access of a name below (PEP 562). Importing the package alone is
+light, as the plugin entry point :mod:`dare_llada2.plugin` (loaded by every ``dare`` command) needs.
 """
-
-from transformers import AutoConfig, AutoModel, AutoModelForCausalLM, AutoModelForMaskedLM
-
-from dare_llada2.configuration_llada2_moe import LLaDA2MoeConfig
-from dare_llada2.modeling_llada2_moe import LLaDA2MoeModelLM
 
 __all__ = ["LLaDA2MoeConfig", "LLaDA2MoeModelLM"]
 
-AutoConfig.register("llada2_moe", LLaDA2MoeConfig, exist_ok=True)
-for _auto in (AutoModel, AutoModelForCausalLM, AutoModelForMaskedLM):
-    _auto.register(LLaDA2MoeConfig, LLaDA2MoeModelLM, exist_ok=True)
+
+def __getattr__(name):
+    if name in __all__:
+        from dare_llada2 import auto
+
+        return getattr(auto, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,17 +1,27 @@
-"""Entry point of ``dare-plugin-llada2``: registers the LLaDA2.x family and its block decoder."""
+"""Entry point of ``dare-plugin-llada2``: registers the LLaDA2.x family and its block decoder.
+
+Lazy references (see :mod:`dare.hookspecs`): ``dare_llada2.family`` and ``dare_llada2.sampler`` are
+imported when a spec or command first uses them, and ``dare_llada2.auto`` (transformers) when DARE
+first reads or creates a checkpoint, so listing plugins does not import torch.
+"""
 
 from dare import hookimpl
-
-import dare_llada2  # noqa: F401  (registers the Auto classes)
-from dare_llada2.family import LLaDA2Family
-from dare_llada2.sampler import LLaDA2Sampler
 
 
 @hookimpl
 def register_model_families(register):
-    register(LLaDA2Family)
+    register("dare_llada2.family:LLaDA2Family", name="llada2", model_types=("llada2_moe",),
+             description="LLaDA2.x: block-diffusion MoE LM (block-causal attention, block size 32); position i scores "
+                         "token i.")
 
 
 @hookimpl
 def register_samplers(register):
-    register(LLaDA2Sampler)
+    register("dare_llada2.sampler:LLaDA2Sampler", name="llada2",
+             description="LLaDA2's official block decoder (2.0 threshold decoding / 2.1 token editing), batched, "
+                         "KV-cached.")
+
+
+@hookimpl
+def register_auto_classes():
+    import dare_llada2.auto  # noqa: F401  (importing it registers LLaDA2's transformers classes)

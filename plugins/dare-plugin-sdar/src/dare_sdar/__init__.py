@@ -1,23 +1,18 @@
 """DARE plugin: the SDAR block-diffusion LM family (dense ``sdar`` and MoE ``sdar_moe``) and its decoder.
 
-Importing this package registers ``SDARConfig``/``SDARForCausalLM`` (``model_type: sdar``) and
-``SDARMoeConfig``/``SDARMoeForCausalLM`` (``model_type: sdar_moe``) with transformers' ``AutoConfig``,
-``AutoModel`` and ``AutoModelForCausalLM``, so ``AutoModel.from_pretrained(dir)`` loads a release (or a
-DARE checkpoint) without ``trust_remote_code``, also when ``config.json`` carries the release's
-``auto_map`` (a registered local class wins over remote code).
+:mod:`dare_sdar.auto` registers this plugin's configuration and model classes with transformers' Auto
+classes, so ``AutoModel.from_pretrained(dir)`` works without ``trust_remote_code``. The plugin's
+``register_auto_classes`` hook imports it (DARE calls the hook before it first reads or creates a
+checkpoint), and so does the first access of a name below (PEP 562). Importing the package alone is
+light, as the plugin entry point :mod:`dare_sdar.plugin` (loaded by every ``dare`` command) needs.
 """
-
-from transformers import AutoConfig, AutoModel, AutoModelForCausalLM
-
-from dare_sdar.cache import SDARCache
-from dare_sdar.configuration_sdar import SDARConfig
-from dare_sdar.configuration_sdar_moe import SDARMoeConfig
-from dare_sdar.modeling_sdar import SDARForCausalLM
-from dare_sdar.modeling_sdar_moe import SDARMoeForCausalLM
 
 __all__ = ["SDARCache", "SDARConfig", "SDARMoeConfig", "SDARForCausalLM", "SDARMoeForCausalLM"]
 
-for _cfg, _model in ((SDARConfig, SDARForCausalLM), (SDARMoeConfig, SDARMoeForCausalLM)):
-    AutoConfig.register(_cfg.model_type, _cfg, exist_ok=True)
-    for _auto in (AutoModel, AutoModelForCausalLM):
-        _auto.register(_cfg, _model, exist_ok=True)
+
+def __getattr__(name):
+    if name in __all__:
+        from dare_sdar import auto
+
+        return getattr(auto, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

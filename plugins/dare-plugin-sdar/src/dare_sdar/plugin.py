@@ -1,17 +1,27 @@
-"""Entry point of ``dare-plugin-sdar``: registers the SDAR family and its block decoder."""
+"""Entry point of ``dare-plugin-sdar``: registers the SDAR family and its block decoder.
+
+Lazy references (see :mod:`dare.hookspecs`): ``dare_sdar.family`` and ``dare_sdar.sampler`` are
+imported when a spec or command first uses them, and ``dare_sdar.auto`` (transformers) when DARE
+first reads or creates a checkpoint, so listing plugins does not import torch.
+"""
 
 from dare import hookimpl
-
-import dare_sdar  # noqa: F401  (registers the Auto classes)
-from dare_sdar.family import SDARFamily
-from dare_sdar.sampler import SDARSampler
 
 
 @hookimpl
 def register_model_families(register):
-    register(SDARFamily)
+    register("dare_sdar.family:SDARFamily", name="sdar", model_types=("sdar", "sdar_moe"),
+             description="SDAR (dense + MoE): Qwen3-architecture block-diffusion LM; block-causal attention, position i "
+                         "scores i.")
 
 
 @hookimpl
 def register_samplers(register):
-    register(SDARSampler)
+    register("dare_sdar.sampler:SDARSampler", name="sdar",
+             description="SDAR block diffusion decoding with a KV cache (JetAstra/SDAR generate.py), with trajectory "
+                         "and NFE.")
+
+
+@hookimpl
+def register_auto_classes():
+    import dare_sdar.auto  # noqa: F401  (importing it registers SDAR's transformers classes)

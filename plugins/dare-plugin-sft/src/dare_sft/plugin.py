@@ -1,10 +1,14 @@
-"""Entry point of ``dare-plugin-sft``."""
+"""Entry point of ``dare-plugin-sft``: registers the ``sft`` objective.
+
+A lazy reference (see :mod:`dare.hookspecs`): ``dare_sft.objective`` is imported when a spec first
+uses it.
+"""
 
 from dare import hookimpl
-
-from dare_sft.objective import SFT
 
 
 @hookimpl
 def register_objectives(register):
-    register(SFT)
+    register("dare_sft.objective:SFT", name="sft",
+             description="Masked-diffusion SFT (LLaDA, arXiv 2502.09992): CE/t on masked response tokens / response "
+                         "length.")
