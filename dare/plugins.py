@@ -45,7 +45,7 @@ __all__ = [
 ]
 
 #: DARE's built-in plugins (part of the ``dare-dllm`` distribution), loaded by module path.
-DEFAULT_PLUGINS = ("dare.builtins.rewards", "dare.builtins.benchmarks")
+DEFAULT_PLUGINS = ("dare.builtins.rewards", "dare.builtins.benchmarks", "dare.builtins.multiple_choice")
 
 #: Distributions whose components the committed ``schemas/run-spec.schema.json`` covers: the core and
 #: the plugins under ``plugins/`` in this repository (``dare schema --first-party``).

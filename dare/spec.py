@@ -192,6 +192,11 @@ class BenchmarkSpec(_Strict):
     chat_template: bool = True
     system_prompt: str | None = None
     reward: ComponentSpec | None = Field(None, description="Override the benchmark's reward.")
+    params: dict[str, Any] = Field(
+        default_factory=dict,
+        description="The benchmark's own params, validated by its Params model (likelihood benchmarks: mc_samples, "
+        "mc_scheme, target_delimiter).",
+    )
 
 
 class EvalSpec(_Strict):
@@ -528,20 +533,22 @@ def build_context(spec: RunSpec, source: str | None = None) -> SpecContext:
     if spec.eval is not None:
         for i, b in enumerate(spec.eval.resolved):
             loc = f"eval.benchmarks[{i}]"
-            ev = _component(ctx, problems, "evaluator", ComponentSpec(name=b.name), loc)
+            ev = _component(ctx, problems, "evaluator", ComponentSpec(name=b.name, params=b.params), loc)
             if b.reward is not None:
                 _component(ctx, problems, "reward", b.reward, f"{loc}.reward")
             if ev is not None:
                 _check_benchmark_data(ev, b, loc, problems)
         v = spec.eval.validation
         if v is not None:
-            ev = _component(ctx, problems, "evaluator", ComponentSpec(name=v.name), "eval.validation")
+            ev = _component(ctx, problems, "evaluator", ComponentSpec(name=v.name, params=v.params), "eval.validation")
             if v.reward is not None:
                 _component(ctx, problems, "reward", v.reward, "eval.validation.reward")
             if ev is not None:
                 _check_benchmark_data(ev, v, "eval.validation", problems)
                 _check_validation_rows(spec, ev, v, problems)
-        if spec.sampler is None:
+        styles = [getattr(c, "style", "generate") for loc, c in ctx.components.items()  # likelihood benchmarks
+                  if loc.startswith("eval.") and c.kind == "evaluator"]                  # need no sampler
+        if spec.sampler is None and (not styles or any(s != "loglikelihood" for s in styles)):
             problems.append(("sampler", "eval needs a sampler: section to generate answers"))
     if spec.data is not None:
         for split in ("train", "eval"):

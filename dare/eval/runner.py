@@ -56,10 +56,16 @@ class BenchmarkResult:
     tokens_per_second: float
     reward_errors: int = 0
     samples: list[dict[str, Any]] = field(default_factory=list)
+    #: Settings and metrics beyond the generation ones: a likelihood benchmark records ``style``,
+    #: ``acc_norm``, the estimator, ``mc_samples``, scheme and seed here (:mod:`dare.eval.multiple_choice`).
+    extra: dict[str, Any] = field(default_factory=dict)
 
     def metrics(self) -> dict[str, float]:
-        return {"accuracy": self.accuracy, "mean_reward": self.mean_reward, "samples": self.n, "nfe": self.nfe,
-                "tokens_per_second": self.tokens_per_second}
+        out = {"accuracy": self.accuracy, "mean_reward": self.mean_reward, "samples": self.n, "nfe": self.nfe,
+               "tokens_per_second": self.tokens_per_second}
+        if "acc_norm" in self.extra:
+            out["acc_norm"] = self.extra["acc_norm"]
+        return out
 
     def to_dict(self, with_samples: bool = True) -> dict[str, Any]:
         d = asdict(self)
@@ -87,9 +93,16 @@ def evaluate_benchmark(
     :param reward: a ``WeightedReward`` (or anything with ``score_one``).
     :param limit: overrides ``bspec.limit`` (e.g. for in-training evaluation).
     :returns: accuracy (fraction of rewards counted correct by the evaluator), mean reward, NFE,
-        generated tokens and tokens/s.
+        generated tokens and tokens/s. A likelihood benchmark (``evaluator.style == "loglikelihood"``, e.g.
+        a :class:`~dare.eval.multiple_choice.MultipleChoiceEvaluator`) is scored by MC-ELBO instead and
+        ignores ``sampler`` (:func:`dare.eval.multiple_choice.evaluate_multiple_choice`).
     :raises DataError: unreadable data or a prompt template referring to a missing field.
     """
+    if getattr(evaluator, "style", "generate") == "loglikelihood":
+        from dare.eval.multiple_choice import evaluate_multiple_choice
+
+        return evaluate_multiple_choice(model, family, tokens, tokenizer, evaluator, bspec, reward,
+                                        batch_size=batch_size, seed=seed, limit=limit)
     from dare.data import Prompter, load_rows
     from dare.sampling.text import generate_texts
 
