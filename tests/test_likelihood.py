@@ -99,7 +99,12 @@ def test_draws_mask_only_the_continuation_with_block_weights():
 def test_request_seed_is_a_function_of_seed_and_key():
     assert request_seed(0, 3, 1) == request_seed(0, 3, 1)
     assert len({request_seed(0, 3, 1), request_seed(0, 1, 3), request_seed(1, 3, 1), request_seed(0, 3)}) == 4
-    assert 0 <= request_seed(12345, "doc", 7) < 2**63
+    assert 0 <= request_seed(12345, 2**40, -7) < 2**63
+    from dare.randomness import STREAMS, key_seed
+
+    assert request_seed(4, 3, 1) == key_seed(4, STREAMS["likelihood"], 3, 1)  # DARE's keyed streams, own stream id
+    with pytest.raises(ValueError):
+        request_seed(0, "doc")
 
 
 class _RowwiseFamily:
@@ -142,7 +147,7 @@ def test_estimates_identical_across_batch_sizes_and_request_order(block):
     g = torch.Generator().manual_seed(2)
     reqs = [(torch.randint(0, 10, (p,), generator=g).tolist(), torch.randint(0, 10, (c,), generator=g).tolist())
             for p, c in [(3, 5), (0, 4), (7, 2), (3, 5), (5, 1), (2, 8)] * 3]
-    keys = [("doc", i) for i in range(len(reqs))]
+    keys = [(100, i) for i in range(len(reqs))]
     runs = [elbo_loglikelihood(stub, fam, 10, reqs, keys, mc_samples=8, seed=5, batch_size=b) for b in (1, 4, 16)]
     assert runs[0] == runs[1] == runs[2]  # every field, the terms included
     # a request's estimate depends on its key, not on its position or neighbours

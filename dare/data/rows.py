@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from dare.errors import DataError
+from dare.io import resolve_path
 
 __all__ = ["load_rows", "dataset_columns", "to_python"]
 
@@ -14,8 +15,6 @@ _SUFFIXES = (".parquet", ".jsonl", ".json")
 
 
 def _local(path: str) -> Path | None:
-    from dare.spec import resolve_path
-
     p = resolve_path(path)
     if p.suffix in _SUFFIXES or p.exists() or path.startswith(("dare://", ".", "/", "~")):
         return p

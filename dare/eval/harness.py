@@ -12,10 +12,9 @@ are loaded (the same checks as ``dare generate``), and exposes
   (:func:`dare.eval.likelihood.elbo_loglikelihood`: stratified mask counts, per-request seeds,
   block-diffusion ELBO for block families).
 
-Generation batches prompts in the given order, ``batch_size`` at a time, with one
-``torch.Generator`` seeded by ``seed`` per :meth:`~HarnessModel.generate` call: exactly what ``dare
-eval`` does, so the same prompts, sampler and batch size give the same completions in ``dare eval``
-and in a harness.
+Generation batches prompts in the given order, ``batch_size`` at a time, each prompt's sampling noise
+keyed by ``(seed, index)``: exactly what ``dare eval`` does with row ``index``, so the same prompts and
+sampler give the same completions in ``dare eval`` and in a harness.
 """
 
 from __future__ import annotations
@@ -34,7 +33,7 @@ ADAPTER_ARGS: dict[str, str] = {
     "model": "model directory, run directory, LoRA adapter directory or hub id",
     "sampler": "sampler name (default: the family's official decoder)",
     "batch_size": "prompts per generation batch and corrupted rows per likelihood forward pass",
-    "seed": "seed of the sampler's generator and of the per-request ELBO draws",
+    "seed": "base seed of every per-prompt sampling stream and per-request ELBO draw",
     "mc_samples": "Monte-Carlo terms (forward passes) per log-likelihood",
     "mc_scheme": "mask-count scheme of the ELBO: stratified, uniform or bernoulli",
     "greedy_check": "compute is_greedy for log-likelihoods (one forward pass per continuation token)",
@@ -43,10 +42,27 @@ ADAPTER_ARGS: dict[str, str] = {
 }
 
 
-def _relabel(message: str) -> str:
-    """``dare generate``'s option names -> model-argument wording."""
-    return (message.replace("--param ", "sampler parameter ").replace("--sampler", "sampler")
-            .replace("--model", "model"))
+def _problem(loc: str, msg: str) -> str:
+    """A spec problem of :func:`dare.spec.resolve_generate`, in model-argument words."""
+    msg = msg.replace("model.path", "model")
+    if loc == "model.path":
+        return f"model: {msg}"
+    if loc in ("sampler", "sampler.name"):
+        return f"sampler: {msg}"
+    if loc.startswith("sampler.params."):
+        return f"sampler parameter {loc[len('sampler.params.'):]}: {msg}"
+    return f"{loc}: {msg}"
+
+
+def _resolve_sampler(model_path: str, name: str | None, params: dict[str, Any]):
+    """``(sampler component, family)`` after ``dare generate``'s checks (model directory, sampler params, sampler
+    vs model). :raises DareError: naming each problem by its model argument."""
+    from dare.spec import resolve_generate
+
+    ctx = resolve_generate(model_path, name, params)
+    if ctx.problems:
+        raise DareError("; ".join(_problem(loc, msg) for loc, msg in ctx.problems))
+    return ctx.sampler, ctx.family
 
 
 def _int_arg(name: str, value, minimum: int) -> int:
@@ -69,8 +85,8 @@ class HarnessModel:
     :param sampler_params: the sampler's params (validated by its ``Params`` and ``check``). Without
         ``gen_length`` the completion length follows each request's ``max_gen_toks``.
     :param batch_size: prompts per generation batch; corrupted rows per likelihood forward pass.
-    :param seed: generation seed (one ``torch.Generator`` per :meth:`generate` call) and the base seed of
-        the per-request ELBO draws.
+    :param seed: base seed of the per-prompt sampling noise (keyed by ``(seed, index)``) and of the
+        per-request ELBO draws.
     :param mc_samples: Monte-Carlo terms per log-likelihood (LLaDA's evaluation uses 128, arXiv 2502.09992 App. B).
     :param mc_scheme: ``stratified`` (default), ``uniform`` or ``bernoulli`` mask counts.
     :param greedy_check: compute ``is_greedy`` (:func:`dare.eval.likelihood.greedy_matches`); off by default
@@ -144,12 +160,7 @@ class HarnessModel:
 
     def _check_sampler(self, name: str | None, params: dict[str, Any]):
         """``(sampler component, family)``; unknown parameters named before any other check."""
-        from dare.spec import check_generate
-
-        try:
-            default, family = check_generate(self.model_path, name, {})
-        except DareError as exc:
-            raise DareError(_relabel(str(exc))) from None
+        default, family = _resolve_sampler(self.model_path, name, {})
         allowed = list(type(default).Params.model_fields)
         unknown = [k for k in params if k not in allowed]
         if unknown:
@@ -167,10 +178,7 @@ class HarnessModel:
                 probe["gen_length"] = block
         if not probe:
             return default, family
-        try:
-            return check_generate(self.model_path, default.name, probe)
-        except DareError as exc:
-            raise DareError(_relabel(str(exc))) from None
+        return _resolve_sampler(self.model_path, default.name, probe)
 
     # ------------------------------------------------------------------ properties
     @property
@@ -231,26 +239,28 @@ class HarnessModel:
         multiple = self._gen_multiple()
         g = math.ceil(max_gen_toks / multiple) * multiple
         if g not in self._samplers:
-            from dare.spec import check_generate
-
             how = f"max_gen_toks rounded up to a multiple of block_length {multiple}" if multiple > 1 else "max_gen_toks"
             try:
-                self._samplers[g], _ = check_generate(self.model_path, self.sampler_name, {**self.sampler_params, "gen_length": g})
+                self._samplers[g], _ = _resolve_sampler(self.model_path, self.sampler_name,
+                                                        {**self.sampler_params, "gen_length": g})
             except DareError as exc:
                 raise DareError(
                     f"max_gen_toks {max_gen_toks} cannot be decoded by sampler {self.sampler_name!r} with its parameters "
-                    f"{self.sampler_params}: gen_length {g} ({how}) fails its checks: {_relabel(str(exc))}; give "
+                    f"{self.sampler_params}: gen_length {g} ({how}) fails its checks: {exc}; give "
                     "gen_length (and the parameters that must agree with it, e.g. steps) in the model arguments"
                 ) from None
         return self._samplers[g]
 
     def generate(self, prompts: Sequence[str], until: Sequence[str] | str | None = None,
-                 max_gen_toks: int | None = None) -> list[str]:
+                 max_gen_toks: int | None = None, indices: Sequence[int] | None = None) -> list[str]:
         """One completion per prompt, decoded like ``dare eval`` (module docstring).
 
         :param prompts: prompt strings, used as given (apply a chat template before, if wanted).
         :param until: stop strings: each completion is cut before the first occurrence of any of them.
         :param max_gen_toks: at most this many tokens per completion (:meth:`sampler_for`).
+        :param indices: each prompt's global index (default: its position): its sampling noise is keyed by
+            ``(seed, index)`` (:mod:`dare.randomness`), as ``dare eval`` keys row ``i``, so a completion depends on
+            neither its batch nor the process that decodes it.
         :returns: completion strings (EOS/mask tokens dropped, as ``dare eval`` decodes).
         """
         from dare.sampling.text import decode_completions, generate_texts
@@ -258,9 +268,9 @@ class HarnessModel:
         if not prompts:
             return []
         sampler = self.sampler_for(max_gen_toks)
-        gen = torch.Generator().manual_seed(self.seed)
         out = generate_texts(self.model, self.family, self.tokens, self.tokenizer, sampler, list(prompts),
-                             batch_size=self.batch_size, generator=gen)
+                             batch_size=self.batch_size, seed=self.seed,
+                             indices=list(range(len(prompts))) if indices is None else list(indices))
         texts = out.texts
         if max_gen_toks is not None and max_gen_toks < sampler.gen_length:
             texts = []

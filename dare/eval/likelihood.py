@@ -26,8 +26,8 @@ noisy block seeing itself and the clean earlier blocks, so one term is
 ``sum_b (L_b / k_b) sum_{i in m_b} log p(y_i | ...)``: an unbiased estimate of the block-diffusion ELBO.
 
 **Randomness and batching.** The corruptions of a request are drawn from its own ``torch.Generator``
-seeded by :func:`request_seed` ``(seed, *key)`` (the request's index, or ``(doc_id, choice)`` in a
-harness), never from the global RNG, so a request's estimate does not depend on which other requests
+seeded by :func:`request_seed` ``(seed, *key)`` (stream ``likelihood`` of :mod:`dare.randomness`; the key is
+the request's index, or ``(doc_id, choice)`` in a harness), never from the global RNG, so a request's estimate does not depend on which other requests
 are scored with it. Forward passes batch up to ``batch_size`` corrupted rows of the *same* length
 (never padded), so the logits of a row do not depend on the batch either: estimates are identical
 across batch sizes.
@@ -53,14 +53,17 @@ __all__ = ["ElboEstimate", "request_seed", "draw_corruptions", "elbo_loglikeliho
 SCHEMES: tuple[str, ...] = ("stratified", "uniform", "bernoulli")
 
 
-def request_seed(seed: int, *key) -> int:
-    """A 63-bit generator seed derived from ``(seed, *key)`` (SHA-256 of their ``repr``).
+def request_seed(seed: int, *key: int) -> int:
+    """The generator seed of one request: ``key_seed(seed, STREAMS["likelihood"], *key)`` (:mod:`dare.randomness`).
 
-    ``key`` identifies one request (an int index, or e.g. ``(doc_id, choice_index)``); two different
-    keys give unrelated streams, the same key always the same stream.
+    ``key`` identifies the request by integers (its index, or ``(doc_id, choice_index)``); different keys
+    give unrelated streams, the same key always the same stream.
+
+    :raises ValueError: a key part that is not an integer.
     """
-    digest = hashlib.sha256(repr((int(seed), *key)).encode()).digest()
-    return int.from_bytes(digest[:8], "little") & ((1 << 63) - 1)
+    from dare.randomness import STREAMS, key_seed
+
+    return key_seed(int(seed), STREAMS["likelihood"], *(int(k) for k in key))
 
 
 @dataclass(frozen=True)
@@ -142,7 +145,8 @@ def elbo_loglikelihood(
     :param mask_id: the family's mask token id.
     :param requests: ``(context_ids, continuation_ids)`` token-id lists; the scored sequence is their
         concatenation (no special tokens added).
-    :param keys: one hashable key per request for :func:`request_seed` (default: the request's index).
+    :param keys: one key per request for :func:`request_seed`: an int or a tuple of ints (default: the
+        request's index).
     :param mc_samples: Monte-Carlo terms (forward passes) per request, ``>= 1``.
     :param batch_size: corrupted rows per forward pass (rows of equal length only; results do not
         depend on it).
@@ -171,7 +175,7 @@ def elbo_loglikelihood(
         ids = torch.tensor(list(ctx) + list(cont), dtype=torch.long)
         eligible = torch.zeros(ids.shape[0], dtype=torch.bool)
         eligible[len(ctx):] = True
-        gen = torch.Generator().manual_seed(request_seed(seed, key))
+        gen = torch.Generator().manual_seed(request_seed(seed, *(key if isinstance(key, tuple) else (key,))))
         m, w = draw_corruptions(eligible, mc_samples, scheme, gen, block_size)
         seqs.append(ids)
         masks.append(m)

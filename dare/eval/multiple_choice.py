@@ -18,7 +18,8 @@ Choice ``c`` of row ``i`` (``i`` counted from the first evaluated row) draws its
 lm-eval ``dare`` model on the same rows (whose keys are ``(doc_id, choice)``).
 
 The estimator, ``mc_samples``, scheme and seed are recorded in each result's ``extra`` (and so in
-``report.json`` and ``report.md``).
+``report.json`` and ``report.md``). With several processes (:mod:`dare.distributed`) each scores a
+contiguous slice of the rows and the per-row records are gathered, as for generation benchmarks.
 """
 
 from __future__ import annotations
@@ -95,6 +96,7 @@ def evaluate_multiple_choice(
         standard error of each choice, prediction).
     :raises DataError: unreadable data, a template referring to a missing field, or a malformed row.
     """
+    from dare import distributed
     from dare.data import Prompter, load_rows
     from dare.eval.likelihood import elbo_loglikelihood, encode_pair, max_context_length
     from dare.eval.runner import BenchmarkResult, benchmark_path
@@ -104,10 +106,11 @@ def evaluate_multiple_choice(
     rows = load_rows(str(path), limit=limit or bspec.limit, offset=bspec.offset)
     prompter = Prompter(tokenizer, bspec.prompt_template, None, bspec.chat_template, bspec.system_prompt)
     max_len = max_context_length(model.config)
+    mine = distributed.shard(len(rows))  # with several processes: a contiguous slice of the rows each
     contexts, choice_lists, golds, requests, keys = [], [], [], [], []
-    for i, row in enumerate(rows):
-        context = prompter.prompt(row)
-        choices, gold = evaluator.choices(row, bspec.offset + i)
+    for i in mine:
+        context = prompter.prompt(rows[i])
+        choices, gold = evaluator.choices(rows[i], bspec.offset + i)
         if not choices or not 0 <= gold < len(choices):
             raise DataError(f"{evaluator.name}: row {bspec.offset + i} has {len(choices)} choices and gold index {gold}")
         contexts.append(context)
@@ -121,37 +124,37 @@ def evaluate_multiple_choice(
                                 scheme=p.mc_scheme, seed=seed, batch_size=batch_size)
     seconds = time.perf_counter() - t0
     errors_before = sum(getattr(reward, "errors", {}).values())
-    samples, correct, correct_norm, total = [], 0, 0, 0.0
+    samples = []
     k = 0
-    for i, (row, context, choices, gold) in enumerate(zip(rows, contexts, choice_lists, golds, strict=True)):
+    for i, context, choices, gold in zip(mine, contexts, choice_lists, golds, strict=True):
         est = scores[k : k + len(choices)]
         k += len(choices)
         lls = [e.logprob for e in est]
         pred = argmax(lls)
         pred_norm = argmax([ll / max(len(c), 1) for ll, c in zip(lls, choices)])
-        r, _ = reward.score_one(choices[pred], row)
-        total += r
-        correct += int(pred == gold)
-        correct_norm += int(pred_norm == gold)
+        r, _ = reward.score_one(choices[pred], rows[i])
         samples.append({"index": i, "prompt": context, "choices": choices, "gold": gold, "elbo": lls,
                         "stderr": [e.stderr for e in est], "pred": pred, "pred_norm": pred_norm,
                         "completion": choices[pred], "reward": r, "correct": pred == gold})
+    errors = sum(getattr(reward, "errors", {}).values()) - errors_before
+    parts = distributed.gather((samples, seconds, errors))
+    samples = [s for part in parts for s in part[0]]
     n = len(rows)
-    forward = sum(len(c) for c in choice_lists) * p.mc_samples
+    forward = sum(len(s["choices"]) for s in samples) * p.mc_samples
     return BenchmarkResult(
         name=evaluator.name,
         n=n,
-        accuracy=correct / n if n else 0.0,
-        mean_reward=total / n if n else 0.0,
+        accuracy=sum(s["correct"] for s in samples) / n if n else 0.0,
+        mean_reward=sum(s["reward"] for s in samples) / n if n else 0.0,
         nfe=round(forward / max(n, 1), 2),  # forward passes per row: choices x mc_samples
         generated_tokens=0,
-        seconds=seconds,
+        seconds=max(part[1] for part in parts),
         tokens_per_second=0.0,
-        reward_errors=sum(getattr(reward, "errors", {}).values()) - errors_before,
+        reward_errors=sum(part[2] for part in parts),
         samples=samples,
         extra={
             "style": "loglikelihood",
-            "acc_norm": correct_norm / n if n else 0.0,
+            "acc_norm": sum(s["pred_norm"] == s["gold"] for s in samples) / n if n else 0.0,
             "estimator": "block-mc-elbo" if family.attention == "block" else "mc-elbo",
             "mc_samples": p.mc_samples,
             "mc_scheme": p.mc_scheme,

@@ -8,18 +8,26 @@ works without ``trust_remote_code``.
 
 from __future__ import annotations
 
+import inspect
 import json
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
+from safetensors import safe_open
 
 from dare.components import ModelFamily, SpecialTokens
-from dare.errors import CheckpointError
+from dare.errors import CheckpointError, DareError
+from dare.io import atomic_dir, resolve_path
+from dare.modeling.tokenizer import build_byte_tokenizer
+from dare.plugins import get_registry
 
 __all__ = ["LoadedModel", "load_model", "create_model", "resolve_family", "checkpoint_shapes", "verify_checkpoint",
-           "trained_model_dir", "DTYPES"]
+           "trained_model_dir", "DTYPES", "ADAPTER_CONFIG", "adapter_base", "load_adapter_checkpoint"]
+
+ADAPTER_CONFIG = "adapter_config.json"
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -40,8 +48,6 @@ def resolve_family(model_type: str | None, registry=None) -> ModelFamily:
 
     :raises CheckpointError: no installed family loads it.
     """
-    from dare.plugins import get_registry
-
     reg = registry or get_registry()
     entry = reg.family_for_model_type(model_type) if model_type else None
     if entry is None:
@@ -58,15 +64,11 @@ def family_of(path: str | Path, registry=None) -> ModelFamily:
 
     :raises CheckpointError: no ``config.json`` or an unknown ``model_type``.
     """
-    from dare.spec import resolve_path
-
     p = resolve_path(str(path))
     if not p.exists():  # a hub id: ask the hub (or its cache) for config.json
         from transformers import AutoConfig
 
-        from dare.plugins import get_registry
-
-        get_registry()
+        get_registry()  # imports the family plugins (Auto-class registration)
         try:
             return resolve_family(AutoConfig.from_pretrained(str(path)).model_type, registry)
         except CheckpointError:
@@ -88,8 +90,6 @@ def checkpoint_shapes(model_dir: str | Path) -> dict[str, tuple[int, ...]]:
 
     :raises CheckpointError: no safetensors files.
     """
-    from safetensors import safe_open
-
     model_dir = Path(model_dir)
     index = model_dir / "model.safetensors.index.json"
     if index.is_file():
@@ -159,14 +159,9 @@ def load_model(path: str | Path, dtype: str = "float32", registry=None, verify: 
     """
     from transformers import AutoConfig, AutoModel, AutoTokenizer
 
-    from dare.plugins import get_registry
-    from dare.spec import resolve_path
-
     registry = registry or get_registry()  # imports the family plugins (Auto-class registration)
     p = trained_model_dir(resolve_path(str(path)))
     if (p / "adapter_config.json").is_file():  # a LoRA adapter directory: its base + the adapter, merged
-        from dare.modeling.lora import load_adapter_checkpoint
-
         return load_adapter_checkpoint(p, dtype=dtype, registry=registry, verify=verify)
     if p.exists():
         if not (p / "config.json").is_file():
@@ -216,8 +211,6 @@ def create_model(
     """
     from transformers import AutoModel
 
-    from dare.io import atomic_dir
-
     presets = family.presets()
     if preset not in presets:
         raise CheckpointError(f"unknown preset {preset!r} for family {family.name}; available: {', '.join(presets)}")
@@ -236,8 +229,6 @@ def create_model(
 def _new_tokenizer(family: ModelFamily, tokenizer: str = "byte"):
     """DARE's byte tokenizer with ``family``'s special tokens (``"byte"``), or a tokenizer directory's."""
     if tokenizer == "byte":
-        from dare.modeling.tokenizer import build_byte_tokenizer
-
         return build_byte_tokenizer(
             family.special_token_strings,
             extra_special=tuple(getattr(family, "extra_special_tokens", ())),
@@ -258,11 +249,6 @@ def new_config_problems(family: ModelFamily, preset: str, overrides: dict[str, A
     override key the message names). An unknown preset or an unreadable tokenizer gives no problems
     here (the caller reports those).
     """
-    import inspect
-    import re
-
-    from dare.errors import DareError
-
     presets = family.presets()
     if preset not in presets:
         return []
@@ -306,3 +292,49 @@ def new_config_problems(family: ModelFamily, preset: str, overrides: dict[str, A
         named = [(m.start(), k) for k in overrides if (m := re.search(rf"\b{re.escape(k)}\b", built_error))]
         problems.append((min(named)[1] if named else None, built_error))
     return problems
+
+
+# =========================================================================== adapter directories
+def adapter_base(path: str | Path) -> str | None:
+    """The base model of an adapter directory (``base_model_name_or_path``), or None if ``path`` is not one.
+
+    :raises CheckpointError: ``adapter_config.json`` is unreadable or names no base model.
+    """
+    cfg_file = Path(path) / ADAPTER_CONFIG
+    if not cfg_file.is_file():
+        return None
+    try:
+        base = json.loads(cfg_file.read_text()).get("base_model_name_or_path")
+    except (json.JSONDecodeError, AttributeError) as exc:
+        raise CheckpointError(f"{cfg_file} is not a valid peft adapter config: {exc}") from None
+    if not base:
+        raise CheckpointError(f"{cfg_file} names no base model (base_model_name_or_path); set it to the base checkpoint "
+                              "directory the adapter was trained on")
+    return str(base)
+
+
+def load_adapter_checkpoint(path: str | Path, dtype: str = "float32", registry=None, verify: bool = True) -> LoadedModel:
+    """Load an adapter directory as base + adapter, merged into a plain model of the family.
+
+    The tokenizer comes from the adapter directory when it has one (DARE saves it there), else from
+    the base. This is what ``model.path: <adapter dir>`` and ``dare generate --model <adapter dir>`` load.
+
+    :raises CheckpointError: no or unreadable ``adapter_config.json``, or a base model that cannot be loaded.
+    """
+    from peft import PeftModel
+    from transformers import AutoTokenizer
+
+    path = Path(path)
+    base = adapter_base(path)
+    if base is None:
+        raise CheckpointError(f"{path} has no {ADAPTER_CONFIG}")
+    if Path(base).is_absolute() and not Path(base).is_dir():
+        raise CheckpointError(f"{path}: its base model {base!r} (adapter_config.json base_model_name_or_path) does not "
+                              "exist; fix that path or export the adapter with `dare export --base`")
+    lm = load_model(base, dtype=dtype, registry=registry, verify=verify)
+    lm.model = PeftModel.from_pretrained(lm.model, str(path)).merge_and_unload()
+    if (path / "tokenizer_config.json").is_file():
+        lm.tokenizer = AutoTokenizer.from_pretrained(str(path))
+        lm.tokens = lm.family.special_tokens(lm.model.config, lm.tokenizer)
+    lm.path = path
+    return lm

@@ -14,9 +14,6 @@ import pytest
 pytest.importorskip("lm_eval", reason="lm-eval is not installed: `pip install -e plugins/dare-plugin-lmeval` (make install does)")
 pytest.importorskip("dare_lmeval", reason="dare-plugin-lmeval is not installed: `pip install -e plugins/dare-plugin-lmeval`")
 
-def pytest_configure(config):
-    config.addinivalue_line("markers", "slow: longer runs (here: 2-process lm-eval); run with DARE_SLOW_TESTS=1")
-
 
 def _env() -> dict[str, str]:
     env = dict(os.environ, HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", TOKENIZERS_PARALLELISM="false",

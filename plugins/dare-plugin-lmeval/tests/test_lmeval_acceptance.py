@@ -100,7 +100,7 @@ def test_unknown_sampler_parameter_is_named(tmp_path, trained_sudoku_model, sudo
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(os.environ.get("DARE_SLOW_TESTS") != "1", reason="slow (2 processes): set DARE_SLOW_TESTS=1")
+@pytest.mark.skipif(os.environ.get("DARE_SLOW") != "1", reason="slow (2 processes): set DARE_SLOW=1")
 def test_two_processes_equal_one(tmp_path, trained_sudoku_model, sudoku_tasks, run_lm_eval):
     """Data parallel through accelerate (torchrun, CPU, gloo): each rank scores lm-eval's slice of the documents;
     the gathered per-document results equal a single process's."""

@@ -1,7 +1,7 @@
 """Dream's official masked-diffusion decoder (``diffusion_generate``).
 
 Source: HKUNLP Dream ``generation_utils.py`` (``DreamGenerationMixin._sample`` and ``sample_tokens``;
-Dream 7B, arXiv 2508.15487; model-families.md §2.7; algorithms.md §5.3). The completion starts as
+Dream 7B, arXiv 2508.15487; docs/model-families.md §2.7; docs/algorithms.md §5.3). The completion starts as
 ``max_new_tokens`` mask tokens after the prompt. With mask ratios ``t_i = linspace(1, eps, steps+1)``,
 step ``i`` (``t = t_i``, ``s = t_{i+1}``) runs the model on the whole sequence, takes the aligned
 logits of every masked position and

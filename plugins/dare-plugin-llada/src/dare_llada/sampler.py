@@ -275,6 +275,7 @@ class LLaDASampler(Sampler):
     name = "llada"
     Params = LLaDASamplerParams
     attention_kinds = ("full",)
+    supports_row_generators = True  # Gumbel noise and random remasking draw per row (dare.sampling)
 
     def generate(self, model, family, tokens, prompt_ids, attention_mask=None, generator=None) -> SamplerOutput:
         p = self.params

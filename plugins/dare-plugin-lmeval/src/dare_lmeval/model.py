@@ -17,7 +17,8 @@ Request types (lm-eval's ``LM`` interface):
   ``max_gen_toks`` (``gen_length`` = ``max_gen_toks`` rounded up to a multiple of the sampler's
   ``block_length``, unless ``gen_length`` is a model argument; completions cut to ``max_gen_toks`` tokens).
   Consecutive requests with the same ``until``/``max_gen_toks`` are decoded together, in request order,
-  ``batch_size`` prompts at a time: the same completions as ``dare eval`` with that batch size. Other
+  ``batch_size`` prompts at a time; a request's sampling noise is keyed by ``(seed, doc_id)`` as ``dare eval``
+  keys row ``i`` by ``(seed, i)``: the same completions as ``dare eval``. Other
   generation kwargs (``temperature``, ``do_sample``, ...) are ignored with one warning: decoding is the
   sampler's, set by the model arguments.
 * ``loglikelihood``: the Monte-Carlo ELBO of the continuation (:mod:`dare.eval.likelihood`; block-diffusion
@@ -177,19 +178,28 @@ class DareLM(LM):
 
     # ------------------------------------------------------------------ requests
     def generate_until(self, requests) -> list[str]:
+        # a request's sampling noise is keyed by its document, as `dare eval` keys row i by (seed, i); the k-th
+        # repeat of a document (lm-eval's `repeats`, data-parallel padding) by -(doc_id * 2**20 + k)
+        keys, seen = [], {}
+        for r in requests:
+            doc = int(r.doc_id or 0)
+            k = seen.get(doc, 0)
+            seen[doc] = k + 1
+            keys.append(doc if k == 0 else -(doc * 2**20 + k))
         out: list[str] = []
-        group: list = []
+        group: list[int] = []
         group_key = None
 
         def flush():
             if group:
                 until, max_gen_toks = group_key
-                texts = self.harness.generate([r.args[0] for r in group], list(until), max_gen_toks)
-                for r, t in zip(group, texts, strict=True):
-                    self.cache_hook.add_partial("generate_until", r.args, t)
+                texts = self.harness.generate([requests[i].args[0] for i in group], list(until), max_gen_toks,
+                                              indices=[keys[i] for i in group])
+                for i, t in zip(group, texts, strict=True):
+                    self.cache_hook.add_partial("generate_until", requests[i].args, t)
                 out.extend(texts)
 
-        for r in requests:
+        for n, r in enumerate(requests):
             context, kwargs = r.args
             kwargs = dict(kwargs or {})
             until = kwargs.pop("until", None) or []
@@ -206,7 +216,7 @@ class DareLM(LM):
             if key != group_key:
                 flush()
                 group, group_key = [], key
-            group.append(r)
+            group.append(n)
         flush()
         return out
 
@@ -235,7 +245,7 @@ class DareLM(LM):
             for w, win in enumerate(get_rolling_token_windows(ids, prefix, max(max_seq, 1), 1)):
                 ctx, cont = make_disjoint_window(win)
                 pairs.append((list(ctx), list(cont)))
-                keys.append((r.doc_id, "rolling", w))
+                keys.append((r.doc_id, -1 - w))  # negative: never a choice index
                 owner.append(n)
         est = self.harness.loglikelihood_tokens(pairs, keys)
         totals = [0.0] * len(requests)
