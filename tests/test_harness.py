@@ -74,7 +74,7 @@ def test_generate_matches_dare_generation_then_cuts(hm):
 
     prompts = ["3102200002100320", "0000123400000000", "12", "4321"]
     out = generate_texts(hm.model, hm.family, hm.tokens, hm.tokenizer, hm.sampler_for(16), prompts, batch_size=3,
-                         generator=torch.Generator().manual_seed(0))
+                         seed=0, indices=[0, 1, 2, 3])  # what `dare eval` runs for rows 0..3
     assert hm.generate(prompts, max_gen_toks=16) == out.texts
     # max_gen_toks below the canvas: the first tokens only; until: cut before the first stop string
     comps = torch.cat([o.completions for o in out.outputs])
@@ -97,3 +97,15 @@ def test_loglikelihood_is_the_core_estimate(hm):
     s = hm.settings()["likelihood"]
     assert s == {"estimator": "mc-elbo", "mc_samples": 8, "mc_scheme": "stratified",
                  "seeds": "request_seed(seed, key) per request", "greedy_check": False}
+
+
+def test_sampled_generation_is_keyed_by_index_not_batch(tiny_llada_dir):
+    """temperature > 0: a prompt's completion depends on (seed, its index), not on its batch or position (prompts
+    of one length: a batch's left padding changes the sampler's canvas, hence its draws, as in `dare eval`)."""
+    hot = HarnessModel.from_args({"model": str(tiny_llada_dir), **SAMPLER, "temperature": 1.0, "batch_size": 4,
+                                  "device": "cpu"})
+    prompts = ["3102200002100320", "0000123400000000", "1234123412341234", "4321432143214321", "1111222233334444"]
+    full = hot.generate(prompts, max_gen_toks=8, indices=[10, 11, 12, 13, 14])
+    assert hot.generate(prompts[2:4], max_gen_toks=8, indices=[12, 13]) == full[2:4]
+    assert hot.generate(prompts[::-1], max_gen_toks=8, indices=[14, 13, 12, 11, 10]) == full[::-1]
+    assert hot.generate(prompts, max_gen_toks=8, indices=[20, 21, 22, 23, 24]) != full  # other keys, other noise

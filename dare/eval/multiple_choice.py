@@ -64,6 +64,12 @@ class MultipleChoiceEvaluator(Evaluator):
         """
         raise NotImplementedError
 
+    def score_benchmark(self, model, family, tokens, tokenizer, bspec, reward, batch_size: int = 32, seed: int = 0,
+                        limit: int | None = None):
+        """What :func:`dare.eval.runner.evaluate_benchmark` runs for this benchmark: :func:`evaluate_multiple_choice`."""
+        return evaluate_multiple_choice(model, family, tokens, tokenizer, self, bspec, reward, batch_size=batch_size,
+                                        seed=seed, limit=limit)
+
 
 def argmax(values) -> int:
     """Index of the first maximum (``numpy.argmax`` semantics, as lm-eval uses)."""

@@ -93,20 +93,17 @@ def evaluate_benchmark(
     :param reward: a ``WeightedReward`` (or anything with ``score_one``).
     :param limit: overrides ``bspec.limit`` (e.g. for in-training evaluation).
     :returns: accuracy (fraction of rewards counted correct by the evaluator), mean reward, NFE,
-        generated tokens and tokens/s. A likelihood benchmark (``evaluator.style == "loglikelihood"``, e.g.
-        a :class:`~dare.eval.multiple_choice.MultipleChoiceEvaluator`) is scored by MC-ELBO instead and
-        ignores ``sampler`` (:func:`dare.eval.multiple_choice.evaluate_multiple_choice`).
+        generated tokens and tokens/s. An evaluator with a ``score_benchmark`` method scores itself with it
+        (a :class:`~dare.eval.multiple_choice.MultipleChoiceEvaluator`: choices by MC-ELBO, no ``sampler``).
     :raises DataError: unreadable data or a prompt template referring to a missing field.
 
     With several processes (:mod:`dare.distributed`) each decodes and scores a contiguous slice of the rows;
     the per-row records are gathered, so every process returns the same result. Row ``i``'s sampling noise
     is keyed by ``(seed, i)``, so the completions do not depend on the process count or ``batch_size``.
     """
-    if getattr(evaluator, "style", "generate") == "loglikelihood":
-        from dare.eval.multiple_choice import evaluate_multiple_choice
-
-        return evaluate_multiple_choice(model, family, tokens, tokenizer, evaluator, bspec, reward,
-                                        batch_size=batch_size, seed=seed, limit=limit)
+    own = getattr(evaluator, "score_benchmark", None)
+    if own is not None:  # an evaluator that scores itself (likelihood benchmarks: dare.eval.multiple_choice)
+        return own(model, family, tokens, tokenizer, bspec, reward, batch_size=batch_size, seed=seed, limit=limit)
     path = benchmark_path(evaluator, bspec)
     rows = load_rows(str(path), limit=limit or bspec.limit, offset=bspec.offset)
     prompter = Prompter(tokenizer, bspec.prompt_template, None, bspec.chat_template, bspec.system_prompt)

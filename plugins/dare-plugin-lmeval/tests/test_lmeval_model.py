@@ -81,5 +81,5 @@ def test_loglikelihood_rolling_sums_window_elbos(lm):
     ids = lm.tokenizer(text, add_special_tokens=False)["input_ids"]
     wins = [make_disjoint_window(w) for w in get_rolling_token_windows(ids, lm.harness.tokens.bos_id, 63, 1)]
     assert len(wins) == 2 and sum(len(c) for _, c in wins) == 80
-    want = lm.harness.loglikelihood_tokens(wins, [(2, "rolling", 0), (2, "rolling", 1)])
+    want = lm.harness.loglikelihood_tokens(wins, [(2, -1), (2, -2)])  # window keys: (doc_id, -1 - window)
     assert total == sum(e.logprob for e in want) and total < 0
