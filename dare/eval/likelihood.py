@@ -46,8 +46,8 @@ import torch
 from dare.diffusion.elbo import Scheme, sample_corruptions
 from dare.diffusion.likelihood import token_logprobs
 
-__all__ = ["ElboEstimate", "request_seed", "draw_corruptions", "elbo_loglikelihood", "greedy_matches", "encode_pair", "max_context_length",
-           "SCHEMES"]
+__all__ = ["ElboEstimate", "request_seed", "draw_corruptions", "elbo_loglikelihood", "greedy_matches", "encode_pair",
+           "max_context_length", "SCHEMES"]
 
 #: Mask-count schemes :func:`elbo_loglikelihood` accepts (see the module docstring).
 SCHEMES: tuple[str, ...] = ("stratified", "uniform", "bernoulli")
@@ -148,8 +148,8 @@ def elbo_loglikelihood(
     :param keys: one key per request for :func:`request_seed`: an int or a tuple of ints (default: the
         request's index).
     :param mc_samples: Monte-Carlo terms (forward passes) per request, ``>= 1``.
-    :param batch_size: corrupted rows per forward pass (rows of equal length only; results do not
-        depend on it).
+    :param batch_size: corrupted rows per forward pass (rows of equal length only, never padded; the draws
+        do not depend on it, the logits only through kernels whose rounding depends on the batch shape).
     :param greedy: also compute ``is_greedy`` with :func:`greedy_matches` (``|y|`` more forward passes
         per request).
     :returns: one :class:`ElboEstimate` per request, in order.
