@@ -38,6 +38,7 @@ STREAMS = {
     "rl-passes": 4,  # RL likelihood-estimator passes
     "eval": 5,  # evaluation sampling noise (temperature > 0)
     "preference-ref": 6,  # DPO reference-policy corruptions when not shared with the policy
+    "likelihood": 7,  # evaluation log-likelihoods: MC-ELBO corruptions of a (context, continuation) request
 }
 
 

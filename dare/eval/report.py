@@ -51,17 +51,39 @@ def provenance(spec=None, sampler=None, seed: int | None = None) -> dict[str, An
     }
 
 
+def _likelihood(r) -> bool:
+    return (getattr(r, "extra", None) or {}).get("style") == "loglikelihood"
+
+
 def markdown_table(stages: dict[str, list]) -> str:
-    """One row per (stage, benchmark): accuracy, mean reward, samples, NFE, tokens/s."""
+    """One row per (stage, benchmark): accuracy, mean reward, samples, NFE, tokens/s; likelihood
+    (multiple-choice) benchmarks in a second table: acc, acc_norm, mean reward, samples, estimator,
+    mc_samples and scheme, forward passes per row."""
     lines = [
         "| stage | benchmark | accuracy | mean reward | samples | NFE | tokens/s |",
         "|---|---|---:|---:|---:|---:|---:|",
     ]
+    mc = []
     for stage, results in stages.items():
         for r in results:
+            if _likelihood(r):
+                mc.append((stage, r))
+                continue
             lines.append(
                 f"| {stage} | {r.name} | {r.accuracy:.4f} | {r.mean_reward:.4f} | {r.n} | {r.nfe} | {r.tokens_per_second:.1f} |"
             )
+    if len(lines) == 2:
+        lines = []
+    if mc:
+        lines += (["", "Likelihood benchmarks (choices scored by Monte-Carlo ELBO):", ""] if lines else []) + [
+            "| stage | benchmark | acc | acc_norm | mean reward | samples | estimator | mc_samples | scheme | forward passes/row |",
+            "|---|---|---:|---:|---:|---:|---|---:|---|---:|",
+        ]
+        for stage, r in mc:
+            x = r.extra
+            lines.append(f"| {stage} | {r.name} | {r.accuracy:.4f} | {x.get('acc_norm', float('nan')):.4f} | "
+                         f"{r.mean_reward:.4f} | {r.n} | {x.get('estimator')} | {x.get('mc_samples')} | "
+                         f"{x.get('mc_scheme')} | {r.nfe} |")
     return "\n".join(lines) + "\n"
 
 

@@ -56,10 +56,16 @@ class BenchmarkResult:
     tokens_per_second: float
     reward_errors: int = 0
     samples: list[dict[str, Any]] = field(default_factory=list)
+    #: Settings and metrics beyond the generation ones: a likelihood benchmark records ``style``,
+    #: ``acc_norm``, the estimator, ``mc_samples``, scheme and seed here (:mod:`dare.eval.multiple_choice`).
+    extra: dict[str, Any] = field(default_factory=dict)
 
     def metrics(self) -> dict[str, float]:
-        return {"accuracy": self.accuracy, "mean_reward": self.mean_reward, "samples": self.n, "nfe": self.nfe,
-                "tokens_per_second": self.tokens_per_second}
+        out = {"accuracy": self.accuracy, "mean_reward": self.mean_reward, "samples": self.n, "nfe": self.nfe,
+               "tokens_per_second": self.tokens_per_second}
+        if "acc_norm" in self.extra:
+            out["acc_norm"] = self.extra["acc_norm"]
+        return out
 
     def to_dict(self, with_samples: bool = True) -> dict[str, Any]:
         d = asdict(self)
@@ -87,13 +93,17 @@ def evaluate_benchmark(
     :param reward: a ``WeightedReward`` (or anything with ``score_one``).
     :param limit: overrides ``bspec.limit`` (e.g. for in-training evaluation).
     :returns: accuracy (fraction of rewards counted correct by the evaluator), mean reward, NFE,
-        generated tokens and tokens/s.
+        generated tokens and tokens/s. An evaluator with a ``score_benchmark`` method scores itself with it
+        (a :class:`~dare.eval.multiple_choice.MultipleChoiceEvaluator`: choices by MC-ELBO, no ``sampler``).
     :raises DataError: unreadable data or a prompt template referring to a missing field.
 
     With several processes (:mod:`dare.distributed`) each decodes and scores a contiguous slice of the rows;
     the per-row records are gathered, so every process returns the same result. Row ``i``'s sampling noise
     is keyed by ``(seed, i)``, so the completions do not depend on the process count or ``batch_size``.
     """
+    own = getattr(evaluator, "score_benchmark", None)
+    if own is not None:  # an evaluator that scores itself (likelihood benchmarks: dare.eval.multiple_choice)
+        return own(model, family, tokens, tokenizer, bspec, reward, batch_size=batch_size, seed=seed, limit=limit)
     path = benchmark_path(evaluator, bspec)
     rows = load_rows(str(path), limit=limit or bspec.limit, offset=bspec.offset)
     prompter = Prompter(tokenizer, bspec.prompt_template, None, bspec.chat_template, bspec.system_prompt)

@@ -179,6 +179,11 @@ class BenchmarkSpec(_Strict):
     chat_template: bool = True
     system_prompt: str | None = None
     reward: ComponentSpec | None = Field(None, description="Override the benchmark's reward.")
+    params: dict[str, Any] = Field(
+        default_factory=dict,
+        description="The benchmark's own params, validated by its Params model (likelihood benchmarks: mc_samples, "
+        "mc_scheme, target_delimiter).",
+    )
 
 
 class EvalSpec(_Strict):

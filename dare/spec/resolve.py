@@ -129,7 +129,7 @@ def _component(ctx: ResolvedSpec, kind: str, cspec: ComponentSpec, loc: str):
 
 
 def _benchmark(ctx: ResolvedSpec, b: BenchmarkSpec, loc: str) -> ResolvedBenchmark | None:
-    ev = _component(ctx, "evaluator", ComponentSpec(name=b.name), loc)
+    ev = _component(ctx, "evaluator", ComponentSpec(name=b.name, params=b.params), loc)
     if ev is None:
         return None
     if b.reward is not None:
@@ -165,7 +165,9 @@ def resolve_spec(spec: RunSpec, source: str | None = None) -> ResolvedSpec:
             ctx.validation = _benchmark(ctx, v, "eval.validation")
             if ctx.validation is not None:
                 check_validation_rows(spec, ctx.validation.evaluator, v, problems)
-        if spec.sampler is None:
+        styles = [getattr(b.evaluator, "style", "generate")  # likelihood benchmarks need no sampler
+                  for b in ctx.benchmarks + ([ctx.validation] if ctx.validation is not None else [])]
+        if spec.sampler is None and (not styles or any(s != "loglikelihood" for s in styles)):
             problems.append(("sampler", "eval needs a sampler: section to generate answers"))
     if spec.data is not None:
         for split in ("train", "eval"):
