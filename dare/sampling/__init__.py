@@ -1,4 +1,5 @@
-"""Shared decoding pieces: transfer schedules, Gumbel sampling, remasking rules, trajectory records.
+"""Shared decoding pieces: transfer schedules, Gumbel sampling, remasking rules, parallel-decoding rules,
+the block-wise KV cache, the non-finite-logits guard, trajectory records.
 
 Samplers in family plugins are assembled from these functions, so a schedule or remasking rule is
 written (and tested) once.
@@ -7,6 +8,9 @@ written (and tested) once.
 from dare.sampling.schedule import block_quota, num_transfer_tokens
 from dare.sampling.noise import add_gumbel_noise, filter_top_k_top_p, sample_categorical
 from dare.sampling.remasking import confidence_scores, topk_transfer
+from dare.sampling.parallel import factor_transfer, threshold_transfer
+from dare.sampling.kv_cache import CACHE_MODES, BlockKVCache, kv_logits_of
+from dare.sampling.finite import NonFiniteLogitsError, check_finite_logits
 from dare.sampling.trajectory import Trajectory, completion_mask
 
 __all__ = [
@@ -17,6 +21,13 @@ __all__ = [
     "sample_categorical",
     "confidence_scores",
     "topk_transfer",
+    "threshold_transfer",
+    "factor_transfer",
+    "CACHE_MODES",
+    "BlockKVCache",
+    "kv_logits_of",
+    "NonFiniteLogitsError",
+    "check_finite_logits",
     "Trajectory",
     "completion_mask",
 ]
