@@ -37,14 +37,16 @@ def _setup(tmp: str):
 
 
 def bench_sft(lm, examples, collator, steps: int, batch: int, tmp: str) -> tuple[float, float]:
-    from dare_sft.trainer import SFTConfig, SFTTrainer
+    from dare.trainers import DareConfig
+    from dare_sft.objective import SFT
+    from dare_sft.trainer import SFTTrainer
 
     batches = [collator(examples[i * batch : (i + 1) * batch]) for i in range(steps)]
     tokens = sum(b["input_ids"].numel() for b in batches)
 
-    args = SFTConfig(output_dir=f"{tmp}/ckpt", learning_rate=2e-3, report_to="none", max_steps=steps)
+    args = DareConfig(output_dir=f"{tmp}/ckpt", learning_rate=2e-3, report_to="none", max_steps=steps)
     trainer = SFTTrainer(model=lm.model, args=args, train_dataset=examples, data_collator=collator,
-                         family=lm.family, tokens=lm.tokens)
+                         family=lm.family, tokens=lm.tokens, objective=SFT())
     trainer.create_optimizer_and_scheduler(num_training_steps=steps)
     trainer.current_gradient_accumulation_steps = 1
     naive_model = copy.deepcopy(lm.model)

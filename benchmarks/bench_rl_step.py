@@ -61,12 +61,13 @@ def quickstart_model(tmp: str):
 
 # ============================================================================ DARE
 def run_dare(lm, rows, args, tmp) -> list[dict[str, float]]:
-    import dare_grpo.trainer as trainer_mod
+    import dare.rl.trainer as trainer_mod
     from dare.data import Prompter
     from dare.rewards import WeightedReward
     from dare.builtins.rewards import SudokuReward
-    from dare_grpo import GRPOConfig, GRPOTrainer
-    from dare_grpo.data import PromptDataset
+    from dare.rl.trainer import GRPOTrainer
+    from dare.trainers import DareConfig
+    from dare.rl.prompts import PromptDataset
     from dare_grpo.objectives import D1
     from dare_llada.sampler import LLaDASampler
     from transformers import TrainerCallback
@@ -76,8 +77,8 @@ def run_dare(lm, rows, args, tmp) -> list[dict[str, float]]:
     dataset = PromptDataset.from_rows(rows, prompter, lm.tokenizer, None, SAMPLER["gen_length"])
     sampler = LLaDASampler(SAMPLER)
     objective = D1({"group_size": args.group})
-    config = GRPOConfig(output_dir=os.path.join(tmp, "dare"), per_device_train_batch_size=args.prompts,
-                        group_size=args.group, max_steps=args.steps + 1, learning_rate=1e-4, logging_steps=10_000,
+    config = DareConfig(output_dir=os.path.join(tmp, "dare"), per_device_train_batch_size=args.prompts,
+                        max_steps=args.steps + 1, learning_rate=1e-4, logging_steps=10_000,
                         logging_first_step=False, save_strategy="no", report_to="none", seed=0, disable_tqdm=True)
 
     class Timing(TrainerCallback):

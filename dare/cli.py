@@ -45,8 +45,9 @@ def run(spec, overrides):
 
     r = Run.from_file(spec, list(overrides))
     out = r.execute()
-    _print_stages(out["stages"])
-    click.echo(f"run directory: {r.dir}")
+    if _is_main():
+        _print_stages(out["stages"])
+        click.echo(f"run directory: {r.dir}")
 
 
 @cli.command()
@@ -58,8 +59,9 @@ def train(spec, overrides):
 
     r = Run.from_file(spec, list(overrides))
     out = r.execute(train=True, evaluate=False)
-    click.echo(json.dumps(out["train"], indent=2))
-    click.echo(f"trained model: {r.model_dir}")
+    if _is_main():
+        click.echo(json.dumps(out["train"], indent=2))
+        click.echo(f"trained model: {r.model_dir}")
 
 
 @cli.command(name="eval")
@@ -77,8 +79,16 @@ def eval_cmd(spec, overrides):
     if r.spec.eval is None:
         raise DareError("the spec has no eval: section; add eval.benchmarks")
     out = r.execute(train=False, evaluate=True)
-    _print_stages(out["stages"])
-    click.echo(f"report: {r.dir / 'report.md'}")
+    if _is_main():
+        _print_stages(out["stages"])
+        click.echo(f"report: {r.dir / 'report.md'}")
+
+
+def _is_main() -> bool:
+    """Whether this process prints results (the main one when several processes run the command)."""
+    from dare.distributed import is_main
+
+    return is_main()
 
 
 def _print_stages(stages):
@@ -126,7 +136,7 @@ def generate(model_path, prompts, sampler_name, params, chat, dtype, seed, as_js
 
     from dare.modeling import load_model
     from dare.sampling.text import encode_prompts, decode_completions
-    from dare.spec import check_generate, parse_override_value
+    from dare.spec import parse_override_value
 
     texts = []
     for p in prompts:
@@ -140,7 +150,7 @@ def generate(model_path, prompts, sampler_name, params, chat, dtype, seed, as_js
         k, v = kv.split("=", 1)
         raw[k.strip()] = parse_override_value(v)
     # the spec's checks (model directory, sampler params, sampler vs family) before loading any weights
-    sampler, _ = check_generate(model_path, sampler_name, raw)
+    sampler = _generate_checks(model_path, sampler_name, raw)
     lm = load_model(model_path, dtype=dtype)
     rendered = [
         lm.tokenizer.apply_chat_template([{"role": "user", "content": t}], tokenize=False, add_generation_prompt=True)
@@ -158,6 +168,25 @@ def generate(model_path, prompts, sampler_name, params, chat, dtype, seed, as_js
     else:
         for c in completions:
             click.echo(c)
+
+
+def _generate_checks(model_path: str, sampler: str | None, params: dict):
+    """``dare generate``'s input checks (:func:`dare.spec.resolve_generate`), problems named by the options.
+
+    :returns: the sampler component. :raises DareError: naming ``--model``, ``--sampler``, ``--param KEY``.
+    """
+    from dare.spec import resolve_generate
+
+    ctx = resolve_generate(model_path, sampler, params)
+    if not ctx.problems:
+        return ctx.sampler
+    names = {"model.path": "--model", "sampler.name": "--sampler", "sampler": "--sampler", "sampler.params": "--param"}
+    out = []
+    for loc, msg in ctx.problems:
+        if loc.startswith("sampler.params."):
+            loc = f"--param {loc[len('sampler.params.'):]}"
+        out.append(f"{names.get(loc, loc)}: {msg.replace('model.path', '--model')}")
+    raise DareError("; ".join(out))
 
 
 # --------------------------------------------------------------------------- validate / schema / plugins
@@ -242,7 +271,9 @@ def plugins(as_json, with_params):
 # --------------------------------------------------------------------------- scaffolding
 @cli.command(name="new-plugin")
 @click.argument("name")
-@click.option("--kind", required=True, type=click.Choice(["objective", "model", "sampler", "evaluator", "reward"]))
+@click.option("--kind", required=True, type=click.Choice(["objective", "rl-objective", "model", "sampler", "evaluator", "reward"]),
+              help="objective: a supervised objective on the core's training skeleton; rl-objective: an online-RL "
+                   "objective on dare.rl.OnlineRLObjective; model, sampler, evaluator, reward.")
 @click.option("--output", "-o", default=".", show_default=True, help="Parent directory of the new package.")
 def new_plugin(name, kind, output):
     """Scaffold an installable plugin package NAME with one component of KIND and a passing test."""
@@ -319,12 +350,21 @@ def _quiet_libraries() -> None:
         pass
 
 
+def _leave_process_group() -> None:
+    """After a multi-process command: barrier, then destroy the process group (dare.distributed.teardown)."""
+    if "torch" in sys.modules:
+        from dare.distributed import teardown
+
+        teardown()
+
+
 def main(argv: list[str] | None = None) -> None:
     """Console entry point: runs the CLI, printing :class:`DareError` as one paragraph (exit 2)."""
     _quiet_libraries()
     _load_plugin_commands()
     try:
         cli.main(args=argv, standalone_mode=False)
+        _leave_process_group()
     except click.exceptions.Abort:
         click.echo("aborted", err=True)
         sys.exit(130)

@@ -6,7 +6,7 @@ in its ``pyproject.toml``). It implements some of the hooks below with ``@dare.h
 the plugin's distribution and version and rejects two components of the same kind and name.
 
 Components are classes deriving from :mod:`dare.components` (``ModelFamily``, ``Sampler``,
-``Objective``, ``Evaluator``, ``Reward``); each carries a ``name`` and a pydantic ``Params`` model
+``Objective``, ``Estimator``, ``Evaluator``, ``Reward``); each carries a ``name`` and a pydantic ``Params`` model
 that validates its ``params:`` block in a run spec.
 """
 
@@ -44,6 +44,15 @@ def register_objectives(register):
     """Register :class:`dare.components.Objective` subclasses (training algorithms).
 
     :param register: ``register(objective_cls)``.
+    """
+
+
+# --------------------------------------------------------------------------- likelihood estimators
+@hookspec
+def register_estimators(register):
+    """Register :class:`dare.components.Estimator` subclasses (likelihood estimators objectives may select).
+
+    :param register: ``register(estimator_cls)``.
     """
 
 

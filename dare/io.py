@@ -1,7 +1,9 @@
-"""Atomic writes: nothing on disk is half-written.
+"""Paths and atomic writes: where a spec's paths point, and nothing on disk half-written.
 
 Files are written to a temporary sibling and renamed into place; directories are built in a
 temporary sibling directory and renamed (an existing target is moved aside first, then removed).
+:func:`resolve_path` maps a spec path (``dare://`` packaged asset, ``~``, relative) to a local path;
+:func:`looks_local` tells a local path from a hub id (``org/name``).
 """
 
 from __future__ import annotations
@@ -15,7 +17,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-__all__ = ["atomic_dir", "atomic_write_text", "atomic_write_json"]
+from dare import assets
+
+__all__ = ["atomic_dir", "replace_dir", "describe_write_error", "atomic_write_text", "atomic_write_json", "resolve_path",
+           "looks_local"]
 
 
 @contextlib.contextmanager
@@ -39,13 +44,41 @@ def atomic_dir(target: str | os.PathLike, overwrite: bool = False) -> Iterator[P
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+    replace_dir(tmp, target)
+
+
+def replace_dir(src: str | os.PathLike, target: str | os.PathLike) -> None:
+    """Rename the directory ``src`` to ``target`` (same filesystem), replacing ``target`` if it exists: the old
+    one is renamed aside first and deleted after, so ``target`` is always either complete or the previous one."""
+    src, target = Path(src), Path(target)
     old = None
     if target.exists():
         old = target.parent / f".{target.name}.old-{os.getpid()}"
         os.replace(target, old)
-    os.replace(tmp, target)
+    os.replace(src, target)
     if old is not None:
         shutil.rmtree(old, ignore_errors=True) if old.is_dir() else old.unlink()
+
+
+def describe_write_error(exc: BaseException, path: str | os.PathLike) -> str:
+    """One sentence for a failed write under ``path``: "no space left" (errno 28, or a torch.save failure with
+    the disk full), "permission denied", or the error itself."""
+    import errno
+
+    err = exc
+    while err is not None:
+        if isinstance(err, OSError) and err.errno == errno.ENOSPC:
+            return f"no space left on the device holding {path}"
+        if isinstance(err, PermissionError):
+            return f"permission denied writing {path}"
+        err = err.__cause__ or err.__context__
+    try:
+        free = shutil.disk_usage(Path(path).parent if not Path(path).exists() else path).free
+    except OSError:
+        free = None
+    if free is not None and free < 64 * 2**20:
+        return f"the device holding {path} is full ({free // 2**20} MiB free): {exc}"
+    return f"could not write {path}: {type(exc).__name__}: {exc}"
 
 
 def atomic_write_text(path: str | os.PathLike, text: str) -> None:
@@ -65,3 +98,25 @@ def atomic_write_text(path: str | os.PathLike, text: str) -> None:
 
 def atomic_write_json(path: str | os.PathLike, data: Any) -> None:
     atomic_write_text(path, json.dumps(data, indent=2, sort_keys=False, default=str) + "\n")
+
+
+def resolve_path(path: str | os.PathLike) -> Path:
+    """``dare://rel`` -> the packaged asset ``rel`` (:mod:`dare.assets`); ``~`` is expanded; other paths
+    stay relative to the working directory."""
+    path = str(path)
+    if path.startswith("dare://"):
+        return assets.path(path[len("dare://") :])
+    return Path(os.path.expanduser(path))
+
+
+def looks_local(path: str) -> bool:
+    """Whether a model/data ``path`` names a local file or directory rather than a hub id.
+
+    Local: it exists, is a ``dare://`` asset, starts with ``.``, ``/`` or ``~``, does not have the hub's
+    ``org/name`` shape (exactly one ``/``), or its first segment is an existing local directory (a typo
+    in ``runs/my-run`` is a missing local directory, not a hub repository).
+    """
+    path = str(path)
+    if path.startswith(("dare://", ".", "/", "~")) or path.count("/") != 1:
+        return True
+    return resolve_path(path).exists() or Path(path.split("/", 1)[0]).is_dir()

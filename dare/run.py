@@ -25,9 +25,18 @@ from typing import Any
 
 import torch
 
+from dare import distributed
 from dare.errors import DareError, SpecError
+from dare.eval import BenchmarkResult, evaluate_benchmark, provenance, write_report
+from dare.eval.report import plot_training
 from dare.io import atomic_write_json
-from dare.spec import RunSpec, build_context, load_spec, spec_hash
+from dare.modeling import create_model, load_model
+from dare.modeling.checkpoint import DTYPES
+from dare.modeling.lora import apply_lora
+from dare.rewards import WeightedReward
+from dare.rundir import clear_run_dir, plan_output_dir
+from dare.spec import ResolvedBenchmark, ResolvedSpec, RunSpec, load_spec, resolve_spec, spec_hash
+from dare.trainers import read_best
 
 __all__ = ["Run"]
 
@@ -40,18 +49,16 @@ class Run:
     :raises SpecError: the spec fails validation (both passes).
     """
 
-    def __init__(self, spec: RunSpec, source: str | None = None, ctx=None):
+    def __init__(self, spec: RunSpec, source: str | None = None, resolved: ResolvedSpec | None = None):
         self.spec = spec
         self.source = source
-        self.ctx = ctx if ctx is not None else build_context(spec, source)
-        problems = self.ctx.components.pop("__problems__", [])
-        if problems:
-            raise SpecError(problems, source=source)
+        self.resolved = resolved if resolved is not None else resolve_spec(spec, source)
+        self.resolved.raise_problems()
         self.dir = Path(spec.output.dir)
-        self.family = self.ctx.family
-        self.sampler = self.ctx.components.get("sampler")
-        self.objective = self.ctx.components.get("algorithm")
-        self.reward = self._weighted([(self.ctx.components[f"rewards[{i}]"], r.weight) for i, r in enumerate(spec.rewards)])
+        self.family = self.resolved.family
+        self.sampler = self.resolved.sampler
+        self.objective = self.resolved.objective
+        self.reward = self._weighted(self.resolved.rewards)
         self.hash = spec_hash(spec)
 
     @classmethod
@@ -61,8 +68,6 @@ class Run:
 
     @staticmethod
     def _weighted(pairs):
-        from dare.rewards import WeightedReward
-
         return WeightedReward(pairs) if pairs else None
 
     # ------------------------------------------------------------------ directories
@@ -83,22 +88,27 @@ class Run:
         (no checkpoint, ``model/`` or report: one line on stderr says so), or, when ``train``, when it
         holds training output of this spec with ``train.resume: false`` and ``output.overwrite``.
 
+        With several processes every one decides from the same directory state (before anything changes), and
+        only the main process clears, creates and writes; the others wait at a barrier.
+
         :raises SpecError: ``output.dir`` (not a run directory; a different run) or ``train.resume``
             (this run's checkpoints are there but resume is off and overwrite is not set).
         """
-        from dare.rundir import clear_run_dir, plan_output_dir
-
         resume = self.spec.train.resume if self.spec.train is not None else True
         action, problems = plan_output_dir(self.dir, self.hash, self.spec.output.overwrite, resume=resume, train=train)
+        distributed.barrier()  # every process decided before the main one changes anything
         if problems:
             raise SpecError(problems, source=self.source)
-        if action == "replace-unfinished":
-            print(f"{self.dir}: replacing the files of an earlier unfinished run (no checkpoint, model or report)",
-                  file=sys.stderr)
-        if action in ("replace", "replace-unfinished"):
-            clear_run_dir(self.dir)
-        self.dir.mkdir(parents=True, exist_ok=True)
-        atomic_write_json(self.dir / "run.json", {"spec_hash": self.hash, "source": self.source, "spec": self.spec.model_dump(mode="json")})
+        if distributed.is_main():
+            if action == "replace-unfinished":
+                print(f"{self.dir}: replacing the files of an earlier unfinished run (no checkpoint, model or report)",
+                      file=sys.stderr)
+            if action in ("replace", "replace-unfinished"):
+                clear_run_dir(self.dir)
+            self.dir.mkdir(parents=True, exist_ok=True)
+            atomic_write_json(self.dir / "run.json", {"spec_hash": self.hash, "source": self.source,
+                                                      "spec": self.spec.model_dump(mode="json")})
+        distributed.barrier()
 
     # ------------------------------------------------------------------ model
     @cached_property
@@ -110,25 +120,21 @@ class Run:
         peft adapters (:func:`dare.modeling.lora.apply_lora`, initialised under ``train.seed``), so
         every trainer trains only the adapters.
         """
-        from dare.modeling import create_model, load_model
-        from dare.modeling.checkpoint import DTYPES
-
         m = self.spec.model
         if m.new is not None:
             init_dir = self.dir / "init-model"
-            if (init_dir / "config.json").is_file():
-                lm = load_model(init_dir, dtype=m.dtype)
-            else:
-                lm = create_model(self.family, init_dir, preset=m.new.preset, overrides=m.new.config,
-                                  tokenizer=m.new.tokenizer, seed=m.new.seed)
-                lm.model.to(DTYPES[m.dtype])
+            with distributed.main_first():  # one process creates the fresh model, the others load it
+                if (init_dir / "config.json").is_file():
+                    lm = load_model(init_dir, dtype=m.dtype)
+                else:
+                    lm = create_model(self.family, init_dir, preset=m.new.preset, overrides=m.new.config,
+                                      tokenizer=m.new.tokenizer, seed=m.new.seed)
+                    lm.model.to(DTYPES[m.dtype])
             base = str(init_dir.resolve())
         else:
             lm = load_model(m.path, dtype=m.dtype)
             base = str(lm.path.resolve()) if lm.path is not None else m.path
         if m.lora is not None:
-            from dare.modeling.lora import apply_lora
-
             seed = self.spec.train.seed if self.spec.train else 0
             lm.model = apply_lora(lm.model, self.family, m.lora, base_name_or_path=base, seed=seed)
         return lm
@@ -149,10 +155,9 @@ class Run:
         """Make the run's model the trained ``model/`` of its directory, if there is one (for eval)."""
         if not (self.model_dir / "config.json").is_file():
             return False
-        from dare.modeling import load_model
-
         self.__dict__["lm"] = load_model(self.model_dir, dtype=self.spec.model.dtype)
-        print(f"evaluating the trained model in {self.model_dir}", file=sys.stderr)
+        if distributed.is_main():
+            print(f"evaluating the trained model in {self.model_dir}", file=sys.stderr)
         return True
 
     # ------------------------------------------------------------------ training
@@ -163,45 +168,36 @@ class Run:
         return self.objective.train(self)
 
     # ------------------------------------------------------------------ evaluation
-    def benchmark_reward(self, index: int | None):
-        """The reward of ``eval.benchmarks[index]`` (``None``: ``eval.validation``): its override, else the
-        benchmark's default."""
-        b = self.spec.eval.validation if index is None else self.spec.eval.resolved[index]
-        loc = "eval.validation" if index is None else f"eval.benchmarks[{index}]"
-        if b.reward is not None:
-            return self._weighted([(self.ctx.components[f"{loc}.reward"], 1.0)])
-        ev = self.ctx.components[loc]
-        entry = self.ctx.registry.get("reward", ev.reward)
-        return self._weighted([(entry.create(dict(ev.reward_params)), 1.0)])
+    def score(self, bench: ResolvedBenchmark, model=None, limit: int | None = None) -> BenchmarkResult:
+        """Generate answers to ``bench``'s rows with the spec's sampler and score them with its reward.
+
+        :param model: default the run's model. :param limit: rows at most (overrides ``bench.spec.limit``).
+        """
+        return evaluate_benchmark(
+            model if model is not None else self.model, self.family, self.tokens, self.tokenizer, self.sampler,
+            bench.evaluator, bench.spec, WeightedReward([(bench.reward, 1.0)]), batch_size=self.spec.eval.batch_size,
+            seed=self.spec.eval.seed, limit=limit,
+        )
 
     def evaluate(self, stage: str, model=None, limit: int | None = None, benchmarks: list[int] | None = None, save: bool = True):
-        """Run the spec's benchmarks on ``model`` (default: the run's model).
+        """Run the spec's benchmarks (``eval.benchmarks``, or the indices ``benchmarks``) on ``model``.
 
         :returns: list of ``BenchmarkResult``; also written to ``eval/<stage>.json`` when ``save``.
         """
-        from dare.eval import evaluate_benchmark
-
         if self.spec.eval is None:
             return []
-        model = model if model is not None else self.model
         results = []
-        bspecs = self.spec.eval.resolved
-        for i in benchmarks if benchmarks is not None else range(len(bspecs)):
-            ev = self.ctx.components[f"eval.benchmarks[{i}]"]
-            res = evaluate_benchmark(
-                model, self.family, self.tokens, self.tokenizer, self.sampler, ev, bspecs[i],
-                self.benchmark_reward(i), batch_size=self.spec.eval.batch_size, seed=self.spec.eval.seed, limit=limit,
-            )
+        chosen = self.resolved.benchmarks if benchmarks is None else [self.resolved.benchmarks[i] for i in benchmarks]
+        for bench in chosen:
+            res = self.score(bench, model, limit)
             results.append(res)
-            log.info("%s %s: accuracy %.4f mean reward %.4f", stage, ev.name, res.accuracy, res.mean_reward)
-        if save:
+            log.info("%s %s: accuracy %.4f mean reward %.4f", stage, res.name, res.accuracy, res.mean_reward)
+        if save and distributed.is_main():
             atomic_write_json(self.dir / "eval" / f"{stage}.json", {"spec_hash": self.hash, "results": [r.to_dict() for r in results]})
         return results
 
     def cached_eval(self, stage: str):
         """Results of an earlier evaluation of this exact spec at ``stage`` (resume), else None."""
-        from dare.eval import BenchmarkResult
-
         f = self.dir / "eval" / f"{stage}.json"
         if not f.is_file():
             return None
@@ -210,15 +206,9 @@ class Run:
             return None
         return [BenchmarkResult(**r) for r in data["results"]]
 
-    def validate(self, model, limit: int | None = None):
-        """Score ``model`` on ``eval.validation`` (``limit`` rows at most). Returns a ``BenchmarkResult``."""
-        from dare.eval import evaluate_benchmark
-
-        v = self.spec.eval.validation
-        return evaluate_benchmark(
-            model, self.family, self.tokens, self.tokenizer, self.sampler, self.ctx.components["eval.validation"], v,
-            self.benchmark_reward(None), batch_size=self.spec.eval.batch_size, seed=self.spec.eval.seed, limit=limit,
-        )
+    def validate(self, model, limit: int | None = None) -> BenchmarkResult:
+        """Score ``model`` on ``eval.validation`` (``limit`` rows at most)."""
+        return self.score(self.resolved.validation, model, limit)
 
     def training_eval_fn(self):
         """``(model) -> metrics`` for in-training evaluation every ``train.eval_steps`` (``train.eval_limit`` rows).
@@ -250,11 +240,9 @@ class Run:
         ``before``/``after`` rows (from ``eval/before.json``, ``eval/after.json``) and train metrics,
         with the ``eval`` row added, and names the evaluated model (``eval_model``).
         """
-        from dare.eval import provenance, write_report
-        from dare.eval.report import plot_training
-
         do_train = train and self.objective is not None
         do_eval = evaluate and self.spec.eval is not None
+        distributed.setup()
         self.prepare(train=do_train)
         torch.manual_seed(self.spec.train.seed if self.spec.train else 0)
         trained = do_eval and not do_train and self._use_trained_model()
@@ -266,8 +254,6 @@ class Run:
         if do_train:
             train_metrics = self.train() or {}
             if self.spec.train.keep_best:
-                from dare.trainers import read_best
-
                 best = read_best(self.checkpoint_dir)
                 if best is not None:
                     train_metrics = {**train_metrics, "best_step": best["step"], "best_validation_accuracy": best["value"]}
@@ -285,9 +271,9 @@ class Run:
                     pass
             if trained:
                 extra["eval_model"] = str(self.model_dir)
-        if stages:
+        if stages and distributed.is_main():
             write_report(self.dir, stages, prov, extra=extra)
-        if do_train:
+        if do_train and distributed.is_main():
             flat = lambda rs: {f"{r.name}/accuracy": r.accuracy for r in rs} | {f"{r.name}/mean_reward": r.mean_reward for r in rs}  # noqa: E731
             plot_training(
                 self.dir / "metrics.jsonl",
@@ -296,4 +282,5 @@ class Run:
                 after=flat(stages.get("after", [])) or None,
                 title=self.spec.output.dir,
             )
+        distributed.barrier()
         return {"stages": {k: [r.to_dict(with_samples=False) for r in v] for k, v in stages.items()}, "train": train_metrics}

@@ -21,13 +21,15 @@ __all__ = ["render_plugin", "KINDS", "names_for"]
 #: CLI kind -> (registry kind, hook, module name, label)
 KINDS = {
     "objective": ("objective", "register_objectives", "objective", "objective"),
+    "rl-objective": ("objective", "register_objectives", "objective", "online-RL objective"),
     "model": ("model_family", "register_model_families", "family", "model family"),
     "sampler": ("sampler", "register_samplers", "sampler", "sampler"),
     "evaluator": ("evaluator", "register_evaluators", "evaluator", "evaluator (benchmark)"),
     "reward": ("reward", "register_rewards", "reward", "reward"),
 }
 
-_TEMPLATE_FOR = {"objective": "objective", "model": "model", "sampler": "sampler", "evaluator": "evaluator", "reward": "reward"}
+_TEMPLATE_FOR = {"objective": "objective", "rl-objective": "rl_objective", "model": "model", "sampler": "sampler",
+                 "evaluator": "evaluator", "reward": "reward"}
 
 _EXTRA_TESTS = {
     "reward": '''
@@ -62,6 +64,25 @@ def test_{module}_loss_matches_hand_computation():
     masked = torch.tensor([[True, False, True]])
     value = loss(logits, targets, masked, torch.tensor([0.5]), torch.tensor([3]), weight=2.0)
     assert math.isclose(float(value), 2.0 * (2 * math.log(4) / 0.5) / 3, rel_tol=1e-6)
+''',
+    "rl-objective": '''
+
+def test_{module}_loss_matches_hand_computation():
+    import torch
+
+    from dare.diffusion.estimators import PassScore
+    from dare.rl import PassLossInput
+
+    obj = get_registry().get("objective", "{component}").create({{"scale": 2.0}})
+    # one row, advantage +1, two scored tokens at ratio 1 (old = current): token-mean of -A * rho = -1
+    cur = torch.tensor([[-1.0, -2.0]], requires_grad=True)
+    inp = PassLossInput(current=PassScore(cur, torch.ones(1, 2, dtype=torch.bool)), old=cur.detach(), ref=None,
+                        advantages=torch.tensor([1.0]), response_lengths=torch.tensor([2]), pass_index=0, num_passes=1,
+                        num_tokens=2.0, num_sequences=1, total_response_tokens=2.0)
+    terms = obj.pass_loss(inp)
+    assert abs(terms.loss.item() - 2.0 * -1.0) < 1e-6
+    terms.loss.backward()
+    assert torch.allclose(cur.grad, torch.tensor([[-1.0, -1.0]]))  # 2.0 x d(-rho/2)/dl at rho = 1
 ''',
     "sampler": '''
 
@@ -164,6 +185,7 @@ def render_plugin(name: str, kind: str, parent: Path) -> Path:
     _refuse_installed(name, n, reg_kind, label)
     spec_snippet = {
         "objective": f"algorithm: {{name: {n['component']}, params: {{weight: 1.0}}}}",
+        "rl-objective": f"algorithm: {{name: {n['component']}, params: {{group_size: 8, scale: 1.0}}}}",
         "model": f"model: {{path: <a {n['component']} checkpoint>}}",
         "sampler": f"sampler: {{name: {n['component']}, params: {{gen_length: 16}}}}",
         "evaluator": f"eval: {{benchmarks: [{{name: {n['component']}, path: data/test.parquet}}]}}",

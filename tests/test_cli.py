@@ -123,8 +123,9 @@ def block_models(tmp_path_factory):
 def test_generate_runs_the_spec_sampler_checks(tiny_llada_dir, block_models, run_cli):
     sdar, llada2 = str(block_models / "sdar"), str(block_models / "llada2")
     cases = [
-        (["--model", sdar, "--sampler", "llada2"], ["--sampler: sampler 'llada2' calls the model with LLaDA2's KV-cache",
-                                                   "use 'sdar'"]),
+        # both block samplers decode any block family (one KV-cache interface), under its block size
+        (["--model", sdar, "--sampler", "llada2", "--param", "block_length=8"],
+         ["--param block_length: block_length 8 differs from the block size 4", "set it to 4"]),
         (["--model", sdar, "--param", "gen_length=6", "--param", "block_length=6"],
          ["--param block_length: block_length (6) must be a multiple of the model's block size 4",
           "--param gen_length: gen_length (6) must be a multiple of the model's block size 4"]),
@@ -139,10 +140,11 @@ def test_generate_runs_the_spec_sampler_checks(tiny_llada_dir, block_models, run
         assert code == 2, (args, err)
         _assert_one_paragraph(err, *needles)
     # the same sampler check in a spec
-    spec = {"model": {"path": sdar}, "sampler": {"name": "llada2"}, "output": {"dir": str(block_models / "out")}}
+    spec = {"model": {"path": sdar}, "sampler": {"name": "llada2", "params": {"block_length": 8}},
+            "output": {"dir": str(block_models / "out")}}
     code, _, err = run_cli("validate", _write(block_models, spec))
     assert code == 2
-    _assert_one_paragraph(err, "sampler.name: sampler 'llada2' calls the model with LLaDA2's KV-cache", "use 'sdar'")
+    _assert_one_paragraph(err, "sampler.params.block_length: block_length 8 differs from the block size 4")
 
 
 def test_create_model_checks_config_overrides(tmp_path, run_cli):

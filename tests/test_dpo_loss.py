@@ -8,14 +8,17 @@ import pytest
 import torch
 
 from dare.components import ModelFamily, SpecialTokens
-from dare.data.supervised import SupervisedExample
+from dare.data.supervised import SupervisedCollator, SupervisedExample
 from dare.diffusion.elbo import Corruptions
 from dare.modeling.lora import ReferencePolicy
 from dare.testing import LogitsStub
 
 pytest.importorskip("dare_dpo")
 
-from dare_dpo import DPOConfig, DPOTrainer, dpo_loss  # noqa: E402
+from dare.diffusion.estimators import Pass  # noqa: E402
+from dare.trainers import DareConfig  # noqa: E402
+from dare_dpo import DPOTrainer, dpo_loss  # noqa: E402
+from dare_dpo.objective import DPO  # noqa: E402
 from dare_dpo.data import PairCollator, PairExample  # noqa: E402
 
 MASK = 3
@@ -63,13 +66,20 @@ C1 = Corruptions(
 C2 = Corruptions(mask=torch.tensor([[[False, True, True]] * 2] * 2), p_mask=torch.ones(2, 2), lengths=torch.tensor([2, 2]))
 
 
-def _trainer(tmp_path, **config):
-    args = DPOConfig(output_dir=str(tmp_path), report_to="none", mc_num=2, **config)
-    trainer = DPOTrainer(model=LogitsStub(policy_fn), args=args, train_dataset=[PAIR], data_collator=PairCollator(TOK, True),
-                         family=StubFamily(), tokens=TOK)
+def _passes(corr: Corruptions) -> list[Pass]:
+    """The estimator passes of hand-built corruptions: one copy per sample, weight 1 / p_mask on masked tokens."""
+    return [Pass(mask=corr.mask[None, :, j], weight=(corr.mask[:, j].float() / corr.p_mask[:, j : j + 1])[None])
+            for j in range(corr.num_samples)]
+
+
+def _trainer(tmp_path, **params):
+    args = DareConfig(output_dir=str(tmp_path), report_to="none")
+    objective = DPO(**params)
+    trainer = DPOTrainer(model=LogitsStub(policy_fn), args=args, train_dataset=[PAIR], data_collator=PairCollator(SupervisedCollator(TOK, True)),
+                         family=StubFamily(), tokens=TOK, objective=objective, estimator=objective.make_estimator(None, None))
     trainer.reference = ReferencePolicy(LogitsStub(reference_fn))
-    draws = iter([C1, C2])
-    trainer.corruptions = lambda inputs, generator=None: next(draws)
+    draws = iter([_passes(C1), _passes(C2)])
+    trainer.draw_passes = lambda batch, generator=None: next(draws)
     return trainer
 
 

@@ -104,7 +104,8 @@ def test_lora_dpo_uses_adapters_disabled_reference(tmp_path, pairs):
     from dare.run import Run
 
     spec = preference_spec(tmp_path, "llada", pairs[0], pairs[1], algorithm="dpo", lora={"r": 4, "alpha": 8})
-    spec["algorithm"]["params"] = {"mc_num": 2, "share_corruptions": True}
+    spec["algorithm"]["params"] = {"estimator": {"name": "mc-elbo", "params": {"mc_num": 2, "scheme": "bernoulli"}},
+                                   "share_corruptions": True}
     spec["train"].update(max_steps=4, eval_steps=2)
     run = Run(validate_spec(spec))
     run.prepare()
@@ -125,7 +126,7 @@ def test_vrpo_resumes_to_the_same_weights(tmp_path, pairs):
     from dare.run import Run
 
     spec = preference_spec(tmp_path, "llada", pairs[0])
-    spec["algorithm"]["params"] = {"mc_num": 2}
+    spec["algorithm"]["params"] = {"estimator": {"name": "mc-elbo", "params": {"mc_num": 2, "scheme": "stratified"}}}
     spec["train"].update(max_steps=4, save_steps=2)
     run = Run(validate_spec(spec))
     run.prepare()

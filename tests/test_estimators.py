@@ -63,12 +63,12 @@ def test_score_pass_by_hand_with_temperature_and_skipped_copies():
 def test_onestep_masks_completion_and_a_fraction_of_real_prompt_tokens():
     N, P = 4000, 20
     batch = make_batch(N=N, P=P, G=3, prompt_pad=[5] * N)
-    (pas,) = OneStepEstimator(0.15).draw(batch, gen())
+    (pas,) = OneStepEstimator(p_mask_prompt=0.15).draw(batch, gen())
     mask = pas.mask[0]
     assert mask[:, P:].all() and not mask[:, :5].any()  # completion all masked, left padding never
     assert mask[:, 5:P].float().mean().item() == pytest.approx(0.15, abs=0.005)
     assert torch.equal(pas.weight[0], torch.ones(N, 3))
-    (none,) = OneStepEstimator(0.0).draw(batch, gen())
+    (none,) = OneStepEstimator(p_mask_prompt=0.0).draw(batch, gen())
     assert not none.mask[0, :, :P].any()
 
 
@@ -76,7 +76,7 @@ def test_onestep_masks_completion_and_a_fraction_of_real_prompt_tokens():
 def test_coupled_pair_is_complementary_with_importance_weights():
     cmask = torch.tensor([[True] * 6, [True] * 4 + [False] * 2])
     batch = make_batch(N=2, P=3, G=6, prompt_pad=(1, 0), completion_mask=cmask)
-    (pas,) = CoupledEstimator(0.2, 0.8, full_mask_term=True).draw(batch, gen())
+    (pas,) = CoupledEstimator(t_min=0.2, t_max=0.8, full_mask_term=True).draw(batch, gen())
     full, a, b = pas.mask[:, :, 3:]
     assert not pas.mask[:, :, :3].any()  # the prompt is never masked
     assert torch.equal(full, cmask) and torch.equal(a | b, cmask) and not (a & b).any()

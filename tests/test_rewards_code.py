@@ -30,10 +30,11 @@ from dare.rewards import WeightedReward
 from dare.rewards.code import build_tests, code_outcome, count_tests, entry_point
 from dare.rewards.code_extract import fenced_code, mbpp_code
 from dare.rewards.sandbox import SandboxError, SandboxLimits, isolation, landlock, procfs, run_python, uid_mode_problem
+from dare.rewards.sandbox.launch import RUNNER
 from dare.testing import shared_path
 
 MODES = ["auto", "process"]  # auto is uid mode where this runs as root
-FAST = SandboxLimits(timeout_s=1.0, cpu_time_s=5, memory_mb=512, max_processes=6)
+FAST = SandboxLimits(timeout_s=2.0, cpu_time_s=5, memory_mb=512, max_processes=6)
 
 
 def code_reward(**params):
@@ -190,13 +191,17 @@ def attack(source: str, mode: str, limits: SandboxLimits = FAST):
     """Score an attack as a HumanEval-style completion; returns (score, result, seconds)."""
     sample = {"data_source": "x", "prompt": "def f():", "reward_model": {"ground_truth": "assert f() == 1\n"}}
     start = time.monotonic()
-    outcome = code_outcome(fenced(source + "\ndef f():\n    return 1\n"), sample, limits, isolation=mode)
+    program = fenced(source + "\ndef f():\n    return 1\n")
+    outcome = code_outcome(program, sample, limits, per_test_timeout_s=limits.timeout_s, isolation=mode)
     return outcome.score, outcome.result, time.monotonic() - start
 
 
 def survivors(result) -> list[int]:
+    """Processes of the run still present: in its PID namespace (bubblewrap) or session, or of its uid."""
+    time.sleep(0.05)  # a killed process leaves /proc a moment later
     uid = result.layers.get("uid")
-    return procfs.session_members(result.pid) + (procfs.owned_by(uid) if uid is not None else [])
+    found = procfs.in_namespace(result.pidns) if result.pidns else procfs.session_members(result.pid)
+    return found + (procfs.owned_by(uid) if uid is not None else [])
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -234,15 +239,19 @@ def test_write_outside_the_sandbox(mode, unharmed):
     target.parent.chmod(0o777)  # only the sandbox may stop it, not this directory's permissions
     direct = f"open({str(target)!r}, 'w').write('x')"
     score, result, _ = attack(direct, mode)
-    assert score == 0.0 and "outside the sandbox directory" in result.stderr
-    if landlock.abi_version() < 1:
+    assert score == 0.0 and not target.exists()
+    if result.layers["bwrap"]:  # the directory is not even there
+        assert "No such file or directory" in result.stderr
+    else:
+        assert "outside the sandbox directory" in result.stderr
+    if landlock.abi_version() < 1 and not result.layers["bwrap"]:
         return  # without Landlock nothing below the Python guard stops writes to a 0777 directory
     # dir_fd-relative opens get past the Python guard; Landlock must still refuse
     relative = (
         f"import os\nfd = os.open('/', os.O_RDONLY)\nos.open({str(target)[1:]!r}, os.O_WRONLY | os.O_CREAT, dir_fd=fd)"
     )
     score, result, _ = attack(relative, mode)
-    assert score == 0.0 and "Permission denied" in result.stderr
+    assert score == 0.0 and ("Permission denied" in result.stderr or "No such file" in result.stderr)
     assert not target.exists()
 
 
@@ -345,6 +354,7 @@ def test_uid_leases_are_exclusive():
 def test_interrupted_caller_leaves_nothing_running(unharmed):
     """Ctrl-C while a program runs: the supervisor is told to stop and kills the program's tree."""
     spinner = "import os\nfor _ in range(2):\n    os.fork()\nwhile True:\n    pass"
+    before = set(_sandbox_processes())
     # Python's own Ctrl-C handler, also when the suite runs with SIGINT ignored (nohup, `trap '' INT`)
     previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     timer = threading.Timer(0.8, os.kill, (os.getpid(), signal.SIGINT))
@@ -356,8 +366,20 @@ def test_interrupted_caller_leaves_nothing_running(unharmed):
     finally:
         signal.signal(signal.SIGINT, previous)
     assert time.monotonic() - started < 10
-    marker = b'"timeout_s": 61.25'  # in the runner's command line, which its forks keep
-    assert [p for p in procfs.parents() if marker in _cmdline(p)] == []
+    time.sleep(0.05)
+    assert set(_sandbox_processes()) - before == set()
+
+
+def _sandbox_processes() -> list[int]:
+    """Processes running the sandbox runner (bwrap, supervisor and its forks keep its path in their
+    command line) or owned by a sandbox uid."""
+    runner = RUNNER.encode()
+    found = [p for p in procfs.parents() if runner in _cmdline(p)]
+    for pid in procfs.parents():
+        uids = procfs._status(pid).get("Uid", "").split()
+        if uids and isolation.UID_BASE <= int(uids[0]) < isolation.UID_BASE + isolation.UID_COUNT:
+            found.append(pid)
+    return found
 
 
 def _cmdline(pid: int) -> bytes:
@@ -370,7 +392,9 @@ def _cmdline(pid: int) -> bytes:
 
 def test_isolation_choice(monkeypatch):
     monkeypatch.setattr(isolation, "_probe", lambda: ("it needs root (this process runs as uid 1000)", False))
-    assert isolation.resolve_isolation("auto") == isolation.Isolation("process")
+    assert isolation.resolve_isolation("auto").mode == "process"
+    monkeypatch.setattr(isolation, "bwrap_problem", lambda packages=(): "bwrap is not installed")
+    assert isolation.resolve_isolation("auto") == isolation.Isolation("process", bwrap=False)
     with pytest.raises(SandboxError, match="isolation 'uid' is unavailable: it needs root"):
         isolation.resolve_isolation("uid")
     (where, message), = CodeReward({"isolation": "uid"}).check(None, "rewards[0]")  # what `dare validate` reports
@@ -403,3 +427,145 @@ def test_code_reward_and_benchmarks_are_registered(monkeypatch):
         assert evaluator.reward == "code" and evaluator.data_sources == (name,)
         path = benchmark_path(evaluator, BenchmarkSpec(name=name))
         assert path.name == f"{name}_1.parquet" and len(load_rows(str(path))) == count
+
+
+# --------------------------------------------------------------------- tests in another process
+def test_wire_round_trip():
+    import collections
+    import decimal
+    import fractions
+    import math
+
+    import numpy as np
+
+    from dare.rewards.sandbox import wire
+
+    def refuse(obj):
+        raise AssertionError(f"{obj!r} should be plain data")
+
+    point = collections.namedtuple("Point", "x y")
+    values = [
+        None, True, 3, -(2**100), 1.5, float("inf"), "text\u00e9", b"\x00b", bytearray(b"ab"), (1, [2, {3: (4,)}]),
+        {1, 2}, frozenset({"a"}), 2 - 3j, fractions.Fraction(1, 3), decimal.Decimal("0.1"), {(1, 2): [None]},
+    ]
+    for value in values:
+        back = wire.decode(json.loads(json.dumps(wire.encode(value, refuse))), refuse)
+        assert back == value and type(back) is type(value)
+    converted = [(point(1, 2), (1, 2)), (collections.Counter("aab"), {"a": 2, "b": 1}), (np.int64(7), 7),
+                 (np.float32(0.5), 0.5), (np.bool_(True), True)]
+    for value, plain in converted:
+        back = wire.decode(json.loads(json.dumps(wire.encode(value, refuse))), refuse)
+        assert back == plain and type(back) is type(plain)
+    nan = wire.decode(json.loads(json.dumps(wire.encode(float("nan"), refuse))), refuse)
+    assert math.isnan(nan)
+    seen = []
+    assert wire.encode([object(), np.zeros(2)], lambda obj: seen.append(obj) or len(seen)) == [
+        "l", [["r", 1, "object"], ["r", 2, "ndarray"]]
+    ]
+
+
+def test_wire_refuses_malformed_values():
+    from dare.rewards.sandbox import wire
+
+    for bad in ({"a": 1}, ["zz", []], ["l"], ["l", 3], ["d", [[["l", []], 1]]], ["s", [["l", []]]], ["b", "xyz"],
+                ["q", 1, 0], ["r", "1", "x"], ["c", "1", 2], ["e", "not a number"]):
+        with pytest.raises(wire.WireError):
+            wire.decode(bad, lambda n, t: n)
+    read, write = os.pipe()
+    os.write(write, (2**31).to_bytes(4, "big"))
+    with pytest.raises(wire.WireError, match="over the"):
+        wire.receive(read)
+    os.close(read)
+    os.close(write)
+
+
+def run_with_tests(program: str, tests: str, **kwargs):
+    return run_python([program], FAST, tests=tests, **kwargs)
+
+
+def test_program_objects_reach_the_tests_as_plain_data():
+    program = (
+        "class Node:\n    def __init__(self, v, kids=()):\n        self.v, self.kids = v, list(kids)\n"
+        "def total(n):\n    return n.v + sum(total(k) for k in n.kids)\n"
+        "def gen(n):\n    yield from range(n)\n"
+        "def fail(kind):\n    raise {'value': ValueError, 'own': type('Own', (Exception,), {})}[kind]('no')\n"
+        "def add(xs):\n    xs.append(1)\n    return len(xs)\n"
+        "LIMIT = {'a': (1, 2.5)}\n"
+    )
+    tests = (
+        "assert total(Node(1, [Node(2), Node(3, [Node(4)])])) == 10\n"
+        "assert Node(5).v == 5 and Node(5) != Node(5)\n"  # a program object equals only itself
+        "assert list(gen(3)) == [0, 1, 2] and LIMIT == {'a': (1, 2.5)}\n"
+        "try:\n    fail('value')\nexcept ValueError as exc:\n    assert str(exc) == 'no'\n"
+        "else:\n    raise AssertionError\n"
+        "xs = []\nassert add(xs) == 1 and xs == []\n"  # arguments are copies
+    )
+    result = run_with_tests(program, tests)
+    assert result.passed, result.tests_stderr
+    result = run_with_tests(program, "try:\n    fail('own')\nexcept ValueError:\n    pass\n")
+    assert not result.passed and "RemoteError: Own: no" in result.tests_stderr
+    assert result.failed_unit == 1 and result.returncode == 0 and result.tests_returncode == 1
+
+
+def test_program_failures_are_test_failures():
+    raising = run_with_tests("raise RuntimeError('top level')", "pass\n")
+    assert not raising.passed and raising.failed_unit == 0 and "RuntimeError: top level" in raising.stderr
+    exiting = run_with_tests("def f():\n    import os\n    os.abort()\n", "assert f() is None\n")
+    assert not exiting.passed and "ProgramGone" in exiting.tests_stderr
+
+
+def test_builtins_are_taken_from_the_program_only_for_the_function_under_test():
+    mbpp_sum = ["assert sum(10,15) == 6", "assert sum(100,150) == 93", "assert sum(4,6) == 3"]  # MBPP row 115
+    sample = {"data_source": "mbpp", "reward_model": {"ground_truth": json.dumps(mbpp_sum)}}
+    program = "import builtins\ndef sum(a, b):\n    return builtins.sum(d for d in range(1, a) if a % d == b % d == 0)"
+    assert code_outcome(f"[BEGIN]\n '{program}' \n[DONE]", sample, FAST).score == 1.0
+    hack = "def abs(x):\n    return 0\ndef sum(*a):\n    return 0\ndef f():\n    return 5\n"
+    result = run_with_tests(hack, "assert abs(f() - 1) < 1e-9\nassert sum([f()]) == 1\n", entry_points=["f"])
+    assert not result.passed and "AssertionError" in result.tests_stderr
+
+
+def test_tested_names():
+    from dare.rewards.code import tested_names
+
+    assert tested_names("def check(candidate):\n    assert candidate(1)\n\ncheck(sum)\n") == ["sum"]
+    assert tested_names("assert sum(10,15) == 6\nassert sum(4,6) == 3\n") == ["sum"]
+    assert tested_names("assert set(similar(a, b)) == set((4, 5))\n") == []  # `set` is not under test
+    assert tested_names("check(has_close_elements)\n") == []  # not a built-in: taken anyway
+
+
+def test_active_layers_report():
+    layers = isolation.active_layers()
+    assert layers["kernel"] == os.uname().release
+    assert layers["bwrap"] is True or isinstance(layers["bwrap"], str)
+    assert (layers["bwrap"] is True) == (isolation.bwrap_problem() is None)
+    assert layers["landlock_abi"] == landlock.abi_version()
+    assert layers["tests"].startswith("separate process")
+    result = run_python(["pass"], FAST)
+    assert result.layers["bwrap"] == (layers["bwrap"] is True) and result.layers["landlock"] == layers["landlock_abi"]
+
+
+def test_view_holds_no_secrets():
+    from dare.rewards.sandbox.view import view
+
+    seen = view()
+    paths = seen.readable() + seen.listable()
+    assert os.path.realpath(sys.base_prefix) in paths and seen.packages == ("numpy",)
+    for private in ("/etc", "/root", "/home", "/proc", os.path.expanduser("~"), os.getcwd()):
+        assert private not in paths
+    assert all(not p.startswith(("/etc/", "/proc")) or p == "/etc/ld.so.cache" for p in paths)
+
+
+def test_sandbox_directory_moves_when_the_view_lies_under_tmp():
+    """A checkout or environment under /tmp would be hidden by the /tmp tmpfs: use another mount point."""
+    import dataclasses
+
+    from dare.rewards.sandbox import bwrap
+    from dare.rewards.sandbox.view import view
+
+    seen = view()
+    under_tmp = dataclasses.replace(seen, trees=seen.trees + ("/tmp/checkout/dare/rewards/sandbox",))
+    assert bwrap.workdir(under_tmp) == bwrap.FALLBACK_WORKDIR
+    args = bwrap.command("bwrap", under_tmp, True, 2**20, {})
+    assert args[args.index("--tmpfs", args.index("/dev/shm") + 1) + 1] == bwrap.FALLBACK_WORKDIR
+    elsewhere = dataclasses.replace(seen, trees=tuple(t for t in seen.trees if not t.startswith("/tmp/")))
+    assert bwrap.workdir(elsewhere) == "/tmp"

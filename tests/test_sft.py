@@ -64,24 +64,37 @@ def test_collator_block_convention_padding_excluded_and_whole_blocks():
 
 
 def test_sft_trainer_loss_replays_by_hand(tiny_llada_dir, tmp_path):
-    """SFTTrainer.compute_loss = the paper's loss with masks drawn from torch's global RNG."""
+    """SFTTrainer.compute_loss = the paper's loss, each example's t and masks from its keyed generator."""
     from dare.modeling import load_model
-    from dare_sft.trainer import SFTConfig, SFTTrainer
+    from dare.randomness import STREAMS, key_seed
+    from dare.trainers import DareConfig
+    from dare_sft.objective import SFT
+    from dare_sft.trainer import SFTTrainer
 
     lm = load_model(tiny_llada_dir)
     c = SupervisedCollator(lm.tokens, lm.family.pad_in_response)
-    batch = c([SupervisedExample([10, 11, 12], [20, 21, lm.tokens.eos_id]), SupervisedExample([10], [22, lm.tokens.eos_id])])
-    args = SFTConfig(output_dir=str(tmp_path), mask_eps=0.2, report_to="none")
-    trainer = SFTTrainer(model=lm.model, args=args, train_dataset=[], data_collator=c, family=lm.family, tokens=lm.tokens)
+    batch = c([SupervisedExample([10, 11, 12], [20, 21, lm.tokens.eos_id], index=7),
+               SupervisedExample([10], [22, lm.tokens.eos_id], index=3)])
+    args = DareConfig(output_dir=str(tmp_path), report_to="none", seed=5)
+    trainer = SFTTrainer(model=lm.model, args=args, train_dataset=[], data_collator=c, family=lm.family, tokens=lm.tokens,
+                         objective=SFT(mask_eps=0.2))
+    trainer.state.global_step = 4
     torch.manual_seed(123)
     got = trainer.compute_loss(lm.model, batch)
-    # replay the draws
-    torch.manual_seed(123)
-    u = torch.rand(2)
-    t = 0.8 * u + 0.2
-    m = (torch.rand(batch["input_ids"].shape) < t[:, None]) & batch["loss_mask"]
+    state = torch.get_rng_state()
+    # replay: example i's generator is keyed (seed 5, "sft", step 4, its dataset index)
+    L = batch["input_ids"].shape[1]
+    t, m = [], []
+    for index in (7, 3):
+        g = torch.Generator().manual_seed(key_seed(5, STREAMS["sft"], 4, index))
+        t.append(0.8 * torch.rand(1, generator=g)[0] + 0.2)
+        m.append(torch.rand(L, generator=g))
+    t = torch.stack(t)
+    m = (torch.stack(m) < t[:, None]) & batch["loss_mask"]
     noisy = torch.where(m, lm.tokens.mask_id, batch["input_ids"])
     with torch.no_grad():
         logp = torch.log_softmax(lm.model(noisy).logits.float(), -1).gather(-1, batch["input_ids"][..., None])[..., 0]
     per = [-(logp[b][m[b]].sum() / t[b]) / batch["response_length"][b] for b in range(2)]
     assert math.isclose(got.item(), (sum(per) / 2).item(), rel_tol=1e-5)
+    torch.manual_seed(123)
+    assert torch.equal(torch.get_rng_state(), state)  # the loss never drew from the global RNG

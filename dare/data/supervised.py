@@ -22,8 +22,12 @@ __all__ = ["SupervisedExample", "tokenize_example", "SupervisedCollator"]
 
 @dataclass
 class SupervisedExample:
+    """Token ids of one (prompt, response + EOS) pair; ``index`` is its position in the dataset (the key of
+    its per-example random draws; -1 when unknown)."""
+
     prompt_ids: list[int]
     response_ids: list[int]
+    index: int = -1
 
 
 def tokenize_example(tokenizer, prompt: str, response: str, tokens: SpecialTokens, max_length: int | None = None) -> SupervisedExample | None:
@@ -43,17 +47,23 @@ class SupervisedCollator:
 
     Returns ``input_ids`` ``[B, L]`` int64, ``attention_mask`` ``[B, L]`` int64, ``prompt_mask``
     ``[B, L]`` bool, ``loss_mask`` ``[B, L]`` bool (response positions, padding included iff
-    ``pad_in_response``) and ``response_length`` ``[B]`` int64 (= ``loss_mask.sum(1)``).
-    ``pad_to_multiple_of`` rounds ``L`` up (block families need whole blocks).
+    ``pad_in_response``), ``response_length`` ``[B]`` int64 (= ``loss_mask.sum(1)``) and ``index``
+    ``[B]`` int64 (the examples' ``index``).
+    ``pad_to_multiple_of`` rounds ``L`` up (block families need whole blocks). ``pad_to_length`` pads every
+    batch to at least that length: with EOS padding counted as response, an example's loss depends on the
+    padded length, so DARE pads such families to the dataset's longest example (the loss of an example is
+    then the same in any batch, on any number of processes).
     """
 
-    def __init__(self, tokens: SpecialTokens, pad_in_response: bool, pad_to_multiple_of: int | None = None):
+    def __init__(self, tokens: SpecialTokens, pad_in_response: bool, pad_to_multiple_of: int | None = None,
+                 pad_to_length: int | None = None):
         self.tokens = tokens
         self.pad_in_response = pad_in_response
         self.multiple = pad_to_multiple_of
+        self.length = pad_to_length
 
     def __call__(self, batch: list[SupervisedExample]) -> dict[str, Any]:
-        L = max(len(e.prompt_ids) + len(e.response_ids) for e in batch)
+        L = max([len(e.prompt_ids) + len(e.response_ids) for e in batch] + [self.length or 0])
         if self.multiple:
             L = -(-L // self.multiple) * self.multiple
         B = len(batch)
@@ -79,4 +89,5 @@ class SupervisedCollator:
             "prompt_mask": prompt_mask,
             "loss_mask": loss_mask,
             "response_length": loss_mask.sum(dim=1),
+            "index": torch.tensor([e.index for e in batch], dtype=torch.long),
         }

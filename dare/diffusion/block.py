@@ -3,7 +3,7 @@
 Block-diffusion LMs (SDAR, LLaDA2; BD3-LM, arXiv 2503.09573) decode blocks left to right with
 bidirectional attention inside a block. Training runs the noisy sequence ``x_t`` and the clean
 sequence ``x_0`` side by side (length ``2L``, both halves with positions ``0..L-1``) under one mask
-(DARE ``build_block_diffusion_mask``; reference/algorithms.md §1). With ``b(i) = i // block_size``
+(DARE ``build_block_diffusion_mask``; docs/algorithms.md §1). With ``b(i) = i // block_size``
 (blocks counted from the start of the sequence, "global" origin), a query may attend a key iff both
 are valid and
 

@@ -20,7 +20,7 @@ Usage (an objective; the estimator never sees a family name)::
 
 Corruption schemes (``scheme``):
 
-* ``"stratified"`` (VRPO/BGPO, algorithms.md §3.3): one ``k ~ U{1..L}`` per sequence, then
+* ``"stratified"`` (VRPO/BGPO, docs/algorithms.md §3.3): one ``k ~ U{1..L}`` per sequence, then
   ``k_j = ((k - 1 + round(j L / n)) mod L) + 1`` for ``j = 0..n-1``: a low-discrepancy set of mask
   counts covering ``[1, L]`` evenly; each ``k_j`` is marginally uniform, so every term stays
   unbiased. One mask per count (the whole budget on timesteps). ``round`` is half-up here (the DARE
@@ -46,6 +46,7 @@ from typing import Callable, Literal
 import torch
 
 from dare.diffusion.likelihood import token_logprobs
+from dare.randomness import RowGenerators, rand
 
 __all__ = [
     "Scheme",
@@ -63,10 +64,10 @@ Scheme = Literal["stratified", "uniform", "bernoulli"]
 Normalizer = Literal["length", "none"]
 
 
-def _rand(shape: tuple[int, ...], generator: torch.Generator | None, device: torch.device) -> torch.Tensor:
-    """``U[0, 1)`` float32 of ``shape`` on ``device``, drawn on the generator's own device."""
-    gen_device = generator.device if generator is not None else device
-    return torch.rand(shape, generator=generator, device=gen_device).to(device)
+def _rand(shape: tuple[int, ...], generator, device: torch.device) -> torch.Tensor:
+    """``U[0, 1)`` float32 of ``shape`` on ``device``, drawn on the generator's own device (per row with
+    :class:`dare.randomness.RowGenerators`)."""
+    return rand(shape, generator, device=device)
 
 
 def _uniform_count(lengths: torch.Tensor, shape: tuple[int, ...], generator: torch.Generator | None) -> torch.Tensor:
@@ -75,6 +76,20 @@ def _uniform_count(lengths: torch.Tensor, shape: tuple[int, ...], generator: tor
     u = _rand(shape, generator, lengths.device)
     k = (u * L).floor().long() + 1
     return torch.minimum(k, L) * (L > 0)
+
+
+def _eligible_uniform(eligible: torch.Tensor, n: int, generator) -> torch.Tensor:
+    """``[B, n, S]`` uniforms for ``n`` corruptions of every row. With per-row generators
+    (:class:`dare.randomness.RowGenerators`) row ``b`` draws ``n x L_b`` values for its ``L_b`` eligible
+    positions only (2.0 elsewhere), so its masks do not depend on how far the batch is padded."""
+    B, S = eligible.shape
+    if not isinstance(generator, RowGenerators):
+        return _rand((B, n, S), generator, eligible.device)
+    out = torch.full((B, n, S), 2.0, device=eligible.device)
+    for b, g in enumerate(generator.generators):
+        where = eligible[b].nonzero().flatten()
+        out[b][:, where] = torch.rand((n, where.numel()), generator=g, device=g.device).to(eligible.device)
+    return out
 
 
 def stratified_mask_counts(lengths: torch.Tensor, num_samples: int, generator: torch.Generator | None = None) -> torch.Tensor:
@@ -119,8 +134,7 @@ def masks_with_counts(counts: torch.Tensor, eligible: torch.Tensor, generator: t
     if bool((counts > lengths[:, None]).any()) or bool((counts < 0).any()):
         raise ValueError("mask counts must lie in [0, number of eligible positions] of their row")
     B, n = counts.shape
-    scores = _rand((B, n, eligible.shape[1]), generator, eligible.device)
-    scores = scores.masked_fill(~eligible[:, None, :], 2.0)  # ineligible positions sort last
+    scores = _eligible_uniform(eligible, n, generator).masked_fill(~eligible[:, None, :], 2.0)  # ineligible sort last
     ranks = scores.argsort(dim=-1).argsort(dim=-1)
     return ranks < counts[:, :, None]
 
@@ -178,9 +192,8 @@ def sample_corruptions(
             raise ValueError(f"num_samples must be >= 1, got {num_samples}")
         if not 0.0 <= eps < 1.0:
             raise ValueError(f"eps must be in [0, 1), got {eps}")
-        B, S = eligible.shape
-        t = (1.0 - eps) * _rand((B, num_samples), generator, eligible.device) + eps
-        mask = (_rand((B, num_samples, S), generator, eligible.device) < t[:, :, None]) & eligible[:, None, :]
+        t = (1.0 - eps) * _rand((eligible.shape[0], num_samples), generator, eligible.device) + eps
+        mask = (_eligible_uniform(eligible, num_samples, generator) < t[:, :, None]) & eligible[:, None, :]
         p_mask = t
     else:
         raise ValueError(f"unknown corruption scheme {scheme!r}; use stratified, uniform or bernoulli")

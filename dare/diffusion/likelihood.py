@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-__all__ = ["token_logprobs", "masked_diffusion_loss"]
+__all__ = ["token_logprobs", "token_entropy", "masked_diffusion_loss"]
 
 
 def token_logprobs(logits: torch.Tensor, targets: torch.Tensor, where: torch.Tensor | None = None) -> torch.Tensor:
@@ -47,3 +47,14 @@ def masked_diffusion_loss(
     lp = token_logprobs(logits, targets, mask)
     per_example = -(lp.sum(dim=1) / t.float()) / response_length.clamp(min=1).float()
     return per_example.mean(), per_example
+
+
+@torch.no_grad()
+def token_entropy(logits: torch.Tensor) -> torch.Tensor:
+    """Entropy of the predictive distribution, ``H = -sum_v p_v log p_v`` in nats per position, computed in
+    float32 without gradient (a training metric, as TRL's GRPO ``entropy``).
+
+    :param logits: ``[..., V]`` float. :returns: ``[...]`` float32, ``0 <= H <= log V``.
+    """
+    logp = torch.log_softmax(logits.float(), dim=-1)
+    return -(logp.exp() * logp).sum(dim=-1)

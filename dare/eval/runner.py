@@ -7,9 +7,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-import torch
-
+from dare import distributed
+from dare.data import Prompter, load_rows
 from dare.errors import DataError
+from dare.io import resolve_path
+from dare.sampling.text import generate_texts
 
 __all__ = ["BenchmarkResult", "benchmark_path", "evaluate_benchmark", "data_root"]
 
@@ -25,8 +27,6 @@ def benchmark_path(evaluator, bspec) -> Path:
 
     :raises DataError: no path given and no default (or ``$DARE_DATA_DIR`` unset for it).
     """
-    from dare.spec import resolve_path
-
     if bspec.path:
         return resolve_path(bspec.path)
     default = evaluator.default_path
@@ -89,36 +89,38 @@ def evaluate_benchmark(
     :returns: accuracy (fraction of rewards counted correct by the evaluator), mean reward, NFE,
         generated tokens and tokens/s.
     :raises DataError: unreadable data or a prompt template referring to a missing field.
-    """
-    from dare.data import Prompter, load_rows
-    from dare.sampling.text import generate_texts
 
+    With several processes (:mod:`dare.distributed`) each decodes and scores a contiguous slice of the rows;
+    the per-row records are gathered, so every process returns the same result. Row ``i``'s sampling noise
+    is keyed by ``(seed, i)``, so the completions do not depend on the process count or ``batch_size``.
+    """
     path = benchmark_path(evaluator, bspec)
     rows = load_rows(str(path), limit=limit or bspec.limit, offset=bspec.offset)
     prompter = Prompter(tokenizer, bspec.prompt_template, None, bspec.chat_template, bspec.system_prompt)
-    prompts = [prompter.prompt(r) for r in rows]
-    gen = torch.Generator().manual_seed(seed)
-    out = generate_texts(model, family, tokens, tokenizer, sampler, prompts, batch_size=batch_size, generator=gen)
+    mine = distributed.shard(len(rows))
+    prompts = [prompter.prompt(rows[i]) for i in mine]
+    out = generate_texts(model, family, tokens, tokenizer, sampler, prompts, batch_size=batch_size, seed=seed,
+                         indices=list(mine))
     errors_before = sum(getattr(reward, "errors", {}).values())
     samples = []
-    total = 0.0
-    correct = 0
-    for i, (row, prompt, text) in enumerate(zip(rows, prompts, out.texts, strict=True)):
-        r, _ = reward.score_one(text, row)
-        ok = evaluator.is_correct(r)
-        total += r
-        correct += int(ok)
-        samples.append({"index": i, "prompt": prompt, "completion": text, "reward": r, "correct": ok})
+    for i, prompt, text in zip(mine, prompts, out.texts, strict=True):
+        r, _ = reward.score_one(text, rows[i])
+        samples.append({"index": i, "prompt": prompt, "completion": text, "reward": r, "correct": evaluator.is_correct(r)})
+    nfe = sum(o.nfe * o.completions.shape[0] for o in out.outputs)  # forward passes x prompts of each batch
+    errors = sum(getattr(reward, "errors", {}).values()) - errors_before
+    parts = distributed.gather((samples, nfe, out.generated_tokens, out.seconds, errors))
+    samples = [s for part in parts for s in part[0]]
     n = len(rows)
+    tokens_total, seconds = sum(p[2] for p in parts), max(p[3] for p in parts)
     return BenchmarkResult(
         name=evaluator.name,
         n=n,
-        accuracy=correct / n,
-        mean_reward=total / n,
-        nfe=round(sum(o.nfe * o.completions.shape[0] for o in out.outputs) / max(n, 1), 2),  # per prompt
-        generated_tokens=out.generated_tokens,
-        seconds=out.seconds,
-        tokens_per_second=out.generated_tokens / out.seconds if out.seconds > 0 else 0.0,
-        reward_errors=sum(getattr(reward, "errors", {}).values()) - errors_before,
+        accuracy=sum(s["correct"] for s in samples) / n,
+        mean_reward=sum(s["reward"] for s in samples) / n,
+        nfe=round(sum(p[1] for p in parts) / max(n, 1), 2),  # per prompt
+        generated_tokens=tokens_total,
+        seconds=seconds,
+        tokens_per_second=tokens_total / seconds if seconds > 0 else 0.0,
+        reward_errors=sum(p[4] for p in parts),
         samples=samples,
     )

@@ -1,8 +1,9 @@
 """LoRA adapters (through peft) for every model family, and the reference policy they imply.
 
-A spec's ``model.lora`` (:class:`dare.spec.LoraSpec`) becomes a peft ``LoraConfig`` (LoRA, arXiv
+A spec's ``model.lora`` (a ``dare.spec.LoraSpec``: ``r``, ``alpha``, ``dropout``, ``target_modules``,
+``include_lm_head``, ``path``) becomes a peft ``LoraConfig`` (LoRA, arXiv
 2106.09685: ``W x + (alpha / r) B A x`` with ``B = 0`` at init, as DARE's recipes build it,
-algorithms.md §2.5). Target names come from the family adapter, never from a family name:
+docs/algorithms.md §2.5). Target names come from the family adapter, never from a family name:
 
 * ``target_modules: all-linear`` -> ``ModelFamily.lora_target_modules`` (leaf names such as
   ``q_proj``), with the LM head (``ModelFamily.lm_head_module``, a full module name) excluded
@@ -34,10 +35,10 @@ import torch
 
 from dare.errors import CheckpointError, SpecError
 
+from dare.modeling.checkpoint import ADAPTER_CONFIG, adapter_base, load_adapter_checkpoint
+
 if TYPE_CHECKING:  # pragma: no cover
     from dare.components import ModelFamily
-    from dare.modeling.checkpoint import LoadedModel
-    from dare.spec import LoraSpec, SpecContext
 
 __all__ = [
     "ADAPTER_CONFIG",
@@ -50,11 +51,9 @@ __all__ = [
     "save_merged",
     "adapter_base",
     "load_adapter_checkpoint",
-    "lora_spec_problems",
     "ReferencePolicy",
 ]
 
-ADAPTER_CONFIG = "adapter_config.json"
 _LOC = "model.lora.target_modules"
 
 
@@ -68,7 +67,7 @@ def _matches(name: str, target: str) -> bool:
     return name == target or name.endswith(f".{target}")
 
 
-def resolve_lora_targets(model: torch.nn.Module, family: ModelFamily, lora: LoraSpec) -> tuple[list[str], list[str]]:
+def resolve_lora_targets(model: torch.nn.Module, family: ModelFamily, lora) -> tuple[list[str], list[str]]:
     """``(target_modules, exclude_modules)`` for peft, checked against ``model``'s modules.
 
     The LM head (``family.lm_head_module``) is adapted only with ``include_lm_head`` or when an
@@ -112,7 +111,7 @@ def resolve_lora_targets(model: torch.nn.Module, family: ModelFamily, lora: Lora
     return targets, exclude
 
 
-def lora_config(model: torch.nn.Module, family: ModelFamily, lora: LoraSpec):
+def lora_config(model: torch.nn.Module, family: ModelFamily, lora):
     """The peft ``LoraConfig`` of a ``LoraSpec`` (plain ``PeftModel``, no task head; bias untouched).
 
     :raises SpecError: see :func:`resolve_lora_targets`.
@@ -130,7 +129,7 @@ def lora_config(model: torch.nn.Module, family: ModelFamily, lora: LoraSpec):
     )
 
 
-def apply_lora(model, family: ModelFamily, lora: LoraSpec, base_name_or_path: str | None = None, seed: int = 0):
+def apply_lora(model, family: ModelFamily, lora, base_name_or_path: str | None = None, seed: int = 0):
     """Wrap ``model`` in a peft ``PeftModel``: fresh adapters, or ``lora.path`` to continue training one.
 
     Base weights are frozen; only ``lora_A``/``lora_B`` train. Fresh ``A`` matrices are initialised
@@ -216,93 +215,13 @@ def save_merged(peft_model, out_dir: str | Path, tokenizer=None) -> None:
         tokenizer.save_pretrained(str(out_dir))
 
 
-# =========================================================================== adapter directories
-def adapter_base(path: str | Path) -> str | None:
-    """The base model of an adapter directory (``base_model_name_or_path``), or None if ``path`` is not one.
-
-    :raises CheckpointError: ``adapter_config.json`` is unreadable or names no base model.
-    """
-    cfg_file = Path(path) / ADAPTER_CONFIG
-    if not cfg_file.is_file():
-        return None
-    try:
-        base = json.loads(cfg_file.read_text()).get("base_model_name_or_path")
-    except (json.JSONDecodeError, AttributeError) as exc:
-        raise CheckpointError(f"{cfg_file} is not a valid peft adapter config: {exc}") from None
-    if not base:
-        raise CheckpointError(f"{cfg_file} names no base model (base_model_name_or_path); set it to the base checkpoint "
-                              "directory the adapter was trained on")
-    return str(base)
-
-
-def load_adapter_checkpoint(path: str | Path, dtype: str = "float32", registry=None, verify: bool = True) -> LoadedModel:
-    """Load an adapter directory as base + adapter, merged into a plain model of the family.
-
-    The tokenizer comes from the adapter directory when it has one (DARE saves it there), else from
-    the base. This is what ``model.path: <adapter dir>`` and ``dare generate --model <adapter dir>`` load.
-
-    :raises CheckpointError: no or unreadable ``adapter_config.json``, or a base model that cannot be loaded.
-    """
-    from peft import PeftModel
-    from transformers import AutoTokenizer
-
-    from dare.modeling.checkpoint import load_model
-
-    path = Path(path)
-    base = adapter_base(path)
-    if base is None:
-        raise CheckpointError(f"{path} has no {ADAPTER_CONFIG}")
-    if Path(base).is_absolute() and not Path(base).is_dir():
-        raise CheckpointError(f"{path}: its base model {base!r} (adapter_config.json base_model_name_or_path) does not "
-                              "exist; fix that path or export the adapter with `dare export --base`")
-    lm = load_model(base, dtype=dtype, registry=registry, verify=verify)
-    lm.model = PeftModel.from_pretrained(lm.model, str(path)).merge_and_unload()
-    if (path / "tokenizer_config.json").is_file():
-        lm.tokenizer = AutoTokenizer.from_pretrained(str(path))
-        lm.tokens = lm.family.special_tokens(lm.model.config, lm.tokenizer)
-    lm.path = path
-    return lm
-
-
-# =========================================================================== spec validation
-def lora_spec_problems(ctx: SpecContext) -> list[tuple[str, str]]:
-    """``dare validate`` checks of ``model.lora`` against a meta-device model (no weights loaded).
-
-    Needs the family and config resolved by the model check; returns ``(yaml_path, message)`` pairs.
-    """
-    lora = ctx.spec.model.lora
-    if lora is None:
-        return []
-    if lora.path is not None:
-        if not (Path(lora.path).expanduser() / ADAPTER_CONFIG).is_file():
-            return [("model.lora.path", f"{lora.path!r} has no {ADAPTER_CONFIG}; point it at a LoRA adapter directory")]
-        return []
-    if ctx.family is None or ctx.model_config is None:
-        return []
-    try:
-        from transformers import AutoConfig
-
-        raw = dict(ctx.model_config)
-        model_type = raw.pop("model_type", None)
-        config = AutoConfig.for_model(model_type, **raw) if model_type else ctx.family.config_class()(**raw)
-        with torch.device("meta"):
-            model = ctx.family.model_class_for(config)(config)
-    except Exception:  # noqa: BLE001 - the model check reports broken configs; targets are re-checked at load
-        return []
-    try:
-        resolve_lora_targets(model, ctx.family, lora)
-    except SpecError as exc:
-        return exc.problems
-    return []
-
-
 # =========================================================================== reference policy
 class ReferencePolicy:
     """The frozen initial policy ``pi_ref`` that KL and DPO terms compare against.
 
     * LoRA (peft) policy: the *same* model with its adapters disabled (peft ``disable_adapter``);
       with ``B = 0`` at init this is exactly the initial policy and costs no memory (DARE's
-      ``ref_in_actor``, algorithms.md §3.9).
+      ``ref_in_actor``, docs/algorithms.md §3.9).
     * otherwise: a deep copy of the policy taken at construction, in eval mode, without gradients.
 
     Use ``with ref.model() as m:`` under ``torch.no_grad()``; the policy's train/eval mode is restored.

@@ -1,7 +1,7 @@
 """The code reward: run the completion's program against the sample's tests in the sandbox.
 
 Rule (DARE ``dllm_rm`` -> ``rllm_reward_fn_code``, ``verl/utils/reward_score/code_reward.py``; see
-algorithms.md §6): extract the program (:mod:`dare.rewards.code_extract`; MBPP rows use the MBPP rule),
+docs/algorithms.md §6): extract the program (:mod:`dare.rewards.code_extract`; MBPP rows use the MBPP rule),
 run it with the tests; 1.0 if everything passes, 0.0 if anything fails, times out or no program can be
 extracted (format error). The tests come from ``reward_model.ground_truth``:
 
@@ -16,23 +16,40 @@ length of its ``inputs`` list, as rLLM's ``get_num_test_cases``; otherwise the `
 capped at ``timeout_s``. The program runs after :data:`PRELUDE` (common standard-library imports, as
 rLLM's ``BASE_IMPORTS`` minus numpy/pandas) and with ``__name__ != "__main__"`` (so, as rLLM's
 ``clean_code_main_block``, a ``__main__`` block does not run).
+
+Unlike rLLM (program and tests in one namespace), the tests run in a separate sandboxed process that
+calls the program's functions and receives plain data only (:mod:`dare.rewards.sandbox.remote`): a
+program cannot exit early with success, read or patch its tests, or pass with an object that equals
+everything. The test process also runs :data:`PRELUDE`; names the program redefines that shadow a
+built-in or a prelude name reach the tests only for the function under test (:func:`tested_names`).
+The layers active on this machine are logged (INFO) at the first scored program.
 """
 
 from __future__ import annotations
 
 import ast
+import builtins
 import json
 import logging
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 from dare.components import Reward
 from dare.errors import DataError
 from dare.rewards.code_extract import fenced_code, mbpp_code
-from dare.rewards.sandbox import Isolation, SandboxLimits, SandboxResult, run_python
+from dare.rewards.sandbox import Isolation, SandboxLimits, SandboxResult, active_layers, run_python
 
-__all__ = ["PRELUDE", "CodeOutcome", "count_tests", "entry_point", "build_tests", "extract_program", "code_outcome"]
+__all__ = [
+    "PRELUDE",
+    "CodeOutcome",
+    "count_tests",
+    "entry_point",
+    "build_tests",
+    "tested_names",
+    "extract_program",
+    "code_outcome",
+]
 
 log = logging.getLogger("dare.rewards.code")
 
@@ -46,6 +63,7 @@ from math import ceil, comb, factorial, floor, gcd, inf, isqrt, log, sqrt
 from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Set, Tuple, Union
 """
 
+_reported: set[str] = set()  # isolation settings whose layers were logged
 _PROMPT_DEF = re.compile(r"^def\s+([A-Za-z_]\w*)\s*\(", re.MULTILINE)
 _CODE_DEF = re.compile(r"def\s+([A-Za-z_]\w*)\s*\(")
 
@@ -169,6 +187,37 @@ def build_tests(sample: dict[str, Any], program: str) -> tuple[str, int] | None:
     return source, _count(tree)
 
 
+def _prelude_names() -> frozenset[str]:
+    names = set(dir(builtins))
+    for node in ast.walk(ast.parse(PRELUDE)):
+        if isinstance(node, ast.alias):
+            names.add((node.asname or node.name).split(".")[0])
+    return frozenset(names)
+
+
+_STANDARD = _prelude_names()
+
+
+def tested_names(test_source: str) -> list[str]:
+    """The functions under test that share a name with a built-in or a :data:`PRELUDE` name (the
+    test process takes those from the program; every other name the program defines it takes anyway,
+    see :mod:`dare.rewards.sandbox.remote`): arguments of top-level ``check(...)`` calls, and in an
+    ``assert`` that calls only such names (MBPP's ``assert sum(10,15) == 6``), the outermost call.
+
+    :raises SyntaxError: the test source does not parse.
+    """
+    found = []
+    for node in ast.parse(test_source).body:
+        if isinstance(node, ast.Expr) and isinstance(node.value, ast.Call) and isinstance(node.value.func, ast.Name):
+            if node.value.func.id == "check":
+                found += [a.id for a in node.value.args if isinstance(a, ast.Name)]
+        elif isinstance(node, ast.Assert):
+            calls = [n for n in ast.walk(node.test) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)]
+            if calls and all(c.func.id in _STANDARD for c in calls):
+                found.append(calls[0].func.id)
+    return [name for name in dict.fromkeys(found) if name in _STANDARD]
+
+
 def extract_program(
     completion: str,
     sample: dict[str, Any],
@@ -204,9 +253,14 @@ def code_outcome(
     if tests is None:
         return CodeOutcome(0.0, program, None)
     source, n_tests = tests
+    if isinstance(isolation, str) and isolation not in _reported:
+        _reported.add(isolation)
+        log.info("code reward sandbox (isolation %r): %s", isolation, active_layers(isolation))
     budget = min(limits.timeout_s, per_test_timeout_s * n_tests)
-    run_limits = SandboxLimits(budget, limits.cpu_time_s, limits.memory_mb, limits.max_processes, limits.max_file_mb)
-    result = run_python([PRELUDE, program, source], run_limits, isolation)
+    run_limits = replace(limits, timeout_s=budget)
+    result = run_python(
+        [PRELUDE, program], run_limits, isolation, tests=source, setup_units=1, entry_points=tested_names(source)
+    )
     if not result.passed:
         log.debug("code program failed (unit %s, exit %s, timed out %s): %s", result.failed_unit, result.returncode,
                   result.timed_out, result.stderr[-300:])

@@ -5,7 +5,7 @@ from rLLM's ``rllm/rewards/code_reward.py``):
 
 * :func:`fenced_code` (HumanEval, HumanEval+ and every non-MBPP source): the content of a fenced
   Markdown block (three backticks, an optional language tag, a newline, the code, three backticks).
-  ``"last"`` takes the last closed block (DARE's spec, algorithms.md §6); ``"first_with_def"`` is
+  ``"last"`` takes the last closed block (DARE's spec, docs/algorithms.md §6); ``"first_with_def"`` is
   ``extract_code_from_model``'s exact choice: the only block, else the first block that defines a
   function, else the last block. No closed block is a format error (None).
 * :func:`mbpp_code` (MBPP): ``extract_code_from_model_mbpp``, the OpenCompass MBPP post-processing:

@@ -4,16 +4,27 @@
 * :mod:`dare.rl.policy_loss`: the clipped surrogate with dual clip;
 * :mod:`dare.rl.kl`: KL estimators k1/k2/k3 against a reference policy;
 * :mod:`dare.rl.aggregation`: token-mean / sequence-mean reduction;
-* :mod:`dare.rl.entropy`: predictive entropy (metric).
+* ``token_entropy``: predictive entropy (metric; :mod:`dare.diffusion.likelihood`).
+
+The public base of RL objectives, which any plugin may derive from (``dare new-plugin NAME --kind
+rl-objective`` renders one):
+
+* :mod:`dare.rl.objective`: :class:`OnlineRLObjective` (the training skeleton's RL pieces);
+* :mod:`dare.rl.losses`: :class:`RLParams`, the loss inputs/outputs and :func:`clipped_token_loss`;
+* :mod:`dare.rl.trainer`: :class:`~dare.rl.trainer.GRPOTrainer` (rollout, rewards, advantages, inner
+  iterations, reference policy; imported on use, it loads the trainer stack);
+* :mod:`dare.rl.rollout`, :mod:`dare.rl.prompts`: sampling and scoring a rollout batch, prompt datasets.
 
 Likelihood estimators (how a completion is scored by a diffusion LM) live in
-:mod:`dare.diffusion.estimators`; trainers and objectives live in the ``dare-plugin-grpo`` plugin.
+:mod:`dare.diffusion.estimators`; the first-party objectives live in the ``dare-plugin-grpo`` plugin.
 """
 
 from dare.rl.advantages import AdvantageKind, group_advantages
 from dare.rl.aggregation import Aggregation, aggregate
-from dare.rl.entropy import token_entropy
+from dare.diffusion.likelihood import token_entropy
 from dare.rl.kl import KLEstimator, kl_estimate
+from dare.rl.losses import LossTerms, PassLossInput, RLParams, SequenceLossInput, clipped_token_loss
+from dare.rl.objective import OnlineRLObjective
 from dare.rl.policy_loss import ClippedLoss, clipped_policy_loss, ratio_from_log
 
 __all__ = [
@@ -27,4 +38,10 @@ __all__ = [
     "ClippedLoss",
     "clipped_policy_loss",
     "ratio_from_log",
+    "OnlineRLObjective",
+    "RLParams",
+    "PassLossInput",
+    "SequenceLossInput",
+    "LossTerms",
+    "clipped_token_loss",
 ]

@@ -8,7 +8,7 @@ With ``d = log pi_theta(y) - log pi_ref(y)`` for ``y`` sampled from the (old) po
 * ``k3 = exp(-d) + d - 1`` (unbiased, >= 0; verl's ``low_var_kl``).
 
 **[QUIRK] decided:** DARE's ``kl_penalty`` replaces ``d`` by ``log(1 + d)`` when the advantage is
-positive, which is NaN for ``d <= -1`` (algorithms.md §0). DARE keeps the textbook estimators above,
+positive, which is NaN for ``d <= -1`` (docs/algorithms.md §0). DARE keeps the textbook estimators above,
 independent of the advantage. To stay finite, ``k3`` clamps the exponent at ``MAX_EXP`` (``d < -20``
 means the policy moved by a factor e^20 from the reference; the clamp only stops an overflow to inf,
 whose zero-gradient branch would otherwise turn into NaN). DARE/verl also clamp k3 to [-10, 10];

@@ -1,5 +1,5 @@
-"""Shared decoding pieces: transfer schedules, Gumbel sampling, remasking rules, parallel-decoding rules,
-the block-wise KV cache, the non-finite-logits guard, trajectory records.
+"""Shared decoding pieces: transfer schedules, Gumbel sampling, token proposals, remasking rules, block
+canvases, parallel-decoding rules, the block-wise KV cache, trajectory records.
 
 Samplers in family plugins are assembled from these functions, so a schedule or remasking rule is
 written (and tested) once.
@@ -7,10 +7,18 @@ written (and tested) once.
 
 from dare.sampling.schedule import block_quota, num_transfer_tokens
 from dare.sampling.noise import add_gumbel_noise, filter_top_k_top_p, sample_categorical
+from dare.sampling.tokens import (
+    BLOCK_RULE,
+    DREAM_RULE,
+    NonFiniteLogitsError,
+    ProposalRule,
+    require_finite_logits,
+    sample_tokens,
+)
+from dare.sampling.canvas import BlockCanvas, block_canvas, left_padding_problem
 from dare.sampling.remasking import confidence_scores, topk_transfer
 from dare.sampling.parallel import factor_transfer, threshold_transfer
 from dare.sampling.kv_cache import CACHE_MODES, BlockKVCache, kv_logits_of
-from dare.sampling.finite import NonFiniteLogitsError, check_finite_logits
 from dare.sampling.trajectory import Trajectory, completion_mask
 
 __all__ = [
@@ -19,6 +27,15 @@ __all__ = [
     "add_gumbel_noise",
     "filter_top_k_top_p",
     "sample_categorical",
+    "sample_tokens",
+    "ProposalRule",
+    "BLOCK_RULE",
+    "DREAM_RULE",
+    "NonFiniteLogitsError",
+    "require_finite_logits",
+    "BlockCanvas",
+    "block_canvas",
+    "left_padding_problem",
     "confidence_scores",
     "topk_transfer",
     "threshold_transfer",
@@ -26,8 +43,6 @@ __all__ = [
     "CACHE_MODES",
     "BlockKVCache",
     "kv_logits_of",
-    "NonFiniteLogitsError",
-    "check_finite_logits",
     "Trajectory",
     "completion_mask",
 ]

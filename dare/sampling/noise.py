@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import torch
 
+from dare.randomness import RowGenerators, multinomial, rand
+
 __all__ = ["add_gumbel_noise", "filter_top_k_top_p", "sample_categorical"]
 
 
@@ -12,15 +14,20 @@ def add_gumbel_noise(logits: torch.Tensor, temperature: float, generator: torch.
 
     Returns ``logits`` unchanged at temperature 0; otherwise, in float64,
     ``exp(logits) / (-log U)^T`` with ``U ~ U(0, 1)``, whose argmax is a sample from
-    ``softmax(logits / T)``. ``generator=None`` draws from the global RNG (as the official code).
+    ``softmax(logits / T)``. ``generator=None`` draws from the global RNG (as the official code); with
+    :class:`dare.randomness.RowGenerators` each row of ``logits`` draws its own noise.
 
-    :param logits: ``[..., V]`` float.
+    :param logits: ``[..., V]`` float (``[B, ...]`` with row generators).
     :returns: same shape; float64 when ``temperature > 0``.
     """
     if temperature == 0:
         return logits
     logits = logits.to(torch.float64)
-    noise = torch.rand(logits.shape, dtype=torch.float64, device=logits.device, generator=generator)
+    if isinstance(generator, RowGenerators):
+        noise = torch.stack([torch.rand(logits.shape[1:], dtype=torch.float64, generator=g, device=g.device)
+                             for g in generator.generators]).to(logits.device)
+    else:
+        noise = torch.rand(logits.shape, dtype=torch.float64, device=logits.device, generator=generator)
     gumbel = (-torch.log(noise)) ** temperature
     return logits.exp() / gumbel
 
@@ -50,6 +57,10 @@ def filter_top_k_top_p(logits: torch.Tensor, top_k: int | None = None, top_p: fl
     return out
 
 
-def sample_categorical(probs: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
-    """One draw per row from ``probs`` ``[N, V]`` (rows sum to 1). Returns ``[N]`` int64."""
-    return torch.multinomial(probs, num_samples=1, generator=generator).squeeze(-1)
+def sample_categorical(probs: torch.Tensor, generator=None, rows: torch.Tensor | None = None) -> torch.Tensor:
+    """One draw per row from ``probs`` ``[N, V]`` (rows sum to 1). Returns ``[N]`` int64.
+
+    :param generator: a ``torch.Generator``, :class:`dare.randomness.RowGenerators` (then ``rows`` ``[N]``
+        names the generator of each row; default ``arange(N)``), or None (global RNG).
+    """
+    return multinomial(probs, 1, generator, rows=rows).squeeze(-1)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import torch
 
+from dare.randomness import rand
+
 __all__ = ["confidence_scores", "topk_transfer"]
 
 
@@ -17,7 +19,8 @@ def confidence_scores(
 
     * ``low_confidence``: ``softmax(logits)[x0]`` in the logits' dtype (un-tempered), as LLaDA's
       official sampler;
-    * ``random``: ``U(0, 1)`` scores (float32, from ``generator`` or the global RNG).
+    * ``random``: ``U(0, 1)`` scores (float32, from ``generator``: a ``torch.Generator``, per-row
+      :class:`dare.randomness.RowGenerators`, or None for the global RNG).
 
     :param logits: ``[B, L, V]``; ``x0``: ``[B, L]`` int64.
     :returns: ``[B, L]``.
@@ -27,7 +30,9 @@ def confidence_scores(
         p = torch.softmax(logits, dim=-1)
         return torch.gather(p, dim=-1, index=x0.unsqueeze(-1)).squeeze(-1)
     if remasking == "random":
-        return torch.rand(x0.shape, device=x0.device, generator=generator)
+        if generator is None:
+            return torch.rand(x0.shape, device=x0.device)
+        return rand(x0.shape, generator, device=x0.device)
     raise ValueError(f"unknown remasking {remasking!r}; use low_confidence or random")
 
 

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 import torch
 
 from dare.components import SamplerOutput, SpecialTokens
+from dare.randomness import STREAMS, RowGenerators, key_seed
 
 __all__ = ["encode_prompts", "decode_completions", "generate_texts", "TextGeneration"]
 
@@ -55,13 +56,31 @@ class TextGeneration:
     generated_tokens: int = 0
 
 
+def _generator(sampler, generator, seed: int | None, indices: list[int]):
+    """Per-row generators keyed by ``(seed, "eval", 0, index)`` when the sampler draws per row; else one
+    generator keyed by the batch's first index; else ``generator``."""
+    if seed is None:
+        return generator
+    if getattr(sampler, "supports_row_generators", False):
+        return RowGenerators.keyed(seed, "eval", 0, indices)
+    return torch.Generator().manual_seed(key_seed(seed, STREAMS["eval"], 0, indices[0]))
+
+
 @torch.no_grad()
-def generate_texts(model, family, tokens: SpecialTokens, tokenizer, sampler, prompts: list[str], batch_size: int = 32, generator: torch.Generator | None = None) -> TextGeneration:
+def generate_texts(model, family, tokens: SpecialTokens, tokenizer, sampler, prompts: list[str], batch_size: int = 32,
+                   generator: torch.Generator | None = None, seed: int | None = None,
+                   indices: list[int] | None = None) -> TextGeneration:
     """Generate one completion per prompt, ``batch_size`` prompts at a time.
 
     ``generated_tokens`` counts decoded positions (``B x gen_length`` per batch); ``nfe`` sums the
     sampler's forward passes; ``seconds`` is wall time spent in the sampler.
+
+    :param seed: with ``indices`` (the prompts' global row indices), draw each prompt's sampling noise from a
+        generator keyed by ``(seed, row index)`` (:mod:`dare.randomness`): a completion then does not depend on
+        the batch it was decoded in, nor on the process (for samplers with ``supports_row_generators``).
+        Without ``seed``, every batch draws from ``generator``.
     """
+    indices = list(range(len(prompts))) if indices is None else list(indices)
     device = next(model.parameters()).device
     was_training = model.training
     model.eval()
@@ -71,7 +90,8 @@ def generate_texts(model, family, tokens: SpecialTokens, tokenizer, sampler, pro
             chunk = prompts[i : i + batch_size]
             ids, attn = encode_prompts(tokenizer, chunk, tokens.pad_id, device)
             t0 = time.perf_counter()
-            res = sampler.generate(model, family, tokens, ids, attn, generator=generator)
+            gen = _generator(sampler, generator, seed, indices[i : i + batch_size])
+            res = sampler.generate(model, family, tokens, ids, attn, generator=gen)
             out.seconds += time.perf_counter() - t0
             out.nfe += res.nfe
             out.generated_tokens += res.completions.numel()

@@ -4,14 +4,18 @@ from __future__ import annotations
 
 from typing import Any
 
+from dare.trainers.base import DareConfig
+
 __all__ = ["config_from_spec"]
 
 
-def config_from_spec(train, output_dir: str, config_cls, **extra: Any):
-    """Build ``config_cls`` (a :class:`~dare.trainers.DareConfig` subclass) from a ``TrainSpec``.
+def config_from_spec(train, output_dir: str, config_cls=None, **extra: Any):
+    """Build a :class:`~dare.trainers.DareConfig` (or ``config_cls``, a subclass) from a spec's ``train:``.
 
-    :param train: ``dare.spec.TrainSpec``. :param output_dir: checkpoint directory.
-    :param extra: objective-specific config fields (override the mapped ones).
+    Only training-loop settings live in the config; an objective's own settings are its ``Params``.
+
+    :param train: a ``dare.spec.TrainSpec``. :param output_dir: checkpoint directory.
+    :param extra: more config fields (override the mapped ones), e.g. ``metrics_file``.
     """
     kwargs: dict[str, Any] = dict(
         output_dir=output_dir,
@@ -35,7 +39,8 @@ def config_from_spec(train, output_dir: str, config_cls, **extra: Any):
         eval_on_start=bool(train.keep_best),
         bf16=train.bf16,
         num_threads=train.num_threads,
+        max_nonfinite_steps=train.max_nonfinite_steps,
         dataloader_num_workers=0,
     )
     kwargs.update(extra)
-    return config_cls(**kwargs)
+    return (config_cls or DareConfig)(**kwargs)

@@ -1,4 +1,4 @@
-"""Likelihood estimators for RL on diffusion LMs (algorithms.md §3, §9.3-9.4).
+"""Likelihood estimators for RL on diffusion LMs (docs/algorithms.md §3, §9.3-9.4).
 
 Each estimator draws :class:`~dare.diffusion.estimators.base.Pass` es (corrupted copies with
 per-token weights) that :func:`~dare.diffusion.estimators.base.score_pass` turns into scores from

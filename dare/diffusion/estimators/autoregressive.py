@@ -1,5 +1,5 @@
 """Exact autoregressive likelihood of a dLLM decoded left to right at block length 1 (JustGRPO;
-DARE ``llada_dp_actor_justgrpo``; algorithms.md §3.10).
+DARE ``llada_dp_actor_justgrpo``; docs/algorithms.md §3.10).
 
 With block length 1 and one token per step, the sampler reveals completion token ``t`` from the
 state ``[c ; y_<t ; M ... M]``, and Gumbel-max at temperature ``T`` samples it exactly from
@@ -15,10 +15,12 @@ to ``t``). Deterministic: ``draw`` uses no randomness.
 from __future__ import annotations
 
 import torch
+from pydantic import Field
 
+from dare.components import Params
 from dare.diffusion.estimators.base import Estimator, Pass, ScoringBatch
 
-__all__ = ["AutoregressiveEstimator", "autoregressive_passes"]
+__all__ = ["AutoregressiveParams", "AutoregressiveEstimator", "autoregressive_passes"]
 
 
 def autoregressive_passes(batch: ScoringBatch, chunk_size: int = 1) -> list[Pass]:
@@ -46,15 +48,19 @@ def autoregressive_passes(batch: ScoringBatch, chunk_size: int = 1) -> list[Pass
     return passes
 
 
+class AutoregressiveParams(Params):
+    """Parameters of :class:`AutoregressiveEstimator`."""
+
+    chunk_size: int = Field(1, ge=1, description="Completion positions scored per pass.")
+
+
 class AutoregressiveEstimator(Estimator):
     """Left-to-right exact likelihood (block length 1), ``chunk_size`` positions per pass."""
 
+    name = "autoregressive"
     level = "token"
 
-    def __init__(self, chunk_size: int = 1):
-        if chunk_size < 1:
-            raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
-        self.chunk_size = chunk_size
+    Params = AutoregressiveParams
 
     def draw(self, batch: ScoringBatch, generator: torch.Generator | None = None) -> list[Pass]:
-        return autoregressive_passes(batch, self.chunk_size)
+        return autoregressive_passes(batch, self.params.chunk_size)

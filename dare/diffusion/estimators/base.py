@@ -3,16 +3,17 @@
 An RL objective needs, for each completion, a differentiable score under the current policy that
 it can compare with the same score under the old and the reference policy. Every estimator DARE
 implements is a weighted sum of per-token log-probabilities of the clean completion under a few
-corrupted inputs, so one representation covers them all (algorithms.md §9.3):
+corrupted inputs, so one representation covers them all (docs/algorithms.md §9.3):
 
 * a :class:`Pass` is ``K`` corrupted copies of the batch, ``mask[k]`` ``[N, S]`` (which positions
   of ``[prompt ; completion]`` become the mask token) and ``weight[k]`` ``[N, G]`` (how much the
   log-prob of completion token ``g`` under copy ``k`` counts);
 * its token score is ``s[n, g] = sum_k weight[k, n, g] * log p_theta(x0[n, g] | copy k)`` and its
   sequence score is ``sum_g s[n, g]``;
-* an estimator :meth:`Estimator.draw` s a list of passes (Monte-Carlo samples, denoising steps or
+* an estimator (a :class:`dare.components.Estimator` component, re-exported here) :meth:`Estimator.draw` s
+  a list of passes (Monte-Carlo samples, denoising steps or
   position chunks), using only an explicit ``torch.Generator`` (never the global RNG), so the same
-  passes can be scored by the old, reference and current policies (algorithms.md §9.2).
+  passes can be scored by the old, reference and current policies (docs/algorithms.md §9.2).
 
 Objectives combine passes: token-level losses add one loss per pass (one backward per pass keeps
 memory at one pass), sequence-level losses use the mean of the passes' sequence scores. Logits come
@@ -22,14 +23,14 @@ family name; block families get the block-diffusion ``[x_t ; x_0]`` forward auto
 
 from __future__ import annotations
 
-from abc import ABC, abstractmethod
 from dataclasses import dataclass, fields, replace
-from typing import Callable, ClassVar, Literal
+from typing import Callable
 
 import torch
 
-from dare.diffusion.likelihood import token_logprobs
-from dare.rl.entropy import token_entropy
+from dare.components import Estimator
+from dare.diffusion.likelihood import token_entropy, token_logprobs
+from dare.randomness import rand
 
 __all__ = ["ScoringBatch", "Pass", "PassScore", "Estimator", "LogitsFn", "score_pass", "uniform"]
 
@@ -37,11 +38,11 @@ __all__ = ["ScoringBatch", "Pass", "PassScore", "Estimator", "LogitsFn", "score_
 LogitsFn = Callable[[torch.Tensor, torch.Tensor, "torch.Tensor | None"], torch.Tensor]
 
 
-def uniform(shape: tuple[int, ...], generator: torch.Generator | None, device) -> torch.Tensor:
+def uniform(shape: tuple[int, ...], generator, device) -> torch.Tensor:
     """``U[0, 1)`` float32 of ``shape``, drawn on the generator's own device (so a CPU generator gives the
-    same draws whatever the model's device), then moved to ``device``."""
-    gen_device = generator.device if generator is not None else device
-    return torch.rand(shape, generator=generator, device=gen_device).to(device)
+    same draws whatever the model's device), then moved to ``device``; with per-row
+    :class:`dare.randomness.RowGenerators` (``shape[0]`` rows) each row draws from its own generator."""
+    return rand(shape, generator, device=device)
 
 
 def _rows(value, index):
@@ -194,18 +195,3 @@ def score_pass(
             ent_count += where.float()
     entropy = ent_sum / ent_count.clamp(min=1.0) if with_entropy else None
     return PassScore(token=token, scored=pas.scored, entropy=entropy)
-
-
-class Estimator(ABC):
-    """A likelihood estimator: draws the passes that score a batch of completions.
-
-    ``level`` says what the estimate is meant to be used as: ``"token"`` (per-token log-likelihood
-    surrogates, for token-level ratios) or ``"sequence"`` (a sequence log-likelihood / ELBO, the
-    sum of a pass's token scores). ``draw`` must take all randomness from ``generator``.
-    """
-
-    level: ClassVar[Literal["token", "sequence"]] = "token"
-
-    @abstractmethod
-    def draw(self, batch: ScoringBatch, generator: torch.Generator | None = None) -> list[Pass]:
-        """The passes of one estimate of ``batch`` (see module docstring)."""

@@ -1,5 +1,5 @@
 """Coupled complementary-mask estimator (DiffuCoder coupled-GRPO, arXiv 2506.20639 §4.2; DARE
-``_forward_process_coupled_grpo`` and ``llada_dp_actor_coupled_grpo``; algorithms.md §3.2).
+``_forward_process_coupled_grpo`` and ``llada_dp_actor_coupled_grpo``; docs/algorithms.md §3.2).
 
 Per completion: draw ``t ~ U(t_min, t_max)`` and ``u_k ~ U(0, 1)`` per response token; copy A masks
 ``{k: u_k < t}``, copy B the complement ``{k: u_k >= t}``, so every response token is masked in
@@ -19,10 +19,12 @@ and step; the global RNG is never touched).
 from __future__ import annotations
 
 import torch
+from pydantic import Field, model_validator
 
+from dare.components import Params
 from dare.diffusion.estimators.base import Estimator, Pass, ScoringBatch, uniform
 
-__all__ = ["CoupledEstimator", "coupled_pass"]
+__all__ = ["CoupledParams", "CoupledEstimator", "coupled_pass"]
 
 
 def coupled_pass(
@@ -56,15 +58,28 @@ def coupled_pass(
     return Pass(mask=torch.stack(masks), weight=torch.stack(weights))
 
 
+class CoupledParams(Params):
+    """Parameters of :class:`CoupledEstimator`."""
+
+    t_min: float = Field(0.2, gt=0.0, lt=1.0, description="Smallest mask ratio t of the first copy.")
+    t_max: float = Field(0.8, gt=0.0, lt=1.0, description="Largest mask ratio t of the first copy.")
+    full_mask_term: bool = Field(True, description="Add DARE's third copy with the whole completion masked.")
+
+    @model_validator(mode="after")
+    def _order(self):
+        if self.t_min > self.t_max:
+            raise ValueError(f"t_min ({self.t_min}) must not exceed t_max ({self.t_max})")
+        return self
+
+
 class CoupledEstimator(Estimator):
     """DiffuCoder's coupled (complementary) mask pair, with DARE's optional full-mask term."""
 
+    name = "coupled"
     level = "token"
 
-    def __init__(self, t_min: float = 0.2, t_max: float = 0.8, full_mask_term: bool = True):
-        if not 0.0 < t_min <= t_max < 1.0:
-            raise ValueError(f"need 0 < t_min <= t_max < 1, got t_min={t_min}, t_max={t_max}")
-        self.t_min, self.t_max, self.full_mask_term = t_min, t_max, full_mask_term
+    Params = CoupledParams
 
     def draw(self, batch: ScoringBatch, generator: torch.Generator | None = None) -> list[Pass]:
-        return [coupled_pass(batch, self.t_min, self.t_max, self.full_mask_term, generator)]
+        p = self.params
+        return [coupled_pass(batch, p.t_min, p.t_max, p.full_mask_term, generator)]

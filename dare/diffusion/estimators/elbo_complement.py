@@ -1,5 +1,5 @@
 """Complementary-mask sequence ELBO with the ``(L + 1)`` denominator (ESPO, arXiv 2512.03759 §3;
-DARE ``_forward_process_espo`` and ``compute_espo_sequence_elbo``; algorithms.md §3.11).
+DARE ``_forward_process_espo`` and ``compute_espo_sequence_elbo``; docs/algorithms.md §3.11).
 
 For a response of ``L = |y|`` tokens, draw a mask count ``k in {0, ..., L}`` and mask ``k`` random
 response tokens; ``p = k / (L + 1)`` (the ``L + 1`` denominator keeps both weights finite
@@ -19,20 +19,27 @@ The prompt is never masked. Values are raw sums (not divided by the length).
 from __future__ import annotations
 
 import torch
+from pydantic import Field
 
+from dare.components import Params
 from dare.diffusion.estimators.base import Estimator, Pass, ScoringBatch, uniform
+from dare.randomness import RowGenerators
 
-__all__ = ["ComplementaryELBOEstimator", "stratified_counts", "complement_pass"]
+__all__ = ["ComplementaryELBOParams", "ComplementaryELBOEstimator", "stratified_counts", "complement_pass"]
 
 
 def stratified_counts(lengths: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
     """Mask counts ``k_b in {0, ..., L_b}`` (module docstring).
 
+    With per-row generators (:class:`dare.randomness.RowGenerators`, what the RL trainer passes so that a
+    row's draws do not depend on the batch or the process count) every row draws its own uniform count:
+    still unbiased, without the stratification across the rows of one batch.
+
     :param lengths: ``[N]`` int64 response lengths ``L_b``.
     :returns: ``[N]`` int64.
     """
     N = lengths.numel()
-    if N > 0 and bool((lengths == lengths[0]).all()):
+    if N > 0 and bool((lengths == lengths[0]).all()) and not isinstance(generator, RowGenerators):
         L = int(lengths[0])
         k = min(int(float(uniform((), generator, "cpu")) * (L + 1)), L)
         offsets = torch.arange(N, dtype=torch.float64) * (L + 1) / N
@@ -72,15 +79,20 @@ def complement_pass(batch: ScoringBatch, reduce_var: bool = True, generator: tor
     return Pass(mask=torch.stack(masks), weight=torch.stack(weights).float())
 
 
+class ComplementaryELBOParams(Params):
+    """Parameters of :class:`ComplementaryELBOEstimator`."""
+
+    mc_num: int = Field(2, ge=1, description="Monte-Carlo passes (each a mask and its complement).")
+    reduce_var: bool = Field(True, description="Add the complementary copy of each mask (variance reduction).")
+
+
 class ComplementaryELBOEstimator(Estimator):
     """ESPO's sequence ELBO: stratified ``k/(L+1)`` masks plus the complementary copy, ``mc_num`` passes."""
 
+    name = "complementary-elbo"
     level = "sequence"
 
-    def __init__(self, mc_num: int = 2, reduce_var: bool = True):
-        if mc_num < 1:
-            raise ValueError(f"mc_num must be >= 1, got {mc_num}")
-        self.mc_num, self.reduce_var = mc_num, reduce_var
+    Params = ComplementaryELBOParams
 
     def draw(self, batch: ScoringBatch, generator: torch.Generator | None = None) -> list[Pass]:
-        return [complement_pass(batch, self.reduce_var, generator) for _ in range(self.mc_num)]
+        return [complement_pass(batch, self.params.reduce_var, generator) for _ in range(self.params.mc_num)]

@@ -1,5 +1,5 @@
 """One-step mean-field estimator (d1 / diffu-GRPO, arXiv 2504.12216 §3.2; DARE
-``_forward_process_d1``; algorithms.md §3.1).
+``_forward_process_d1``; docs/algorithms.md §3.1).
 
 Every response token is masked, and each real prompt token independently with probability
 ``p_mask_prompt`` (0.15 in d1). One forward; the per-token score is the log-prob of each completion
@@ -11,10 +11,12 @@ regularises policy-gradient updates (d1 §3.2).
 from __future__ import annotations
 
 import torch
+from pydantic import Field
 
+from dare.components import Params
 from dare.diffusion.estimators.base import Estimator, Pass, ScoringBatch, uniform
 
-__all__ = ["OneStepEstimator", "onestep_pass"]
+__all__ = ["OneStepParams", "OneStepEstimator", "onestep_pass"]
 
 
 def onestep_pass(batch: ScoringBatch, p_mask_prompt: float, generator: torch.Generator | None = None) -> Pass:
@@ -32,15 +34,19 @@ def onestep_pass(batch: ScoringBatch, p_mask_prompt: float, generator: torch.Gen
     return Pass(mask=mask[None], weight=batch.completion_mask.float()[None])
 
 
+class OneStepParams(Params):
+    """Parameters of :class:`OneStepEstimator`."""
+
+    p_mask_prompt: float = Field(0.15, ge=0.0, le=1.0, description="Probability of masking each prompt token.")
+
+
 class OneStepEstimator(Estimator):
     """d1's one-step estimator: fully masked completion, prompt masked with ``p_mask_prompt``."""
 
+    name = "one-step"
     level = "token"
 
-    def __init__(self, p_mask_prompt: float = 0.15):
-        if not 0.0 <= p_mask_prompt <= 1.0:
-            raise ValueError(f"p_mask_prompt must be in [0, 1], got {p_mask_prompt}")
-        self.p_mask_prompt = p_mask_prompt
+    Params = OneStepParams
 
     def draw(self, batch: ScoringBatch, generator: torch.Generator | None = None) -> list[Pass]:
-        return [onestep_pass(batch, self.p_mask_prompt, generator)]
+        return [onestep_pass(batch, self.params.p_mask_prompt, generator)]

@@ -1,6 +1,6 @@
 """SPG's random-block corruption (Wang et al., "SPG: Sandwiched Policy Gradient for Masked Diffusion
 Language Models", arXiv 2510.09541 §3.3 "block-wise masking"; DARE ``_forward_process_spg``;
-algorithms.md §3.6).
+docs/algorithms.md §3.6).
 
 The completion is cut into blocks of ``block_length`` positions counted from the response start (the
 semi-autoregressive sampler's blocks). One corrupted copy per Monte-Carlo sample, mimicking a state of
@@ -27,10 +27,13 @@ uniform over the blocks that hold response tokens. Identical for EOS-padded fami
 from __future__ import annotations
 
 import torch
+from pydantic import Field, model_validator
 
+from dare.components import Params
 from dare.diffusion.estimators.base import Estimator, Pass, ScoringBatch, uniform
+from dare.randomness import row_generator
 
-__all__ = ["RandomBlockEstimator", "random_block_passes", "mask_count_range"]
+__all__ = ["RandomBlockParams", "RandomBlockEstimator", "random_block_passes", "mask_count_range"]
 
 
 def mask_count_range(length: int, min_t: float, max_t: float) -> tuple[int, int]:
@@ -97,7 +100,7 @@ def random_block_passes(
     masks = torch.zeros(mc_num, N, G, dtype=torch.bool)
     before = torch.zeros(mc_num, N, G, dtype=torch.bool)
     for n in range(N):
-        masks[:, n], before[:, n] = _row_masks(resp[n], block_length, mc_num, min_t, max_t, generator)
+        masks[:, n], before[:, n] = _row_masks(resp[n], block_length, mc_num, min_t, max_t, row_generator(generator, n))
     prompt_valid = batch.prompt_valid.cpu()
     passes = []
     for m in range(mc_num):
@@ -110,17 +113,29 @@ def random_block_passes(
     return passes
 
 
+class RandomBlockParams(Params):
+    """Parameters of :class:`RandomBlockEstimator`."""
+
+    block_length: int = Field(ge=1, description="Block length of the corruption.")
+    mc_num: int = Field(1, ge=1, description="Monte-Carlo passes.")
+    p_mask_prompt: float = Field(0.15, ge=0.0, le=1.0, description="Mask ratio of the prompt and earlier blocks.")
+    min_t: float = Field(0.0, ge=0.0, le=1.0, description="Smallest mask ratio of the chosen block.")
+    max_t: float = Field(1.0, ge=0.0, le=1.0, description="Largest mask ratio of the chosen block.")
+
+    @model_validator(mode="after")
+    def _order(self):
+        _check(self.block_length, self.mc_num, self.p_mask_prompt, self.min_t, self.max_t)
+        return self
+
+
 class RandomBlockEstimator(Estimator):
     """SPG's block-wise corruption: random block ``j`` partly masked, later blocks masked, earlier at 15%."""
 
+    name = "random-block"
     level = "token"
 
-    def __init__(self, block_length: int, mc_num: int = 1, p_mask_prompt: float = 0.15, min_t: float = 0.0,
-                 max_t: float = 1.0):
-        _check(block_length, mc_num, p_mask_prompt, min_t, max_t)
-        self.block_length, self.mc_num = block_length, mc_num
-        self.p_mask_prompt, self.min_t, self.max_t = p_mask_prompt, min_t, max_t
+    Params = RandomBlockParams
 
     def draw(self, batch: ScoringBatch, generator: torch.Generator | None = None) -> list[Pass]:
-        return random_block_passes(batch, self.block_length, self.mc_num, self.p_mask_prompt, self.min_t,
-                                   self.max_t, generator)
+        p = self.params
+        return random_block_passes(batch, p.block_length, p.mc_num, p.p_mask_prompt, p.min_t, p.max_t, generator)

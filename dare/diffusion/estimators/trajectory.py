@@ -1,6 +1,6 @@
 """Trajectory replay: the likelihood of a completion along the sampler's own decoding trajectory
 (CJ-GRPO, arXiv 2509.23924; TraceRL, arXiv 2509.06949 §3; DARE ``llada_dp_actor_cj_grpo``;
-algorithms.md §3.5, §3.12).
+docs/algorithms.md §3.5, §3.12).
 
 The sampler records ``unmask_step[n, g]``, the denoising step that committed completion token ``g``
 (``SamplerOutput.unmask_step``). The state *before* step ``s`` has every token committed at an
@@ -27,10 +27,12 @@ editing; DARE rejects it for CJ-GRPO) makes the replayed states approximate (the
 from __future__ import annotations
 
 import torch
+from pydantic import Field
 
+from dare.components import Params
 from dare.diffusion.estimators.base import Estimator, Pass, ScoringBatch
 
-__all__ = ["TrajectoryEstimator", "trajectory_passes", "transition_ids"]
+__all__ = ["TrajectoryParams", "TrajectoryEstimator", "trajectory_passes", "transition_ids"]
 
 
 def transition_ids(unmask_step: torch.Tensor, valid: torch.Tensor, shrink: int = 1) -> torch.Tensor:
@@ -65,15 +67,19 @@ def trajectory_passes(batch: ScoringBatch, shrink: int = 1) -> list[Pass]:
     return passes
 
 
+class TrajectoryParams(Params):
+    """Parameters of :class:`TrajectoryEstimator`."""
+
+    shrink: int = Field(1, ge=1, description="Consecutive denoising steps merged into one pass (1 = exact replay).")
+
+
 class TrajectoryEstimator(Estimator):
     """Exact (``shrink = 1``) or shrunk replay of the recorded decoding trajectory."""
 
+    name = "trajectory"
     level = "token"
 
-    def __init__(self, shrink: int = 1):
-        if shrink < 1:
-            raise ValueError(f"shrink must be >= 1, got {shrink}")
-        self.shrink = shrink
+    Params = TrajectoryParams
 
     def draw(self, batch: ScoringBatch, generator: torch.Generator | None = None) -> list[Pass]:
-        return trajectory_passes(batch, self.shrink)
+        return trajectory_passes(batch, self.params.shrink)

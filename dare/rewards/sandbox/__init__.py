@@ -1,56 +1,63 @@
-"""A POSIX sandbox for untrusted Python (model-written programs), standard library only.
+"""A POSIX sandbox for untrusted Python (model-written programs) and the tests that judge them.
 
 :func:`run_python` runs source units in a fresh process tree and returns a :class:`SandboxResult`;
 a program that fails, hangs, forks, allocates or attacks yields a failed result, never an exception.
+:func:`active_layers` says which of the layers below this machine gives a run (docs/sandbox.md
+records them per machine).
 
-What every run gets
-  * a fresh temporary directory (cwd, ``HOME``, ``TMPDIR``), deleted afterwards;
-  * ``python -I -B -X utf8`` (isolated: no ``PYTHON*`` variables, no user site, no script dir on
-    ``sys.path``) with a minimal environment (``PATH``, ``HOME``, ``TMPDIR``, ``LANG``, one BLAS thread);
-  * stdin ``/dev/null``, stdout/stderr to files (their last 4 KiB are returned), no other descriptors;
-  * a new session, under a supervisor that is a *subreaper*: at the wall-clock limit (or when the
-    program ends) it SIGKILLs and reaps every descendant, including ones that called ``setsid`` or
-    double-forked, so no process and no zombie outlives the call;
-  * ``RLIMIT_CPU``, ``RLIMIT_AS``, ``RLIMIT_FSIZE``, ``RLIMIT_CORE = 0`` and a process cap (below);
-  * ``no_new_privs`` (no setuid/file-capability gain through ``exec``);
-  * Landlock where the kernel has it: writes only beneath the directory (and to ``/dev/null``),
-    no TCP connect/bind (ABI 4+), no signals or abstract-socket connections outside (ABI 6+);
-  * the in-interpreter guard (:mod:`.guard`): no sockets, no subprocesses/exec, no kill, no
-    writes outside the directory, no ctypes calls, no ``setrlimit``; early ``os._exit`` fails.
-
-Isolation modes (:mod:`.isolation`), ``auto`` by default
-  * ``uid`` (root on Linux): a private uid/gid per run, no groups, a new network namespace (no usable
-    interface; best effort, needs ``CAP_SYS_ADMIN``). ``RLIMIT_NPROC`` is then exact and kernel
-    enforced, file permissions apply, other users' processes cannot be signalled. If the interpreter
-    is installed where other users cannot read it, the run keeps ``CAP_DAC_READ_SEARCH`` (reads
-    anywhere).
-  * ``process``: the caller's uid. Non-root: ``RLIMIT_NPROC`` = the user's task count + the cap.
-    Root: the kernel ignores ``RLIMIT_NPROC``, so ``os.fork`` is refused by the guard.
+Layers, outermost first (see docs/sandbox.md for what each stops)
+  * **bubblewrap** (:mod:`.bwrap`, where ``bwrap`` is installed and works): the run sees only the
+    :mod:`.view` (interpreter, standard library, numpy, system libraries) read-only and a
+    size-limited tmpfs ``/tmp`` (the disk quota) as its directory; its own PID, network, IPC and UTS
+    namespaces; an empty environment. Without it, the *native* layers below do all the work.
+  * **identity** (:mod:`.isolation`): as root, a private uid per run (``RLIMIT_NPROC`` exact,
+    nothing of other users reachable), an empty network namespace natively; otherwise the caller's
+    uid (root then drops every capability and may not fork).
+  * **resource limits**: ``RLIMIT_CPU``, ``RLIMIT_AS``, ``RLIMIT_FSIZE``, ``RLIMIT_NOFILE``,
+    ``RLIMIT_CORE = 0``, ``RLIMIT_NPROC``; and the supervisor's watchdog (every 10 ms): the whole
+    process tree's resident anonymous + shared memory + open memfd files against ``memory_mb``,
+    the directory's size and entry count against ``max_disk_mb``; the wall clock.
+  * **no_new_privs** and **Landlock** (:mod:`.landlock`, Linux >= 5.13): writes only beneath the
+    run's directory (and ``/dev/null``), reads only in the view, no TCP (ABI 4+), no signals or
+    abstract sockets outside (ABI 6+), no ptrace outside, no mounts.
+  * the in-interpreter **guard** (:mod:`.guard`): no sockets, subprocesses, kill, ``setrlimit``,
+    ctypes calls or writes outside; a Python-level layer, not a boundary.
+  * **separate tests** (:mod:`.remote`): with ``tests``, the tests run in another process that gets
+    only plain data from the program; its exit status is the verdict. Neither the units nor the
+    tests are written to disk, and the tests are never in the program's memory.
+  * **cleanup**: a supervisor that is a subreaper (and PID 1 of the namespace under bubblewrap)
+    SIGKILLs and reaps every descendant at the end, so no process and no zombie outlives the call.
 
 Honest limits
-  * Reading files is not confined (only writes are). Landlock covers TCP only; UDP, raw and
-    path-named Unix sockets are stopped by the network namespace (uid mode with CAP_SYS_ADMIN), by
-    uid permissions, and otherwise only by the Python-level guard.
-  * Without Landlock, a process-mode program that gets past the Python guard could write wherever
-    the calling user can; in uid mode it could still write to world-writable places (``/tmp``).
-  * The Python guard is not a boundary against a determined attacker (introspection can reach the
-    runner's objects); it cannot stop a program from fooling ``assert``-based tests from inside
-    (e.g. returning an object whose ``__eq__`` is always true).
-  * Memory is limited as address space per process, not as resident memory of the tree; CPU per
-    process. Files written to world-writable places by a uid-mode program that got past the guard
-    are not cleaned up. Non-Linux POSIX systems get rlimits, the session kill and the Python guard
-    only (no subreaper, namespaces or Landlock).
+  * Without bubblewrap and without Landlock, reads are not confined and a program that gets past
+    the Python guard can write wherever its uid may (process mode: the caller's files).
+  * The memory watchdog polls: a tree can exceed ``memory_mb`` by what it allocates in 10 ms
+    (each process is also capped by ``RLIMIT_AS``). Kernel memory (page tables, inodes: bounded by
+    the entry count) and pipe buffers are not counted.
+  * Inside one process the program can still fool itself (e.g. a helper it defines and the tests
+    call); the tests cannot be fooled by what the program's objects do, only by what they return.
+    Non-Linux POSIX systems get rlimits, the session kill, the guard and the separate tests only.
 """
 
 from dare.rewards.sandbox.errors import SandboxError
-from dare.rewards.sandbox.isolation import Isolation, resolve_isolation, uid_mode_problem
+from dare.rewards.sandbox.isolation import (
+    Isolation,
+    active_layers,
+    bwrap_problem,
+    resolve_isolation,
+    uid_mode_problem,
+)
 from dare.rewards.sandbox.launch import SandboxLimits, SandboxResult, run_python
+from dare.rewards.sandbox.view import DEFAULT_PACKAGES
 
 __all__ = [
+    "DEFAULT_PACKAGES",
     "SandboxError",
     "SandboxLimits",
     "SandboxResult",
     "Isolation",
+    "active_layers",
+    "bwrap_problem",
     "resolve_isolation",
     "uid_mode_problem",
     "run_python",

@@ -13,8 +13,16 @@ import os
 import struct
 import sys
 
-__all__ = ["become_subreaper", "new_network_namespace", "forbid_new_privileges", "drop_privileges"]
+__all__ = [
+    "become_subreaper",
+    "new_network_namespace",
+    "forbid_new_privileges",
+    "drop_privileges",
+    "drop_capabilities",
+    "forbid_inspection",
+]
 
+_PR_SET_DUMPABLE = 4
 _PR_SET_KEEPCAPS = 8
 _PR_SET_CHILD_SUBREAPER = 36
 _PR_SET_NO_NEW_PRIVS = 38
@@ -88,3 +96,26 @@ def drop_privileges(uid: int, gid: int, keep_read_all: bool) -> None:
         _check(libc.prctl(_PR_SET_KEEPCAPS, 0, 0, 0, 0), "prctl(PR_SET_KEEPCAPS)")
     if os.getuid() != uid or os.geteuid() != uid:
         raise OSError(f"still uid {os.getuid()}/{os.geteuid()} after setuid({uid})")
+
+
+def drop_capabilities() -> bool:
+    """Clear every capability of this process (permitted, effective, inheritable; ambient follow),
+    keeping its uid: e.g. root without ``CAP_SYS_RESOURCE`` cannot raise a hard rlimit again.
+    Returns False where unsupported (not Linux).
+
+    :raises OSError: ``capset`` failed.
+    """
+    if not _LINUX:
+        return False
+    libc = _libc()
+    header = ctypes.create_string_buffer(struct.pack("Ii", _CAPABILITY_VERSION_3, 0))
+    data = ctypes.create_string_buffer(struct.pack("6I", 0, 0, 0, 0, 0, 0))
+    _check(libc.capset(header, data), "capset(none)")
+    return True
+
+
+def forbid_inspection() -> bool:
+    """Mark this process not dumpable (``PR_SET_DUMPABLE`` 0): processes of the same uid without
+    ``CAP_SYS_PTRACE`` can then neither ``ptrace`` it nor read its ``/proc/<pid>/mem``, ``environ``
+    or file descriptors. Returns False where unsupported (not Linux)."""
+    return _LINUX and _libc().prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0) == 0

@@ -1,6 +1,8 @@
 """How strongly the sandbox can isolate here, and a private uid for each run in uid mode.
 
-Two modes:
+Independently of the mode, the run starts inside bubblewrap (:mod:`.bwrap`: mount, PID, network,
+IPC and UTS namespaces, a size-limited ``/tmp``) where ``bwrap`` is installed and works here, else
+with the native layers only (:attr:`Isolation.bwrap`). Two modes:
 
 * ``uid`` (Linux, root with ``CAP_SETUID``/``CAP_SETGID``): the program runs as a uid/gid of its
   own, leased for the run from ``UID_BASE .. UID_BASE + UID_COUNT - 1``, with no supplementary
@@ -33,10 +35,20 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Literal
 
-from dare.rewards.sandbox import procfs
+from dare.rewards.sandbox import bwrap, procfs
 from dare.rewards.sandbox.errors import SandboxError
+from dare.rewards.sandbox.view import DEFAULT_PACKAGES, view
 
-__all__ = ["UID_BASE", "UID_COUNT", "Isolation", "resolve_isolation", "uid_mode_problem", "lease_uid"]
+__all__ = [
+    "UID_BASE",
+    "UID_COUNT",
+    "Isolation",
+    "resolve_isolation",
+    "uid_mode_problem",
+    "bwrap_problem",
+    "active_layers",
+    "lease_uid",
+]
 
 UID_BASE = 0x5DA50000
 UID_COUNT = 4096
@@ -45,10 +57,12 @@ _CAP_DAC_READ_SEARCH, _CAP_SETGID, _CAP_SETUID = 2, 6, 7
 
 @dataclass(frozen=True)
 class Isolation:
-    """A resolved mode; ``read_all``: uid mode keeps ``CAP_DAC_READ_SEARCH`` (see the module docstring)."""
+    """A resolved mode. ``read_all``: native uid mode keeps ``CAP_DAC_READ_SEARCH`` (see the module
+    docstring; Landlock's read rules still apply); ``bwrap``: the run starts inside bubblewrap."""
 
     mode: Literal["uid", "process"]
     read_all: bool = False
+    bwrap: bool = False
 
 
 def _effective_caps() -> int:
@@ -114,21 +128,30 @@ def uid_mode_problem() -> str | None:
     return _probe()[0]
 
 
-def resolve_isolation(requested: str) -> Isolation:
-    """The mode to use for ``requested`` (``auto``, ``uid`` or ``process``).
+def bwrap_problem(packages: tuple[str, ...] = DEFAULT_PACKAGES) -> str | None:
+    """Why the bubblewrap layer cannot be used here, or None when it can (cached probe)."""
+    if not sys.platform.startswith("linux"):
+        return "bubblewrap needs Linux"
+    return bwrap.problem(view(packages), os.geteuid() == 0)
+
+
+def resolve_isolation(requested: str, packages: tuple[str, ...] = DEFAULT_PACKAGES) -> Isolation:
+    """The mode to use for ``requested`` (``auto``, ``uid`` or ``process``), with bubblewrap where
+    it works here.
 
     :raises SandboxError: ``uid`` was requested but is impossible here, or the name is unknown.
     """
-    if requested == "process":
-        return Isolation("process")
-    if requested not in ("auto", "uid"):
+    if requested not in ("auto", "uid", "process"):
         raise SandboxError(f"isolation must be 'auto', 'uid' or 'process', not {requested!r}")
+    use_bwrap = bwrap_problem(packages) is None
+    if requested == "process":
+        return Isolation("process", bwrap=use_bwrap)
     problem, read_all = _probe()
     if problem is None:
-        return Isolation("uid", read_all)
+        return Isolation("uid", read_all, use_bwrap)
     if requested == "uid":
         raise SandboxError(f"isolation 'uid' is unavailable: {problem}; use isolation 'auto' or 'process'")
-    return Isolation("process")
+    return Isolation("process", bwrap=use_bwrap)
 
 
 _START = secrets.randbelow(UID_COUNT)
@@ -162,3 +185,84 @@ def lease_uid() -> Iterator[int]:
             lock.close()
         return
     raise SandboxError(f"all {UID_COUNT} sandbox uids from {UID_BASE} are in use; run fewer sandboxes at once")
+
+
+def _user_namespaces() -> bool:
+    """Whether a child of this process can create a user namespace (``unshare(CLONE_NEWUSER)``)."""
+    if not sys.platform.startswith("linux"):
+        return False
+    import ctypes
+
+    pid = os.fork()
+    if pid == 0:
+        try:
+            ok = ctypes.CDLL(None, use_errno=True).unshare(0x10000000) == 0
+        finally:
+            os._exit(0 if ok else 1)
+    return os.waitpid(pid, 0)[1] == 0
+
+
+def _cgroup_v2_memory() -> str:
+    """Whether this process's cgroup v2 could hold a memory-limited child group (reported only: the
+    sandbox bounds memory with its own watchdog, see :mod:`.runner`)."""
+    try:
+        with open("/proc/self/cgroup") as f:
+            path = next((line.strip()[3:] for line in f if line.startswith("0::")), None)
+        with open("/proc/self/mountinfo") as f:
+            mount = next((line.split()[4] for line in f if " - cgroup2 " in line), None)
+    except OSError:
+        return "no (no /proc)"
+    if path is None or mount is None:
+        return "no (no cgroup v2 hierarchy)"
+    here = os.path.join(mount, path.lstrip("/"))
+    try:
+        with open(os.path.join(here, "cgroup.controllers")) as f:
+            controllers = f.read().split()
+    except OSError:
+        return f"no ({here} is unreadable)"
+    if "memory" not in controllers:
+        return f"no (memory controller not enabled in {here}; controllers: {' '.join(controllers) or 'none'})"
+    return "yes" if os.access(here, os.W_OK) else f"no ({here} is not writable)"
+
+
+@functools.lru_cache(maxsize=4)
+def active_layers(requested: str = "auto", packages: tuple[str, ...] = DEFAULT_PACKAGES) -> dict[str, object]:
+    """Which confinement layers a run with ``isolation=requested`` gets on this machine (cached).
+
+    Keys: ``kernel``, ``mode``, ``bwrap`` (True, or why not), ``user_namespaces``, ``landlock_abi``,
+    ``cgroup_v2_memory`` (reported, not used), ``network``, ``reads``, ``writes``, ``disk_quota``,
+    ``memory_limit``, ``tests`` (each a short description of what enforces it).
+
+    :raises SandboxError: as :func:`resolve_isolation`.
+    """
+    from dare.rewards.sandbox import landlock
+
+    iso = resolve_isolation(requested, packages)
+    abi = landlock.abi_version()
+    problem = bwrap_problem(packages)
+    reads = "mount namespace with the view only" if iso.bwrap else "unconfined"
+    if abi >= 1:
+        reads += " + Landlock read rules (the view)"
+    if iso.bwrap:
+        writes, network = "size-limited tmpfs /tmp only", "empty network namespace (bwrap)"
+    else:
+        writes = "the run's directory: Landlock" if abi >= 1 else "Python guard only"
+        network = "empty network namespace (uid mode)" if iso.mode == "uid" else (
+            "Landlock TCP rules" if abi >= 4 else "Python guard only"
+        )
+    return {
+        "kernel": os.uname().release,
+        "mode": iso.mode,
+        "read_all": iso.read_all and not iso.bwrap,
+        "bwrap": True if problem is None else problem,
+        "user_namespaces": _user_namespaces(),
+        "landlock_abi": abi,
+        "cgroup_v2_memory": _cgroup_v2_memory(),
+        "network": network,
+        "reads": reads,
+        "writes": writes,
+        "disk_quota": "tmpfs size (bwrap) + RLIMIT_FSIZE" if iso.bwrap else "watchdog (10 ms) + RLIMIT_FSIZE",
+        "memory_limit": "whole tree: supervisor watchdog (RssAnon + RssShmem + memfd, 10 ms); RLIMIT_AS per process",
+        "processes": "RLIMIT_NPROC (private uid)" if iso.mode == "uid" else "RLIMIT_NPROC or fork refused (root)",
+        "tests": "separate process, plain data only",
+    }

@@ -4,8 +4,9 @@
 irrevocably:
 
 * file system (ABI >= 1): every *modifying* access right (write, truncate, create, remove, rename,
-  link, device ioctl) is denied except beneath the given directories and on the given files.
-  Reading and executing are not restricted.
+  link, device ioctl) is denied except beneath the given directories and on the given files. With
+  ``readable`` given, reading, listing and executing are denied too, except beneath those paths
+  (and the writable ones); without it they are not restricted.
 * network (ABI >= 4): TCP ``bind`` and ``connect`` are denied on every port (UDP, raw and Unix
   sockets are not covered by Landlock).
 * scopes (ABI >= 6): no signals to processes outside the sandbox, no connections to abstract Unix
@@ -75,11 +76,19 @@ def _allow(call, ruleset: int, path: str, rights: int) -> None:
         os.close(fd)
 
 
-def restrict(writable_dirs: list[str], writable_files: list[str]) -> int:
+def restrict(
+    writable_dirs: list[str],
+    writable_files: list[str],
+    readable: list[str] | None = None,
+    listable: tuple[str, ...] | list[str] = (),
+) -> int:
     """Confine this process (see the module docstring); the caller must have set ``no_new_privs``.
 
     :param writable_dirs: directories beneath which files may be created, written and removed.
     :param writable_files: single files that may be written (e.g. ``/dev/null``).
+    :param readable: directories and files that may be read (and executed); None leaves reading
+        unrestricted. Paths that do not exist are skipped.
+    :param listable: directories whose entries may be listed (not read), with ``readable``.
     :returns: the ABI version applied, or 0 when Landlock is unavailable (nothing was restricted).
     :raises OSError: Landlock is available but a rule could not be added or enforced.
     """
@@ -87,7 +96,8 @@ def restrict(writable_dirs: list[str], writable_files: list[str]) -> int:
     if abi < 1:
         return 0
     call = _syscall()
-    fs = _handled_fs(abi)
+    fs = _handled_fs(abi) | (_UNRESTRICTED if readable is not None else 0)
+    file_rights = _WRITE_FILE | _TRUNCATE | _IOCTL_DEV | _READ_FILE | _EXECUTE
     attr = _ruleset_attr(abi, fs)
     buf = ctypes.create_string_buffer(attr, len(attr))
     ruleset = int(call(_CREATE_RULESET, buf, len(attr), 0))
@@ -98,7 +108,15 @@ def restrict(writable_dirs: list[str], writable_files: list[str]) -> int:
         for path in writable_dirs:
             _allow(call, ruleset, path, fs)
         for path in writable_files:
-            _allow(call, ruleset, path, fs & (_WRITE_FILE | _TRUNCATE | _IOCTL_DEV))
+            _allow(call, ruleset, path, fs & file_rights)
+        for path in readable or ():
+            if os.path.exists(path):
+                rights = _UNRESTRICTED if os.path.isdir(path) else _READ_FILE | _EXECUTE
+                _allow(call, ruleset, path, fs & rights)
+        if readable is not None:
+            for path in listable:
+                if os.path.isdir(path):
+                    _allow(call, ruleset, path, fs & _READ_DIR)
         if call(_RESTRICT_SELF, ruleset, 0) != 0:
             err = ctypes.get_errno()
             raise OSError(err, f"landlock_restrict_self: {os.strerror(err)}")

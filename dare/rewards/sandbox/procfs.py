@@ -6,14 +6,29 @@ On systems without ``/proc`` every function reports nothing (:func:`available` i
 
 The formats are those of proc(5): ``/proc/<pid>/stat`` (the command name, field 2, may contain
 spaces and parentheses, so fields are split after its last ``)``) and ``/proc/<pid>/status``
-(``Uid:`` lists the real, effective, saved and filesystem uid; ``Threads:`` the task count).
+(``Uid:`` lists the real, effective, saved and filesystem uid; ``Threads:`` the task count;
+``RssAnon``/``RssShmem``: resident anonymous and shared-memory kB), and
+``/proc/<pid>/task/<tid>/children`` (``CONFIG_PROC_CHILDREN``).
 """
 
 from __future__ import annotations
 
 import os
 
-__all__ = ["available", "parents", "descendants", "session_members", "owned_by", "task_count"]
+__all__ = [
+    "available",
+    "parents",
+    "descendants",
+    "children",
+    "subtree",
+    "private_kib",
+    "memfd_kib",
+    "session_members",
+    "owned_by",
+    "task_count",
+    "pid_namespace",
+    "in_namespace",
+]
 
 _PROC = "/proc"
 
@@ -71,6 +86,85 @@ def descendants(root: int) -> list[int]:
             found.append(child)
             todo.append(child)
     return found
+
+
+def children(pid: int) -> list[int] | None:
+    """Direct children of ``pid`` (of all its threads); None when the kernel does not list them
+    (no ``CONFIG_PROC_CHILDREN``) or the process is gone."""
+    try:
+        tids = os.listdir(os.path.join(_PROC, str(pid), "task"))
+    except OSError:
+        return None
+    found = []
+    for tid in tids:
+        try:
+            with open(os.path.join(_PROC, str(pid), "task", tid, "children"), "rb") as f:
+                found.extend(int(x) for x in f.read().split())
+        except OSError:
+            if not found and tid == tids[0]:
+                return None
+    return found
+
+
+def subtree(root: int, skip: frozenset = frozenset()) -> list[int]:
+    """Pids below ``root`` (children, grandchildren, ...), leaving out ``skip`` and their subtrees.
+    Walks the children lists (cheap); falls back to a scan of every process."""
+    found, todo = [], [root]
+    while todo:
+        kids = children(todo.pop())
+        if kids is None:
+            return [p for p in descendants(root) if p not in skip]
+        for kid in kids:
+            if kid not in skip:
+                found.append(kid)
+                todo.append(kid)
+    return found
+
+
+def private_kib(pid: int) -> int:
+    """Resident anonymous plus shared-memory kB of ``pid`` (``RssAnon + RssShmem``): the memory it
+    holds that no file backs; 0 if the process is gone or exiting."""
+    status = _status(pid)
+    total = 0
+    for key in ("RssAnon", "RssShmem"):
+        try:
+            total += int(status.get(key, "0 kB").split()[0])
+        except (ValueError, IndexError):
+            pass
+    return total
+
+
+def memfd_kib(pid: int) -> int:
+    """kB held in anonymous memory files (``memfd_create``) that ``pid`` has open: memory that
+    neither its resident set nor any file system's usage shows while unmapped. Needs ptrace access
+    to ``pid`` (same uid, or ``CAP_SYS_PTRACE``); 0 if the process is gone or unreadable."""
+    fd_dir = os.path.join(_PROC, str(pid), "fd")
+    total = 0
+    try:
+        names = os.listdir(fd_dir)
+    except OSError:
+        return 0
+    for name in names:
+        path = os.path.join(fd_dir, name)
+        try:
+            if os.readlink(path).startswith("/memfd:"):
+                total += os.stat(path).st_size
+        except OSError:
+            pass
+    return total // 1024
+
+
+def pid_namespace(pid: int | str = "self") -> str | None:
+    """The PID namespace of ``pid`` (e.g. ``pid:[4026532178]``; the same text in every namespace)."""
+    try:
+        return os.readlink(os.path.join(_PROC, str(pid), "ns", "pid"))
+    except OSError:
+        return None
+
+
+def in_namespace(namespace: str) -> list[int]:
+    """Pids of the processes in the PID namespace ``namespace`` (as :func:`pid_namespace` names it)."""
+    return [pid for pid in _pids() if pid_namespace(pid) == namespace]
 
 
 def session_members(sid: int) -> list[int]:

@@ -1,6 +1,6 @@
 """Helpers shared by the Dream plugin tests."""
 
-#: model-families.md §2.5 with DARE-independent special ids (mask 250, pad/bos/eos 1).
+#: docs/model-families.md §2.5 with DARE-independent special ids (mask 250, pad/bos/eos 1).
 TINY = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
             vocab_size=256, max_position_embeddings=128, rope_theta=1e6, rms_norm_eps=1e-6, mask_token_id=250,
             pad_token_id=1, bos_token_id=1, eos_token_id=1, tie_word_embeddings=False)

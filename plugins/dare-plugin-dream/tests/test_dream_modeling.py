@@ -19,7 +19,7 @@ RELEASE = ("model-cards", "Dream-v0-Instruct-7B")
 
 
 def _layer_shapes(i: int, H: int, I: int, nh: int, nkv: int, hd: int) -> dict[str, tuple[int, ...]]:
-    """model-families.md §2.2, written out from the formulas."""
+    """docs/model-families.md §2.2, written out from the formulas."""
     p = f"model.layers.{i}."
     return {
         p + "input_layernorm.weight": (H,),

@@ -81,7 +81,7 @@ def _distribution_stub():
         probs[..., 4] = 0.0
         for pos, p in _P.items():
             probs[:, pos, :4] = torch.tensor(p)
-        return torch.log(probs)
+        return torch.log(probs.clamp_min(1e-30))  # finite logits: samplers refuse NaN/Inf
 
     return LogitsStub(fn)
 

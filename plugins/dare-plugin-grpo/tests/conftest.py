@@ -31,11 +31,3 @@ def one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(before)
-
-
-@pytest.fixture
-def args(tmp_path):
-    """``args(**kw)`` -> a ``GRPOConfig`` writing under ``tmp_path`` with no reporting."""
-    from dare_grpo.config import GRPOConfig
-
-    return lambda **kw: GRPOConfig(output_dir=str(tmp_path), report_to="none", **kw)

@@ -9,7 +9,8 @@ import math
 import pytest
 import torch
 
-from dare_grpo.config import GRPOConfig
+from dare.trainers import DareConfig
+
 from dare_grpo.objectives import DTreeRPO
 from dare_grpo.objectives.dtreerpo import EdgeLossInput, sd_pair_count, sd_schedule, self_distillation
 from dare_grpo.rollout_tree import branch_points, local_advantages, propagate_values, transition_mask
@@ -65,8 +66,6 @@ def test_self_distillation_by_hand():
 
 
 def test_edge_loss_ppo_kl_and_self_distillation_by_hand(tmp_path):
-    args = GRPOConfig(output_dir=str(tmp_path), report_to="none", clip_eps_low=0.4, clip_eps_high=0.4, beta=0.01,
-                      kl_estimator="k3", dual_clip_c=None)
     cur = torch.tensor([[-1.0, -2.0], [-0.5, -1.5], [-1.0, 0.0]], requires_grad=True)
     inp = EdgeLossInput(
         current=cur, old=torch.tensor([[-1.5, -2.0], [-1.5, -0.5], [-1.0, 0.0]]),
@@ -74,7 +73,7 @@ def test_edge_loss_ppo_kl_and_self_distillation_by_hand(tmp_path):
         active=torch.tensor([[True, True], [True, True], [True, False]]), advantages=torch.tensor([1.0, -1.0, 0.5]),
         group=torch.tensor([0, 0, 1]), num_edges=3, sd_pairs=2, progress=0.5,
     )
-    terms = DTreeRPO().edge_loss(inp, args)
+    terms = DTreeRPO(clip_eps_low=0.4, clip_eps_high=0.4, beta=0.01, kl_estimator="k3", dual_clip_c=None).edge_loss(inp)
     # edge 0 (A=1): rho e^0.5 > 1.4 -> -1.4, rho 1 -> -1; edge 1 (A=-1): rho e -> +e, rho e^-1 < 0.6 -> 0.6;
     # edge 2 (A=0.5, one active token): -0.5
     ppo = ((-1.4 - 1) / 2 + (E(1) + 0.6) / 2 - 0.5) / 3
@@ -114,15 +113,15 @@ def test_partial_denoising_continues_generate_exactly(tiny_llada_dir):
 def test_one_step_raises_the_transition_likelihood_of_a_positive_edge(tmp_path, tiny_llada_dir):
     from dare.diffusion.estimators import ScoringBatch
     from dare.modeling import load_model
-    from dare_grpo.data import PromptDataset
+    from dare.rl.prompts import PromptDataset
     from dare_grpo.trainer_tree import TreeRollout
     from dare_llada.sampler import LLaDASampler
 
     lm = load_model(tiny_llada_dir)
-    objective = DTreeRPO({"num_iterations": 1, "beta": 0.0})
+    objective = DTreeRPO({"num_iterations": 1, "beta": 0.0, "clip_eps_low": 0.4, "clip_eps_high": 0.4, "dual_clip_c": None})
     sampler = LLaDASampler({"gen_length": 4, "block_length": 4, "steps": 4, "temperature": 1.0})
-    args = GRPOConfig(output_dir=str(tmp_path), per_device_train_batch_size=1, max_steps=4, learning_rate=1e-2,
-                      report_to="none", clip_eps_low=0.4, clip_eps_high=0.4, dual_clip_c=None)
+    args = DareConfig(output_dir=str(tmp_path), per_device_train_batch_size=1, max_steps=4, learning_rate=1e-2,
+                      report_to="none")
     trainer = objective.trainer_class()(
         model=lm.model, args=args, train_dataset=PromptDataset(["12"], [{}]), processing_class=lm.tokenizer,
         family=lm.family, tokens=lm.tokens, objective=objective, estimator=None, sampler=sampler, reward=None,

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import pytest
 import torch
+
+from dare.trainers import DareConfig
 import yaml
 
 from dare.diffusion.estimators import PassScore
-from dare_grpo.config import GRPOConfig
 from dare_grpo.objectives import JustGRPO, PassLossInput
 from dare_grpo.objectives.justgrpo import chunk_aggregate
 
@@ -42,11 +43,10 @@ def _pass(t, num_passes=2, beta_ref=None):
 
 
 def test_position_chunks_give_the_clipped_token_mean_over_all_tokens(tmp_path):
-    args = GRPOConfig(output_dir=str(tmp_path), report_to="none")
     # per-token losses: row 0 (A=+1): e^0.2 clipped -> -1.2, ratio 1 -> -1; row 1 (A=-1): e^1.2 > c=3 dual-clipped
     # -> 3, e^-1.2 < 0.8 -> 0.8; token-mean over the 4 response tokens, not per chunk
     passes = [_pass(0), _pass(1)]
-    terms = [JustGRPO().pass_loss(p, args) for p in passes]
+    terms = [JustGRPO().pass_loss(p) for p in passes]
     assert sum(t.loss.item() for t in terms) == pytest.approx((-1.2 - 1 + 3 + 0.8) / 4, rel=1e-6)
     assert sum(t.metrics["dual_clip_fraction"].item() for t in terms) == pytest.approx(0.25)
     terms[1].loss.backward()
@@ -95,15 +95,15 @@ def test_likelihood_temperature_is_the_rollout_temperature():
 def test_one_step_raises_the_ar_likelihood_of_the_rewarded_completion(tmp_path, tiny_llada_dir):
     from dare.diffusion.estimators import ScoringBatch, score_pass
     from dare.modeling import load_model
-    from dare_grpo.data import PromptDataset
-    from dare_grpo.rollout import Rollout
+    from dare.rl.prompts import PromptDataset
+    from dare.rl.rollout import Rollout
     from dare_llada.sampler import LLaDASampler
 
     lm = load_model(tiny_llada_dir)
-    objective = JustGRPO({"chunk_size": 2})
+    objective = JustGRPO({"chunk_size": 2, "group_size": 2, "likelihood_temperature": 0.6})
     sampler = LLaDASampler({"gen_length": 4, "block_length": 1, "steps": 4, "temperature": 0.6})
-    args = GRPOConfig(output_dir=str(tmp_path), per_device_train_batch_size=1, group_size=2, max_steps=1,
-                      learning_rate=1e-2, report_to="none", likelihood_temperature=0.6)
+    args = DareConfig(output_dir=str(tmp_path), per_device_train_batch_size=1, max_steps=1, learning_rate=1e-2,
+                      report_to="none")
     trainer = objective.trainer_class()(
         model=lm.model, args=args, train_dataset=PromptDataset(["12"], [{}]), processing_class=lm.tokenizer,
         family=lm.family, tokens=lm.tokens, objective=objective,

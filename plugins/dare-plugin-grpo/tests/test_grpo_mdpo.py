@@ -8,7 +8,8 @@ import math
 import pytest
 import torch
 
-from dare_grpo.config import GRPOConfig
+from dare.trainers import DareConfig
+
 from dare_grpo.objectives import MDPO
 from dare_grpo.objectives.mdpo import StepLossInput, select_steps, step_advantages, step_scores
 from dare_grpo.rollout_mdpo import MDPOTrajectory, mdpo_decode
@@ -34,7 +35,7 @@ def test_step_scores_advantages_and_top_k():
     assert select_steps(adv, 16).tolist() == [0, 1, 2]
 
 
-def test_step_loss_inverse_mask_ratio_confidence_clip_and_k2(args):
+def test_step_loss_inverse_mask_ratio_confidence_clip_and_k2():
     cur = torch.tensor([[-1.0, -2.0, -0.5], [-0.5, -1.5, -1.0]], requires_grad=True)
     old = torch.tensor([[-1.2, -2.0, -0.5], [-1.7, -0.3, -1.0]])
     ref = torch.tensor([[-1.0, -2.5, 0.0], [-0.5, -1.0, -1.0]])
@@ -42,7 +43,7 @@ def test_step_loss_inverse_mask_ratio_confidence_clip_and_k2(args):
     conf = torch.tensor([[0.5, 1.0, 0.9], [0.2, 0.4, 1.0]])
     inp = StepLossInput(current=cur, old=old, ref=ref, mask=mask, confidence=conf, advantages=torch.tensor([1.0, -1.0]),
                         completion_length=3, num_tokens=5.0)
-    terms = MDPO().step_loss(inp, args(beta=0.1, kl_estimator="k2"))
+    terms = MDPO(beta=0.1, kl_estimator="k2").step_loss(inp)
     # lambda = 3/2 and 3/3. Row 0 (A=+1): rho e^0.2 clipped to 1.2 -> -1.8 * c 0.5; rho 1 -> -1.5 * c 1.
     # Row 1 (A=-1, no dual clip): rho e^1.2 -> +e^1.2 * c 0.2; rho e^-1.2 < 0.8 -> 0.8 * c 0.4; rho 1 -> 1 * c 1.
     pg = -1.8 * 0.5 - 1.5 + E(1.2) * 0.2 + 0.8 * 0.4 + 1.0
@@ -101,15 +102,15 @@ def test_decoder_samples_with_the_generator_and_commits_the_quota():
 def test_one_step_raises_the_step_likelihood_of_a_positive_advantage(tmp_path, tiny_llada_dir):
     from dare.diffusion.estimators import score_pass
     from dare.modeling import load_model
-    from dare_grpo.data import PromptDataset
+    from dare.rl.prompts import PromptDataset
     from dare_grpo.trainer_mdpo import MDPORollout, step_rows
     from dare_llada.sampler import LLaDASampler
 
     lm = load_model(tiny_llada_dir)
     objective = MDPO({"group_size": 2})
     sampler = LLaDASampler({"gen_length": 4, "block_length": 4, "steps": 2, "temperature": 1.0})
-    args = GRPOConfig(output_dir=str(tmp_path), per_device_train_batch_size=1, group_size=2, max_steps=1,
-                      learning_rate=1e-2, report_to="none")
+    args = DareConfig(output_dir=str(tmp_path), per_device_train_batch_size=1, max_steps=1, learning_rate=1e-2,
+                      report_to="none")
     trainer = objective.trainer_class()(
         model=lm.model, args=args, train_dataset=PromptDataset(["12"], [{}]), processing_class=lm.tokenizer,
         family=lm.family, tokens=lm.tokens, objective=objective, estimator=None, sampler=sampler,

@@ -8,8 +8,9 @@ import math
 import pytest
 import torch
 
+from dare.trainers import DareConfig
+
 from dare.diffusion.estimators import RandomBlockEstimator, ScoringBatch, score_pass
-from dare_grpo.config import GRPOConfig
 from dare_grpo.objectives import SPG
 from dare_grpo.objectives.spg import JointLossInput, spg_surrogates
 
@@ -39,12 +40,11 @@ def test_surrogates_by_hand():
 @pytest.mark.parametrize("estimation,negative", [("mix", 0.5 * EUBO + 0.5 * ELBO), ("eubo", EUBO), ("elbo", ELBO),
                                                  ("zero", 0.0)])
 def test_loss_takes_elbo_for_positive_and_the_choice_for_negative_advantages(tmp_path, estimation, negative):
-    args = GRPOConfig(output_dir=str(tmp_path), report_to="none")
     obj = SPG({"logp_estimation": estimation, "eubo_beta": 2.0})
     token = TOKEN.repeat(1, 2, 1).clone().requires_grad_(True)  # rows: A = +1 (|y| = 3), A = -1 (|y| = 3)
     inp = JointLossInput(token=token, scored=SCORED.repeat(1, 2, 1), advantages=torch.tensor([1.0, -1.0]),
                          response_lengths=torch.tensor([3, 3]), total_response_tokens=6.0, num_sequences=2)
-    terms = obj.joint_loss(inp, args)
+    terms = obj.joint_loss(inp)
     assert terms.loss.item() == pytest.approx((-1 * ELBO * 3 + 1 * negative * 3) / 6, rel=1e-6)
     terms.loss.backward()
     # row 0 (ELBO-like): d/dl of -A * mean_m mean_k l * |y| / 6 = -(1/2)(1/2)(3/6) per masked token
@@ -54,12 +54,11 @@ def test_loss_takes_elbo_for_positive_and_the_choice_for_negative_advantages(tmp
 
 
 def test_loss_is_length_weighted(tmp_path):
-    args = GRPOConfig(output_dir=str(tmp_path), report_to="none")
     token = torch.tensor([[[-1.0, -1.0, 0.0], [-2.0, 0.0, 0.0]]])
     scored = torch.tensor([[[True, True, False], [True, False, False]]])
     inp = JointLossInput(token=token, scored=scored, advantages=torch.tensor([2.0, 1.0]),
                          response_lengths=torch.tensor([3, 1]), total_response_tokens=4.0, num_sequences=2)
-    loss = SPG().joint_loss(inp, args).loss
+    loss = SPG().joint_loss(inp).loss
     assert loss.item() == pytest.approx((-2 * -1.0 * 3 + -1 * -2.0 * 1) / 4)
 
 
@@ -98,11 +97,11 @@ def test_random_block_corruption_structure():
 
 
 def _trainer(lm, objective, out, **cfg):
-    from dare_grpo.data import PromptDataset
+    from dare.rl.prompts import PromptDataset
     from dare_llada.sampler import LLaDASampler
 
-    args = GRPOConfig(output_dir=str(out), per_device_train_batch_size=1, group_size=2, max_steps=1,
-                      learning_rate=1e-2, report_to="none", **cfg)
+    objective = type(objective)(objective.params, group_size=2, **cfg)
+    args = DareConfig(output_dir=str(out), per_device_train_batch_size=1, max_steps=1, learning_rate=1e-2, report_to="none")
     sampler = LLaDASampler({"gen_length": 4, "block_length": 2, "steps": 4, "temperature": 1.0})
     t = objective.trainer_class()(
         model=lm.model, args=args, train_dataset=PromptDataset(["12"], [{}]), processing_class=lm.tokenizer,
@@ -114,7 +113,7 @@ def _trainer(lm, objective, out, **cfg):
 
 
 def _rollout(lm, trainer):
-    from dare_grpo.rollout import Rollout
+    from dare.rl.rollout import Rollout
 
     tok = lm.tokenizer
     prompt = tok("12", add_special_tokens=False)["input_ids"]
@@ -141,7 +140,7 @@ def test_coupled_copies_replay_equals_direct_gradient(tmp_path, tiny_llada_dir):
     scores = [score_pass(fn, rollout.batch, p) for p in rollout.passes[0]]
     inp = JointLossInput(torch.stack([s.token for s in scores]), torch.stack([s.scored for s in scores]),
                          rollout.advantages, rollout.batch.response_lengths, 8.0, 2)
-    trainer.objective.joint_loss(inp, trainer.args).loss.backward()
+    trainer.objective.joint_loss(inp).loss.backward()
     for n, p in lm.model.named_parameters():
         if p.grad is not None:
             assert torch.allclose(replay[n], p.grad, atol=1e-6, rtol=1e-4), n

@@ -12,11 +12,11 @@ from dare.diffusion.estimators import ScoringBatch, score_pass
 from dare.modeling import load_model
 from dare.rewards import WeightedReward
 from dare.rl import group_advantages
-from dare_grpo.config import GRPOConfig
-from dare_grpo.data import PromptDataset
+from dare.trainers import DareConfig
+from dare.rl.prompts import PromptDataset
 from dare_grpo.objectives import BGPO, CJGRPO, D1, ESPO, CoupledGRPO, TraceRL
-from dare_grpo.rollout import Rollout
-from dare_grpo.trainer import GRPOTrainer
+from dare.rl.rollout import Rollout
+from dare.rl.trainer import GRPOTrainer
 
 pytest.importorskip("dare_llada")
 from dare_llada.sampler import LLaDASampler  # noqa: E402
@@ -43,10 +43,13 @@ class Raising:
 
 
 def make_trainer(lm, objective, out, **cfg):
-    kw = dict(output_dir=str(out), per_device_train_batch_size=1, group_size=2, max_steps=2, learning_rate=1e-2,
+    """A GRPOTrainer: ``cfg`` keys the objective's Params declare go to the objective, the rest to DareConfig."""
+    rl = {k: cfg.pop(k) for k in list(cfg) if k in type(objective).Params.model_fields}
+    objective = type(objective)(objective.params, **{"group_size": 2, **rl})
+    kw = dict(output_dir=str(out), per_device_train_batch_size=1, max_steps=2, learning_rate=1e-2,
               logging_steps=1, save_steps=100, report_to="none", seed=0)
     kw.update(cfg)
-    args = GRPOConfig(**kw)
+    args = DareConfig(**kw)
     sampler = LLaDASampler({"gen_length": 4, "block_length": 4, "steps": 4, "temperature": 1.0})
     return GRPOTrainer(
         model=lm.model, args=args, train_dataset=PromptDataset(["12", "34", "56", "78"], [{}] * 4),
@@ -113,8 +116,8 @@ def test_proxy_replay_gradient_equals_direct_gradient(tmp_path, tiny_llada_dir):
     from dare_grpo.objectives import SequenceLossInput
 
     old_mean = torch.stack([s.sum(-1) for s in old]).mean(0)
-    objective.sequence_loss(SequenceLossInput(mean, old_mean, None, rollout.advantages, rollout.batch.response_lengths),
-                            trainer.args).loss.backward()
+    trainer.objective.sequence_loss(SequenceLossInput(mean, old_mean, None, rollout.advantages,
+                                                      rollout.batch.response_lengths)).loss.backward()
     for n, p in lm.model.named_parameters():
         if p.grad is not None:
             assert torch.allclose(replay[n], p.grad, atol=1e-6, rtol=1e-4), n
@@ -135,7 +138,7 @@ def test_inner_iterations_reuse_the_rollout(tmp_path, tiny_llada_dir):
 
 
 def test_a_raising_reward_scores_zero_and_is_counted(tiny_llada_dir):
-    from dare_grpo.rollout import score_completions
+    from dare.rl.rollout import score_completions
 
     lm = load_model(tiny_llada_dir)
     ids = torch.tensor([[50, 51, 97, 98, lm.tokens.eos_id], [50, 51, 99, lm.tokens.eos_id, lm.tokens.eos_id]])
@@ -187,12 +190,14 @@ def _spec(model_dir, out, objective="d1", iterations=1, steps=3):
     }
 
 
-@pytest.mark.parametrize("objective,iterations,steps", [("coupled-grpo", 1, 3), ("espo", 2, 2)])
+@pytest.mark.parametrize("objective,iterations,steps", [("coupled-grpo", 1, 3), ("espo", 2, 4)])
 def test_resume_reproduces_masks_rollouts_and_weights(tmp_path, tiny_llada_dir, monkeypatch, objective, iterations, steps):
     """Kill-and-resume equals an uninterrupted run: same masks, same completions, bit-identical weights.
 
-    coupled-grpo resumes after step 2 and redraws step 3's masks from the restored generators; espo
-    (2 inner iterations) resumes after step 1, in the middle of a rollout batch, from the checkpointed buffer.
+    Every draw is keyed by (seed, step, completion index), so nothing random is checkpointed. coupled-grpo
+    resumes after step 2 and redraws step 3's rollout and masks; espo (2 inner iterations) checkpoints only
+    at rollout boundaries (the saves due at steps 1 and 3 are deferred to 2 and 4), resumes after step 2 and
+    redraws the rollout of steps 3-4, so no rollout buffer is ever saved.
     """
     import shutil
 
@@ -202,8 +207,8 @@ def test_resume_reproduces_masks_rollouts_and_weights(tmp_path, tiny_llada_dir, 
     seen: dict[int, list] = {}
     original = GRPOTrainer._draw_passes
 
-    def record(self, batch):
-        passes = original(self, batch)
+    def record(self, batch, iteration=0):
+        passes = original(self, batch, iteration)
         seen.setdefault(self.state.global_step, []).append((batch.input_ids.clone(), [p.mask.clone() for p in passes]))
         return passes
 
@@ -214,7 +219,9 @@ def test_resume_reproduces_masks_rollouts_and_weights(tmp_path, tiny_llada_dir, 
     run.execute(evaluate=False)
     full = {k: v.clone() for k, v in run.model.state_dict().items()}
     first = dict(seen)
-    assert (out / "checkpoints" / f"checkpoint-{steps}" / "rl_state.pt").is_file()
+    ckpts = sorted(p.name for p in (out / "checkpoints").glob("checkpoint-*"))
+    assert ckpts == [f"checkpoint-{steps - 1}", f"checkpoint-{steps}"] if iterations == 1 else ["checkpoint-2", "checkpoint-4"]
+    assert not list(out.rglob("rl_state*")) and not list(out.rglob("*.pkl"))
 
     # lose the last checkpoint and the final model: the rerun resumes from the one before
     shutil.rmtree(out / "checkpoints" / f"checkpoint-{steps}")
@@ -222,19 +229,16 @@ def test_resume_reproduces_masks_rollouts_and_weights(tmp_path, tiny_llada_dir, 
     seen.clear()
     run2 = Run(load_spec(tmp_path / "s.yaml", check=False))
     run2.execute(evaluate=False)
-    if iterations == 1:  # step 3 draws a new rollout and new masks: the same as the first time
-        assert set(seen) == {2}
-        (ids, masks), (ids0, masks0) = seen[2][0], first[2][0]
+    assert set(seen) == {2}  # the rollout of the resumed step is drawn again, with the same completions and masks
+    for (ids, masks), (ids0, masks0) in zip(seen[2], first[2], strict=True):
         assert torch.equal(ids, ids0) and all(torch.equal(a, b) for a, b in zip(masks, masks0, strict=True))
-    else:  # step 2 is the second inner iteration: it reuses the checkpointed rollout, nothing is drawn
-        assert seen == {}
     for k, v in run2.model.state_dict().items():
         assert torch.equal(v, full[k]), k
 
 
 def test_prompt_order_repeats_each_rollout_batch_and_is_a_function_of_seed_and_epoch():
     from dare.errors import DataError
-    from dare_grpo.data import RepeatChunkSampler
+    from dare.rl.prompts import RepeatChunkSampler
 
     s = RepeatChunkSampler(7, chunk_size=3, repeats=2, seed=5)
     order = list(s)

@@ -57,4 +57,4 @@ def test_valid_spec_and_step_merge(tiny_llada_dir, tmp_path):
     from dare_llada.sampler import LLaDASampler
 
     est = CJGRPO({"step_merge": True}).make_estimator(None, None, LLaDASampler(raw["sampler"]["params"]))
-    assert est.shrink == 4
+    assert est.params.shrink == 4

@@ -144,3 +144,31 @@ def test_kv_cache_and_batching_reproduce_single_prompt_recompute(tiny_llada2, va
         assert torch.equal(alone.completions()[0], cached.completions()[i])
         assert torch.equal(alone.unmask_step[0], cached.unmask_step[i])
     assert len(set(cached.completions().flatten().tolist())) > 3  # the proposals are not degenerate
+
+
+@pytest.mark.parametrize("variant, params", [("2.0", {"steps": 2, "threshold": 0.3}),
+                                             ("2.1", {"threshold": 0.3, "editing_threshold": 0.2, "max_post_steps": 2})])
+@pytest.mark.parametrize("use_cache", [True, False])
+def test_batch_1_4_16_with_left_padding_give_the_same_tokens(tiny_llada2, variant, params, use_cache):
+    """Issue 13 item 7: evaluation must not depend on the batch size (greedy, fp32)."""
+    t = tiny_llada2.tokens
+    g = torch.Generator().manual_seed(5)
+    lengths = [1, 2, 3, 4, 5, 7, 8, 9, 11, 12, 13, 3, 6, 10, 4, 2]  # tails of 0..3 tokens in a block of 4
+    rows = [torch.randint(4, 250, (n,), generator=g).tolist() for n in lengths]
+    sampler = LLaDA2Sampler({"variant": variant, "gen_length": 8, "block_length": 4, "use_cache": use_cache, **params})
+
+    def run(chunk):
+        width = max(len(p) for p in chunk)
+        ids = torch.tensor([[t.pad_id] * (width - len(p)) + p for p in chunk])
+        attn = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in chunk])
+        return sampler.generate(tiny_llada2.model, LLaDA2Family(), t, ids, attn)
+
+    alone = [run([r]) for r in rows]
+    for size in (4, 16):
+        for start in range(0, len(rows), size):
+            out = run(rows[start : start + size])
+            for j, one in enumerate(alone[start : start + size]):
+                assert torch.equal(out.completions[j], one.completions[0]), (size, start + j)
+                assert torch.equal(out.unmask_step[j], one.unmask_step[0]), (size, start + j)
+                assert torch.equal(out.extras["edits"][j], one.extras["edits"][0]), (size, start + j)
+    assert len({tuple(o.completions[0].tolist()) for o in alone}) > 8  # the prompts lead to different answers

@@ -11,10 +11,11 @@ from pydantic import ValidationError
 
 from dare.components import SpecialTokens
 from dare.errors import DareError
+from dare.sampling import NonFiniteLogitsError
 from dare.plugins import get_registry
 from dare.testing import LogitsStub
 from dare_llada2.family import LLaDA2Family
-from dare_llada2.sampler import LLaDA2Sampler, decode, generate, generate_v21, sample_tokens
+from dare_llada2.sampler import LLaDA2Sampler, decode, generate, generate_v21
 
 V, EOS, MASK = 16, 1, 2
 PROMPT = torch.tensor([[10, 11, 12]])
@@ -153,29 +154,34 @@ def test_v21_ends_a_block_that_only_proposes_the_mask_token():
 
 
 # --------------------------------------------------------------------------- token proposals
-def test_top_k_is_applied_before_top_p_as_the_release():
-    logits = torch.log(torch.tensor([[0.5, 0.3, 0.2]]))
-    # top-k 2 -> (0.625, 0.375); top-p 0.6 then keeps token 0 alone (top-p first would keep two)
-    tok, p = sample_tokens(logits, temperature=1.0, top_k=2, top_p=0.6, generator=torch.Generator().manual_seed(0))
-    assert tok.tolist() == [0] and torch.allclose(p, torch.tensor([1.0]))
-
-
+# (the shared rule itself, top-k before top-p and the tempered confidence, is tested in tests/test_sampling_tokens.py)
 def test_temperature_zero_is_greedy_unless_the_20_quirk_is_asked_for():
-    logits = torch.tensor([[0.0, 1.0, 0.5], [2.0, 0.0, 0.0]])
-    tok, p = sample_tokens(logits, temperature=0.0)
-    assert tok.tolist() == [1, 0]
-    assert torch.allclose(p, torch.softmax(logits, -1).max(-1).values)
-    tok, p = sample_tokens(logits, temperature=0.0, greedy_at_zero=False, generator=torch.Generator().manual_seed(3))
-    want = torch.multinomial(torch.softmax(logits, -1), 1, generator=torch.Generator().manual_seed(3)).squeeze(-1)
-    assert torch.equal(tok, want)
+    model = scripted(table(BASE))
+    greedy = run(model, steps=4, threshold=0.8)
+    assert greedy.completions().tolist() == [[5, 6, 7, 8, 9]]
+    quirk = run(model, steps=4, threshold=0.8, official_t0_sampling=True, generator=torch.Generator().manual_seed(0))
+    at_one = run(model, steps=4, threshold=0.8, temperature=1.0, generator=torch.Generator().manual_seed(0))
+    assert quirk.completions().tolist() == [[10, 6, 7, 8, 9]]  # position 3 (p 0.5) drew another token
+    assert torch.equal(quirk.x, at_one.x) and torch.equal(quirk.unmask_step, at_one.unmask_step)
 
 
-def test_tempered_probability_of_the_drawn_token_is_the_confidence():
-    logits = torch.tensor([[2.0, 0.0, -1.0]] * 6)
-    tok, p = sample_tokens(logits, temperature=2.0, generator=torch.Generator().manual_seed(0))
-    probs = torch.softmax(logits / 2, -1)
-    assert torch.equal(tok, torch.multinomial(probs, 1, generator=torch.Generator().manual_seed(0)).squeeze(-1))
-    assert torch.allclose(p, probs.gather(-1, tok[:, None]).squeeze(-1))
+# --------------------------------------------------------------------------- non-finite logits
+@pytest.mark.parametrize("variant", ["2.0", "2.1"])
+@pytest.mark.parametrize("nan_from_call, where", [(1, "completion block 0, denoising step 0"),
+                                                  (2, "completion block 1, denoising step 0")])
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_non_finite_logits_raise_naming_block_and_step(variant, nan_from_call, where, temperature):
+    """Before: greedy decoding committed token 0 for NaN logits (argmax of NaN), sampling raised torch's RuntimeError."""
+    good = scripted(table({3: (5, 0.9), 4: (6, 0.9), 5: (7, 0.9), 6: (8, 0.9), 7: (9, 0.9)}))
+
+    def fn(ids):
+        logits = good.fn(ids)
+        return torch.full_like(logits, torch.nan) if stub.calls >= nan_from_call else logits
+
+    stub = LogitsStub(fn)
+    with pytest.raises(NonFiniteLogitsError, match=f"non-finite logits at {where}.*diverged"):
+        run(stub, variant=variant, steps=1, threshold=0.8, temperature=temperature, max_post_steps=0,
+            eos_id=-1, generator=torch.Generator().manual_seed(0))  # no EOS stop before block 1, whatever is drawn
 
 
 # --------------------------------------------------------------------------- the DARE sampler

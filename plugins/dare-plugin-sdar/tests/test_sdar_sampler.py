@@ -8,12 +8,13 @@ import pytest
 import torch
 
 from dare.components import SpecialTokens
-from dare.errors import SpecError
+from dare.errors import DareError, SpecError
+from dare.sampling import NonFiniteLogitsError
 from dare.spec import validate_spec
 from dare.testing import LogitsStub, tiny_model
 from dare_sdar.errors import SDARInputError
 from dare_sdar.family import SDARFamily
-from dare_sdar.sampler import SDARSampler, block_diffusion_generate, sample_tokens
+from dare_sdar.sampler import SDARSampler, block_diffusion_generate
 
 V, MASK, EOS, EOT = 16, 15, 1, 2
 TOKENS = SpecialTokens(mask_id=MASK, eos_id=EOS, pad_id=EOS, eot_id=EOT)
@@ -92,17 +93,29 @@ def test_prompt_tail_is_never_overwritten_when_the_quota_exceeds_the_masks():
     assert out.unmask_step.tolist() == [[0, 0, 1, 1, 1, 1, 2, 2]]
 
 
-def test_sample_tokens_greedy_confidence_and_official_filter_order():
-    logits = torch.tensor([[[2.0, 1.0, 0.0]]])
-    x0, conf = sample_tokens(logits, temperature=0.0)
-    assert x0.item() == 0 and conf.item() == pytest.approx(math.exp(2) / (math.exp(2) + math.e + 1), abs=1e-6)
-    x0, conf = sample_tokens(logits, temperature=1.0, top_k=1)  # the official greedy emulation
-    assert x0.item() == 0 and conf.item() == 1.0
-    # p = [.5, .3, .2]: top-k 2 first ([.625, .375]), then top-p .6 keeps token 0 alone -> confidence 1;
-    # the reverse order would keep tokens 0 and 1 (confidence .625)
-    x0, conf = sample_tokens(torch.tensor([0.5, 0.3, 0.2]).log()[None, None], 1.0, top_k=2, top_p=0.6,
-                             generator=torch.Generator().manual_seed(0))
-    assert x0.item() == 0 and conf.item() == pytest.approx(1.0)
+# the shared proposal rule (sample_tokens, top-k before top-p, greedy confidence) is tested in tests/test_sampling_tokens.py
+
+
+@pytest.mark.parametrize("use_cache, nan_from_call, where", [
+    (True, 1, "completion block 0, denoising step 0"),  # call 1 is the prompt prefill: the first step sees NaN
+    (True, 7, "completion block 1, denoising step 0"),  # prefill + 4 steps + commit of block 0, then block 1
+    (False, 5, "completion block 1, denoising step 0"),
+])
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_non_finite_logits_raise_naming_block_and_step(use_cache, nan_from_call, where, temperature):
+    """Before: greedy decoding emitted token 0 for NaN logits (argmax of NaN), sampling raised torch's RuntimeError."""
+    good = block_stub([3, 4, 5, 6], [0.4, 0.9, 0.1, 0.6])
+
+    def fn(ids):
+        logits = good.fn(ids)
+        return torch.full_like(logits, torch.nan) if stub.calls >= nan_from_call else logits
+
+    stub = LogitsStub(fn)
+    sampler = SDARSampler({"gen_length": 8, "block_length": 4, "denoising_steps": 4, "use_cache": use_cache,
+                           "remasking": "low_confidence_static", "temperature": temperature, "stop_at_eos": False})
+    with pytest.raises(NonFiniteLogitsError, match=f"non-finite logits at {where}.*diverged") as err:
+        sampler.generate(stub, SDARFamily(), TOKENS, PROMPT, generator=torch.Generator().manual_seed(0))
+    assert isinstance(err.value, DareError)
 
 
 def test_bad_arguments_fail_before_any_forward():
@@ -138,6 +151,40 @@ def test_cache_batching_and_padding_do_not_change_the_tokens(lm):
         x = block_diffusion_generate(model, r[None], lm.tokens.mask_id, gen_length=12, block_length=4, denoising_steps=2,
                                      temperature=0.0, confidence_threshold=0.05)
         assert cached.completions[i].tolist() == x[0, len(r) : len(r) + 12].tolist()
+
+
+def left_pad(rows: list[torch.Tensor], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(ids [B, W], attention_mask [B, W])`` of ``rows`` left-padded to the longest."""
+    width = max(len(r) for r in rows)
+    ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
+    attn = torch.zeros(len(rows), width, dtype=torch.long)
+    for i, r in enumerate(rows):
+        ids[i, width - len(r):], attn[i, width - len(r):] = r, 1
+    return ids, attn
+
+
+@pytest.mark.parametrize("use_cache", [True, False])
+def test_batch_1_4_16_with_left_padding_give_the_same_tokens(lm, use_cache):
+    """Issue 13 item 7: evaluation must not depend on the batch size (greedy, fp32)."""
+    model = lm.model.eval()
+    g = torch.Generator().manual_seed(11)
+    lengths = [1, 2, 3, 4, 5, 7, 8, 9, 11, 12, 13, 3, 6, 10, 4, 2]  # tails of 0..3 tokens in a block of 4
+    rows = [torch.randint(10, 200, (n,), generator=g) for n in lengths]
+    sampler = SDARSampler({"gen_length": 8, "block_length": 4, "denoising_steps": 2, "confidence_threshold": 0.05,
+                           "use_cache": use_cache})
+
+    def run(chunk):
+        return sampler.generate(model, SDARFamily(), lm.tokens, *left_pad(chunk, lm.tokens.pad_id))
+
+    alone = [run([r]) for r in rows]
+    for size in (4, 16):
+        for start in range(0, len(rows), size):
+            out = run(rows[start : start + size])
+            for j, one in enumerate(alone[start : start + size]):
+                assert torch.equal(out.completions[j], one.completions[0]), (size, start + j)
+                assert torch.equal(out.unmask_step[j], one.unmask_step[0]), (size, start + j)
+                assert torch.equal(out.completion_mask[j], one.completion_mask[0]), (size, start + j)
+    assert len({tuple(o.completions[0].tolist()) for o in alone}) > 8  # the prompts lead to different answers
 
 
 def _spec(tmp_path, family="sdar", config=None, **sampler_params):

@@ -131,6 +131,7 @@ def tokenize_pairs(pairs: list[PreferencePair], prompter, tokenizer, tokens, max
         chosen = tokenize_example(tokenizer, prompt, pair.chosen, tokens, max_length)
         rejected = tokenize_example(tokenizer, prompt, pair.rejected, tokens, max_length)
         if chosen is not None and rejected is not None:
+            chosen.index, rejected.index = 2 * len(out), 2 * len(out) + 1
             out.append(PairExample(chosen, rejected))
     return out
 
@@ -139,11 +140,14 @@ class PairCollator:
     """Batch ``PairExample``s: rows ``0..B-1`` chosen, ``B..2B-1`` rejected.
 
     Returns the keys of :class:`~dare.data.supervised.SupervisedCollator` (``input_ids``,
-    ``attention_mask``, ``loss_mask``, ``prompt_mask`` ``[2B, L]``; ``response_length`` ``[2B]``).
+    ``attention_mask``, ``loss_mask``, ``prompt_mask`` ``[2B, L]``; ``response_length`` ``[2B]``; ``index``
+    ``[2B]``: ``2 i`` for pair ``i``'s chosen response, ``2 i + 1`` for its rejected one).
+
+    :param inner: the family's :class:`~dare.data.supervised.SupervisedCollator` (padding convention).
     """
 
-    def __init__(self, tokens, pad_in_response: bool, pad_to_multiple_of: int | None = None):
-        self.inner = SupervisedCollator(tokens, pad_in_response, pad_to_multiple_of)
+    def __init__(self, inner: SupervisedCollator):
+        self.inner = inner
 
     def __call__(self, batch: list[PairExample]) -> dict[str, Any]:
         return self.inner([p.chosen for p in batch] + [p.rejected for p in batch])

@@ -1,65 +1,65 @@
 """The ``dpo`` and ``vrpo`` objectives: preference optimisation on ``data.train`` pairs.
 
-Both train :class:`dare_dpo.trainer.DPOTrainer`; they differ only in the ELBO estimator:
+Both train :class:`dare_dpo.trainer.DPOTrainer`; they differ in their defaults:
 
-| objective | corruptions per sequence | mask counts | reference corruptions | beta |
-|---|---|---|---|---|
-| ``dpo`` (default) | ``mc_num`` = 1 | i.i.d. Bernoulli-``t`` | drawn independently | 0.1 |
-| ``vrpo`` (LLaDA 1.5, arXiv 2505.19223 §3) | ``mc_num`` = 4 | stratified over ``[1, L]``, one mask each | shared with the policy | 0.2 |
+| objective | estimator (``estimator``) | reference corruptions (``share_corruptions``) | beta |
+|---|---|---|---|
+| ``dpo`` (default) | ``mc-elbo``: 1 i.i.d. Bernoulli-``t`` corruption | drawn independently | 0.1 |
+| ``vrpo`` (LLaDA 1.5, arXiv 2505.19223 §3) | ``mc-elbo``: 4 stratified mask counts over ``[1, L]``, one mask each | shared with the policy (antithetic) | 0.2 |
 
-(``vrpo``'s defaults are DARE's recipe, algorithms.md §3.3.) ``data.eval`` pairs, when given, are scored
-before and after training (held-out reward accuracy) and every ``train.eval_steps``.
+(``vrpo``'s defaults are DARE's recipe, docs/algorithms.md §3.3.) Any sequence-level estimator listed by
+``dare plugins`` can be chosen, e.g. ``estimator: {name: mc-elbo, params: {mc_num: 8, scheme: uniform}}``
+or ``{name: complementary-elbo}``. ``data.eval`` pairs, when given, are scored before and after
+training (held-out reward accuracy) and every ``train.eval_steps``.
 """
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field
 
-from dare.components import Objective, Params
+from dare.components import Params
+from dare.diffusion.estimators.choice import EstimatorChoice, build_estimator, estimator_problems
+from dare.trainers.objective import TrainerObjective
+from dare.trainers.supervised import supervised_collator
 
 __all__ = ["DPO", "VRPO", "DPOParams", "VRPOParams"]
 
 _BETA = "KL coefficient beta: scale of the implicit reward beta * (ELBO_theta - ELBO_ref)."
-_MC = "Monte-Carlo corruptions per sequence (forward passes per sequence and model)."
+_EST = "Sequence-level ELBO estimator and its params (see `dare plugins`): its passes score each sequence."
+_SHARE = "Score the reference policy on the policy's corruptions (antithetic sampling, VRPO)."
 _NORM = "'length': ELBO / response length (DARE's /R); 'none': the ELBO in nats (the paper's score)."
 
 
 class DPOParams(Params):
     beta: float = Field(0.1, gt=0.0, description=_BETA)
-    mc_num: int = Field(1, ge=1, description=_MC)
-    mask_scheme: Literal["bernoulli", "uniform", "stratified"] = Field(
-        "bernoulli", description="How corruptions are drawn: i.i.d. ratio t, i.i.d. mask counts, or stratified counts."
-    )
-    share_corruptions: bool = Field(False, description="Score the reference with the policy's corruptions (antithetic).")
+    estimator: EstimatorChoice = Field(
+        default_factory=lambda: EstimatorChoice(name="mc-elbo", params={"mc_num": 1, "scheme": "bernoulli"}),
+        description=_EST)
+    share_corruptions: bool = Field(False, description=_SHARE)
     elbo_normalizer: Literal["length", "none"] = Field("length", description=_NORM)
-    mask_eps: float = Field(1e-3, ge=0.0, lt=1.0, description="Smallest mask ratio t (bernoulli scheme).")
 
 
-class VRPOParams(Params):
+class VRPOParams(DPOParams):
     beta: float = Field(0.2, gt=0.0, description=_BETA)
-    mc_num: int = Field(4, ge=1, description=_MC + " VRPO spends all of it on timesteps, one mask each.")
-    elbo_normalizer: Literal["length", "none"] = Field("length", description=_NORM)
+    estimator: EstimatorChoice = Field(
+        default_factory=lambda: EstimatorChoice(name="mc-elbo", params={"mc_num": 4, "scheme": "stratified"}),
+        description=_EST + " VRPO spends the whole budget on timesteps, one mask each.")
+    share_corruptions: bool = Field(True, description=_SHARE)
 
 
-class DPO(Objective):
+class DPO(TrainerObjective):
     """ELBO-based DPO for diffusion LMs (arXiv 2305.18290 with Monte-Carlo ELBO scores)."""
 
     name = "dpo"
     Params = DPOParams
     stage = "preference"
 
-    def estimator(self) -> dict:
-        """DPOConfig fields of this objective's ELBO estimator and loss."""
-        p = self.params
-        return dict(beta=p.beta, mc_num=p.mc_num, mask_scheme=p.mask_scheme, share_corruptions=p.share_corruptions,
-                    elbo_normalizer=p.elbo_normalizer, mask_eps=p.mask_eps)
-
     def check(self, ctx, loc):
         from dare_dpo.data import pair_column_problems
 
-        problems = super().check(ctx, loc)
+        problems = super().check(ctx, loc) + estimator_problems(self.params.estimator, "sequence", f"{loc}.params.estimator")
         data = ctx.spec.data
         for split in ("train", "eval"):
             ds = getattr(data, split) if data is not None else None
@@ -71,56 +71,52 @@ class DPO(Objective):
                                  "rejected columns; remove response_template"))
         return problems
 
-    def train(self, run) -> dict[str, float]:
-        from dare.data import Prompter
-        from dare.errors import DataError
-        from dare.io import atomic_dir
-        from dare.trainers import config_from_spec
-        from dare_dpo.data import PairCollator, load_pairs, tokenize_pairs
-        from dare_dpo.trainer import DPOConfig, DPOTrainer
+    def make_estimator(self, family, model_config):
+        """The chosen sequence-level estimator, bound to the run (``dare.components.Estimator.bind``)."""
+        return build_estimator(self.params.estimator, family, model_config, level="sequence")
 
-        spec = run.spec
-        splits = {"train": spec.data.train, "eval": spec.data.eval}
-        pairs = {k: load_pairs(ds.path, ds.limit, ds.split, f"data.{k}", ds.offset) for k, ds in splits.items() if ds is not None}
-        examples = {}
-        for split, rows in pairs.items():
-            ds = splits[split]
-            prompter = Prompter(run.tokenizer, ds.prompt_template, None, ds.chat_template, ds.system_prompt)
-            examples[split] = tokenize_pairs(rows, prompter, run.tokenizer, run.tokens, spec.train.max_length)
-            if not examples[split]:
-                raise DataError(f"data.{split}: no pair of {ds.path} fits train.max_length={spec.train.max_length}")
-        block = run.family.block_size(run.model.config)
-        config = config_from_spec(
-            spec.train,
-            str(run.checkpoint_dir),
-            DPOConfig,
-            per_device_eval_batch_size=spec.train.per_device_batch_size,
-            metrics_file=str(run.dir / "metrics.jsonl"),
-            tensorboard_dir=str(run.dir / "tensorboard"),
-            **self.estimator(),
-        )
-        trainer = DPOTrainer(
-            model=run.model,
-            args=config,
-            train_dataset=examples["train"],
-            data_collator=PairCollator(run.tokens, run.family.pad_in_response, pad_to_multiple_of=block),
-            processing_class=run.tokenizer,
-            family=run.family,
-            tokens=run.tokens,
-            eval_fn=run.training_eval_fn(),
-            eval_pairs=examples.get("eval"),
-            eval_seed=spec.train.seed,
-        )
-        held_out = examples.get("eval")
-        before = trainer.preference_metrics(held_out) if held_out else {}
-        out = trainer.train_or_resume(resume=spec.train.resume)
-        after = trainer.preference_metrics(held_out) if held_out else {}
-        with atomic_dir(run.model_dir, overwrite=True) as tmp:
-            trainer.save_model(str(tmp))
-        metrics = {"train_loss": float(out.training_loss), "global_step": int(out.global_step), "pairs": len(examples["train"])}
-        metrics |= {f"heldout/{k}/before": v for k, v in before.items()}
-        metrics |= {f"heldout/{k}/after": v for k, v in after.items()}
-        return metrics
+    def trainer_class(self) -> type:
+        from dare_dpo.trainer import DPOTrainer  # the trainer stack loads only when training
+
+        return DPOTrainer
+
+    def build_datasets(self, run) -> dict[str, Any]:
+        from dare_dpo.data import load_pairs, tokenize_pairs
+        from dare.errors import DataError
+
+        out = {}
+        for split in ("train", "eval"):
+            ds = self.dataset_spec(run, split)
+            if ds is None:
+                continue
+            pairs = load_pairs(ds.path, ds.limit, ds.split, f"data.{split}", ds.offset)
+            out[split] = tokenize_pairs(pairs, self.prompter(run, split), run.tokenizer, run.tokens, run.spec.train.max_length)
+            if not out[split]:
+                raise DataError(f"data.{split}: no pair of {ds.path} fits train.max_length={run.spec.train.max_length}; "
+                                "raise train.max_length or remove it")
+        return out
+
+    def data_collator(self, run, datasets):
+        from dare_dpo.data import PairCollator
+
+        longest = max(len(s.prompt_ids) + len(s.response_ids) for split in datasets.values() for p in split
+                      for s in (p.chosen, p.rejected))
+        return PairCollator(supervised_collator(run, longest))
+
+    def config_overrides(self, run) -> dict[str, Any]:
+        return {"per_device_eval_batch_size": run.spec.train.per_device_batch_size}
+
+    def trainer_kwargs(self, run, datasets) -> dict[str, Any]:
+        return {"estimator": self.make_estimator(run.family, run.model.config), "eval_pairs": datasets.get("eval"),
+                "eval_seed": run.spec.train.seed}
+
+    def before_training(self, trainer, datasets) -> dict[str, float]:
+        held_out = datasets.get("eval")
+        return {f"heldout/{k}/before": v for k, v in trainer.preference_metrics(held_out).items()} if held_out else {}
+
+    def after_training(self, trainer, datasets) -> dict[str, float]:
+        held_out = datasets.get("eval")
+        return {f"heldout/{k}/after": v for k, v in trainer.preference_metrics(held_out).items()} if held_out else {}
 
 
 class VRPO(DPO):
@@ -128,8 +124,3 @@ class VRPO(DPO):
 
     name = "vrpo"
     Params = VRPOParams
-
-    def estimator(self) -> dict:
-        p = self.params
-        return dict(beta=p.beta, mc_num=p.mc_num, mask_scheme="stratified", share_corruptions=True,
-                    elbo_normalizer=p.elbo_normalizer, mask_eps=0.0)

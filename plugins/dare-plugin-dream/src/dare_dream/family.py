@@ -2,11 +2,11 @@
 
 Dream is a masked diffusion LM initialised from Qwen2.5 that keeps the AR alignment of its
 initialisation: the raw output at position ``j`` is the distribution of token ``j+1``. This adapter
-is the single place where that is undone (model-families.md §2.3; DARE
+is the single place where that is undone (docs/model-families.md §2.3; DARE
 ``verl/trainer/dream_fsdp_sft_trainer.py`` ``shift_logits``, HKUNLP Dream ``generation_utils._sample``):
 :meth:`DreamFamily.logits` returns ``concat(raw[:, :1], raw[:, :-1])`` so position ``i`` scores token
 ``i`` for every objective and sampler. Left padding follows the official generator: positions
-``cumsum(mask) - 1`` (pads set to 1) and the bool mask ``m_q & m_k`` (model-families.md §2.4).
+``cumsum(mask) - 1`` (pads set to 1) and the bool mask ``m_q & m_k`` (docs/model-families.md §2.4).
 """
 
 from __future__ import annotations
@@ -57,7 +57,7 @@ _COMMON = {
 }
 
 PRESETS: dict[str, dict[str, Any]] = {
-    # model-families.md §2.5: the CPU test size (GQA 4/2, head_dim 16)
+    # docs/model-families.md §2.5: the CPU test size (GQA 4/2, head_dim 16)
     "tiny": {**_COMMON, "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
              "num_key_value_heads": 2, "max_position_embeddings": 128, "max_window_layers": 2},
     # Dream-v0-Instruct-7B's config.json (for shape checks; never instantiated with weights in tests)

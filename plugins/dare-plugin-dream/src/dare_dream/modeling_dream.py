@@ -2,12 +2,12 @@
 
 Architecture (Dream 7B, arXiv 2508.15487; released as Dream-org/Dream-v0-Instruct-7B; DiffuCoder,
 arXiv 2506.20639, is the same architecture): the Qwen2.5 pre-norm decoder *without* a causal mask.
-Tensor names follow the release (model-families.md §2.2): ``model.embed_tokens``,
+Tensor names follow the release (docs/model-families.md §2.2): ``model.embed_tokens``,
 ``model.layers.{i}.{input_layernorm, self_attn.{q,k,v}_proj (+bias), self_attn.o_proj (no bias),
 post_attention_layernorm, mlp.{gate,up,down}_proj}``, ``model.norm``, ``lm_head``. The RoPE
 ``inv_freq`` buffer is non-persistent, so it is not part of the checkpoint.
 
-Numerics follow the release (model-families.md §2.3 and §7) so fp32 logits agree to ~1e-6:
+Numerics follow the release (docs/model-families.md §2.3 and §7) so fp32 logits agree to ~1e-6:
 
 * RMSNorm is Llama-style: normalise in fp32, cast back to the input dtype, multiply by the weight;
 * RoPE (rotate-half, ``inv_freq_j = theta^(-2j/hd)``) takes ``position_ids`` (default

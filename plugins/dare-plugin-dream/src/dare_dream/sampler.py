@@ -1,7 +1,7 @@
 """Dream's official masked-diffusion decoder (``diffusion_generate``), with Fast-dLLM acceleration.
 
 Source: HKUNLP Dream ``generation_utils.py`` (``DreamGenerationMixin._sample`` and ``sample_tokens``;
-Dream 7B, arXiv 2508.15487; model-families.md §2.7; algorithms.md §5.3). The completion starts as
+Dream 7B, arXiv 2508.15487; docs/model-families.md §2.7; docs/algorithms.md §5.3). The completion starts as
 ``max_new_tokens`` mask tokens after the prompt. With mask ratios ``t_i = linspace(1, eps, steps+1)``,
 step ``i`` (``t = t_i``, ``s = t_{i+1}``) runs the model on the whole sequence, takes the aligned
 logits of every masked position and
@@ -88,11 +88,11 @@ from dare.sampling import (
     CACHE_MODES,
     BlockKVCache,
     Trajectory,
-    check_finite_logits,
     completion_mask,
     factor_transfer,
     filter_top_k_top_p,
     kv_logits_of,
+    require_finite_logits,
     threshold_transfer,
 )
 
@@ -473,7 +473,7 @@ def decode(
                 mask_logits = kv.block_logits(x, attention_mask, start, end, refresh=i == 0)[mask_index[:, start:end]]
             nfe += 1
             run += 1
-            check_finite_logits(mask_logits, step, "dream")
+            require_finite_logits(mask_logits, f"denoising step {step} (sampler 'dream')")
             if parallel:
                 _parallel_step(x, mask_index, mask_logits, mask_id, threshold, factor, propose)
             else:

@@ -1,13 +1,10 @@
-"""DARE plugin: online RL for diffusion LMs.
+"""DARE plugin: online-RL objectives for diffusion LMs.
 
-* :class:`~dare_grpo.trainer.GRPOTrainer` / :class:`~dare_grpo.config.GRPOConfig`: rollout, rewards,
-  group advantages, inner iterations, reference policy, metrics, checkpointed generators;
-* objectives (:mod:`dare_grpo.objectives`): ``d1``, ``coupled-grpo``, ``mdpo``, ``cj-grpo``,
-  ``spg``, ``bgpo``, ``ebpo``, ``d-treerpo``, ``justgrpo``, ``espo``, ``tracerl``, built from the core's estimators (:mod:`dare.diffusion.estimators`)
-  and RL pieces (:mod:`dare.rl`).
+Objectives (:mod:`dare_grpo.objectives`): ``d1``, ``coupled-grpo``, ``mdpo``, ``cj-grpo``, ``spg``,
+``bgpo``, ``ebpo``, ``d-treerpo``, ``justgrpo``, ``espo``, ``tracerl``, built on the core's online-RL
+base (:class:`dare.rl.OnlineRLObjective`, :class:`dare.rl.trainer.GRPOTrainer`: rollout, rewards, group
+advantages, inner iterations, reference policy, metrics), its likelihood estimators
+(:mod:`dare.diffusion.estimators`) and RL pieces (:mod:`dare.rl`). The objectives with their own rollouts
+(MDPO, d-TreeRPO) or updates (SPG) bring trainer subclasses (``trainer_mdpo``, ``trainer_tree``,
+``trainer_spg``).
 """
-
-from dare_grpo.config import GRPOConfig
-from dare_grpo.trainer import GRPOTrainer
-
-__all__ = ["GRPOConfig", "GRPOTrainer"]

@@ -2,7 +2,7 @@
 
 Source: MDPO (He et al., "MDPO: Overcoming the Training-Inference Divide of Masked Diffusion Language
 Models", arXiv 2508.13148, Algorithm 1), as DARE runs it (``mdpo_llada_rollout.mdpo_diffusion_generate_llada``,
-``mdpo_dream_rollout.py``; algorithms.md §3.4, §5.6). The completion is decoded in ``gen_length /
+``mdpo_dream_rollout.py``; docs/algorithms.md §3.4, §5.6). The completion is decoded in ``gen_length /
 block_length`` blocks, ``steps_per_block = max(1, steps // num_blocks)`` steps each (LLaDA's
 :func:`dare.sampling.num_transfer_tokens` quota). At every step ``s``:
 

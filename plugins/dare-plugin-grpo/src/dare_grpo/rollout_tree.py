@@ -2,7 +2,7 @@
 
 Source: d-TreeRPO (arXiv 2512.09675 §3.1-3.2); DARE ``dtreerpo_llada_rollout.py`` (``generate_sequences``,
 ``_tree_generate_partial``) and ``dtreerpo_algos.compute_dtreerpo_rewards_and_segments``;
-algorithms.md §3.9.
+docs/algorithms.md §3.9.
 
 * **Branch points** (:func:`branch_points`): with ``T`` total steps and contraction ``s``, the remaining
   step counts ``T, T - T/s, T - 2T/s, ..., 0`` (``{128, 64, 0}`` for ``T = 128, s = 2``). Level ``l`` of the

@@ -1,6 +1,6 @@
 """The MDPO trainer: trajectory rollout, step-wise rewards and advantages, top-K step rows, weighted PPO.
 
-(MDPO, arXiv 2508.13148; DARE ``dllm_ray_trainer.py`` mdpo branch; algorithms.md §3.4.) One rollout batch:
+(MDPO, arXiv 2508.13148; DARE ``dllm_ray_trainer.py`` mdpo branch; docs/algorithms.md §3.4.) One rollout batch:
 
 1. :func:`~dare_grpo.rollout_mdpo.mdpo_decode` on ``G`` copies of each prompt (the rollout generator);
 2. the final completions are scored (the logged ``reward``) and every step's prediction ``y^(s)``
@@ -27,16 +27,16 @@ from dare.diffusion.estimators import Pass, ScoringBatch, score_pass
 from dare.sampling import completion_mask as family_completion_mask
 from dare.sampling.text import encode_prompts
 from dare_grpo.objectives.mdpo import StepLossInput, select_steps, step_advantages, step_scores
-from dare_grpo.rollout import Rollout, score_completions
+from dare.rl.rollout import Rollout, score_completions
 from dare_grpo.rollout_mdpo import MDPOTrajectory, mdpo_decode
-from dare_grpo.trainer import GRPOTrainer
+from dare.rl.trainer import GRPOTrainer
 
 __all__ = ["MDPORollout", "MDPOTrainer", "step_rows"]
 
 
 @dataclass
 class MDPORollout(Rollout):
-    """A :class:`~dare_grpo.rollout.Rollout` plus the selected step rows (``R = K x N``).
+    """A :class:`~dare.rl.rollout.Rollout` plus the selected step rows (``R = K x N``).
 
     * ``steps``: ``[K]`` selected step indices; ``step_batch``: ``R`` rows ``[prompt ; y^(s)]``;
     * ``step_pass``: the pass masking ``x^(s)``'s masks; ``step_mask``: ``[R, G]`` bool scored positions;
@@ -83,10 +83,12 @@ def step_rows(traj: MDPOTrajectory, prompt_ids: torch.Tensor, prompt_attn: torch
 class MDPOTrainer(GRPOTrainer):
     """GRPO trainer with MDPO's rollout and update (module docstring)."""
 
+    supports_row_generators = False  # its own decoding loop draws batch-wide
+
     # ------------------------------------------------------------------ rollout
     def _decode(self, model, prompt_ids, attn) -> MDPOTrajectory:
         settings = self.objective.rollout_settings(self.sampler)
-        step = self.args.rollout_batch_size or prompt_ids.shape[0]
+        step = self.params.rollout_batch_size or prompt_ids.shape[0]
         family = self.family
         parts = [mdpo_decode(lambda ids, am: family.logits(model, ids, am), prompt_ids[i:i + step], attn[i:i + step],
                              self.tokens.mask_id, generator=self.rollout_generator, **settings)
@@ -110,13 +112,13 @@ class MDPOTrainer(GRPOTrainer):
             ids = torch.cat([final.input_ids[:, :P], traj.predictions[:, s]], 1)
             b = ScoringBatch(ids, torch.ones_like(ids), torch.ones_like(traj.predictions[:, s], dtype=torch.bool), P,
                              self.tokens.mask_id)
-            scored = score_completions(b, self.processing_class, self.tokens, self.reward, rows, self.args.group_size)
+            scored = score_completions(b, self.processing_class, self.tokens, self.reward, rows, self.params.group_size)
             out.append(scored[1])
         return torch.stack(out, 1)
 
     def generate_rollout(self, model, inputs) -> MDPORollout:
         """Decode, reward every step, select steps, score old/reference (module docstring)."""
-        a = self.args
+        a = self.params
         device = next(model.parameters()).device
         prompts = [p for p in inputs["prompt"] for _ in range(a.group_size)]
         prompt_ids, attn = encode_prompts(self.processing_class, prompts, self.tokens.pad_id, device)
@@ -174,14 +176,13 @@ class MDPOTrainer(GRPOTrainer):
         entropy_sum = 0.0
         for r in self._row_chunks(batch.num_rows):
             with self.compute_loss_context_manager():
-                cur = score_pass(fn, batch.rows(r), pas.rows(r), self.args.likelihood_temperature, with_entropy=True)
+                cur = score_pass(fn, batch.rows(r), pas.rows(r), self.likelihood_temperature, with_entropy=True)
             old = rollout.step_old[r] if rollout.step_old is not None else cur.token.detach()
             ref = rollout.step_ref[r] if rollout.step_ref is not None else None
             terms = self.objective.step_loss(
                 StepLossInput(current=cur.token, old=old, ref=ref, mask=rollout.step_mask[r],
                               confidence=rollout.confidence[r], advantages=rollout.step_advantages[r],
                               completion_length=batch.completion_length, num_tokens=num_tokens),
-                self.args,
             )
             self._backward(terms.loss)
             total += float(terms.loss.detach())

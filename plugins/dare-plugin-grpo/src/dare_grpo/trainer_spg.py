@@ -3,7 +3,7 @@
 The base trainer's ``per_pass`` update adds one loss per pass; SPG's EUBO is a log of a mean over the
 copies, so its loss is a function ``L(l_1, ..., l_M)`` of all copies' token log-probs at once
 (:meth:`dare_grpo.objectives.spg.SPG.joint_loss`). :class:`SPGTrainer` evaluates it exactly with one copy
-in memory, the token-level analogue of the scalar-proxy replay (algorithms.md §3.8):
+in memory, the token-level analogue of the scalar-proxy replay (docs/algorithms.md §3.8):
 
 1. ``M = 1`` (the recipe): one forward per row chunk with gradient, the loss directly;
 2. ``M > 1``: every copy scored without gradient; ``g = dL/dl`` on a leaf copy of the ``[M, N, G]``
@@ -20,14 +20,14 @@ import torch
 
 from dare.diffusion.estimators import score_pass
 from dare_grpo.objectives.spg import JointLossInput
-from dare_grpo.rollout import Rollout
-from dare_grpo.trainer import GRPOTrainer
+from dare.rl.rollout import Rollout
+from dare.rl.trainer import GRPOTrainer
 
 __all__ = ["SPGTrainer"]
 
 
 class SPGTrainer(GRPOTrainer):
-    """:class:`~dare_grpo.trainer.GRPOTrainer` whose update evaluates SPG's coupled loss (module docstring)."""
+    """:class:`~dare.rl.trainer.GRPOTrainer` whose update evaluates SPG's coupled loss (module docstring)."""
 
     def _joint_input(self, token, scored, rollout: Rollout, rows) -> JointLossInput:
         batch = rollout.batch
@@ -41,7 +41,7 @@ class SPGTrainer(GRPOTrainer):
         """One optimizer step's gradient of SPG's loss (module docstring). :returns: ``(loss, metrics)``."""
         batch, passes = rollout.batch, rollout.passes[iteration]
         fn = self._logits_fn(model)
-        T = self.args.likelihood_temperature
+        T = self.likelihood_temperature
         metrics: dict[str, float] = {}
         total, forwards = 0.0, 0
         entropy_sum, entropy_count = 0.0, 0.0
@@ -50,7 +50,7 @@ class SPGTrainer(GRPOTrainer):
                 with self.compute_loss_context_manager():
                     cur = score_pass(fn, batch.rows(r), passes[0].rows(r), T, with_entropy=True)
                 inp = self._joint_input(cur.token[None], cur.scored[None], rollout, r)
-                terms = self.objective.joint_loss(inp, self.args)
+                terms = self.objective.joint_loss(inp)
                 self._backward(terms.loss)
                 total += float(terms.loss.detach())
                 self._accumulate(metrics, terms)
@@ -62,7 +62,7 @@ class SPGTrainer(GRPOTrainer):
                 scores = self._score_all(model, batch, passes, with_entropy=True)
             leaf = torch.stack([s.token for s in scores]).detach().requires_grad_(True)
             scored = torch.stack([s.scored for s in scores])
-            terms = self.objective.joint_loss(self._joint_input(leaf, scored, rollout, slice(None)), self.args)
+            terms = self.objective.joint_loss(self._joint_input(leaf, scored, rollout, slice(None)))
             (grad,) = torch.autograd.grad(terms.loss, leaf)
             total = float(terms.loss.detach())
             self._accumulate(metrics, terms)

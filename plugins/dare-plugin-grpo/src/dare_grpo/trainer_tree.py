@@ -1,6 +1,6 @@
 """The d-TreeRPO trainer: tree rollout, leaf rewards, local advantages, edge-level PPO (arXiv 2512.09675).
 
-One rollout batch (algorithms.md §3.9):
+One rollout batch (docs/algorithms.md §3.9):
 
 1. :func:`~dare_grpo.rollout_tree.grow_tree` per prompt (no group expansion: ``group_size`` is unused),
    with the rollout sampler's ``partial_denoise`` and the rollout generator;
@@ -23,20 +23,20 @@ from dataclasses import dataclass
 
 import torch
 
-from dare.rl.entropy import token_entropy
+from dare.diffusion.likelihood import token_entropy
 from dare.sampling import completion_mask as family_completion_mask
 from dare.sampling.text import encode_prompts
 from dare_grpo.objectives.dtreerpo import EdgeLossInput, sd_pair_count
-from dare_grpo.rollout import Rollout, score_completions
+from dare.rl.rollout import Rollout, score_completions
 from dare_grpo.rollout_tree import Tree, branch_points, grow_tree, local_advantages, propagate_values, transition_mask
-from dare_grpo.trainer import GRPOTrainer
+from dare.rl.trainer import GRPOTrainer
 
 __all__ = ["TreeRollout", "DTreeRPOTrainer", "tree_edges"]
 
 
 @dataclass
 class TreeRollout(Rollout):
-    """A :class:`~dare_grpo.rollout.Rollout` over the leaves plus the tree's training edges.
+    """A :class:`~dare.rl.rollout.Rollout` over the leaves plus the tree's training edges.
 
     * ``parent_ids``: ``[Np, S]`` int64 parent states; ``parent_attention``: ``[Np, S]``;
     * ``edge_parent``: ``[Ne]`` int64 row of ``parent_ids``; ``edge_tokens``: ``[Ne, G]`` child completions;
@@ -81,6 +81,8 @@ def tree_edges(tree: Tree, values: list[torch.Tensor], mask_id: int, stop_ids: t
 class DTreeRPOTrainer(GRPOTrainer):
     """GRPO trainer with d-TreeRPO's rollout and update (module docstring)."""
 
+    supports_row_generators = False  # its own decoding loop draws batch-wide
+
     # ------------------------------------------------------------------ edge log-probs
     def _edge_logps(self, model, rollout: TreeRollout, parents: slice, with_entropy: bool = False):
         """Log-probs ``[n, G]`` of the edges whose parent is in ``parents`` (0 off the active positions), their
@@ -89,8 +91,8 @@ class DTreeRPOTrainer(GRPOTrainer):
         P = rollout.batch.prompt_length
         am = None if bool(attn.all()) else attn
         logits = self.family.denoiser_logits(model, ids, ids, am)[:, P:]
-        if self.args.likelihood_temperature != 1.0:
-            logits = logits / self.args.likelihood_temperature
+        if self.likelihood_temperature != 1.0:
+            logits = logits / self.likelihood_temperature
         start = parents.start or 0
         edges = torch.nonzero((rollout.edge_parent >= start) & (rollout.edge_parent < start + ids.shape[0])).flatten()
         local = rollout.edge_parent[edges] - start
@@ -130,7 +132,7 @@ class DTreeRPOTrainer(GRPOTrainer):
 
     def generate_rollout(self, model, inputs) -> TreeRollout:
         """Grow the trees, score the leaves, build the edges, score old/reference (module docstring)."""
-        a, obj = self.args, self.objective
+        a, obj = self.params, self.objective
         device = next(model.parameters()).device
         prompt_ids, attn = encode_prompts(self.processing_class, inputs["prompt"], self.tokens.pad_id, device)
         fans = obj.fans()
@@ -201,7 +203,6 @@ class DTreeRPOTrainer(GRPOTrainer):
                               active=rollout.active[edges], advantages=rollout.edge_advantages[edges],
                               group=rollout.edge_parent[edges], num_edges=num_edges, sd_pairs=rollout.sd_pairs,
                               progress=progress),
-                self.args,
             )
             self._backward(terms.loss)
             total += float(terms.loss.detach())

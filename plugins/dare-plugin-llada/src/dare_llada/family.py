@@ -55,7 +55,7 @@ _BASE = {
 }
 
 PRESETS: dict[str, dict[str, Any]] = {
-    # model-families.md §1.5: the CPU test size
+    # docs/model-families.md §1.5: the CPU test size
     "tiny": {**_BASE, "d_model": 64, "n_heads": 4, "n_kv_heads": 4, "n_layers": 2, "mlp_hidden_size": 128,
              "mlp_ratio": 4, "max_sequence_length": 64},
     # the quickstart model: d_model 128, 4 layers, 4 heads (~0.86M parameters with the byte tokenizer)

@@ -47,11 +47,11 @@ from dare.sampling import (
     BlockKVCache,
     Trajectory,
     add_gumbel_noise,
-    check_finite_logits,
     completion_mask,
     confidence_scores,
     factor_transfer,
     kv_logits_of,
+    require_finite_logits,
     num_transfer_tokens,
     threshold_transfer,
     topk_transfer,
@@ -112,7 +112,7 @@ def _denoise_step(forward, x, attention_mask, prompt_index, region: tuple[int, i
     """
     r0, r1 = region
     logits, nfe = _step_logits(forward, x, attention_mask, prompt_index, o)
-    check_finite_logits(logits, step, "llada")
+    require_finite_logits(logits, f"denoising step {step} (sampler 'llada')")
     xr = x[:, r0:r1]
     mask_index = xr == o.mask_id
     if o.logits_eos_inf:
@@ -469,6 +469,7 @@ class LLaDASampler(Sampler):
     name = "llada"
     Params = LLaDASamplerParams
     attention_kinds = ("full",)
+    supports_row_generators = True  # Gumbel noise and random remasking draw per row (dare.sampling)
 
     def _kv_logits(self, model, family):
         """The family's cached forward bound to ``model`` when ``cache`` is on, else None.

@@ -6,19 +6,19 @@ causal across blocks; position ``i`` scores token ``i``. Training runs ``[x_t ; 
 block-diffusion mask of :mod:`dare.diffusion.block`; inference decodes block by block
 (:mod:`dare_llada2.sampler`).
 
-Left padding: every forward here first moves each row's padding to its end (a per-row roll), so real
-tokens sit at positions ``0..n-1`` and blocks start at the first real token, exactly as in the
-release's single-sequence decoder, whatever the batch; logits are rolled back afterwards.
+The inference and training forwards (left padding rolled out of the way, so blocks start at each
+row's first real token as in the release's single-sequence decoder) and the block-size lookup come from
+:class:`dare.modeling.BlockDiffusionFamily`; this module adds the checkpoint facts and the KV-cache
+interface over ``LLaDA2MoeModelLM``'s ``cache=``/``use_cache=`` arguments.
 """
 
 from __future__ import annotations
 
 from typing import Any, ClassVar
 
-import torch
-
-from dare.components import ModelFamily, SpecialTokens
-from dare.diffusion.block import block_causal_mask, block_diffusion_inputs, leading_padding, roll_rows
+from dare.components import SpecialTokens
+from dare.errors import DareError
+from dare.modeling.block_family import BlockDiffusionFamily
 
 __all__ = ["LLaDA2Family", "LLADA2_CHAT_TEMPLATE", "DEFAULT_BLOCK_SIZE", "PRESETS"]
 
@@ -76,7 +76,7 @@ _RELEASE = {
 }
 
 PRESETS: dict[str, dict[str, Any]] = {
-    # model-families.md §5.7: the CPU test size
+    # docs/model-families.md §5.7: the CPU test size
     "tiny": {**_RELEASE, "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
              "head_dim": 16, "rotary_dim": 8, "intermediate_size": 128, "first_k_dense_replace": 1, "num_experts": 8,
              "num_experts_per_tok": 2, "n_group": 4, "topk_group": 2, "moe_intermediate_size": 16,
@@ -90,19 +90,12 @@ PRESETS: dict[str, dict[str, Any]] = {
 }
 
 
-def _config_value(config, key: str):
-    return config.get(key) if isinstance(config, dict) else getattr(config, key, None)
-
-
-
-
-class LLaDA2Family(ModelFamily):
+class LLaDA2Family(BlockDiffusionFamily):
     """LLaDA2.x: block-diffusion MoE LM (block-causal attention, block size 32); position i scores token i."""
 
     name = "llada2"
     model_types = ("llada2_moe",)
-    attention = "block"
-    pad_in_response = False
+    default_block_size = DEFAULT_BLOCK_SIZE
     lora_target_modules = ("query_key_value", "dense", "gate_proj", "up_proj", "down_proj")
     lm_head_module = "lm_head"
     default_sampler = "llada2"
@@ -141,46 +134,28 @@ class LLaDA2Family(ModelFamily):
         cfg.update(overrides)
         return self.config_class()(**cfg)
 
-    def block_size(self, config) -> int:
-        """Training block size: ``config.json``'s ``block_size`` when present, else 32 (the releases').
+    # ------------------------------------------------------------------ the KV-cache interface
+    def new_cache(self, model):
+        """An empty :class:`~dare_llada2.modeling_llada2_moe.LLaDA2KVCache` (per-layer keys/values
+        ``[B, nkv, Lc, head_dim]``, model dtype)."""
+        from dare_llada2.modeling_llada2_moe import LLaDA2KVCache
 
-        ``config`` is a ``PretrainedConfig`` or a ``config.json`` dict.
+        return LLaDA2KVCache()
+
+    def block_logits(self, model, input_ids, position_ids, attention_mask, cache=None, store_kv=False, logits_to_keep=0):
+        """One block forward with ``LLaDA2MoeModelLM``'s cache arguments (``cache=``, ``use_cache=store_kv``);
+        see :meth:`dare.modeling.BlockDiffusionFamily.block_logits`. fp32 logits. A key mask ``[B, 1, 1, Lk]``
+        is expanded to the ``[B, 1, L, Lk]`` the model takes; additive float masks pass through.
+
+        :raises DareError: ``store_kv`` and the model did not return the cache it was given (a model without
+            LLaDA2's cache arguments).
         """
-        value = _config_value(config, "block_size")
-        return DEFAULT_BLOCK_SIZE if value is None else int(value)
-
-    # ------------------------------------------------------------------ forward passes
-    def logits(self, model, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None) -> torch.Tensor:
-        """Aligned fp32 logits ``[B, L, V]`` under the block-causal inference mask (blocks from each row's first
-        real token; left padding hidden). ``attention_mask`` ``[B, L]``: 1 real, 0 padding."""
-        B, L = input_ids.shape
-        shift = leading_padding(attention_mask, B, input_ids.device)
-        ids = roll_rows(input_ids, shift)
-        mask = block_causal_mask(L, self.block_size(model.config), device=input_ids.device)[None, None]
-        if attention_mask is not None:
-            valid = roll_rows(attention_mask, shift).to(torch.bool)
-            eye = torch.eye(L, dtype=torch.bool, device=ids.device)
-            mask = (mask & valid[:, None, None, :]) | (eye & ~valid[:, None, :, None])
-        logits = model(input_ids=ids, attention_mask=mask).logits
-        return roll_rows(logits, -shift)
-
-    def denoiser_logits(
-        self,
-        model,
-        noisy_ids: torch.Tensor,
-        clean_ids: torch.Tensor,
-        attention_mask: torch.Tensor | None = None,
-    ) -> torch.Tensor:
-        """Logits ``[B, L, V]`` of the noisy half of one ``[x_t ; x_0]`` block-diffusion forward.
-
-        ``dare.diffusion.block.block_diffusion_inputs`` builds ids, positions and mask; rows are
-        left-aligned first (see the module docstring) so blocks start at each row's first real token.
-        """
-        B, L = noisy_ids.shape
-        shift = leading_padding(attention_mask, B, noisy_ids.device)
-        valid = None if attention_mask is None else roll_rows(attention_mask, shift).to(torch.bool)
-        ids, pos, mask = block_diffusion_inputs(
-            roll_rows(noisy_ids, shift), roll_rows(clean_ids, shift), self.block_size(model.config), valid
-        )
-        logits = model(input_ids=ids, attention_mask=mask, position_ids=pos).logits[:, :L]
-        return roll_rows(logits, -shift)
+        L = input_ids.shape[1]
+        if attention_mask is not None and attention_mask.dim() == 4 and attention_mask.shape[2] == 1:
+            attention_mask = attention_mask.expand(-1, -1, L, -1)
+        out = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, cache=cache,
+                    use_cache=store_kv)
+        if store_kv and cache is not None and getattr(out, "cache", None) is not cache:
+            raise DareError("sampler.params.use_cache: the model did not fill the KV cache it was given (output.cache); "
+                            "set use_cache: false")
+        return out.logits[:, -logits_to_keep:] if logits_to_keep > 0 else out.logits

@@ -1,7 +1,7 @@
 """Native PyTorch LLaDA2.x MoE (``model_type: llada2_moe``) that loads the released checkpoints unchanged.
 
 Architecture (LLaDA2.0-mini / LLaDA2.1-mini, official ``modeling_llada2_moe.py`` of the inclusionAI
-releases; reference/model-families.md §5): a pre-norm transformer decoded block by block with a
+releases; docs/model-families.md §5): a pre-norm transformer decoded block by block with a
 block-causal mask. Tensor names follow the release::
 
     model.word_embeddings

@@ -1,12 +1,13 @@
 """LLaDA2's official block decoder (LLaDA2.0 threshold decoding, LLaDA2.1 token editing), batched, with a KV cache.
 
 Source: ``LLaDA2MoeModelLM.generate`` of the inclusionAI releases LLaDA2.0-mini and LLaDA2.1-mini
-(``modeling_llada2_moe.py``; reference/model-families.md §5.6). Layout: ``x = [prompt | mask ...]``
+(``modeling_llada2_moe.py``; docs/model-families.md §5.6). Layout: ``x = [prompt | mask ...]``
 cut into blocks of ``block_length`` counted from the first prompt token; the first visited block may
 hold the prompt's tail. Each block is denoised with the block-causal mask, then the next one.
 
 Per denoising step the active block's logits give a proposal ``x0`` and its probability ``p``
-(:func:`sample_tokens`: greedy at temperature 0, else temperature → top-k → top-p → multinomial).
+(:func:`dare.sampling.sample_tokens` with the official rule: greedy at temperature 0, else temperature →
+top-k → top-p → multinomial).
 
 * **LLaDA2.0** (``variant="2.0"``): ``steps = min(steps, gen_length // minimal_topk)`` steps per block
   with quota ``q_s`` (``block_length // steps``, the first ``block_length % steps`` steps one more,
@@ -38,6 +39,11 @@ Deliberate choices (each documented where it applies):
   their first active blocks line up; the shift is hidden from attention (padding keys masked) and
   from positions (``position_ids`` count from each row's first token). A row therefore decodes exactly
   as it would alone.
+* NaN/Inf logits raise :class:`dare.sampling.NonFiniteLogitsError` naming the block and step (the release
+  would commit token 0, the argmax of NaN, at temperature 0).
+* the model is called only through the family's KV-cache interface
+  (:meth:`dare.modeling.BlockDiffusionFamily.new_cache` / ``block_logits``; the canvas is
+  :func:`dare.sampling.block_canvas`), so the decoder runs any block-diffusion family.
 * the 2.0 early stop looks for the first EOS in the *generated* part (the release scans the whole
   window, prompt included, which only differs when a prompt holds EOS).
 * a 2.1 iteration that changes nothing (masks remain but every committed proposal is the mask token,
@@ -46,6 +52,7 @@ Deliberate choices (each documented where it applies):
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import Literal
@@ -56,10 +63,21 @@ from pydantic import Field, field_validator, model_validator
 from dare.components import Params, Sampler, SamplerOutput
 from dare.diffusion.block import block_causal_mask
 from dare.errors import DareError
-from dare.sampling import block_quota, completion_mask, filter_top_k_top_p, sample_categorical, topk_transfer
+from dare.modeling.block_family import BlockDiffusionFamily, block_decoder_problem
+from dare.sampling import (
+    BlockCanvas,
+    block_canvas,
+    block_quota,
+    completion_mask,
+    left_padding_problem,
+    require_finite_logits,
+    sample_tokens,
+    topk_transfer,
+)
+
+from dare_llada2.family import LLaDA2Family
 
 __all__ = [
-    "sample_tokens",
     "decode",
     "BlockDecoding",
     "generate",
@@ -69,37 +87,7 @@ __all__ = [
 ]
 
 
-# =========================================================================== token proposals
-def sample_tokens(
-    logits: torch.Tensor,
-    temperature: float = 0.0,
-    top_k: int | None = None,
-    top_p: float | None = None,
-    greedy_at_zero: bool = True,
-    generator: torch.Generator | None = None,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """One proposal per row and its probability (official ``_sample_with_temperature_topk_topp``).
-
-    At ``temperature == 0`` with ``greedy_at_zero`` (LLaDA2.1): ``argmax`` and its un-filtered softmax
-    probability. Otherwise logits are divided by ``temperature`` when it is neither 0 nor 1, filtered by
-    top-k **then** top-p (the release's order; ``None``/``0`` and ``None``/``1`` mean off), and one token is
-    drawn from the softmax (``generator`` or the global RNG, as the release).
-
-    :param logits: ``[N, V]`` float. :returns: ``(tokens [N] int64, probs [N] float)``.
-    """
-    if temperature == 0 and greedy_at_zero:
-        tokens = torch.argmax(logits, dim=-1)
-        probs = torch.softmax(logits, dim=-1)
-        return tokens, probs.gather(-1, tokens[:, None]).squeeze(-1)
-    if temperature > 0 and temperature != 1.0:
-        logits = logits / temperature
-    logits = filter_top_k_top_p(logits, top_k=top_k)
-    logits = filter_top_k_top_p(logits, top_p=top_p)
-    probs = torch.softmax(logits, dim=-1)
-    tokens = sample_categorical(probs, generator)
-    return tokens, probs.gather(-1, tokens[:, None]).squeeze(-1)
-
-
+# =========================================================================== commit rule
 def _select(confidence: torch.Tensor, quota: torch.Tensor, eligible: torch.Tensor, threshold: float) -> torch.Tensor:
     """The release's transfer rule per row: every eligible position with confidence ``> threshold`` when
     there are at least ``quota`` of them, else the ``min(quota, #eligible)`` most confident.
@@ -113,117 +101,64 @@ def _select(confidence: torch.Tensor, quota: torch.Tensor, eligible: torch.Tenso
     return torch.where(take_high[:, None], high, topk_transfer(confidence, k))
 
 
-# =========================================================================== canvas and forwards
-@dataclass
-class _Canvas:
-    """Rows laid out so their first active blocks share a block index (module docstring).
-
-    ``x`` ``[B, T]`` tokens, ``key_valid`` ``[B, T]`` (False on the shift), ``position_ids`` ``[B, T]``,
-    ``offset``/``gen_start``/``row_blocks`` ``[B]`` (shift, first completion index, blocks the row owns).
-    """
-
-    x: torch.Tensor
-    key_valid: torch.Tensor
-    position_ids: torch.Tensor
-    offset: torch.Tensor
-    gen_start: torch.Tensor
-    row_blocks: torch.Tensor
-    first_block: int
-    num_blocks: int
-
-
-def _layout(prompt_ids, attention_mask, gen_length: int, block_length: int, mask_id: int, pad_id: int) -> _Canvas:
-    B, _ = prompt_ids.shape
-    device = prompt_ids.device
-    valid = torch.ones_like(prompt_ids, dtype=torch.bool) if attention_mask is None else attention_mask.to(torch.bool)
-    lengths = valid.sum(dim=1)
-    first_block = int((lengths // block_length).max())
-    offset = (first_block - lengths // block_length) * block_length
-    gen_start = offset + lengths
-    row_blocks = (gen_start + gen_length + block_length - 1) // block_length
-    num_blocks = int(row_blocks.max())
-    T = num_blocks * block_length
-    j = torch.arange(T, device=device)[None]
-    key_valid = j >= offset[:, None]
-    x = torch.full((B, T), mask_id, dtype=torch.long, device=device)
-    x[~key_valid] = pad_id
-    in_prompt = key_valid & (j < gen_start[:, None])
-    x[in_prompt] = prompt_ids[valid]
-    position_ids = (j - offset[:, None]).clamp(min=0)
-    return _Canvas(x, key_valid, position_ids, offset, gen_start, row_blocks, first_block, num_blocks)
-
-
+# =========================================================================== forwards
 class _BlockForward:
-    """Active-block logits: recomputing the window ``[0, W)`` each step (the release), or one block against a
-    KV cache of committed blocks. Both see the same keys under the same (hard) mask."""
+    """Active-block logits through the family's KV-cache interface: recomputing the window ``[0, W)`` each step
+    (the release), or one block against a KV cache of committed blocks. Both see the same keys under the same
+    (hard) mask."""
 
-    def __init__(self, model, canvas: _Canvas, block_length: int, use_cache: bool, soft_mask: bool):
+    def __init__(self, family: BlockDiffusionFamily, model, canvas: BlockCanvas, use_cache: bool, soft_mask: bool):
+        self.family = family
         self.model = model
         self.c = canvas
-        self.bl = block_length
-        self.use_cache = use_cache
+        self.bl = canvas.block_length
         self.soft_mask = soft_mask
-        self.cache = None
+        self.cache = family.new_cache(model) if use_cache else None
         self.cache_forwards = 0
-        self.padded = not bool(canvas.key_valid.all())
 
     def _window_mask(self, end: int) -> torch.Tensor:
-        """``[B|1, 1, W, W]``: block-causal; shift keys hidden (shift queries see themselves); 0/1 float when soft."""
+        """``[B|1, 1, W, W]``: the canvas's block-causal prefix mask, or LLaDA2.1's 0/1 additive soft mask
+        (``-inf`` on shift keys other than the query itself)."""
+        if not self.soft_mask:
+            return self.c.prefix_mask(end)
         bc = block_causal_mask(end, self.bl, device=self.c.x.device)
-        if not self.padded and not self.soft_mask:
-            return bc[None, None]
-        reach = self.c.key_valid[:, None, :end] | torch.eye(end, dtype=torch.bool, device=bc.device)[None]
-        if self.soft_mask:
-            return torch.where(reach, bc.float(), float("-inf"))[:, None]
-        return (bc & reach)[:, None]
-
-    def _block_mask(self, b: int) -> torch.Tensor | None:
-        """``[B, 1, bl, s + bl]`` over [cached ; active] keys, hiding the shift; ``None`` when nothing is hidden."""
-        s = b * self.bl
-        if not self.padded:
-            return None
-        keys = torch.cat([self.c.key_valid[:, :s], torch.ones_like(self.c.key_valid[:, : self.bl])], dim=1)
-        return keys[:, None, None, :].expand(-1, 1, self.bl, -1)
+        reach = self.c.valid[:, None, :end] | torch.eye(end, dtype=torch.bool, device=bc.device)[None]
+        return torch.where(reach, bc.float(), float("-inf"))[:, None]
 
     def _store(self, start: int, end: int, mask) -> None:
-        out = self.model(
-            input_ids=self.c.x[:, start:end],
-            attention_mask=mask,
-            position_ids=self.c.position_ids[:, start:end],
-            cache=self.cache,
-            use_cache=True,
+        self.family.block_logits(
+            self.model, self.c.x[:, start:end], self.c.position_ids[:, start:end], mask, self.cache, True
         )
-        self.cache = getattr(out, "cache", None)
-        if self.cache is None:
-            raise DareError("sampler.params.use_cache: the model returned no KV cache (output.cache); set use_cache: false")
         self.cache_forwards += 1
 
     def prefill(self) -> None:
         """Cache the blocks before the first active one (prompt blocks and the batch shift)."""
         end = self.c.first_block * self.bl
-        if self.use_cache and end > 0:
-            self._store(0, end, self._window_mask(end))
+        if self.cache is not None and end > 0:
+            self._store(0, end, self.c.prefix_mask(end))
 
-    def logits(self, b: int) -> torch.Tensor:
-        """``[B, bl, V]`` logits of block ``b`` given everything before it."""
+    def logits(self, b: int, step: int) -> torch.Tensor:
+        """``[B, bl, V]`` logits of block ``b`` given everything before it (``step``: this block's forward
+        count, for the error message).
+
+        :raises dare.sampling.NonFiniteLogitsError: the model returned NaN/Inf logits.
+        """
         s, e = b * self.bl, (b + 1) * self.bl
-        if self.use_cache:
-            return self.model(
-                input_ids=self.c.x[:, s:e],
-                attention_mask=self._block_mask(b),
-                position_ids=self.c.position_ids[:, s:e],
-                cache=self.cache,
-                use_cache=False,
-            ).logits
-        out = self.model(
-            input_ids=self.c.x[:, :e], attention_mask=self._window_mask(e), position_ids=self.c.position_ids[:, :e]
-        )
-        return out.logits[:, s:e]
+        if self.cache is not None:
+            logits = self.family.block_logits(
+                self.model, self.c.x[:, s:e], self.c.position_ids[:, s:e], self.c.key_mask(e), self.cache, False
+            )
+        else:
+            logits = self.family.block_logits(
+                self.model, self.c.x[:, :e], self.c.position_ids[:, :e], self._window_mask(e), None, False, self.bl
+            )
+        require_finite_logits(logits, f"completion block {b - self.c.first_block}, denoising step {step} (0-based)")
+        return logits
 
     def commit(self, b: int) -> None:
         """Append block ``b``'s final keys/values to the cache (cache mode only)."""
-        if self.use_cache:
-            self._store(b * self.bl, (b + 1) * self.bl, self._block_mask(b))
+        if self.cache is not None:
+            self._store(b * self.bl, (b + 1) * self.bl, self.c.key_mask((b + 1) * self.bl))
 
 
 # =========================================================================== the decoding loop
@@ -260,7 +195,7 @@ class BlockDecoding:
 class _State:
     """Per-row bookkeeping shared by both variants."""
 
-    def __init__(self, canvas: _Canvas, gen_length: int):
+    def __init__(self, canvas: BlockCanvas, gen_length: int):
         B = canvas.x.shape[0]
         device = canvas.x.device
         self.c = canvas
@@ -274,7 +209,7 @@ class _State:
 
     def completion_index(self, start: int, width: int) -> torch.Tensor:
         """``[B, width]`` completion index of canvas positions ``start..start+width-1`` (may be out of range)."""
-        return torch.arange(start, start + width, device=self.c.x.device)[None] - self.c.gen_start[:, None]
+        return self.c.completion_index(start, width)
 
     def record(self, committed: torch.Tensor, start: int) -> None:
         """Mark ``committed`` (``[B, bl]`` block positions) with each row's current step.
@@ -303,7 +238,7 @@ class _State:
 def _propose(logits, live, block, sampling) -> tuple[torch.Tensor, torch.Tensor]:
     """Proposals ``x0`` and probabilities ``p`` ``[B, bl]`` for the ``live`` rows (others keep ``block``, p = 0)."""
     B, bl, V = logits.shape
-    tokens, probs = sample_tokens(logits[live].reshape(-1, V), **sampling)
+    tokens, probs = sample_tokens(logits[live].reshape(-1, V), **sampling)  # official rule
     x0 = block.clone()
     p = torch.zeros(block.shape, dtype=probs.dtype, device=block.device)
     x0[live] = tokens.view(-1, bl)
@@ -315,13 +250,13 @@ def _denoise_v20(runner, st: _State, b: int, in_block, schedule, sampling, *, th
     """LLaDA2.0's steps on block ``b`` for the ``in_block`` rows (module docstring), early stop included."""
     bl = runner.bl
     s, e = b * bl, (b + 1) * bl
-    for quota in schedule:
+    for step, quota in enumerate(schedule):
         block = st.c.x[:, s:e]
         masked = block == mask_id
         live = in_block & ~st.done & masked.any(dim=1)
         if not live.any():
             return
-        x0, p = _propose(runner.logits(b), live, block, sampling)
+        x0, p = _propose(runner.logits(b, step), live, block, sampling)
         st.nfe += 1
         conf = torch.where(masked, p, torch.full_like(p, float("-inf")))
         eligible = masked & live[:, None]
@@ -346,7 +281,7 @@ def _denoise_v21(runner, st: _State, b: int, in_block, sampling, *, threshold, e
     finished = ~in_block
     post_steps = torch.zeros_like(st.row_steps)
     prompt_in_block = st.completion_index(s, bl) < 0
-    while True:
+    for step in itertools.count():
         old = st.c.x[:, s:e].clone()
         masked = old == mask_id
         no_mask = ~masked.any(dim=1)
@@ -355,7 +290,7 @@ def _denoise_v21(runner, st: _State, b: int, in_block, sampling, *, threshold, e
         live = ~finished
         if not live.any():
             return
-        x0, p = _propose(runner.logits(b), live, old, sampling)
+        x0, p = _propose(runner.logits(b, step), live, old, sampling)
         st.nfe += 1
         conf = torch.where(masked, p, torch.full_like(p, float("-inf")))
         eligible = masked & live[:, None]
@@ -410,21 +345,29 @@ def decode(
     official_soft_mask: bool = False,
     official_t0_sampling: bool = False,
     generator: torch.Generator | None = None,
+    family: BlockDiffusionFamily | None = None,
 ) -> BlockDecoding:
     """Block-decode ``gen_length`` tokens after each (left-padded) prompt (module docstring).
 
-    ``model(input_ids, attention_mask=4-D mask, position_ids, cache, use_cache)`` must return aligned
-    ``.logits`` ``[B, L, V]`` and, with ``use_cache=True``, the ``.cache`` that later calls attend to
-    (appended to only when ``use_cache=True``), as ``LLaDA2MoeModelLM`` does.
+    ``model`` is called through ``family``'s KV-cache interface
+    (:meth:`dare.modeling.BlockDiffusionFamily.block_logits` / ``new_cache``; default :class:`LLaDA2Family`,
+    i.e. ``LLaDA2MoeModelLM``'s ``cache=``/``use_cache=`` arguments).
 
     :param prompt_ids: ``[B, Lp]`` int64; :param attention_mask: ``[B, Lp]`` (1 real, 0 left padding).
-    :raises DareError: invalid settings (non-positive sizes, ``official_soft_mask`` with ``use_cache``,
-        ``num_to_transfer < 1``, ``gen_length // minimal_topk == 0``), or a model without a cache.
+    :raises DareError: invalid settings (non-positive sizes, a negative temperature, ``official_soft_mask`` with
+        ``use_cache``, ``num_to_transfer < 1``, ``gen_length // minimal_topk == 0``, a mask that is not left
+        padding), or a model that does not fill the cache.
+    :raises dare.sampling.NonFiniteLogitsError: the model returned NaN/Inf logits (naming block and step).
     """
     if gen_length <= 0 or block_length <= 0:
         raise DareError(f"gen_length ({gen_length}) and block_length ({block_length}) must be positive")
     if variant not in ("2.0", "2.1"):
         raise DareError(f"variant must be '2.0' or '2.1', got {variant!r}")
+    if temperature < 0:
+        raise DareError(f"temperature must be >= 0 (0 = greedy), got {temperature}")
+    problem = left_padding_problem(prompt_ids, attention_mask)
+    if problem:
+        raise DareError(problem)
     if official_soft_mask and use_cache:
         raise DareError("official_soft_mask needs use_cache: false (under the 0/1 mask the prefix attends the active block)")
     if variant == "2.1" and num_to_transfer < 1:
@@ -435,12 +378,13 @@ def decode(
     if variant == "2.0" and steps <= 0:
         raise DareError(f"steps ({steps}) must be positive: check steps and gen_length // minimal_topk")
     schedule = block_quota(block_length, steps) if variant == "2.0" else []
-    sampling = dict(
-        temperature=temperature, top_k=top_k, top_p=top_p, greedy_at_zero=not official_t0_sampling, generator=generator
-    )
+    if temperature == 0 and official_t0_sampling:
+        temperature = 1.0  # the 2.0 release's sampler never special-cases 0: it samples at T = 1
+    sampling = dict(temperature=temperature, top_k=top_k, top_p=top_p, generator=generator)
 
-    canvas = _layout(prompt_ids, attention_mask, gen_length, block_length, mask_id, pad_id)
-    runner = _BlockForward(model, canvas, block_length, use_cache, official_soft_mask)
+    canvas = block_canvas(prompt_ids, attention_mask, gen_length=gen_length, block_length=block_length,
+                          mask_id=mask_id, pad_id=pad_id)
+    runner = _BlockForward(family or LLaDA2Family(), model, canvas, use_cache, official_soft_mask)
     st = _State(canvas, gen_length)
     runner.prefill()
     for b in range(canvas.first_block, canvas.num_blocks):
@@ -571,6 +515,9 @@ _V21_ONLY = ("editing_threshold", "max_post_steps", "num_to_transfer", "official
 
 
 class LLaDA2SamplerParams(Params):
+    """Parameters of the ``llada2`` sampler (defaults: greedy LLaDA2.0 threshold decoding at 0.95, 32 steps per
+    block, 256 tokens, the model's block size)."""
+
     variant: Literal["2.0", "2.1"] = Field(
         "2.0", description="Decoder: '2.0' (threshold + per-step quota) or '2.1' (threshold + token editing)."
     )
@@ -633,7 +580,12 @@ class LLaDA2Sampler(Sampler):
         """Decode ``gen_length`` tokens per prompt; positions still masked after the first EOS become padding.
 
         ``extras``: ``edits`` ``[B]`` (2.1 token edits), ``cache_forwards`` (cache-filling forwards).
+
+        :raises DareError: ``family`` has no KV-cached block forward, or bad prompts/settings (see :func:`decode`).
         """
+        problem = block_decoder_problem(family, self.name)
+        if problem:
+            raise DareError(problem)
         p = self.params
         res = decode(
             model, prompt_ids, attention_mask, variant=p.variant, gen_length=p.gen_length,
@@ -642,7 +594,7 @@ class LLaDA2Sampler(Sampler):
             eos_early_stop=p.eos_early_stop, editing_threshold=p.editing_threshold, max_post_steps=p.max_post_steps,
             num_to_transfer=p.num_to_transfer, mask_id=tokens.mask_id, eos_id=tokens.eos_id, pad_id=tokens.pad_id,
             use_cache=p.use_cache, official_soft_mask=p.official_soft_mask,
-            official_t0_sampling=p.official_t0_sampling, generator=generator,
+            official_t0_sampling=p.official_t0_sampling, generator=generator, family=family,
         )
         completions = res.completions()
         after_eos = torch.cumsum((completions == tokens.eos_id).long(), dim=1) - (completions == tokens.eos_id).long() > 0
@@ -659,22 +611,14 @@ class LLaDA2Sampler(Sampler):
         )
 
     def check(self, ctx, loc: str) -> list[tuple[str, str]]:
-        """Attention kind (base class), then ``block_length`` against the model's training block size."""
+        """Attention kind (base class), a family with the block-decoder KV-cache interface, then ``block_length``
+        against the model's training block size."""
         problems = super().check(ctx, loc)
         if problems or ctx.family is None:
             return problems
-        try:  # the decoder calls the model itself with LLaDA2's KV-cache interface
-            import inspect
-
-            config = SimpleNamespace(**ctx.model_config) if ctx.model_config is not None else None
-            model_cls = ctx.family.model_class_for(config) if config is not None else ctx.family.model_class()
-            takes_cache = "cache" in inspect.signature(model_cls.forward).parameters
-        except (NotImplementedError, TypeError, ValueError, AttributeError):
-            takes_cache = True  # cannot tell before loading: the decoder reports it then
-        if not takes_cache:
-            return [(f"{loc}.name", f"sampler {self.name!r} calls the model with LLaDA2's KV-cache interface "
-                     f"(forward(..., cache=, use_cache=)), which {model_cls.__name__} of family {ctx.family.name!r} "
-                     f"lacks; use {ctx.family.default_sampler!r}")]
+        problem = block_decoder_problem(ctx.family, self.name)
+        if problem:
+            return [(f"{loc}.name", problem)]
         if ctx.model_config is None or self.params.block_length is None:
             return problems
         size = ctx.family.block_size(SimpleNamespace(**ctx.model_config))

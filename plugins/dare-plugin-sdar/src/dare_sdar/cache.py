@@ -1,7 +1,7 @@
 """The KV cache of SDAR's block decoder: committed blocks only.
 
 Semantics of the official ``store_kv`` flag (JetAstra/SDAR ``generate.py`` with the release's
-``modeling_sdar.py``; reference/model-families.md §3.4), one operation each:
+``modeling_sdar.py``; docs/model-families.md §3.4), one operation each:
 
 * :meth:`SDARCache.append` (``store_kv=True``): append this call's keys/values to the layer's cache and
   attend over the whole cache; used for the prompt prefill and to commit a finished block;

@@ -15,9 +15,9 @@ Family facts:
   EOS ``<|endoftext|>``, end of turn ``<|im_end|>`` (both stop a completion);
 * logits are aligned: position ``i`` scores token ``i``.
 
-Left-padded batches (``attention_mask`` with leading zeros) are left-aligned before the forward (row
-``b`` rolled left by its padding, then rolled back), so blocks and RoPE positions count from each row's
-first real token, as in the release's training (blocks from the start of the prompt) and decoding.
+The inference and training forwards, left-padding handling and the block-size lookup come from
+:class:`dare.modeling.BlockDiffusionFamily`; this module adds the checkpoint facts and the KV cache
+(:class:`~dare_sdar.cache.SDARCache`, the release's ``store_kv`` protocol).
 """
 
 from __future__ import annotations
@@ -26,10 +26,12 @@ from typing import Any, ClassVar
 
 import torch
 
-from dare.components import ModelFamily, SpecialTokens
-from dare.diffusion.block import block_causal_mask, block_diffusion_inputs, leading_padding, roll_rows
+from dare.components import SpecialTokens
+from dare.modeling.block_family import BlockDiffusionFamily, config_value
 
-__all__ = ["SDARFamily", "SDAR_CHAT_TEMPLATE", "DEFAULT_BLOCK_SIZE", "PRESETS", "block_logits"]
+from dare_sdar.cache import SDARCache
+
+__all__ = ["SDARFamily", "SDAR_CHAT_TEMPLATE", "DEFAULT_BLOCK_SIZE", "PRESETS"]
 
 #: Block size when a config has no ``block_size`` key (the SDAR-30B-A3B release).
 DEFAULT_BLOCK_SIZE = 4
@@ -75,7 +77,7 @@ _MOE = {
     "router_aux_loss_coef": 0.001,
 }
 
-#: ``config.json`` presets. ``tiny``/``tiny-moe``: the CPU test sizes of model-families.md §3.6/§4.4
+#: ``config.json`` presets. ``tiny``/``tiny-moe``: the CPU test sizes of docs/model-families.md §3.6/§4.4
 #: (head_dim 32 != hidden/heads on purpose); the others: the released architectures (shape checks).
 PRESETS: dict[str, dict[str, Any]] = {
     "tiny": {**_DENSE, "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
@@ -95,47 +97,12 @@ PRESETS: dict[str, dict[str, Any]] = {
 }
 
 
-def _config_value(config, key: str):
-    """``config[key]`` for a ``config.json`` dict, ``getattr(config, key)`` for a config object (None if absent)."""
-    return config.get(key) if isinstance(config, dict) else getattr(config, key, None)
-
-
-
-
-def block_logits(
-    model,
-    input_ids: torch.Tensor,
-    position_ids: torch.Tensor,
-    attention_mask: torch.Tensor | None,
-    cache=None,
-    store_kv: bool = False,
-    logits_to_keep: int = 0,
-) -> torch.Tensor:
-    """One block-decoder forward with the release's calling convention (JetAstra/SDAR ``generate.py``).
-
-    :param input_ids: ``[B, L]`` int64 (the active block, or the whole prefix without a cache).
-    :param position_ids: ``[B, L]`` RoPE positions. :param attention_mask: bool/0-1 ``[B|1, (1,) L, Lk]``.
-    :param cache: an :class:`~dare_sdar.cache.SDARCache` or None; ``store_kv`` appends this call's keys.
-    :returns: logits ``[B, L', V]`` (``L'`` per ``logits_to_keep``; a model may ignore it and return all).
-    """
-    return model(
-        input_ids,
-        attention_mask=attention_mask,
-        position_ids=position_ids,
-        past_key_values=cache,
-        use_cache=cache is not None,
-        store_kv=store_kv,
-        logits_to_keep=logits_to_keep,
-    ).logits
-
-
-class SDARFamily(ModelFamily):
+class SDARFamily(BlockDiffusionFamily):
     """SDAR (dense + MoE): Qwen3-architecture block-diffusion LM; block-causal attention, position i scores i."""
 
     name = "sdar"
     model_types = ("sdar", "sdar_moe")
-    attention = "block"
-    pad_in_response = False
+    default_block_size = DEFAULT_BLOCK_SIZE
     # q/k/v/o and SwiGLU projections; in the MoE model the expert projections carry the same names
     # (model.layers.{i}.mlp.experts.{e}.{gate,up,down}_proj), so they are targeted too; the router (mlp.gate)
     # and the LM head are not.
@@ -165,7 +132,7 @@ class SDARFamily(ModelFamily):
 
     def model_class_for(self, config):
         """``SDARMoeForCausalLM`` for an ``sdar_moe`` config, else ``SDARForCausalLM``."""
-        if _config_value(config, "model_type") == "sdar_moe":
+        if config_value(config, "model_type") == "sdar_moe":
             from dare_sdar.modeling_sdar_moe import SDARMoeForCausalLM
 
             return SDARMoeForCausalLM
@@ -194,60 +161,29 @@ class SDARFamily(ModelFamily):
         config_cls = SDARMoeConfig if cfg.pop("model_type") == "sdar_moe" else self.config_class()
         return config_cls(**cfg)
 
-    def block_size(self, config) -> int:
-        """``block_size`` of ``config`` (a config object or ``config.json`` dict), else :data:`DEFAULT_BLOCK_SIZE`."""
-        value = _config_value(config, "block_size")
-        return DEFAULT_BLOCK_SIZE if value is None else int(value)
-
     # ------------------------------------------------------------------ forward passes
-    def logits(self, model, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None) -> torch.Tensor:
-        """Inference logits ``[B, L, V]`` (model dtype) under the block-causal mask of the training block size:
-        bidirectional inside a block, causal across blocks, blocks from each row's first real token.
+    def forward_logits(self, model, input_ids, attention_mask, position_ids=None, first=None) -> torch.Tensor:
+        """As the base, with the LM head run on the first ``first`` positions only (``logits_to_keep``)."""
+        if first is None:
+            return super().forward_logits(model, input_ids, attention_mask, position_ids)
+        keep = torch.arange(first, device=input_ids.device)
+        return model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
+                     logits_to_keep=keep).logits
 
-        :param input_ids: ``[B, L]`` int64. :param attention_mask: ``[B, L]`` 1 real / 0 left padding, or None.
-        """
-        B, L = input_ids.shape
-        shift = leading_padding(attention_mask, B, input_ids.device)
-        mask = block_causal_mask(L, self.block_size(model.config), device=input_ids.device)[None, None]
-        if attention_mask is not None:
-            valid = roll_rows(attention_mask, shift).to(torch.bool)
-            eye = torch.eye(L, dtype=torch.bool, device=input_ids.device)
-            mask = (mask & valid[:, None, None, :]) | (eye & ~valid[:, None, :, None])
-        logits = model(input_ids=roll_rows(input_ids, shift), attention_mask=mask).logits
-        return roll_rows(logits, -shift)
-
-    def denoiser_logits(
-        self,
-        model,
-        noisy_ids: torch.Tensor,
-        clean_ids: torch.Tensor,
-        attention_mask: torch.Tensor | None = None,
-    ) -> torch.Tensor:
-        """Block-diffusion training logits ``[B, L, V]`` of the noisy half (SDAR/BD3-LM, arXiv 2503.09573 §3).
-
-        Runs ``[x_t ; x_0]`` (length ``2L``, positions duplicated) under the ``M_BD | M_OBC | M_BC`` mask of
-        :func:`dare.diffusion.block.block_diffusion_inputs` with this model's block size, so noisy block ``b``
-        sees itself and the clean blocks ``< b``. Only the noisy half goes through the LM head.
-
-        :param noisy_ids: ``[B, L]`` int64 ``x_t``; :param clean_ids: ``[B, L]`` int64 ``x_0``;
-        :param attention_mask: ``[B, L]`` valid tokens (1) vs padding (0), or None.
-        """
-        B, L = noisy_ids.shape
-        shift = leading_padding(attention_mask, B, noisy_ids.device)
-        valid = None if attention_mask is None else roll_rows(attention_mask, shift).to(torch.bool)
-        ids, pos, mask = block_diffusion_inputs(
-            roll_rows(noisy_ids, shift), roll_rows(clean_ids, shift), self.block_size(model.config), valid
-        )
-        keep = torch.arange(L, device=ids.device)
-        logits = model(input_ids=ids, attention_mask=mask, position_ids=pos, logits_to_keep=keep).logits
-        return roll_rows(logits, -shift)
+    def new_cache(self, model) -> SDARCache:
+        """An empty :class:`~dare_sdar.cache.SDARCache` (per-layer keys/values ``[B, nkv, T, hd]``, model dtype)."""
+        return SDARCache()
 
     def block_logits(self, model, input_ids, position_ids, attention_mask, cache=None, store_kv=False, logits_to_keep=0):
-        """The KV-cached block-decoder forward the ``sdar`` sampler needs (see :func:`block_logits`)."""
-        return block_logits(model, input_ids, position_ids, attention_mask, cache, store_kv, logits_to_keep)
-
-    def new_cache(self):
-        """An empty :class:`~dare_sdar.cache.SDARCache` for one decoding run."""
-        from dare_sdar.cache import SDARCache
-
-        return SDARCache()
+        """The release's cached block forward (JetAstra/SDAR ``generate.py``): ``past_key_values=cache`` with
+        ``store_kv`` (:mod:`dare_sdar.cache`); see :meth:`dare.modeling.BlockDiffusionFamily.block_logits`.
+        Logits in the model dtype; the attention mask must be bool or 0/1 (no additive float mask)."""
+        return model(
+            input_ids,
+            attention_mask=attention_mask,
+            position_ids=position_ids,
+            past_key_values=cache,
+            use_cache=cache is not None,
+            store_kv=store_kv,
+            logits_to_keep=logits_to_keep,
+        ).logits

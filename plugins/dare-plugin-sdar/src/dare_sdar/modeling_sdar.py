@@ -1,7 +1,7 @@
 """Native PyTorch SDAR (``model_type: sdar``) that loads the released checkpoints unchanged.
 
 Architecture (SDAR, arXiv 2510.06303; released as JetLM/SDAR-{1.7B,4B,8B}-Chat): the Qwen3 decoder
-(arXiv 2505.09388) used as a block-diffusion LM. Tensor names follow the release (model-families.md §3.2):
+(arXiv 2505.09388) used as a block-diffusion LM. Tensor names follow the release (docs/model-families.md §3.2):
 ``model.embed_tokens``, ``model.layers.{i}.{input_layernorm, self_attn.{q,k,v,o}_proj, self_attn.{q,k}_norm,
 post_attention_layernorm, mlp.{gate,up,down}_proj}``, ``model.norm``, ``lm_head``.
 
@@ -11,7 +11,7 @@ theta^(-2j/hd)``, cos/sin computed in fp32 and cast to the activation dtype) at 
 KV cache (:mod:`dare_sdar.cache`); SDPA with scale ``hd^-0.5``; ``x += o_proj(attn)``; ``x += down(silu(gate
 h) * up h)``. Final RMSNorm and an untied ``lm_head``; position ``i`` scores token ``i`` (no shift).
 
-Numerics (model-families.md §3.3 and §7): RMSNorm **normalises and multiplies by the weight in fp32 and
+Numerics (docs/model-families.md §3.3 and §7): RMSNorm **normalises and multiplies by the weight in fp32 and
 casts once**, as the flash-attn triton ``rms_norm_fn`` the release calls (HF's Llama order, cast then
 multiply, would differ by up to 1 bf16 ulp). In fp32 both orders are identical.
 

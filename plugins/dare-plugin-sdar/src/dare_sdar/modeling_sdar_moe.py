@@ -3,10 +3,10 @@
 Architecture (SDAR, arXiv 2510.06303; Qwen3-MoE, arXiv 2505.09388): the SDAR decoder of
 :mod:`dare_sdar.modeling_sdar` with a sparse MoE feed-forward in every layer that
 :meth:`~dare_sdar.configuration_sdar_moe.SDARMoeConfig.is_sparse_layer` selects. Tensor names follow the
-release (model-families.md §4.2): router ``model.layers.{i}.mlp.gate.weight`` ``[E, H]`` (no bias) and
+release (docs/model-families.md §4.2): router ``model.layers.{i}.mlp.gate.weight`` ``[E, H]`` (no bias) and
 experts ``model.layers.{i}.mlp.experts.{e}.{gate_proj, up_proj, down_proj}.weight``.
 
-Routing (official ``SDARMoeSparseMoeBlock``, model-families.md §4.3), per token ``h``:
+Routing (official ``SDARMoeSparseMoeBlock``, docs/model-families.md §4.3), per token ``h``:
 ``router_logits = gate(h)`` (model dtype); ``p = softmax(router_logits)`` in **fp32**; the top-k ``(w, idx)``
 of ``p`` (descending); with ``norm_topk_prob`` ``w /= sum(w)``; ``w`` cast to the model dtype. Output
 ``y = sum_k expert_{idx_k}(h) * w_k``, accumulated **in expert-id order** into a zero buffer of the model

@@ -1,6 +1,6 @@
 """SDAR's block diffusion decoder with a KV cache of committed blocks.
 
-Source: JetAstra/SDAR ``generate.py`` ``block_diffusion_generate`` (HEAD c2041a8; model-families.md §3.5),
+Source: JetAstra/SDAR ``generate.py`` ``block_diffusion_generate`` (HEAD c2041a8; docs/model-families.md §3.5),
 SDAR arXiv 2510.06303 §3. The sequence ``[prompt | masks]`` is cut into blocks of ``block_length`` tokens
 counted from the first prompt token. The whole prompt blocks are prefilled into the KV cache
 (``store_kv=True``); each later block (the first may hold the prompt tail) is denoised in up to
@@ -18,7 +18,8 @@ A finished block is run once more with ``store_kv=True`` to commit its keys/valu
 row stops when its completion holds a stop id (``stopping_criteria_idx``; EOS and end-of-turn in the
 sampler); its later blocks stay masks.
 
-Sampling (official ``sample_with_temperature_topk_topp``): logits ``/ temperature`` (if != 1), top-k, then
+Sampling (official ``sample_with_temperature_topk_topp``; :func:`dare.sampling.sample_tokens` with
+:data:`~dare.sampling.BLOCK_RULE`, shared with the LLaDA2 decoder): logits ``/ temperature``, top-k, then
 top-p (the usual right-shifted nucleus rule), softmax, one multinomial draw per position; the confidence is
 the drawn token's probability under that filtered distribution. The official code always samples:
 temperature 0 divides by zero, and its greedy emulation ``top_k=1`` makes every confidence 1.0 (so the
@@ -39,8 +40,14 @@ Deliberate deviations from the official code (each only where the official one m
 * rows are independent in a batch (the official loop stops the whole batch when any row produces a stop
   id, and ``sequential`` raises for a finished row);
 * left-padded batches are supported: each row is re-aligned so that its padding fills whole blocks in
-  front of it (padding keys are masked out, RoPE positions start at the row's first real token), so every
-  row is decoded exactly as it would be alone.
+  front of it (padding keys are masked out, RoPE positions start at the row's first real token;
+  :func:`dare.sampling.block_canvas`), so every row is decoded exactly as it would be alone;
+* NaN/Inf logits raise :class:`dare.sampling.NonFiniteLogitsError` naming the block and step (the
+  official code would commit token 0, the argmax of NaN, at temperature 0).
+
+The model is called only through the family's KV-cache interface
+(:meth:`dare.modeling.BlockDiffusionFamily.new_cache` / ``block_logits``), so the loop decodes any
+block-diffusion family.
 
 :func:`block_diffusion_generate` keeps the official signature and return value (the whole ``x``
 ``[B, T]``, trailing masks included) for unpadded prompts; :class:`SDARSampler` wraps the same loop as a
@@ -52,23 +59,29 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Callable, Literal
+from typing import Literal
 
 import torch
 from pydantic import Field, model_validator
 
 from dare.components import Params, Sampler, SamplerOutput
-from dare.diffusion.block import block_causal_mask
-from dare.sampling import Trajectory, block_quota, completion_mask, filter_top_k_top_p, sample_categorical
+from dare.modeling.block_family import BlockDiffusionFamily, block_decoder_problem
+from dare.sampling import (
+    Trajectory,
+    block_canvas,
+    block_quota,
+    completion_mask,
+    left_padding_problem,
+    require_finite_logits,
+    sample_tokens,
+)
 
-from dare_sdar.cache import SDARCache
 from dare_sdar.errors import SDARInputError
-from dare_sdar.family import block_logits
+from dare_sdar.family import SDARFamily
 
 __all__ = [
     "REMASKING_STRATEGIES",
     "BlockDecodeResult",
-    "sample_tokens",
     "select_transfer",
     "block_decode",
     "block_diffusion_generate",
@@ -77,9 +90,6 @@ __all__ = [
 ]
 
 REMASKING_STRATEGIES = ("low_confidence_dynamic", "low_confidence_static", "sequential")
-
-#: ``(input_ids [B, L], position_ids [B, L], attention_mask, cache, store_kv, logits_to_keep) -> logits [B, L', V]``
-BlockForward = Callable[..., torch.Tensor]
 
 
 @dataclass
@@ -105,32 +115,6 @@ class BlockDecodeResult:
     nfe: int
     forward_passes: int
     steps: int
-
-
-def sample_tokens(
-    logits: torch.Tensor,
-    temperature: float,
-    top_k: int = 0,
-    top_p: float = 1.0,
-    generator: torch.Generator | None = None,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Proposals and confidences for one block (module docstring; official ``sample_with_temperature_topk_topp``).
-
-    :param logits: ``[B, L, V]`` float. :param temperature: 0 = greedy, else the softmax temperature.
-    :param top_k: keep the k largest logits (0 = off). :param top_p: nucleus mass (1.0 = off).
-    :param generator: RNG of the multinomial draw (None = torch's global RNG, as the official code).
-    :returns: ``(x0 [B, L] int64, confidence [B, L] in the logits' dtype)``.
-    """
-    if temperature == 0:
-        x0 = torch.argmax(logits, dim=-1)
-        probs = torch.softmax(logits, dim=-1)
-        return x0, torch.gather(probs, -1, x0.unsqueeze(-1)).squeeze(-1)
-    scaled = logits / temperature if temperature != 1.0 else logits
-    scaled = filter_top_k_top_p(scaled, top_k=top_k)  # official order: top-k, then top-p
-    scaled = filter_top_k_top_p(scaled, top_p=top_p)
-    probs = torch.softmax(scaled, dim=-1)
-    x0 = sample_categorical(probs.reshape(-1, probs.shape[-1]), generator).view(probs.shape[:-1])
-    return x0, torch.gather(probs, -1, x0.unsqueeze(-1)).squeeze(-1)
 
 
 def select_transfer(
@@ -190,73 +174,19 @@ def _check_args(prompt, attention_mask, mask_id, gen_length, block_length, denoi
         )
     if remasking not in REMASKING_STRATEGIES:
         raise SDARInputError(f"remasking_strategy {remasking!r} is not one of {', '.join(REMASKING_STRATEGIES)}")
-    if attention_mask is not None:
-        if attention_mask.shape != prompt.shape:
-            raise SDARInputError(
-                f"attention_mask {tuple(attention_mask.shape)} must match input_ids {tuple(prompt.shape)}"
-            )
-        valid = attention_mask.to(torch.int64)
-        if bool((valid[:, 1:] < valid[:, :-1]).any()) or bool(((valid != 0) & (valid != 1)).any()):
-            raise SDARInputError("attention_mask must be 0/1 left padding (zeros, then ones) for block decoding")
-
-
-def _prefix_mask(valid: torch.Tensor, block_length: int) -> torch.Tensor:
-    """Block-causal mask ``[B|1, 1, W, W]`` over a sequence whose valid keys are ``valid`` ``[B, W]``.
-
-    Padding keys are hidden; padding queries attend only themselves (no empty softmax row).
-    """
-    W = valid.shape[1]
-    keep = block_causal_mask(W, block_length, device=valid.device)[None, None]
-    if bool(valid.all()):
-        return keep
-    eye = torch.eye(W, dtype=torch.bool, device=valid.device)
-    return (keep & valid[:, None, None, :]) | (eye & ~valid[:, None, :, None])
-
-
-@dataclass
-class _Layout:
-    """The decoder's working sequence (:class:`BlockDecodeResult` ``x``) and where things sit in it.
-
-    Row ``b`` holds ``first_block - full_blocks[b]`` whole blocks of padding slots, its prompt, then masks up
-    to ``num_blocks`` blocks; so every row's first decoded block is ``first_block`` and blocks of real tokens
-    start at multiples of ``block_length`` counted from the row's first prompt token.
-    """
-
-    x: torch.Tensor  # [B, T] int64
-    valid: torch.Tensor  # [B, T] bool, False on padding slots
-    positions: torch.Tensor  # [B, T] int64 RoPE positions (0 on padding slots)
-    gen_start: torch.Tensor  # [B] index of the first completion token
-    first_block: int
-    num_blocks: int
-
-
-def _layout(
-    prompt: torch.Tensor, attention_mask: torch.Tensor | None, mask_id: int, gen_length: int, block_length: int
-) -> _Layout:
-    B, Lp = prompt.shape
-    device = prompt.device
-    lengths = torch.full((B,), Lp, device=device) if attention_mask is None else attention_mask.to(torch.int64).sum(1)
-    full_blocks = lengths // block_length
-    first_block = int(full_blocks.max())  # every row's prompt tail (possibly empty) starts this block
-    tail = lengths - full_blocks * block_length
-    num_blocks = first_block + int(((tail + gen_length + block_length - 1) // block_length).max())
-    pad_slots = (first_block - full_blocks) * block_length
-    cols = torch.arange(num_blocks * block_length, device=device)[None]
-    valid = cols >= pad_slots[:, None]
-    positions = (cols - pad_slots[:, None]).clamp(min=0)
-    x = torch.full(valid.shape, mask_id, dtype=torch.long, device=device)
-    src = (positions + (Lp - lengths)[:, None]).clamp(max=Lp - 1)  # column of the left-padded prompt
-    is_prompt = valid & (positions < lengths[:, None])
-    x[is_prompt] = torch.gather(prompt, 1, src)[is_prompt]
-    return _Layout(x, valid, positions, pad_slots + lengths, first_block, num_blocks)
+    problem = left_padding_problem(prompt, attention_mask)
+    if problem:
+        raise SDARInputError(problem)
 
 
 def _propose(logits: torch.Tensor, mask_id: int, sampling: tuple, generator) -> tuple[torch.Tensor, torch.Tensor]:
-    """:func:`sample_tokens` on the active block's logits ``[B, L, V]``, with ``<|MASK|>`` never proposed."""
+    """:func:`dare.sampling.sample_tokens` (official rule) on the active block's logits ``[B, L, V]``, with
+    ``<|MASK|>`` never proposed."""
     logits = logits.clone()
     if mask_id < logits.shape[-1]:
         logits[..., mask_id] = -torch.inf
-    return sample_tokens(logits, *sampling, generator=generator)
+    temperature, top_k, top_p = sampling
+    return sample_tokens(logits, temperature, top_k, top_p, generator=generator)
 
 
 def _completion_hits(transfer: torch.Tensor, comp_idx: torch.Tensor, gen_length: int) -> torch.Tensor:
@@ -269,8 +199,8 @@ def _completion_hits(transfer: torch.Tensor, comp_idx: torch.Tensor, gen_length:
 
 @torch.no_grad()
 def block_decode(
-    forward: BlockForward,
-    new_cache: Callable[[], object],
+    family: BlockDiffusionFamily,
+    model,
     prompt: torch.Tensor,
     attention_mask: torch.Tensor | None = None,
     *,
@@ -287,75 +217,74 @@ def block_decode(
     use_cache: bool = True,
     generator: torch.Generator | None = None,
 ) -> BlockDecodeResult:
-    """The block decoding loop of the module docstring over a model-call function.
+    """The block decoding loop of the module docstring, calling ``model`` through the family's KV-cache
+    interface (:meth:`dare.modeling.BlockDiffusionFamily.block_logits` / ``new_cache``).
 
-    :param forward: see :data:`BlockForward` (e.g. ``functools.partial(family.block_logits, model)``).
-    :param new_cache: returns an empty KV cache (used when ``use_cache``).
     :param prompt: ``[B, Lp]`` int64, left-padded. :param attention_mask: ``[B, Lp]`` 1 real / 0 padding, or None.
     :param stop_ids: a row stops after the block in which its completion first holds one of these ids.
     :param use_cache: False recomputes the whole prefix at every step (no prefill, no commit passes).
     :raises SDARInputError: bad shapes, non-left padding, or out-of-range arguments (before any forward).
+    :raises dare.sampling.NonFiniteLogitsError: the model returned NaN/Inf logits (naming block and step).
     """
     sampling = (temperature, top_k, top_p)
     _check_args(prompt, attention_mask, mask_id, gen_length, block_length, denoising_steps, sampling, remasking)
-    lay = _layout(prompt, attention_mask, mask_id, gen_length, block_length)
-    x, device, B = lay.x, prompt.device, prompt.shape[0]
+    canvas = block_canvas(prompt, attention_mask, gen_length=gen_length, block_length=block_length, mask_id=mask_id)
+    x, pos, device, B = canvas.x, canvas.position_ids, prompt.device, prompt.shape[0]
     quota = block_quota(block_length, denoising_steps)
     traj = Trajectory(B, gen_length, device=device)
     active = torch.ones(B, dtype=torch.bool, device=device)
     stop = torch.tensor(sorted(set(stop_ids)), dtype=torch.long, device=device)
-    cache = new_cache() if use_cache else None
-    causal = _prefix_mask(lay.valid, block_length)  # [B|1, 1, T, T]; every forward uses a top-left corner of it
-    padded = not bool(lay.valid.all())
+    cache = family.new_cache(model) if use_cache else None
     nfe = passes = 0
-    prefill = lay.first_block * block_length
+    prefill = canvas.first_block * block_length
     if use_cache and prefill > 0:
-        forward(x[:, :prefill], lay.positions[:, :prefill], causal[..., :prefill, :prefill], cache, True)
+        family.block_logits(model, x[:, :prefill], pos[:, :prefill], canvas.prefix_mask(prefill), cache, True)
         passes += 1
 
-    for blk in range(lay.first_block, lay.num_blocks):
+    for blk in range(canvas.first_block, canvas.num_blocks):
         start, end = blk * block_length, (blk + 1) * block_length
         cur = x[:, start:end].clone()
-        comp_idx = torch.arange(start, end, device=device)[None] - lay.gen_start[:, None]
-        key_mask = lay.valid[:, None, None, :end] if padded else None  # the active block sees every real key
+        comp_idx = canvas.completion_index(start, block_length)
+        key_mask = canvas.key_mask(end)  # the active block sees every real key
         for step in range(denoising_steps + 1):
             masked = (cur == mask_id) & active[:, None]
             if not bool(masked.any()):
                 if use_cache:  # commit the finished block's keys/values
-                    forward(cur, lay.positions[:, start:end], key_mask, cache, True)
+                    family.block_logits(model, cur, pos[:, start:end], key_mask, cache, True)
                     passes += 1
                 break
             if step == denoising_steps:  # unreachable: the capped quota always empties a block in time
                 raise RuntimeError("a block still holds masks after all denoising steps")
             if use_cache:
-                logits = forward(cur, lay.positions[:, start:end], key_mask, cache, False)
+                logits = family.block_logits(model, cur, pos[:, start:end], key_mask, cache, False)
             else:
                 ids = torch.cat([x[:, :start], cur], dim=1)
-                logits = forward(ids, lay.positions[:, :end], causal[..., :end, :end], None, False, block_length)
+                logits = family.block_logits(model, ids, pos[:, :end], canvas.prefix_mask(end), None, False, block_length)
             nfe += 1
             passes += 1
-            x0, conf = _propose(logits[:, -block_length:], mask_id, sampling, generator)
+            logits = logits[:, -block_length:]
+            require_finite_logits(logits, f"completion block {blk - canvas.first_block}, denoising step {step} (0-based)")
+            x0, conf = _propose(logits, mask_id, sampling, generator)
             transfer = select_transfer(conf, masked, quota[step], remasking, confidence_threshold)
             cur[transfer] = x0[transfer]
-            global_step = (blk - lay.first_block) * denoising_steps + step
+            global_step = (blk - canvas.first_block) * denoising_steps + step
             traj.record(_completion_hits(transfer, comp_idx, gen_length), global_step)
         x[:, start:end] = cur
         if stop.numel():
-            in_completion = torch.arange(end, device=device)[None] >= lay.gen_start[:, None]
+            in_completion = torch.arange(end, device=device)[None] >= canvas.gen_start[:, None]
             produced = torch.isin(x[:, :end], stop) & in_completion
             active &= ~produced.any(dim=1)
             if not bool(active.any()):
                 break
 
-    comp_cols = lay.gen_start[:, None] + torch.arange(gen_length, device=device)[None]
     return BlockDecodeResult(
         x=x,
-        gen_start=lay.gen_start,
-        completions=torch.gather(x, 1, comp_cols),
+        gen_start=canvas.gen_start,
+        completions=canvas.completions(gen_length),
         unmask_step=traj.unmask_step,
         nfe=nfe,
         forward_passes=passes,
-        steps=(lay.num_blocks - lay.first_block) * denoising_steps,
+        steps=(canvas.num_blocks - canvas.first_block) * denoising_steps,
     )
 
 
@@ -392,8 +321,8 @@ def block_diffusion_generate(
     if isinstance(stopping_criteria_idx, int):
         stopping_criteria_idx = [stopping_criteria_idx]
     result = block_decode(
-        lambda *args: block_logits(model, *args),
-        SDARCache,
+        SDARFamily(),
+        model,
         input_ids,
         None,
         mask_id=mask_id,
@@ -464,9 +393,9 @@ class SDARSampler(Sampler):
         family = ctx.family
         if problems or family is None:
             return problems
-        if not callable(getattr(family, "block_logits", None)) or not callable(getattr(family, "new_cache", None)):
-            return [(f"{loc}.name", f"sampler {self.name!r} needs a family with a KV-cached block forward "
-                     f"(block_logits/new_cache), which {family.name!r} lacks; use {family.default_sampler!r}")]
+        problem = block_decoder_problem(family, self.name)
+        if problem:
+            return [(f"{loc}.name", problem)]
         if ctx.model_config is None:
             return problems
         block = family.block_size(ctx.model_config)
@@ -490,15 +419,15 @@ class SDARSampler(Sampler):
         cached block forward. ``nfe`` counts denoising forwards; ``extras['forward_passes']`` all model calls.
 
         :raises SDARInputError: the family has no cached block forward, or bad prompts/masks.
+        :raises dare.sampling.NonFiniteLogitsError: the model returned NaN/Inf logits.
         """
-        if not callable(getattr(family, "block_logits", None)):
-            raise SDARInputError(
-                f"sampler {self.name!r} needs a family with block_logits/new_cache; {family.name!r} lacks it"
-            )
+        problem = block_decoder_problem(family, self.name)
+        if problem:
+            raise SDARInputError(problem)
         p = self.params
         res = block_decode(
-            lambda *args: family.block_logits(model, *args),
-            family.new_cache,
+            family,
+            model,
             prompt_ids,
             attention_mask,
             mask_id=tokens.mask_id,

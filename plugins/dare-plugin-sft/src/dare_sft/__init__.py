@@ -1,9 +1,9 @@
 """DARE plugin: masked-diffusion SFT (arXiv 2502.09992) for every model family.
 
-``SFTConfig``/``SFTTrainer`` are imported lazily, so listing plugins does not load the trainer stack.
+``SFTTrainer`` is imported lazily, so listing plugins does not load the trainer stack.
 """
 
-__all__ = ["SFTConfig", "SFTTrainer"]
+__all__ = ["SFTTrainer"]
 
 
 def __getattr__(name):

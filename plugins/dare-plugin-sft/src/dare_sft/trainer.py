@@ -1,4 +1,4 @@
-"""Masked-diffusion SFT trainer (TRL style): ``SFTConfig`` + ``SFTTrainer``.
+"""Masked-diffusion SFT trainer (TRL style): ``SFTTrainer``, configured by :class:`dare.trainers.DareConfig`.
 
 Loss (LLaDA, arXiv 2502.09992, Algorithm 2 and eq. (5)): per example draw ``t = (1 - eps) u + eps``;
 mask every response token independently with probability ``t`` (prompt tokens never);
@@ -7,43 +7,39 @@ masked count); mean over the batch. Which tokens are "response" (EOS padding or 
 are obtained (full attention, Dream's shift, block diffusion's ``[x_t ; x_0]`` input) come from the
 model family, so this file never names a family.
 
-Randomness comes from torch's global RNG, which ``transformers.Trainer`` checkpoints and restores,
-so a resumed run draws the same masks as an uninterrupted one.
+Randomness (:mod:`dare.randomness`): example ``i`` (its dataset index) at optimizer step ``s`` draws its
+``t`` and its masks from a generator keyed by ``(seed, "sft", s, i)``, so the loss of a step does not
+depend on the process count or on how the global batch is split into micro-batches, and a resumed run
+recomputes the same masks.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 from dare.diffusion import apply_mask, bernoulli_mask, masked_diffusion_loss, sample_mask_ratio
-from dare.trainers import DareConfig, DareTrainer
+from dare.randomness import RowGenerators
+from dare.trainers.base import DareTrainer
 
-__all__ = ["SFTConfig", "SFTTrainer"]
-
-
-@dataclass
-class SFTConfig(DareConfig):
-    """``DareConfig`` plus the masked-diffusion SFT knobs."""
-
-    mask_eps: float = field(default=1e-3, metadata={"help": "t = (1 - eps) u + eps: the smallest mask ratio."})
+__all__ = ["SFTTrainer"]
 
 
 class SFTTrainer(DareTrainer):
     """Trains on batches from ``dare.data.SupervisedCollator`` with the masked-diffusion SFT loss.
 
-    Expects ``family`` and ``tokens`` (see :class:`dare.trainers.DareTrainer`).
+    Expects ``family``, ``tokens`` and ``objective`` (an :class:`dare_sft.objective.SFT`, whose ``mask_eps`` it
+    reads; see :class:`dare.trainers.DareTrainer`).
     """
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         ids = inputs["input_ids"]
         loss_mask = inputs["loss_mask"]
         attn = inputs["attention_mask"]
-        t = sample_mask_ratio(ids.shape[0], self.args.mask_eps, device=ids.device)
-        masked = bernoulli_mask(t, loss_mask)
+        gens = RowGenerators.keyed(self.args.seed, "sft", self.state.global_step, inputs["index"])
+        t = sample_mask_ratio(ids.shape[0], self.objective.params.mask_eps, generator=gens, device=ids.device)
+        masked = bernoulli_mask(t, loss_mask, generator=gens)
         noisy = apply_mask(ids, masked, self.tokens.mask_id)
         model_attn = None if bool(attn.all()) else attn
         logits = self.family.denoiser_logits(model, noisy, ids, model_attn)
         loss, _ = masked_diffusion_loss(logits, ids, masked, t, inputs["response_length"])
         if model.training:
-            self.record(mask_ratio=float(t.mean()), masked_tokens=float(masked.sum()))
+            self.record(mask_ratio=float(t.mean()), masked_tokens=float(masked.sum()) / ids.shape[0])  # per example
         return (loss, {"logits": logits}) if return_outputs else loss

@@ -1,6 +1,6 @@
-"""RL objectives of ``dare-plugin-grpo``; the contract is in :mod:`dare_grpo.objectives.base`."""
+"""RL objectives of ``dare-plugin-grpo``; the contract is the core's :mod:`dare.rl.objective`."""
 
-from dare_grpo.objectives.base import (
+from dare.rl import (
     LossTerms,
     OnlineRLObjective,
     PassLossInput,

@@ -1,6 +1,6 @@
 """``bgpo``: memory-bounded ELBO policy optimisation with a piecewise ratio (Lin et al., "Boundary-Guided
 Policy Optimization for Memory-efficient RL of Diffusion Large Language Models", arXiv 2510.11683;
-DARE ``llada_dp_actor_bgpo``, ``compute_policy_loss_bgpo``; algorithms.md §3.7).
+DARE ``llada_dp_actor_bgpo``, ``compute_policy_loss_bgpo``; docs/algorithms.md §3.7).
 
 Estimator: ``mc_num`` stratified ELBO terms (VRPO mask counts ``k_j / L``,
 :mod:`dare.diffusion.estimators.stratified`); ``l_j = (sum_{i masked} lp_i / p_j) / |y|`` per
@@ -26,7 +26,7 @@ from pydantic import Field
 
 from dare.diffusion.estimators import StratifiedELBOEstimator
 from dare.rl import clipped_policy_loss, kl_estimate, ratio_from_log
-from dare_grpo.objectives.base import LossTerms, OnlineRLObjective, RLParams
+from dare.rl import LossTerms, OnlineRLObjective, RLParams
 
 __all__ = ["BGPO", "BGPOParams", "piecewise_ratio"]
 
@@ -49,13 +49,13 @@ class BGPO(OnlineRLObjective):
     def make_estimator(self, family, model_config, sampler):
         return StratifiedELBOEstimator(mc_num=self.params.mc_num)
 
-    def pass_loss(self, inp, args):
+    def pass_loss(self, inp):
         lengths = inp.response_lengths.float().clamp(min=1.0)
         elbo = inp.current.sequence / lengths
         delta = elbo - inp.old.sum(dim=-1) / lengths
         adv = inp.advantages.float()
-        clipped = clipped_policy_loss(piecewise_ratio(delta, adv), adv, args.clip_eps_low, args.clip_eps_high, args.dual_clip_c)
-        if args.loss_aggregation == "token-mean":
+        clipped = clipped_policy_loss(piecewise_ratio(delta, adv), adv, self.params.clip_eps_low, self.params.clip_eps_high, self.params.dual_clip_c)
+        if self.params.loss_aggregation == "token-mean":
             weight, denom = inp.response_lengths.float(), inp.total_response_tokens
         else:
             weight, denom = torch.ones_like(lengths), float(inp.num_sequences)
@@ -72,8 +72,8 @@ class BGPO(OnlineRLObjective):
             "approx_kl": agg(kl_estimate(elbo.detach(), elbo.detach() - delta.detach(), "k3")),
         }
         metrics["clip_fraction"] = metrics["clip_fraction_high"] + metrics["clip_fraction_low"]
-        if inp.ref is not None and args.beta > 0:
-            kl = agg(kl_estimate(elbo, inp.ref.sum(dim=-1) / lengths, args.kl_estimator))
-            loss = loss + args.beta * kl
+        if inp.ref is not None and self.params.beta > 0:
+            kl = agg(kl_estimate(elbo, inp.ref.sum(dim=-1) / lengths, self.params.kl_estimator))
+            loss = loss + self.params.beta * kl
             metrics["kl"] = kl.detach()
         return LossTerms(loss, metrics)

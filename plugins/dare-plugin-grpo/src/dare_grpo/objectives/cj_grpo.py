@@ -1,6 +1,6 @@
 """``cj-grpo``: consistency-trajectory GRPO (Yang et al., "Taming Masked Diffusion Language Models via
 Consistency Trajectory Reinforcement Learning with Fewer Decoding Step", arXiv 2509.23924; DARE
-``llada_dp_actor_cj_grpo``; algorithms.md §3.5).
+``llada_dp_actor_cj_grpo``; docs/algorithms.md §3.5).
 
 Estimator: exact replay of the sampler's decoding trajectory
 (:mod:`dare.diffusion.estimators.trajectory`): the tokens committed at step ``s`` are scored under the
@@ -19,7 +19,7 @@ from __future__ import annotations
 from pydantic import Field
 
 from dare.diffusion.estimators import TrajectoryEstimator
-from dare_grpo.objectives.base import LossTerms, OnlineRLObjective, RLParams, clipped_token_loss
+from dare.rl import LossTerms, OnlineRLObjective, RLParams, clipped_token_loss
 
 __all__ = ["CJGRPO", "CJGRPOParams", "steps_per_block"]
 
@@ -49,14 +49,14 @@ class CJGRPO(OnlineRLObjective):
         shrink = steps_per_block(sampler) if self.params.step_merge else 1
         return TrajectoryEstimator(shrink=shrink)
 
-    def pass_loss(self, inp, args):
-        terms = clipped_token_loss(inp, args)
+    def pass_loss(self, inp):
+        terms = clipped_token_loss(inp, self.params)
         scale = 1.0 / inp.num_passes
         return LossTerms(terms.loss * scale, {k: v * scale for k, v in terms.metrics.items()})
 
     def check(self, ctx, loc):
         problems = super().check(ctx, loc)
-        sampler = ctx.components.get("sampler")
+        sampler = ctx.sampler
         if self.params.step_merge and sampler is not None and steps_per_block(sampler) is None:
             problems.append((f"{loc}.params.step_merge", f"sampler {sampler.name!r} has no gen_length/block_length/steps "
                                                          "params, so its blocks are unknown; set step_merge: false"))

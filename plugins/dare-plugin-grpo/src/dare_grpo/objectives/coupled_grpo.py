@@ -1,12 +1,12 @@
 """``coupled-grpo``: DiffuCoder's coupled-GRPO (Gong et al., "DiffuCoder: Understanding and Improving
 Masked Diffusion Models for Code Generation", arXiv 2506.20639 §4.2; DARE
-``llada_dp_actor_coupled_grpo``; algorithms.md §3.2).
+``llada_dp_actor_coupled_grpo``; docs/algorithms.md §3.2).
 
 Estimator: complementary mask pair with ``t ~ U(t_min, t_max)`` per completion, plus (DARE) the
 fully-masked copy (:mod:`dare.diffusion.estimators.coupled`; ``full_mask_term: false`` is the
 paper's version). The prompt is never masked. **[QUIRK] decided:** no ``set_seed(42)``; ``t`` and
 the masks are fresh per completion and step, from the trainer's mask generator. Loss: token-level
-clipped GRPO with dual clip, token-mean. Recipe defaults (§4.1): G = 8, mu = 1, eps 0.2, beta 0.
+clipped GRPO with dual clip, token-mean. Recipe defaults (docs/algorithms.md §4.1): G = 8, mu = 1, eps 0.2, beta 0.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from __future__ import annotations
 from pydantic import Field, model_validator
 
 from dare.diffusion.estimators import CoupledEstimator
-from dare_grpo.objectives.base import OnlineRLObjective, RLParams, clipped_token_loss
+from dare.rl import OnlineRLObjective, RLParams, clipped_token_loss
 
 __all__ = ["CoupledGRPO", "CoupledGRPOParams"]
 
@@ -39,7 +39,7 @@ class CoupledGRPO(OnlineRLObjective):
 
     def make_estimator(self, family, model_config, sampler):
         p = self.params
-        return CoupledEstimator(p.t_min, p.t_max, p.full_mask_term)
+        return CoupledEstimator(t_min=p.t_min, t_max=p.t_max, full_mask_term=p.full_mask_term)
 
-    def pass_loss(self, inp, args):
-        return clipped_token_loss(inp, args)
+    def pass_loss(self, inp):
+        return clipped_token_loss(inp, self.params)

@@ -1,6 +1,6 @@
 """``d-treerpo``: tree-structured RL with local transition likelihoods (d-TreeRPO, arXiv 2512.09675
 §3, eq. (3)-(8); DARE ``dtreerpo_llada_rollout.py``, ``dtreerpo_algos.py``, ``llada_dp_actor_dtreerpo.py``;
-algorithms.md §3.9).
+docs/algorithms.md §3.9).
 
 Rollout (:mod:`dare_grpo.rollout_tree`): per prompt a tree of partly decoded states, branching at the
 remaining-step counts ``T, T - T/s, ..., 0`` (``s = contraction``): ``num_tree_samples`` children of the
@@ -41,7 +41,7 @@ model has adapters (DARE's ``ref_in_actor``; the recipe trains LoRA r 128 / alph
   rejected when set. The recipe's optimiser (AdamW betas (0.9, 0.99), weight decay 0.1, grad clip 0.2,
   constant lr 3e-5) belongs to the spec's ``train:`` section.
 
-Recipe defaults (§4.2): ``contraction`` 2, ``num_tree_samples`` 4, ``tree_branch_factor`` 4, eps 0.4,
+Recipe defaults (docs/algorithms.md §4.2): ``contraction`` 2, ``num_tree_samples`` 4, ``tree_branch_factor`` 4, eps 0.4,
 ``num_iterations`` (ppo_epochs) 12, beta 0.01 (k3), self-distillation on with lambda_max 3e-3, gamma 2,
 tau_max 2, beta_sd 0.7.
 """
@@ -56,7 +56,7 @@ import torch
 from pydantic import Field
 
 from dare.rl import clipped_policy_loss, kl_estimate, ratio_from_log
-from dare_grpo.objectives.base import LossTerms, OnlineRLObjective, RLParams
+from dare.rl import LossTerms, OnlineRLObjective, RLParams
 
 __all__ = ["DTreeRPO", "DTreeRPOParams", "EdgeLossInput", "sd_schedule", "self_distillation", "sd_pair_count"]
 
@@ -169,7 +169,7 @@ class DTreeRPO(OnlineRLObjective):
         p = self.params
         return [p.num_tree_samples] + [p.tree_branch_factor] * (p.contraction - 1)
 
-    def edge_loss(self, inp: EdgeLossInput, args) -> LossTerms:
+    def edge_loss(self, inp: EdgeLossInput) -> LossTerms:
         """``L`` of the edges in ``inp`` with the whole batch's normalisers (module docstring)."""
         active = inp.active.float()
         l_eff = active.sum(dim=-1).clamp(min=1.0)
@@ -179,7 +179,7 @@ class DTreeRPO(OnlineRLObjective):
             return ((values * active).sum(dim=-1) / l_eff).sum() / n
 
         clipped = clipped_policy_loss(ratio_from_log(inp.current - inp.old), inp.advantages[:, None],
-                                      args.clip_eps_low, args.clip_eps_high, None)
+                                      self.params.clip_eps_low, self.params.clip_eps_high, None)
         loss = edge_mean(clipped.loss)
         metrics = {
             "clip_fraction_high": edge_mean(clipped.clipped_high.float()),
@@ -187,9 +187,9 @@ class DTreeRPO(OnlineRLObjective):
             "approx_kl": edge_mean(kl_estimate(inp.current.detach(), inp.old, "k3")),
         }
         metrics["clip_fraction"] = metrics["clip_fraction_high"] + metrics["clip_fraction_low"]
-        if inp.ref is not None and args.beta > 0:
-            kl = edge_mean(kl_estimate(inp.current, inp.ref, args.kl_estimator))
-            loss = loss + args.beta * kl
+        if inp.ref is not None and self.params.beta > 0:
+            kl = edge_mean(kl_estimate(inp.current, inp.ref, self.params.kl_estimator))
+            loss = loss + self.params.beta * kl
             metrics["kl"] = kl.detach()
         p = self.params
         if p.self_distillation and inp.sd_pairs > 0:
@@ -201,7 +201,7 @@ class DTreeRPO(OnlineRLObjective):
 
     def check(self, ctx, loc):
         problems = super().check(ctx, loc)
-        p, family, sampler = self.params, ctx.family, ctx.components.get("sampler")
+        p, family, sampler = self.params, ctx.family, ctx.sampler
         for key, why in (("group_size", "the tree defines the groups (siblings)"),
                          ("advantage", "advantages are the tree's local advantages")):
             if key in p.model_fields_set:

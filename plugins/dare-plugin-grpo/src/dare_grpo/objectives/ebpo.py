@@ -1,6 +1,6 @@
 """``ebpo``: ELBO-based block-level policy optimisation (LLaDA2.1 technical report, arXiv 2602.08676
 §4, eq. (4)-(5); DARE ``ebpo_actor_mixin.py``, ``_forward_process_ebpo``, ``compute_ebpo_composite_elbo``,
-``compute_policy_loss_ebpo``, ``compute_ebpo_kl``; algorithms.md §3.8).
+``compute_policy_loss_ebpo``, ``compute_ebpo_kl``; docs/algorithms.md §3.8).
 
 Estimator: the all-block composite ELBO (:mod:`dare.diffusion.estimators.blockwise`): ``mc_num`` rows,
 each masking every response block at its own stratified noise level (at least one token per block),
@@ -27,7 +27,7 @@ composite is a per-block-stratified ELBO estimate rather than a block-factorised
 
 **[QUIRK] decided:** DARE exponentiates the unclipped side of the log-domain clip unbounded (``inf``
 for a huge negative-advantage log-ratio of composite sums); here the exponent is capped at
-``dare.rl.kl.MAX_EXP`` (value finite; gradient 0 beyond e^20). Recipe defaults (§4.3/4.4): ``mc_num``
+``dare.rl.kl.MAX_EXP`` (value finite; gradient 0 beyond e^20). Recipe defaults (docs/algorithms.md §4.3/4.4): ``mc_num``
 16, eps 0.2, mu 1, beta 0.
 """
 
@@ -44,7 +44,7 @@ from dare.diffusion.estimators import BlockwiseELBOEstimator, ScoringBatch
 from dare.diffusion.estimators.blockwise import blockwise_passes
 from dare.rl import kl_estimate
 from dare.rl.kl import MAX_EXP
-from dare_grpo.objectives.base import LossTerms, OnlineRLObjective, RLParams
+from dare.rl import LossTerms, OnlineRLObjective, RLParams
 
 __all__ = ["EBPO", "EBPOParams", "ResponseBlockwiseELBOEstimator", "log_clipped_ratio", "ebpo_block_length"]
 
@@ -67,10 +67,13 @@ class ResponseBlockwiseELBOEstimator(BlockwiseELBOEstimator):
     The passes do not depend on the attention mask otherwise, so the scoring batch is unchanged.
     """
 
+    name = "response-blockwise-elbo"
+
     def draw(self, batch: ScoringBatch, generator: torch.Generator | None = None):
         prompt_free = batch.attention_mask.clone()
         prompt_free[:, : batch.prompt_length] = 0
-        return blockwise_passes(replace(batch, attention_mask=prompt_free), self.block_length, self.mc_num, generator)
+        p = self.params
+        return blockwise_passes(replace(batch, attention_mask=prompt_free), p.block_length, p.mc_num, generator)
 
 
 def ebpo_block_length(family, model_config, sampler, requested: int | None) -> int:
@@ -107,26 +110,26 @@ class EBPO(OnlineRLObjective):
         cls = BlockwiseELBOEstimator if family.attention == "block" else ResponseBlockwiseELBOEstimator
         return cls(block_length=block, mc_num=self.params.mc_num)
 
-    def sequence_loss(self, inp, args):
+    def sequence_loss(self, inp):
         valid = inp.response_lengths > 0
         count = valid.float().sum().clamp(min=1.0)
         adv = inp.advantages.float()
         log_ratio = inp.current - inp.old
-        clipped_log = log_clipped_ratio(log_ratio, adv, args.clip_eps_low, args.clip_eps_high)
+        clipped_log = log_clipped_ratio(log_ratio, adv, self.params.clip_eps_low, self.params.clip_eps_high)
         per_seq = -adv * torch.exp(clipped_log.clamp(max=MAX_EXP))
         loss = (per_seq * valid).sum() / count
         with torch.no_grad():
-            high = valid & (adv > 0) & (log_ratio > math.log1p(args.clip_eps_high))
-            low = valid & (adv < 0) & (log_ratio < math.log1p(-args.clip_eps_low))
+            high = valid & (adv > 0) & (log_ratio > math.log1p(self.params.clip_eps_high))
+            low = valid & (adv < 0) & (log_ratio < math.log1p(-self.params.clip_eps_low))
         metrics = {
             "clip_fraction_high": high.float().sum() / count,
             "clip_fraction_low": low.float().sum() / count,
             "approx_kl": (kl_estimate(inp.current.detach(), inp.old, "k3") * valid).sum() / count,
         }
         metrics["clip_fraction"] = metrics["clip_fraction_high"] + metrics["clip_fraction_low"]
-        if inp.ref is not None and args.beta > 0:
-            kl = (kl_estimate(inp.current, inp.ref, args.kl_estimator) * valid).sum() / count
-            loss = loss + args.beta * kl
+        if inp.ref is not None and self.params.beta > 0:
+            kl = (kl_estimate(inp.current, inp.ref, self.params.kl_estimator) * valid).sum() / count
+            loss = loss + self.params.beta * kl
             metrics["kl"] = kl.detach()
         return LossTerms(loss, metrics)
 

@@ -1,6 +1,6 @@
 """``espo``: ELBO-based sequence-level policy optimisation (Ou et al., "Principled and Tractable RL for
 Reasoning with Diffusion Language Models", arXiv 2512.03759; DARE ``llada_dp_actor_espo``,
-``compute_policy_loss_espo``, ``compute_espo_kl``; algorithms.md §3.11).
+``compute_policy_loss_espo``, ``compute_espo_kl``; docs/algorithms.md §3.11).
 
 Estimator: the complementary-mask sequence ELBO with the ``(L + 1)`` denominator, ``mc_num`` MC
 samples, fresh masks at every inner iteration (:mod:`dare.diffusion.estimators.elbo_complement`);
@@ -13,7 +13,7 @@ samples, fresh masks at every inner iteration (:mod:`dare.diffusion.estimators.e
 
 ``|y| = R`` for EOS-padded families. The gradient goes through the scalar-proxy replay (the trainer's
 ``pass_mean`` reduction): exact, with one MC sample in memory. Advantages are RLOO. Defaults are the
-math recipe (§4.2): G = 16, mu = 8, mc_num = 2, beta 1e-3 (k2), eps 0.2; Sudoku used G = 6,
+math recipe (docs/algorithms.md §4.2): G = 16, mu = 8, mc_num = 2, beta 1e-3 (k2), eps 0.2; Sudoku used G = 6,
 beta 1e-2; countdown eps 0. Not replicated: the official k1 "gradient-corrected" form (k1 here is
 the plain estimator of :mod:`dare.rl.kl`).
 """
@@ -26,7 +26,7 @@ from pydantic import Field
 
 from dare.diffusion.estimators import ComplementaryELBOEstimator
 from dare.rl import clipped_policy_loss, kl_estimate, ratio_from_log
-from dare_grpo.objectives.base import LossTerms, OnlineRLObjective, RLParams
+from dare.rl import LossTerms, OnlineRLObjective, RLParams
 
 __all__ = ["ESPO", "ESPOParams"]
 
@@ -52,11 +52,11 @@ class ESPO(OnlineRLObjective):
     def make_estimator(self, family, model_config, sampler):
         return ComplementaryELBOEstimator(mc_num=self.params.mc_num, reduce_var=self.params.reduce_var)
 
-    def sequence_loss(self, inp, args):
+    def sequence_loss(self, inp):
         lengths = inp.response_lengths.float().clamp(min=1.0)
         adv = inp.advantages.float()
         ratio = ratio_from_log((inp.current - inp.old) / lengths)
-        clipped = clipped_policy_loss(ratio, adv, args.clip_eps_low, args.clip_eps_high, args.dual_clip_c)
+        clipped = clipped_policy_loss(ratio, adv, self.params.clip_eps_low, self.params.clip_eps_high, self.params.dual_clip_c)
         loss = clipped.loss.mean()
         metrics = {
             "clip_fraction_high": clipped.clipped_high.float().mean(),
@@ -65,8 +65,8 @@ class ESPO(OnlineRLObjective):
             "approx_kl": kl_estimate(inp.current.detach() / lengths, inp.old / lengths, "k3").mean(),
         }
         metrics["clip_fraction"] = metrics["clip_fraction_high"] + metrics["clip_fraction_low"]
-        if inp.ref is not None and args.beta > 0:
-            kl = (kl_estimate(inp.current, inp.ref, args.kl_estimator) / lengths).mean()
-            loss = loss + args.beta * kl
+        if inp.ref is not None and self.params.beta > 0:
+            kl = (kl_estimate(inp.current, inp.ref, self.params.kl_estimator) / lengths).mean()
+            loss = loss + self.params.beta * kl
             metrics["kl"] = kl.detach()
         return LossTerms(loss, metrics)

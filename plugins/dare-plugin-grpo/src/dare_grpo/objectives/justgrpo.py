@@ -1,6 +1,6 @@
 """``justgrpo``: GRPO on the exact likelihood of autoregressively decoded diffusion LMs (JustGRPO,
 arXiv 2601.15165 §3; DARE ``llada_dp_actor_justgrpo``, recipe ``run_justgrpo_llada_8b_instruct.sh``;
-algorithms.md §3.10).
+docs/algorithms.md §3.10).
 
 Rollout: the spec's sampler decoding strictly left to right, one token per step, sampling each token
 from ``softmax(logits / T)``. The learner then has the *exact* rollout likelihood
@@ -33,7 +33,7 @@ import torch
 from pydantic import Field, ValidationError
 
 from dare.diffusion.estimators import AutoregressiveEstimator
-from dare_grpo.objectives.base import OnlineRLObjective, RLParams, clipped_token_loss
+from dare.rl import OnlineRLObjective, RLParams, clipped_token_loss
 
 __all__ = ["JustGRPO", "JustGRPOParams", "chunk_aggregate", "autoregressive_sampler_problems"]
 
@@ -114,19 +114,19 @@ class JustGRPO(OnlineRLObjective):
     def make_estimator(self, family, model_config, sampler):
         return AutoregressiveEstimator(chunk_size=self.params.chunk_size)
 
-    def pass_loss(self, inp, args):
-        mode = args.loss_aggregation
+    def pass_loss(self, inp):
+        mode = self.params.loss_aggregation
         weights = inp.current.scored
 
         def agg(values: torch.Tensor) -> torch.Tensor:
             return chunk_aggregate(values, weights, mode, inp.response_lengths, inp.total_response_tokens,
                                    inp.num_sequences)
 
-        return clipped_token_loss(inp, args, agg=agg)
+        return clipped_token_loss(inp, self.params, agg=agg)
 
     def check(self, ctx, loc):
         problems = super().check(ctx, loc)
-        sampler = ctx.components.get("sampler")
+        sampler = ctx.sampler
         if sampler is None:
             return problems
         try:

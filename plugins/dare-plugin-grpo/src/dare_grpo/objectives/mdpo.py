@@ -1,7 +1,7 @@
 """``mdpo``: Masked Diffusion Policy Optimization (He et al., "MDPO: Overcoming the Training-Inference
 Divide of Masked Diffusion Language Models", arXiv 2508.13148 §3, eq. (4)-(7); DARE
 ``mdpo_llada_rollout.py``, ``mdpo_algos.py`` (``compute_step_wise_advantage``, ``select_top_k_steps``,
-``compute_mdpo_policy_loss``), ``llada_dp_actor_mdpo.py``; algorithms.md §3.4).
+``compute_mdpo_policy_loss``), ``llada_dp_actor_mdpo.py``; docs/algorithms.md §3.4).
 
 Rollout (:mod:`dare_grpo.rollout_mdpo`): a non-cached categorical sampler that records, for every
 denoising step ``s = 1..T``, the input state ``x^(s)``, the one-shot prediction ``y^(s)`` and the
@@ -39,7 +39,7 @@ like the surrogate, as DARE does. The recipe has the KL off (``beta = 0``; its c
 * Block-attention families are rejected: MDPO's rollout and its step states are full-sequence
   (non-cached, every masked position predicted at once), which block-diffusion attention cannot express.
 
-Recipe defaults (§4.2): ``sample_train_steps`` 16, eps 0.2, ``conf_alg`` llada (Dream: entropy), KL off,
+Recipe defaults (docs/algorithms.md §4.2): ``sample_train_steps`` 16, eps 0.2, ``conf_alg`` llada (Dream: entropy), KL off,
 G = 8, mu = 1.
 """
 
@@ -52,7 +52,7 @@ import torch
 from pydantic import Field
 
 from dare.rl import clipped_policy_loss, group_advantages, kl_estimate, ratio_from_log
-from dare_grpo.objectives.base import LossTerms, OnlineRLObjective, RLParams
+from dare.rl import LossTerms, OnlineRLObjective, RLParams
 from dare_grpo.rollout_mdpo import ConfAlg
 
 __all__ = ["MDPO", "MDPOParams", "StepLossInput", "step_scores", "step_advantages", "select_steps"]
@@ -143,12 +143,12 @@ class MDPO(OnlineRLObjective):
         return dict(gen_length=int(sp.gen_length), steps=int(sp.steps), block_length=getattr(sp, "block_length", None),
                     temperature=float(sp.temperature), top_k=top_k, top_p=top_p, conf_alg=p.conf_alg)
 
-    def step_loss(self, inp: StepLossInput, args) -> LossTerms:
+    def step_loss(self, inp: StepLossInput) -> LossTerms:
         """``L`` of the rows in ``inp`` with the whole batch's normaliser (module docstring)."""
         mask = inp.mask.float()
         lam = inp.completion_length / mask.sum(dim=-1, keepdim=True).clamp(min=1.0)
         clipped = clipped_policy_loss(ratio_from_log(inp.current - inp.old), inp.advantages[:, None],
-                                      args.clip_eps_low, args.clip_eps_high, None)
+                                      self.params.clip_eps_low, self.params.clip_eps_high, None)
         per_token = clipped.loss * lam
         weight = mask * inp.confidence.float()
         denom = max(inp.num_tokens, 1.0)
@@ -158,15 +158,15 @@ class MDPO(OnlineRLObjective):
             "approx_kl": (kl_estimate(inp.current.detach(), inp.old, "k3") * mask).sum() / denom,
         }
         metrics["clip_fraction"] = metrics["clip_fraction_high"] + metrics["clip_fraction_low"]
-        if inp.ref is not None and args.beta > 0:
-            kl = kl_estimate(inp.current, inp.ref, args.kl_estimator)
-            per_token = per_token + args.beta * kl
+        if inp.ref is not None and self.params.beta > 0:
+            kl = kl_estimate(inp.current, inp.ref, self.params.kl_estimator)
+            per_token = per_token + self.params.beta * kl
             metrics["kl"] = (kl.detach() * mask).sum() / denom
         return LossTerms((per_token * weight).sum() / denom, metrics)
 
     def check(self, ctx, loc):
         problems = super().check(ctx, loc)
-        family, sampler = ctx.family, ctx.components.get("sampler")
+        family, sampler = ctx.family, ctx.sampler
         if self.params.dual_clip_c is not None:
             problems.append((f"{loc}.params.dual_clip_c", "MDPO's surrogate has no dual clip; remove dual_clip_c"))
         if family is not None and family.attention != "full":

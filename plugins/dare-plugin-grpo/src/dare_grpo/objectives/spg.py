@@ -1,6 +1,6 @@
 """``spg``: Sandwiched Policy Gradient (Wang et al., "SPG: Sandwiched Policy Gradient for Masked
 Diffusion Language Models", arXiv 2510.09541 §3, eq. (6)-(9); DARE ``llada_dp_actor_spg``,
-``_forward_process_spg``, ``compute_policy_loss_spg``; algorithms.md §3.6).
+``_forward_process_spg``, ``compute_policy_loss_spg``; docs/algorithms.md §3.6).
 
 Estimator: SPG's block-wise corruption (:mod:`dare.diffusion.estimators.random_block`): a random
 completion block ``j`` partly masked (uniform count), later blocks fully masked, the prompt and earlier
@@ -34,7 +34,7 @@ the true log-likelihood, so both push it in the advantage's direction.
   *clean* predecessors, so the corruption of earlier blocks and the "later blocks fully masked" context
   that SPG's surrogates are defined on cannot be expressed (DARE runs SPG on LLaDA/Dream only).
 
-Recipe defaults (§4.2): ``logp_estimation`` mix, ``mix_weight`` 0.5, ``eubo_beta`` 1.5, ``mc_num`` 1,
+Recipe defaults (docs/algorithms.md §4.2): ``logp_estimation`` mix, ``mix_weight`` 0.5, ``eubo_beta`` 1.5, ``mc_num`` 1,
 mu 1, block length = the rollout sampler's (32), ``p_mask_prompt`` 0.15, ``min_t`` 0, ``max_t`` 1.
 """
 
@@ -48,7 +48,7 @@ import torch
 from pydantic import Field, model_validator
 
 from dare.diffusion.estimators import RandomBlockEstimator
-from dare_grpo.objectives.base import LossTerms, OnlineRLObjective, RLParams
+from dare.rl import LossTerms, OnlineRLObjective, RLParams
 
 __all__ = ["SPG", "SPGParams", "JointLossInput", "spg_surrogates", "spg_sequence_logp"]
 
@@ -155,9 +155,10 @@ class SPG(OnlineRLObjective):
     def make_estimator(self, family, model_config, sampler):
         p = self.params
         block = p.block_length or getattr(sampler.params, "block_length", None) or sampler.gen_length
-        return RandomBlockEstimator(int(block), p.mc_num, p.p_mask_prompt, p.min_t, p.max_t)
+        return RandomBlockEstimator(block_length=int(block), mc_num=p.mc_num, p_mask_prompt=p.p_mask_prompt, min_t=p.min_t,
+                                    max_t=p.max_t)
 
-    def joint_loss(self, inp: JointLossInput, args) -> LossTerms:
+    def joint_loss(self, inp: JointLossInput) -> LossTerms:
         """``L`` of the rows in ``inp`` with the whole batch's normaliser (module docstring)."""
         p = self.params
         elbo, eubo = spg_surrogates(inp.token, inp.scored, inp.response_lengths, p.eubo_beta)

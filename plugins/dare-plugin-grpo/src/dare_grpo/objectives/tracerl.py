@@ -1,6 +1,6 @@
 """``tracerl``: trajectory-aware PPO (Wang et al., "Revolutionizing Reinforcement Learning Framework
 for Diffusion Large Language Models", arXiv 2509.06949 §3, the TraceRL policy objective; not in the
-DARE repo, algorithms.md §3.12).
+DARE repo, docs/algorithms.md §3.12).
 
 Estimator: replay of the sampler's trajectory with *trajectory shrinkage* ``s`` (``shrink``): every
 ``s`` neighbouring steps form one transition ``tau^s(t)``, scored under the state before it
@@ -22,7 +22,7 @@ from __future__ import annotations
 from pydantic import Field
 
 from dare.diffusion.estimators import TrajectoryEstimator
-from dare_grpo.objectives.base import LossTerms, OnlineRLObjective, RLParams, clipped_token_loss
+from dare.rl import LossTerms, OnlineRLObjective, RLParams, clipped_token_loss
 
 __all__ = ["TraceRL", "TraceRLParams"]
 
@@ -40,6 +40,6 @@ class TraceRL(OnlineRLObjective):
     def make_estimator(self, family, model_config, sampler):
         return TrajectoryEstimator(shrink=self.params.shrink)
 
-    def pass_loss(self, inp, args):
-        terms = clipped_token_loss(inp, args, mode="sequence-mean", num_sequences=inp.num_sequences)
+    def pass_loss(self, inp):
+        terms = clipped_token_loss(inp, self.params, mode="sequence-mean", num_sequences=inp.num_sequences)
         return LossTerms(terms.loss, {k: v / inp.num_passes for k, v in terms.metrics.items()})

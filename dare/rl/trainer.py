@@ -9,22 +9,25 @@ One optimizer step = one call of :meth:`GRPOTrainer.training_step` per gradient-
    policy (``old``, only when ``num_iterations > 1``: with one iteration the ratio is identically 1
    and ``old = current.detach()`` gives the same value and gradient) and under the reference policy
    (``ref``, when ``beta > 0``). The same passes serve the old, reference and current policies
-   (algorithms.md §9.2).
+   (docs/algorithms.md §9.2).
 2. **update** (inner iteration ``i``): the objective's loss over the passes of iteration ``i``, one
    backward per pass and row chunk (``micro_batch_size``), or the scalar-proxy replay for objectives
-   whose loss depends on the pass mean (see :mod:`dare_grpo.objectives.base`). ``transformers.Trainer``
+   whose loss depends on the pass mean (see :mod:`dare.rl.objective`). ``transformers.Trainer``
    then clips gradients (``max_grad_norm``) and steps the optimizer.
 
 The ``num_iterations`` inner iterations reuse the rollout (the prompt sampler repeats each rollout
-batch, :class:`~dare_grpo.data.RepeatChunkSampler`). Reference policy (``beta > 0``, through
+batch, :class:`~dare.rl.prompts.RepeatChunkSampler`). Reference policy (``beta > 0``, through
 :class:`dare.modeling.lora.ReferencePolicy`): a frozen copy of the initial model, or, for a peft
 model, the same model with its adapters disabled (no second copy).
 
-Randomness: rollouts draw from ``rollout_generator`` and corruptions from ``mask_generator``
-(seeded from ``seed + 1``/``seed + 2``, plus the process index); both states, and a rollout batch
-that is still in use (checkpoint in the middle of its inner iterations), are saved in every
-checkpoint (``rl_state.pt``, one file per process when data-parallel) and restored on resume, so a
-resumed run draws the same completions and masks.
+Randomness (:mod:`dare.randomness`): completion ``j`` of prompt ``i`` is example ``i * G + j``; its rollout
+noise is drawn from a generator keyed by ``(seed, "rollout", step, i * G + j)`` (when the sampler draws
+per row: ``Sampler.supports_row_generators``) and its likelihood-estimator passes of inner iteration ``k``
+from ``(seed, "rl-passes", step, (i * G + j) * num_iterations + k)``. So 1 and N processes draw the same
+completions and masks, nothing random needs checkpointing, and a resumed run recomputes the same keys.
+A checkpoint never falls inside a rollout's inner iterations (a save due there is deferred to the end of
+the rollout, :class:`RolloutBoundarySaves`), so no rollout buffer is saved either. Loss normalisers (scored tokens,
+rows) are summed over processes (:meth:`GRPOTrainer._normalisers`).
 
 Metrics (logged every ``logging_steps``, means over the steps since the last log): ``reward``,
 ``reward_std``, ``reward/<name>``(+``_std``), ``reward_errors``, ``advantage_mean``/``_std``/``_abs``,
@@ -36,60 +39,82 @@ trajectory replay cannot represent), ``clip_fraction`` (+``_low``/``_high``), ``
 
 from __future__ import annotations
 
-import os
 import time
 from typing import Any
 
 import torch
+from transformers import TrainerCallback
 
-from dare.diffusion.estimators import Estimator, Pass, PassScore, ScoringBatch, score_pass
+from dare import distributed
+from dare.components import Estimator
+from dare.diffusion.estimators import Pass, PassScore, ScoringBatch, score_pass
 from dare.modeling.lora import ReferencePolicy
-from dare.rl import group_advantages
-from dare.trainers import DareTrainer
-from dare_grpo.config import GRPOConfig
-from dare_grpo.data import RepeatChunkSampler, collate_prompts
-from dare_grpo.objectives.base import LossTerms, OnlineRLObjective, PassLossInput, SequenceLossInput
-from dare_grpo.rollout import Rollout, sample_completions, score_completions
+from dare.randomness import STREAMS, RowGenerators, key_seed
+from dare.rl.advantages import group_advantages, zero_std_groups
+from dare.rl.losses import LossTerms, PassLossInput, SequenceLossInput
+from dare.rl.prompts import RepeatChunkSampler, collate_prompts
+from dare.rl.rollout import Rollout, sample_completions, score_completions
+from dare.trainers.base import DareTrainer
 
 __all__ = ["GRPOTrainer"]
 
-RL_STATE_FILE = "rl_state.pt"
+class RolloutBoundarySaves(TrainerCallback):
+    """Defer a checkpoint due inside a rollout's inner iterations to the step that ends the rollout, so a
+    checkpoint never needs the rollout buffer (and resume replays whole rollouts)."""
+
+    def __init__(self, num_iterations: int):
+        self.num_iterations = num_iterations
+        self.pending = False
+
+    def on_step_end(self, args, state, control, **kwargs):
+        at_boundary = state.global_step % self.num_iterations == 0
+        if control.should_save and not at_boundary:
+            control.should_save, self.pending = False, True
+        elif self.pending and at_boundary:
+            control.should_save, self.pending = True, False
+        return control
 
 
 class GRPOTrainer(DareTrainer):
-    """Online RL with any :class:`~dare_grpo.objectives.base.OnlineRLObjective` (module docstring).
+    #: Whether this trainer's rollout passes per-row generators to the sampler (subclasses with their own
+    #: decoding loop set False until that loop draws per row).
+    supports_row_generators = True
 
-    :param objective: the RL objective (loss and score reduction).
+    """Online RL with any :class:`~dare.rl.objective.OnlineRLObjective` (module docstring).
+
+    :param objective: the RL objective (loss, score reduction and every RL setting: ``objective.params``,
+        an :class:`~dare.rl.objective.RLParams`).
     :param estimator: its likelihood estimator (``objective.make_estimator(...)``).
     :param sampler: the rollout sampler (``dare.components.Sampler``).
     :param reward: a ``dare.rewards.WeightedReward``.
-    :param train_dataset: a :class:`~dare_grpo.data.PromptDataset`.
+    :param train_dataset: a :class:`~dare.rl.prompts.PromptDataset`.
     Other arguments as :class:`dare.trainers.DareTrainer` (``family`` and ``tokens`` are required).
     """
 
-    args: GRPOConfig
-
-    def __init__(self, *args, objective: OnlineRLObjective, estimator: Estimator, sampler, reward, **kwargs):
+    def __init__(self, *args, objective, estimator: Estimator | None, sampler, reward, **kwargs):
         kwargs.setdefault("data_collator", collate_prompts)
-        super().__init__(*args, **kwargs)
-        self.objective = objective
+        super().__init__(*args, objective=objective, **kwargs)
+        self.params = objective.params
         self.estimator = estimator
         self.sampler = sampler
         self.reward = reward
-        # the sampler draws on the model's device; masks are drawn on the CPU (same masks on any device)
-        # (seeds offset by the process index, so data-parallel workers draw different completions and masks)
-        rank = self.args.process_index
-        self.rollout_generator = torch.Generator(device=self.args.device).manual_seed(self.args.resolved_rollout_seed + rank)
-        self.mask_generator = torch.Generator().manual_seed(self.args.resolved_mask_seed + rank)
+        self.likelihood_temperature = objective.resolved_likelihood_temperature(sampler)
+        # per-example generators (dare.randomness), keyed by (seed, step, completion index) at each rollout
+        self.row_generators = self.supports_row_generators and getattr(sampler, "supports_row_generators", False)
+        self.rollout_generator = None
+        self.mask_generator = None
+        self._keys: tuple[int, list[int]] | None = None  # (rollout step, completion indices) of the current rollout
         self.buffers: dict[tuple[int, ...], Rollout] = {}
-        self.reference = ReferencePolicy(self.accelerator.unwrap_model(self.model)) if self.args.beta > 0 else None
+        if self.params.num_iterations > 1:
+            self.add_callback(RolloutBoundarySaves(self.params.num_iterations))
+        self.reference = ReferencePolicy(self.accelerator.unwrap_model(self.model)) if self.params.beta > 0 else None
 
     # ------------------------------------------------------------------ data order
     def _get_train_sampler(self, train_dataset=None):
         a = self.args
         chunk = a.per_device_train_batch_size * a.gradient_accumulation_steps * a.world_size
         seed = a.data_seed if a.data_seed is not None else a.seed
-        return RepeatChunkSampler(len(train_dataset or self.train_dataset), chunk, a.num_iterations, seed)
+        return RepeatChunkSampler(len(train_dataset or self.train_dataset), chunk, self.params.num_iterations, seed)
 
     # ------------------------------------------------------------------ likelihoods
     def _logits_fn(self, model):
@@ -97,7 +122,7 @@ class GRPOTrainer(DareTrainer):
         return lambda noisy, clean, attn: family.denoiser_logits(model, noisy, clean, attn)
 
     def _row_chunks(self, n: int) -> list[slice]:
-        step = self.args.micro_batch_size or n
+        step = self.params.micro_batch_size or n
         return [slice(i, min(i + step, n)) for i in range(0, n, step)]
 
     @torch.no_grad()
@@ -106,20 +131,38 @@ class GRPOTrainer(DareTrainer):
         fn = self._logits_fn(model)
         out = []
         for pas in passes:
-            parts = [score_pass(fn, batch.rows(r), pas.rows(r), self.args.likelihood_temperature, with_entropy)
+            parts = [score_pass(fn, batch.rows(r), pas.rows(r), self.likelihood_temperature, with_entropy)
                      for r in self._row_chunks(batch.num_rows)]
             entropy = torch.cat([x.entropy for x in parts]) if with_entropy else None
             out.append(PassScore(torch.cat([x.token for x in parts]), pas.scored, entropy))
         return out
 
-    def _draw_passes(self, batch: ScoringBatch) -> list[Pass]:
-        """The estimator's passes for one inner iteration, from the mask generator."""
+    # ------------------------------------------------------------------ per-example randomness
+    def _set_rollout_keys(self, prompt_indices: list[int]) -> None:
+        """Key this rollout's draws: completion ``j`` of prompt ``i`` is example ``i * group_size + j`` at the
+        current step (dare.randomness), so its noise does not depend on the process count or batch split."""
+        G = self.params.group_size
+        completions = [int(i) * G + j for i in prompt_indices for j in range(G)]
+        step = int(self.state.global_step)
+        self._keys = (step, completions)
+        seed = self.args.seed
+        if self.row_generators:
+            self.rollout_generator = RowGenerators.keyed(seed, "rollout", step, completions)
+        else:  # the sampler draws batch-wide: keyed by the step and the rollout's first prompt
+            key = key_seed(seed, STREAMS["rollout"], step, int(prompt_indices[0]) if prompt_indices else 0)
+            self.rollout_generator = torch.Generator(device=self.args.device).manual_seed(key)
+
+    def _draw_passes(self, batch: ScoringBatch, iteration: int = 0) -> list[Pass]:
+        """The estimator's passes of inner iteration ``iteration``, each completion from its own generator."""
+        step, completions = self._keys if self._keys is not None else (0, list(range(batch.num_rows)))
+        n = self.params.num_iterations
+        self.mask_generator = RowGenerators.keyed(self.args.seed, "rl-passes", step, [c * n + iteration for c in completions])
         return self.estimator.draw(batch, self.mask_generator)
 
     # ------------------------------------------------------------------ rollout
     def generate_rollout(self, model, inputs: dict[str, list]) -> Rollout:
         """Sample, score, compute advantages, draw passes and the old/reference scores (module docstring)."""
-        a = self.args
+        a = self.params
         was_training = model.training
         t0 = time.perf_counter()
         batch, gen_stats = sample_completions(
@@ -132,7 +175,7 @@ class GRPOTrainer(DareTrainer):
         )
         advantages = group_advantages(rewards, a.group_size, a.advantage).to(batch.input_ids.device)
         rollout = Rollout(batch=batch, texts=texts, rewards=rewards, reward_parts=parts, advantages=advantages)
-        rollout.passes = [self._draw_passes(batch) for _ in range(a.num_iterations)]
+        rollout.passes = [self._draw_passes(batch, i) for i in range(a.num_iterations)]
         t2 = time.perf_counter()
         model.eval()
         try:
@@ -156,14 +199,13 @@ class GRPOTrainer(DareTrainer):
         return rollout
 
     def _reward_stats(self, rewards, parts, advantages) -> dict[str, float]:
-        groups = rewards.view(-1, self.args.group_size)
         stats = {
             "reward": float(rewards.mean()),
             "reward_std": float(rewards.std()) if rewards.numel() > 1 else 0.0,
             "advantage_mean": float(advantages.mean()),
             "advantage_std": float(advantages.std()) if advantages.numel() > 1 else 0.0,
             "advantage_abs": float(advantages.abs().mean()),
-            "frac_zero_std_groups": float((groups.max(dim=1).values == groups.min(dim=1).values).float().mean()),
+            "frac_zero_std_groups": float(zero_std_groups(rewards, self.params.group_size).float().mean()),
         }
         for name, values in parts.items():
             stats[f"reward/{name}"] = float(values.float().mean())
@@ -179,24 +221,23 @@ class GRPOTrainer(DareTrainer):
         batch, passes = rollout.batch, rollout.passes[iteration]
         fn = self._logits_fn(model)
         lengths = batch.response_lengths
+        num_tokens, num_sequences, response_tokens, world = self._normalisers(passes, batch)
         total, metrics, forwards = 0.0, {}, 0
         entropy_sum, entropy_count = 0.0, 0.0
         for p, pas in enumerate(passes):
-            num_tokens = float(pas.scored.sum())
             for r in self._row_chunks(batch.num_rows):
                 with self.compute_loss_context_manager():
-                    current = score_pass(fn, batch.rows(r), pas.rows(r), self.args.likelihood_temperature, with_entropy=True)
+                    current = score_pass(fn, batch.rows(r), pas.rows(r), self.likelihood_temperature, with_entropy=True)
                 old = rollout.old[iteration][p][r] if rollout.old is not None else current.token.detach()
                 ref = rollout.ref[iteration][p][r] if rollout.ref is not None else None
                 terms = self.objective.pass_loss(
                     PassLossInput(current=current, old=old, ref=ref, advantages=rollout.advantages[r],
                                   response_lengths=lengths[r], pass_index=p, num_passes=len(passes),
-                                  num_tokens=num_tokens, num_sequences=batch.num_rows,
-                                  total_response_tokens=float(lengths.sum())),
-                    self.args,
+                                  num_tokens=num_tokens[p], num_sequences=num_sequences,
+                                  total_response_tokens=response_tokens),
                 )
-                self._backward(terms.loss)
-                total += float(terms.loss.detach())
+                self._backward(terms.loss * world)
+                total += float(terms.loss.detach()) * world
                 self._accumulate(metrics, terms)
                 entropy_sum += float((current.entropy * current.scored).sum())
                 entropy_count += float(current.scored.sum())
@@ -206,7 +247,7 @@ class GRPOTrainer(DareTrainer):
         return total, metrics
 
     def _update_pass_mean(self, model, rollout: Rollout, iteration: int) -> tuple[float, dict[str, float]]:
-        """Scalar-proxy replay of ``L(mean_p s_p)`` with one pass in memory (algorithms.md §3.8).
+        """Scalar-proxy replay of ``L(mean_p s_p)`` with one pass in memory (docs/algorithms.md §3.8).
 
         ``z = mean_p s_p`` is computed without gradient, ``g = dL/dz`` on a leaf copy of ``z``, then
         every pass is replayed with gradient and ``sum_n s_p[n] g[n] / P`` backpropagated: by the
@@ -223,7 +264,6 @@ class GRPOTrainer(DareTrainer):
         terms = self.objective.sequence_loss(
             SequenceLossInput(current=proxy, old=old.detach(), ref=ref, advantages=rollout.advantages,
                               response_lengths=batch.response_lengths),
-            self.args,
         )
         (grad,) = torch.autograd.grad(terms.loss, proxy)
         fn = self._logits_fn(model)
@@ -231,7 +271,7 @@ class GRPOTrainer(DareTrainer):
         for pas in passes:
             for r in self._row_chunks(batch.num_rows):
                 with self.compute_loss_context_manager():
-                    seq = score_pass(fn, batch.rows(r), pas.rows(r), self.args.likelihood_temperature).sequence
+                    seq = score_pass(fn, batch.rows(r), pas.rows(r), self.likelihood_temperature).sequence
                 self._backward((seq * grad[r]).sum() / P)
                 forwards += int((pas.weight[:, r] != 0).flatten(1).any(dim=1).sum())
         metrics: dict[str, float] = {}
@@ -240,6 +280,24 @@ class GRPOTrainer(DareTrainer):
         scored = torch.stack([s.scored for s in scores]).float()
         metrics["entropy"] = float((torch.stack([s.entropy for s in scores]) * scored).sum() / scored.sum().clamp(min=1.0))
         return float(terms.loss.detach()), metrics
+
+    def _normalisers(self, passes: list[Pass], batch: ScoringBatch) -> tuple[list[float], int, float, int]:
+        """The loss normalisers of the whole rollout batch over every process: scored tokens per pass, rows and
+        response tokens, and the world size.
+
+        Each process's loss uses the global normalisers and is multiplied by the world size (DDP averages
+        gradients over processes), so the gradient equals the one-process gradient of the whole batch. When
+        processes hold different numbers of passes (trajectory replay: one pass per denoising step present in
+        the process's rows) the token normaliser of each pass stays per process.
+        """
+        counts = [float(p.scored.sum()) for p in passes]
+        parts = distributed.gather((counts, batch.num_rows, float(batch.response_lengths.sum())))
+        world = len(parts)
+        if all(len(c) == len(counts) for c, _, _ in parts):
+            tokens = [sum(c[p] for c, _, _ in parts) for p in range(len(counts))]
+        else:
+            tokens = [c * world for c in counts]
+        return tokens, sum(n for _, n, _ in parts), sum(t for _, _, t in parts), world
 
     def _backward(self, loss: torch.Tensor) -> None:
         self.accelerator.backward(loss / self.current_gradient_accumulation_steps)
@@ -253,11 +311,12 @@ class GRPOTrainer(DareTrainer):
     def training_step(self, model, inputs: dict[str, Any], num_items_in_batch=None) -> torch.Tensor:
         """Rollout (first inner iteration) + one inner iteration of the objective (module docstring)."""
         model.train()
-        a = self.args
+        a = self.params
         iteration = self.state.global_step % a.num_iterations
         key = tuple(inputs["index"])
         rollout = self.buffers.get(key) if iteration > 0 else None
         if rollout is None:
+            self._set_rollout_keys(list(inputs["index"]))
             rollout = self.generate_rollout(model, inputs)
             self.record(**rollout.stats)
         if iteration < a.num_iterations - 1:
@@ -269,35 +328,5 @@ class GRPOTrainer(DareTrainer):
         loss, metrics = update(model, rollout, iteration)
         metrics["time/update"] = time.perf_counter() - t0
         self.record(**metrics)
-        return torch.tensor(loss / self.current_gradient_accumulation_steps, device=a.device)
-
-    # ------------------------------------------------------------------ checkpointed RL state
-    def rl_state(self) -> dict[str, Any]:
-        """Generator states and the rollout batches still in use (saved with every checkpoint)."""
-        return {
-            "rollout_generator": self.rollout_generator.get_state(),
-            "mask_generator": self.mask_generator.get_state(),
-            "buffers": self.buffers,
-        }
-
-    def load_rl_state(self, state: dict[str, Any]) -> None:
-        """Restore :meth:`rl_state`."""
-        self.rollout_generator.set_state(state["rollout_generator"])
-        self.mask_generator.set_state(state["mask_generator"])
-        self.buffers = dict(state["buffers"])
-
-    def _rl_state_file(self, directory: str) -> str:
-        """``rl_state.pt``, or ``rl_state_<rank>.pt`` per process when training data-parallel."""
-        name = RL_STATE_FILE if self.args.world_size <= 1 else f"rl_state_{self.args.process_index}.pt"
-        return os.path.join(directory, name)
-
-    def _save_rng_state(self, output_dir: str) -> None:
-        super()._save_rng_state(output_dir)
-        os.makedirs(output_dir, exist_ok=True)
-        torch.save(self.rl_state(), self._rl_state_file(output_dir))
-
-    def _load_rng_state(self, checkpoint: str | None) -> None:
-        super()._load_rng_state(checkpoint)
-        path = self._rl_state_file(checkpoint) if checkpoint else None
-        if path and os.path.isfile(path):
-            self.load_rl_state(torch.load(path, weights_only=False))
+        self.guard.observe_loss(loss)
+        return torch.tensor(loss / self.current_gradient_accumulation_steps, device=self.args.device)

@@ -1,0 +1,37 @@
+"""The objective component: a training algorithm (supervised, preference or online RL)."""
+
+from __future__ import annotations
+
+from typing import ClassVar, Literal
+
+from dare.components.base import Component
+
+__all__ = ["Objective"]
+
+
+class Objective(Component):
+    """A training algorithm. ``train(run)`` trains ``run.model`` and returns final metrics.
+
+    ``stage`` tells the runner what the objective needs: ``"supervised"`` (``data.train`` with
+    responses), ``"preference"`` (chosen/rejected pairs) or ``"online_rl"`` (a sampler and rewards).
+    """
+
+    kind = "objective"
+    stage: ClassVar[Literal["supervised", "preference", "online_rl"]] = "supervised"
+
+    def train(self, run) -> dict[str, float]:
+        raise NotImplementedError
+
+    def check(self, ctx, loc: str) -> list[tuple[str, str]]:
+        problems = []
+        spec = ctx.spec
+        if spec.data is None or spec.data.train is None:
+            problems.append(("data.train", f"objective {self.name!r} needs a training dataset; add data.train.path"))
+        if spec.train is None:
+            problems.append(("train", f"objective {self.name!r} needs a train: section (learning_rate, max_steps, ...)"))
+        if self.stage == "online_rl":
+            if spec.sampler is None:
+                problems.append(("sampler", f"objective {self.name!r} rolls out completions; add a sampler: section"))
+            if not spec.rewards:
+                problems.append(("rewards", f"objective {self.name!r} needs at least one reward under rewards:"))
+        return problems

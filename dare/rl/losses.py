@@ -1,0 +1,152 @@
+"""What an RL objective's loss receives and returns, and the clipped token loss most objectives share.
+
+* :class:`PassLossInput`: one pass of the likelihood estimator over a chunk of rows, scored by the
+  current policy (differentiable), with the rollout (``old``) and reference policies' scores, advantages
+  and the whole batch's normalisers;
+* :class:`SequenceLossInput`: the pass-mean sequence scores of the whole batch;
+* :class:`LossTerms`: a loss and metric contributions (summed over passes and chunks by the trainer);
+* :class:`RLParams`: the parameters every RL objective accepts (its ``Params`` derive from it);
+* :func:`clipped_token_loss`: the GRPO token-level clipped surrogate with dual clip and a KL term.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Literal
+
+import torch
+from pydantic import Field
+
+from dare.components import Params
+from dare.diffusion.estimators import PassScore
+from dare.rl.aggregation import Aggregation, aggregate
+from dare.rl.kl import kl_estimate
+from dare.rl.policy_loss import clipped_policy_loss, ratio_from_log
+
+__all__ = ["RLParams", "PassLossInput", "SequenceLossInput", "LossTerms", "clipped_token_loss"]
+
+
+class RLParams(Params):
+    """Parameters every RL objective accepts (DARE recipe defaults, docs/algorithms.md §4.1). The trainer and
+    the losses read them from the objective; the trainer config holds training-loop settings only."""
+
+    group_size: int = Field(8, ge=2, description="Completions per prompt (G).")
+    num_iterations: int = Field(1, ge=1, description="Inner iterations mu per rollout batch (one optimizer step each).")
+    advantage: Literal["grpo", "drgrpo", "rloo"] = Field("grpo", description="Group advantage estimator.")
+    beta: float = Field(0.0, ge=0.0, description="KL coefficient against the reference policy (0 = no reference).")
+    kl_estimator: Literal["k1", "k2", "k3"] = Field("k3", description="KL estimator (dare.rl.kl).")
+    clip_eps_low: float = Field(0.2, ge=0.0, lt=1.0, description="Lower clip epsilon.")
+    clip_eps_high: float = Field(0.2, ge=0.0, description="Upper clip epsilon.")
+    dual_clip_c: float | None = Field(3.0, gt=1.0, description="Dual-clip bound for negative advantages (null = off).")
+    loss_aggregation: Aggregation = Field("token-mean", description="token-mean or sequence-mean.")
+    likelihood_temperature: float | Literal["sampler"] = Field(
+        1.0,
+        description="Temperature of every likelihood (logits / T). 1 = the model's distribution (DARE); "
+        "'sampler' = the rollout sampler's temperature (the decoding-matched likelihood).",
+    )
+    rollout_sampler: dict[str, Any] = Field(
+        default_factory=dict,
+        description="Overrides of sampler.params for training rollouts, e.g. {temperature: 1.0}; evaluation keeps sampler.params.",
+    )
+    rollout_batch_size: int | None = Field(None, gt=0, description="Completions per sampler call (null = all at once).")
+    micro_batch_size: int | None = Field(None, gt=0, description="Completions per likelihood forward/backward (null = all).")
+
+
+
+@dataclass
+class PassLossInput:
+    """What :meth:`OnlineRLObjective.pass_loss` receives for one pass and one chunk of rows.
+
+    * ``current``: the pass scored by the policy being trained (differentiable);
+    * ``old``: ``[n, G]`` float32 token scores under the rollout policy (no gradient; equal to
+      ``current.token.detach()`` when ``num_iterations == 1``);
+    * ``ref``: ``[n, G]`` float32 under the reference policy, or None when ``beta == 0``;
+    * ``advantages``: ``[n]`` float32; ``response_lengths``: ``[n]`` int64 (``|y|``);
+    * ``pass_index``/``num_passes``: this pass and how many the estimate has;
+    * ``num_tokens``: tokens this pass scores in the *whole* rollout batch; ``num_sequences``: rows
+      of the whole batch; ``total_response_tokens``: ``sum |y|`` over the whole batch (global
+      normalisers, so chunk losses add up to the batch loss).
+    """
+
+    current: PassScore
+    old: torch.Tensor
+    ref: torch.Tensor | None
+    advantages: torch.Tensor
+    response_lengths: torch.Tensor
+    pass_index: int
+    num_passes: int
+    num_tokens: float
+    num_sequences: int
+    total_response_tokens: float
+
+
+@dataclass
+class SequenceLossInput:
+    """What :meth:`OnlineRLObjective.sequence_loss` receives (whole rollout batch, ``[N]`` each).
+
+    ``current`` is the mean over passes of the sequence scores (a leaf requiring grad), ``old`` and
+    ``ref`` the same under the rollout and reference policies (``ref`` None when ``beta == 0``).
+    """
+
+    current: torch.Tensor
+    old: torch.Tensor
+    ref: torch.Tensor | None
+    advantages: torch.Tensor
+    response_lengths: torch.Tensor
+
+
+@dataclass
+class LossTerms:
+    """A loss (scalar, to minimise) and metric contributions that the trainer *sums* over passes and
+    row chunks (so each metric should be normalised like the loss)."""
+
+    loss: torch.Tensor
+    metrics: dict[str, torch.Tensor] = field(default_factory=dict)
+
+
+def clipped_token_loss(
+    inp: PassLossInput,
+    params: RLParams,
+    mode: Aggregation | None = None,
+    num_tokens: float | None = None,
+    num_sequences: float | None = None,
+    agg: Callable[[torch.Tensor], torch.Tensor] | None = None,
+) -> LossTerms:
+    """Token-level clipped GRPO loss of one pass plus ``beta`` x KL, aggregated over the scored tokens.
+
+    ``rho_k = exp(l_k - l_k^old)`` per scored token, the clipped surrogate with dual clip
+    (:func:`dare.rl.clipped_policy_loss`), ``+ beta * KL(l, l_ref)`` per token with
+    ``params.kl_estimator``; both aggregated with ``mode`` (default ``params.loss_aggregation``) using the
+    whole batch's normalisers (default: ``inp.num_tokens``/``inp.num_sequences``).
+    Metrics: ``clip_fraction`` (+ ``_low``/``_high``), ``dual_clip_fraction``, ``approx_kl``
+    (k3 of current vs old), ``kl`` (vs reference), with the same aggregation.
+
+    :param agg: ``[B, L] per-token values -> scalar``, replacing that aggregation (e.g. JustGRPO's
+        position chunks, which each see part of the completion but the whole batch's normalisers).
+    """
+    if agg is None:
+        mode = mode or params.loss_aggregation
+        num_tokens = inp.num_tokens if num_tokens is None else num_tokens
+        num_sequences = inp.num_sequences if num_sequences is None else num_sequences
+        weights = inp.current.scored.float()
+
+        def agg(values: torch.Tensor) -> torch.Tensor:
+            return aggregate(values, weights, mode, num_tokens=num_tokens, num_sequences=num_sequences)
+
+    cur = inp.current.token
+    clipped = clipped_policy_loss(
+        ratio_from_log(cur - inp.old), inp.advantages[:, None], params.clip_eps_low, params.clip_eps_high, params.dual_clip_c
+    )
+    loss = agg(clipped.loss)
+    metrics = {
+        "clip_fraction_high": agg(clipped.clipped_high.float()),
+        "clip_fraction_low": agg(clipped.clipped_low.float()),
+        "dual_clip_fraction": agg(clipped.dual_clipped.float()),
+        "approx_kl": agg(kl_estimate(cur.detach(), inp.old, "k3")),
+    }
+    metrics["clip_fraction"] = metrics["clip_fraction_high"] + metrics["clip_fraction_low"]
+    if inp.ref is not None and params.beta > 0:
+        kl = agg(kl_estimate(cur, inp.ref, params.kl_estimator))
+        loss = loss + params.beta * kl
+        metrics["kl"] = kl.detach()
+    return LossTerms(loss=loss, metrics=metrics)

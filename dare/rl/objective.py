@@ -1,0 +1,135 @@
+"""What every online-RL objective shares: parameters, the loss contract and the training skeleton.
+
+The public base of RL objectives, in the core so that any plugin may derive from it
+(``dare new-plugin NAME --kind rl-objective`` renders one). An RL objective is three choices on top of
+:class:`~dare.rl.trainer.GRPOTrainer`:
+
+1. a likelihood **estimator** (:meth:`OnlineRLObjective.make_estimator`, from
+   :mod:`dare.diffusion.estimators`): which corrupted copies score a completion;
+2. a **score reduction** (``score_reduction``):
+
+   * ``"per_pass"``: the loss is a sum of one term per pass (:meth:`OnlineRLObjective.pass_loss`);
+     the trainer runs one forward/backward per pass and row chunk, so memory stays at one pass
+     (d1, coupled-GRPO, BGPO, CJ-GRPO, TraceRL);
+   * ``"pass_mean"``: the loss is a function of the *mean* of the passes' sequence scores
+     (:meth:`OnlineRLObjective.sequence_loss`); the trainer evaluates all passes without gradient,
+     differentiates the loss with respect to that mean, then replays each pass with gradient and
+     backpropagates ``score_p * dL/dmean / P`` (the scalar-proxy replay, docs/algorithms.md §3.8): exact,
+     and memory stays at one pass (ESPO, EBPO);
+3. the **loss** itself, from current/old/reference scores and advantages, using the shared pieces in
+   :mod:`dare.rl` (clip, dual clip, KL estimators, aggregation).
+
+Objectives never branch on a family name. To add one: subclass :class:`OnlineRLObjective`, give it
+``name``, ``Params`` (a subclass of :class:`RLParams` with the recipe's defaults), ``make_estimator`` and
+``pass_loss`` or ``sequence_loss`` (which read their settings from ``self.params``: one schema, validated
+from the spec), and register it with ``register_objectives``. The training skeleton (prompts from
+``data.train``, the trainer, resume, the final save) is :class:`dare.trainers.TrainerObjective`'s. An
+objective that needs its own rollout (tree rollouts, intermediate predictions) returns a
+:class:`~dare.rl.trainer.GRPOTrainer` subclass overriding ``generate_rollout`` from ``trainer_class``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar, Literal
+
+from pydantic import ValidationError
+
+from dare.components import Estimator
+from dare.errors import DataError
+from dare.rl.losses import LossTerms, PassLossInput, RLParams, SequenceLossInput, clipped_token_loss
+from dare.rl.prompts import PromptDataset, collate_prompts
+from dare.spec.problems import pydantic_problems
+from dare.trainers.objective import TrainerObjective
+
+__all__ = [
+    "RLParams",
+    "PassLossInput",
+    "SequenceLossInput",
+    "LossTerms",
+    "OnlineRLObjective",
+    "clipped_token_loss",
+]
+
+
+class OnlineRLObjective(TrainerObjective):
+    """Base of the RL objectives (module docstring). Subclasses set ``name``, ``Params`` and the hooks."""
+
+    stage = "online_rl"
+    Params = RLParams
+    score_reduction: ClassVar[Literal["per_pass", "pass_mean"]] = "per_pass"
+
+    # ------------------------------------------------------------------ hooks
+    def make_estimator(self, family, model_config, sampler) -> Estimator | None:
+        """The likelihood estimator for this run (``sampler`` is the *rollout* sampler)."""
+        raise NotImplementedError
+
+    def pass_loss(self, inp: PassLossInput) -> LossTerms:
+        """Loss term of one pass (``score_reduction = "per_pass"``), from ``self.params``."""
+        raise NotImplementedError
+
+    def sequence_loss(self, inp: SequenceLossInput) -> LossTerms:
+        """Loss of the pass-mean sequence scores (``score_reduction = "pass_mean"``), from ``self.params``."""
+        raise NotImplementedError
+
+    def trainer_class(self) -> type:
+        """The trainer class (default :class:`~dare.rl.trainer.GRPOTrainer`)."""
+        from dare.rl.trainer import GRPOTrainer  # the trainer stack loads only when training
+
+        return GRPOTrainer
+
+    # ------------------------------------------------------------------ rollout sampler
+    def rollout_sampler(self, sampler):
+        """``sampler`` with ``params.rollout_sampler`` overrides applied (a new instance).
+
+        :raises pydantic.ValidationError: overrides the sampler's ``Params`` rejects.
+        """
+        merged = {**sampler.params.model_dump(exclude_unset=True), **self.params.rollout_sampler}
+        return type(sampler)(type(sampler).Params.model_validate(merged))
+
+    def resolved_likelihood_temperature(self, rollout_sampler) -> float:
+        """``likelihood_temperature`` as a number (``"sampler"`` -> the rollout sampler's temperature)."""
+        t = self.params.likelihood_temperature
+        return float(getattr(rollout_sampler.params, "temperature")) if t == "sampler" else float(t)
+
+    # ------------------------------------------------------------------ validation
+    def check(self, ctx, loc: str) -> list[tuple[str, str]]:
+        problems = super().check(ctx, loc)
+        sampler = ctx.sampler
+        if sampler is None:
+            return problems
+        where = f"{loc}.params.rollout_sampler"
+        try:
+            rollout = self.rollout_sampler(sampler)
+        except ValidationError as exc:
+            return problems + pydantic_problems(exc, type(sampler).Params, prefix=where)
+        temperature = getattr(rollout.params, "temperature", None)
+        if temperature is not None and temperature == 0:
+            problems.append((where, "training rollouts are greedy (temperature 0): the completions of a group are "
+                                    "identical and every advantage is 0; set e.g. {temperature: 1.0}"))
+        if self.params.likelihood_temperature == "sampler" and not temperature:
+            problems.append((f"{loc}.params.likelihood_temperature",
+                             "'sampler' needs a rollout sampler with a positive temperature; give a number instead"))
+        return problems
+
+    # ------------------------------------------------------------------ the training skeleton's pieces
+    def build_datasets(self, run) -> dict[str, Any]:
+        """The prompts of ``data.train`` (those with ``len(prompt) + gen_length <= train.max_length``).
+
+        :raises DataError: no prompt fits.
+        """
+        rows = self.rows(run, "train")
+        sampler = self.rollout_sampler(run.sampler)
+        max_length = run.spec.train.max_length
+        dataset = PromptDataset.from_rows(rows, self.prompter(run, "train"), run.tokenizer, max_length, sampler.gen_length)
+        if len(dataset) == 0:
+            raise DataError(f"data.train: no prompt of {run.spec.data.train.path} fits train.max_length={max_length} "
+                            f"with gen_length={sampler.gen_length}; raise train.max_length or lower the sampler's gen_length")
+        return {"train": dataset}
+
+    def data_collator(self, run, datasets):
+        return collate_prompts
+
+    def trainer_kwargs(self, run, datasets) -> dict[str, Any]:
+        sampler = self.rollout_sampler(run.sampler)
+        return {"estimator": self.make_estimator(run.family, run.model.config, sampler), "sampler": sampler,
+                "reward": run.reward}

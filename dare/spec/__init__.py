@@ -1,0 +1,103 @@
+"""The declarative run spec (YAML) and its validation.
+
+A spec has the sections ``model / data / algorithm / sampler / rewards / train / eval / output``
+(docs/run-spec.md). Validation runs before any weights are loaded, in two passes:
+
+1. structure: :class:`RunSpec` (pydantic, ``extra="forbid"`` everywhere; :mod:`dare.spec.models`);
+2. components and semantics (:mod:`dare.spec.resolve`, :mod:`dare.spec.checks`): each ``name`` is
+   resolved in the plugin registry and its ``params`` validated against that component's own
+   ``Params`` model; then cross-field checks (files exist and have the needed columns, the model
+   directory has a ``config.json`` an installed family loads, the tokenizer has a mask token, the
+   sampler fits the family, the output directory does not hold a different run).
+
+Every problem is reported as ``yaml.path: message`` (:mod:`dare.spec.problems`); :func:`load_spec`
+raises one :class:`~dare.errors.SpecError` listing all of them. The package's modules: ``models``
+(structure), ``problems`` (pydantic errors as YAML paths), ``overrides`` (``--set``), ``checks``
+(semantic checks), ``resolve`` (the typed :class:`ResolvedSpec`), ``schema`` (JSON Schema).
+"""
+
+from __future__ import annotations
+
+import os
+
+from pydantic import ValidationError
+
+from dare.errors import SpecError
+from dare.io import resolve_path
+from dare.spec.models import (
+    BenchmarkSpec,
+    ComponentSpec,
+    DataSpec,
+    DatasetSpec,
+    EvalSpec,
+    LoraSpec,
+    ModelSpec,
+    NewModelSpec,
+    OutputSpec,
+    RewardSpec,
+    RunSpec,
+    TrainSpec,
+    spec_hash,
+)
+from dare.spec.overrides import parse_override_value, read_spec_file
+from dare.spec.problems import pydantic_problems
+from dare.spec.resolve import ResolvedBenchmark, ResolvedSpec, SpecContext, resolve_generate, resolve_spec
+from dare.spec.schema import json_schema
+
+__all__ = [
+    "RunSpec",
+    "ModelSpec",
+    "NewModelSpec",
+    "LoraSpec",
+    "DatasetSpec",
+    "DataSpec",
+    "ComponentSpec",
+    "RewardSpec",
+    "TrainSpec",
+    "BenchmarkSpec",
+    "EvalSpec",
+    "OutputSpec",
+    "ResolvedSpec",
+    "ResolvedBenchmark",
+    "SpecContext",
+    "load_spec",
+    "validate_spec",
+    "resolve_spec",
+    "resolve_generate",
+    "spec_hash",
+    "json_schema",
+    "parse_override_value",
+    "pydantic_problems",
+    "resolve_path",
+]
+
+
+def structure(raw: dict, source: str | None = None) -> RunSpec:
+    """First pass: ``raw`` validated against :class:`RunSpec`.
+
+    :raises SpecError: listing every structural problem with its YAML path.
+    """
+    try:
+        return RunSpec.model_validate(raw)
+    except ValidationError as exc:
+        raise SpecError(pydantic_problems(exc, RunSpec), source=source) from None
+
+
+def validate_spec(raw: dict | RunSpec, source: str | None = None, check: bool = True) -> RunSpec:
+    """Validate a spec mapping (both passes, the second only with ``check``). Returns the :class:`RunSpec`.
+
+    :raises SpecError: listing every problem with its YAML path.
+    """
+    spec = raw if isinstance(raw, RunSpec) else structure(raw, source)
+    if check:
+        resolve_spec(spec, source).raise_problems()
+    return spec
+
+
+def load_spec(path: str | os.PathLike, overrides: list[str] | None = None, check: bool = True) -> RunSpec:
+    """Read a YAML run spec, apply ``overrides`` (``dotted.key=value``, value parsed as YAML), validate it
+    structurally and (with ``check``) semantically.
+
+    :raises SpecError: listing every problem with its YAML path.
+    """
+    return validate_spec(read_spec_file(path, overrides), source=str(path), check=check)

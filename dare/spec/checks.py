@@ -1,0 +1,291 @@
+"""Semantic checks of a structurally valid spec (the second validation pass, before any weights load).
+
+Each check appends ``(yaml_path, message)`` problems: the model (``model.path`` is a checkpoint, run or
+adapter directory whose ``config.json`` an installed family loads, whose safetensors headers hold exactly
+the tensors that config implies (no tensor data read; :mod:`dare.modeling.integrity`) and whose tokenizer
+has the family's mask token and fits the embedding; a path that looks local and does not exist is
+reported, never looked up on the hub; ``model.new`` names a family, preset and valid config overrides;
+``model.lora`` targets exist), datasets and benchmark files (exist, have rows and the columns the
+templates use, offsets inside the file), held-out validation rows (disjoint from training and test
+rows), ``train.keep_best`` and ``output.dir`` (writable, and the rules of :mod:`dare.rundir`).
+:func:`dare.spec.resolve.resolve_spec` runs them.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+
+from dare.data import dataset_columns, template_fields
+from dare.data.rows import dataset_rows
+from dare.errors import DareError, SpecError
+from dare.eval.runner import benchmark_path
+from dare.io import looks_local, resolve_path
+from dare.modeling.checkpoint import (
+    ADAPTER_CONFIG,
+    adapter_base,
+    adapter_weights,
+    check_tokenizer_fits,
+    new_config_problems,
+    one_line,
+    trained_model_dir,
+    verify_checkpoint,
+)
+from dare.modeling.lora import resolve_lora_targets
+from dare.rundir import plan_output_dir
+from dare.spec.models import BenchmarkSpec, DatasetSpec, RunSpec, spec_hash
+
+__all__ = [
+    "check_model",
+    "check_lora",
+    "check_dataset",
+    "check_benchmark_data",
+    "check_validation_rows",
+    "check_keep_best",
+    "check_output",
+]
+
+Problems = list[tuple[str, str]]
+
+
+def check_model(ctx, problems: Problems) -> None:
+    """``model.path`` / ``model.new``; sets ``ctx.family`` and ``ctx.model_config`` when they resolve.
+
+    :param ctx: the :class:`~dare.spec.resolve.ResolvedSpec` being built.
+    """
+    spec = ctx.spec
+    reg = ctx.registry
+    if spec.model.new is not None:
+        new = spec.model.new
+        entry = reg.find("model_family", new.family)
+        if entry is None:
+            problems.append(("model.new.family", reg.unknown_message("model_family", new.family)))
+            return
+        ctx.family = entry.create()
+        presets = ctx.family.presets()
+        if new.preset not in presets:
+            problems.append(
+                ("model.new.preset", f"unknown preset {new.preset!r} for {new.family}; available: {', '.join(presets)}")
+            )
+        else:
+            cfg = dict(presets[new.preset])
+            cfg.update(new.config)
+            ctx.model_config = cfg
+        if new.tokenizer != "byte" and not (resolve_path(new.tokenizer) / "tokenizer_config.json").is_file():
+            problems.append(("model.new.tokenizer", f"{new.tokenizer!r} is neither 'byte' nor a tokenizer directory"))
+        elif new.preset in presets and new.config:  # build the config (and a meta-device model): no weights
+            tok = new.tokenizer if new.tokenizer == "byte" else str(resolve_path(new.tokenizer))
+            for key, msg in new_config_problems(ctx.family, new.preset, new.config, tokenizer=tok):
+                problems.append((f"model.new.config.{key}" if key else "model.new.config", msg))
+        return
+    path = spec.model.path
+    p = resolve_path(path)
+    if not looks_local(path):
+        return  # hub id: checked when loading
+    if not p.is_dir():
+        what = f"{path!r} is a file, not a directory" if p.exists() else \
+            f"no such directory {path!r} (a local path, so it is not looked up on the hub; check the spelling)"
+        problems.append(("model.path", f"{what}: model.path takes a checkpoint, run or LoRA adapter directory, or a hub "
+                                       "id (org/name)"))
+        return
+    p = trained_model_dir(p)  # an earlier run's directory: its trained model/
+
+    try:
+        base = adapter_base(p)
+        if base is not None:
+            adapter_weights(p)
+    except DareError as exc:
+        problems.append(("model.path", str(exc)))
+        return
+    if base is not None:  # a LoRA adapter directory: check the base model it names
+        p = resolve_path(base)
+        if not p.is_dir():
+            if Path(base).is_absolute():
+                problems.append(("model.path", f"{path!r} is a LoRA adapter whose base model {base!r} does not exist; "
+                                               "fix base_model_name_or_path in its adapter_config.json"))
+            return
+    cfg_file = p / "config.json"
+    if not cfg_file.is_file():
+        problems.append(("model.path", f"{path!r} has no config.json; point model.path at a checkpoint directory"))
+        return
+    try:
+        cfg = json.loads(cfg_file.read_text())
+        if not isinstance(cfg, dict):
+            raise ValueError("the top level is not a JSON object")
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        problems.append(("model.path", f"{cfg_file} is not valid JSON: {exc}"))
+        return
+    ctx.model_config = cfg
+    mt = cfg.get("model_type")
+    entry = reg.family_for_model_type(mt) if mt else None
+    if entry is None:
+        known = sorted(t for e in reg.entries["model_family"].values() for t in e.cls.model_types)
+        problems.append(
+            ("model.path", f"config.json model_type {mt!r} is not loaded by any installed family; known: {', '.join(known)}")
+        )
+        return
+    ctx.family = entry.create()
+    from transformers import AutoConfig
+
+    try:
+        config = AutoConfig.from_pretrained(str(p))
+    except Exception as exc:  # noqa: BLE001 - a config its own class refuses
+        problems.append(("model.path", f"{cfg_file} is not a valid {mt} config: {one_line(exc)}"))
+        return
+    try:  # safetensors headers and tensor names/shapes against the config (no tensor data read)
+        ctx.family.validate_checkpoint(str(p))
+        verify_checkpoint(p, ctx.family.model_class_for(config), config)
+    except DareError as exc:
+        problems.append(("model.path", str(exc)))
+    except Exception as exc:  # noqa: BLE001 - the model class cannot be built from this config
+        problems.append(("model.path", f"{cfg_file}: a {mt} model cannot be built from this config: {one_line(exc)}"))
+    try:
+        tok = ctx.tokenizer
+    except Exception as exc:  # noqa: BLE001 - report any tokenizer failure as a spec problem
+        problems.append(("model.path", f"could not load the tokenizer from {path!r}: {one_line(exc)}"))
+        return
+    if tok is not None:
+        try:
+            check_tokenizer_fits(config, tok, ctx.family, where=path)
+        except DareError as exc:
+            problems.append(("model.path", str(exc)))
+
+
+def check_lora(ctx, problems: Problems) -> None:
+    """``model.lora``: an adapter ``path`` to continue, or target modules that exist in a meta-device model of
+    the resolved family and config (no weights loaded). Needs :func:`check_model` to have run."""
+    lora = ctx.spec.model.lora
+    if lora is None:
+        return
+    if lora.path is not None:
+        if not (Path(lora.path).expanduser() / ADAPTER_CONFIG).is_file():
+            problems.append(("model.lora.path", f"{lora.path!r} has no {ADAPTER_CONFIG}; point it at a LoRA adapter "
+                                                "directory"))
+        return
+    if ctx.family is None or ctx.model_config is None:
+        return
+    try:
+        from transformers import AutoConfig
+
+        raw = dict(ctx.model_config)
+        model_type = raw.pop("model_type", None)
+        config = AutoConfig.for_model(model_type, **raw) if model_type else ctx.family.config_class()(**raw)
+        with torch.device("meta"):
+            model = ctx.family.model_class_for(config)(config)
+    except Exception:  # noqa: BLE001 - the model check reports broken configs; targets are re-checked at load
+        return
+    try:
+        resolve_lora_targets(model, ctx.family, lora)
+    except SpecError as exc:
+        problems.extend(exc.problems)
+
+
+def check_dataset(ds: DatasetSpec, loc: str, problems: Problems, need_prompt: bool = True) -> None:
+    """A dataset at ``loc``: readable, has the columns its templates use (``prompt`` without a template), and
+    its ``offset`` leaves rows."""
+    try:
+        cols = dataset_columns(ds.path)
+    except DareError as exc:
+        problems.append((f"{loc}.path", str(exc)))
+        return
+    if cols is None:  # hub dataset: checked at load time
+        return
+    needed: dict[str, str] = {}
+    for tname in ("prompt_template", "response_template"):
+        tmpl = getattr(ds, tname)
+        if tmpl is not None:
+            try:
+                for f in template_fields(tmpl):
+                    needed.setdefault(f, f"{loc}.{tname}")
+            except DareError as exc:
+                problems.append((f"{loc}.{tname}", str(exc)))
+    if ds.prompt_template is None and need_prompt:
+        needed.setdefault("prompt", f"{loc}.path")
+    for col, where in needed.items():
+        if col not in cols:
+            problems.append((where, f"{ds.path} has no column {col!r}; its columns are: {', '.join(cols)}"))
+    n = dataset_rows(ds.path, at_most=ds.offset + 1)
+    if n == 0:
+        problems.append((f"{loc}.path", f"{ds.path} has no rows; point {loc}.path at a file with data"))
+    elif ds.offset and n is not None and ds.offset >= n:
+        problems.append((f"{loc}.offset", f"offset {ds.offset} skips every row: {ds.path} has {n} rows; use an "
+                                          f"offset below {n}"))
+
+
+def check_benchmark_data(ev, b: BenchmarkSpec, loc: str, problems: Problems) -> None:
+    """The data file of benchmark ``b`` (evaluator ``ev``): exists and fits its template and offset."""
+    try:
+        path = benchmark_path(ev, b)
+    except DareError as exc:
+        problems.append((f"{loc}.path", str(exc)))
+        return
+    ds = DatasetSpec(path=str(path), prompt_template=b.prompt_template, offset=b.offset)
+    check_dataset(ds, loc, problems)
+
+
+def _rows(offset: int, limit: int | None) -> tuple[float, float]:
+    """Half-open row range ``[offset, offset + limit)`` (``inf`` without a limit)."""
+    return offset, offset + limit if limit is not None else float("inf")
+
+
+def _row_range(offset: int, limit: int | None) -> str:
+    return f"{offset}..{offset + limit - 1}" if limit is not None else f"{offset}..end"
+
+
+def _overlap(a: tuple[float, float], b: tuple[float, float]) -> bool:
+    return max(a[0], b[0]) < min(a[1], b[1])
+
+
+def check_validation_rows(spec: RunSpec, ev, v: BenchmarkSpec, problems: Problems) -> None:
+    """``eval.validation`` must share rows with neither an ``eval.benchmarks`` entry (the test set) nor
+    ``data.train`` (same file, overlapping ``offset``/``limit`` ranges)."""
+    try:
+        vpath = Path(benchmark_path(ev, v)).resolve()
+    except (DareError, OSError):
+        return
+    vrows = _rows(v.offset, v.limit)
+    for i, b in enumerate(spec.eval.resolved):
+        if b.path is None and b.name != v.name:
+            continue  # another evaluator's default file
+        try:
+            bpath = Path(benchmark_path(ev, b)).resolve()  # b.path, or (same evaluator) the shared default
+        except (DareError, OSError):
+            continue
+        if bpath == vpath and _overlap(_rows(b.offset, b.limit), vrows):
+            problems.append(("eval.validation", f"rows {_row_range(v.offset, v.limit)} of {vpath.name} are also rows of "
+                                                f"eval.benchmarks[{i}] (the test set): checkpoints would be selected on "
+                                                "test data; point eval.validation.path at held-out training rows "
+                                                "(e.g. the training file with data.train.limit and this offset)"))
+            return
+    train = spec.data.train if spec.data is not None else None
+    if train is None or resolve_path(train.path).resolve() != vpath:
+        return
+    if _overlap(_rows(train.offset, train.limit), vrows):
+        hint = (f"e.g. data.train.limit: {v.offset}" if train.offset == 0 and v.offset > 0 else
+                "give data.train and eval.validation disjoint offset/limit ranges")
+        problems.append(("eval.validation", f"rows {_row_range(v.offset, v.limit)} of {train.path} are also training rows "
+                                            f"(data.train rows {_row_range(train.offset, train.limit)}): a validation "
+                                            f"score on trained rows cannot select a checkpoint; hold them out, {hint}"))
+
+
+def check_keep_best(spec: RunSpec, problems: Problems) -> None:
+    """``train.keep_best`` needs ``eval.validation`` and ``train.eval_steps <= max_steps``."""
+    t = spec.train
+    if t is None or not t.keep_best:
+        return
+    if spec.eval is None or spec.eval.validation is None:
+        problems.append(("train.keep_best", "keep_best selects the final weights on eval.validation, which is not set; add "
+                                            "eval.validation (held-out training rows, never the test benchmark)"))
+    if t.eval_steps is None:
+        problems.append(("train.keep_best", "keep_best needs in-training evaluations; set train.eval_steps (e.g. 10)"))
+    elif t.eval_steps > t.max_steps:
+        problems.append(("train.eval_steps", f"eval_steps {t.eval_steps} > max_steps {t.max_steps}: keep_best would only "
+                                             "see the evaluation before training; lower train.eval_steps"))
+
+
+def check_output(spec: RunSpec, problems: Problems) -> None:
+    """``output.dir`` rules of :mod:`dare.rundir` (the ``train.resume`` check is the run's, when it trains)."""
+    _, found = plan_output_dir(spec.output.dir, spec_hash(spec), spec.output.overwrite, train=False)
+    problems.extend(found)

@@ -1,0 +1,221 @@
+"""The run spec's structure: pydantic models of the YAML sections, and the spec hash.
+
+A spec has the sections ``model / data / algorithm / sampler / rewards / train / eval / output``
+(docs/run-spec.md). These models are the first validation pass (structure, ``extra="forbid"``
+everywhere); components' ``params`` are validated by each component's own ``Params`` model in the
+second pass (:mod:`dare.spec.resolve`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import typing
+from typing import Any, Literal, Union
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+__all__ = [
+    "RunSpec",
+    "ModelSpec",
+    "NewModelSpec",
+    "LoraSpec",
+    "DatasetSpec",
+    "DataSpec",
+    "ComponentSpec",
+    "RewardSpec",
+    "TrainSpec",
+    "BenchmarkSpec",
+    "EvalSpec",
+    "OutputSpec",
+    "spec_hash",
+]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _no_bool_numbers(cls, value, info):
+        """``true``/``false`` for a number field is a mistake (pydantic would read it as 1/0)."""
+        if isinstance(value, bool):
+            field_info = cls.model_fields.get(info.field_name)
+            todo, kinds = [field_info.annotation if field_info else None], set()
+            while todo:
+                a = todo.pop()
+                kinds.add(a)
+                todo.extend(typing.get_args(a))
+            if bool not in kinds and (int in kinds or float in kinds):
+                raise ValueError(f"expected {'an integer' if int in kinds else 'a number'}, not a boolean")
+        return value
+
+
+# --------------------------------------------------------------------------- model
+class NewModelSpec(_Strict):
+    """Create a fresh, randomly initialised model in the official checkpoint format."""
+
+    family: str = Field(description="Model family name (see `dare plugins`), e.g. llada.")
+    preset: str = Field("tiny", description="Family preset, e.g. tiny.")
+    config: dict[str, Any] = Field(default_factory=dict, description="config.json overrides, e.g. {d_model: 128}.")
+    tokenizer: str = Field(
+        "byte",
+        description="'byte' builds DARE's byte-level tokenizer with the family's special tokens and chat template; "
+        "otherwise a tokenizer directory.",
+    )
+    seed: int = Field(0, description="Seed of the random initialisation.")
+
+
+class LoraSpec(_Strict):
+    """LoRA adapters through peft."""
+
+    r: int = Field(16, gt=0, description="LoRA rank.")
+    alpha: float = Field(32.0, gt=0, description="LoRA alpha (scale = alpha / r).")
+    dropout: float = Field(0.0, ge=0.0, lt=1.0, description="Dropout on the LoRA input.")
+    target_modules: Union[Literal["all-linear"], list[str]] = Field(
+        "all-linear", description="'all-linear' (resolved per family, LM head excluded) or module names."
+    )
+    include_lm_head: bool = Field(False, description="Also adapt the LM head when target_modules is all-linear.")
+    path: str | None = Field(None, description="Existing adapter directory to continue training from.")
+
+
+class ModelSpec(_Strict):
+    """Which model to train or evaluate: a checkpoint (``path``) or a fresh one (``new``)."""
+
+    path: str | None = Field(None, description="Local checkpoint directory or hub id; family from config.json model_type.")
+    new: NewModelSpec | None = Field(None, description="Create a new random model instead of loading one.")
+    dtype: Literal["float32", "bfloat16", "float16"] = Field("float32", description="Weights dtype.")
+    lora: LoraSpec | None = Field(None, description="Train LoRA adapters instead of all weights.")
+
+    @model_validator(mode="after")
+    def _one_source(self):
+        if (self.path is None) == (self.new is None):
+            raise ValueError("give exactly one of model.path (a checkpoint) or model.new (a fresh model)")
+        return self
+
+
+# --------------------------------------------------------------------------- data
+class DatasetSpec(_Strict):
+    """A dataset file (parquet or JSONL, in the data_source/prompt/reward_model/extra_info format)."""
+
+    path: str = Field(description="parquet/JSONL file, 'dare://' packaged asset, or hub dataset id.")
+    split: str = Field("train", description="Split, for hub datasets.")
+    offset: int = Field(0, ge=0, description="Skip the first N rows (with limit: rows offset .. offset+limit-1), e.g. to "
+                        "hold rows out for eval.validation.")
+    limit: int | None = Field(None, gt=0, description="Use only the first N rows (after offset).")
+    prompt_template: str | None = Field(
+        None, description="Jinja template over row fields giving the user message, e.g. '{{ extra_info.puzzle }}'."
+    )
+    response_template: str | None = Field(
+        None, description="Jinja template giving the target response (supervised training)."
+    )
+    chat_template: bool = Field(True, description="Wrap the prompt with the tokenizer's chat template.")
+    system_prompt: str | None = Field(None, description="System message prepended when chat_template is on.")
+
+
+class DataSpec(_Strict):
+    train: DatasetSpec | None = None
+    eval: DatasetSpec | None = Field(None, description="Held-out rows for in-training metrics.")
+
+
+# --------------------------------------------------------------------------- components
+class ComponentSpec(_Strict):
+    name: str = Field(description="Installed component name (see `dare plugins`).")
+    params: dict[str, Any] = Field(default_factory=dict, description="Validated by the component's own Params model.")
+
+
+class RewardSpec(ComponentSpec):
+    weight: float = Field(1.0, description="Weight in the summed reward.")
+
+
+# --------------------------------------------------------------------------- train / eval / output
+class TrainSpec(_Strict):
+    """Optimisation settings shared by every trainer."""
+
+    learning_rate: float = Field(gt=0, description="Peak learning rate (AdamW).")
+    max_steps: int = Field(gt=0, description="Optimizer steps.")
+    per_device_batch_size: int = Field(8, gt=0, description="Examples (or prompts, for RL) per device per step.")
+    gradient_accumulation_steps: int = Field(1, gt=0)
+    seed: int = 0
+    lr_scheduler: Literal["constant", "constant_with_warmup", "linear", "cosine"] = "constant"
+    warmup_ratio: float = Field(0.0, ge=0.0, lt=1.0)
+    weight_decay: float = Field(0.0, ge=0.0)
+    adam_beta1: float = Field(0.9, ge=0.0, lt=1.0)
+    adam_beta2: float = Field(0.999, ge=0.0, lt=1.0)
+    max_grad_norm: float = Field(1.0, gt=0.0, description="Gradient clipping (global norm).")
+    logging_steps: int = Field(10, gt=0)
+    save_steps: int = Field(500, gt=0, description="Checkpoint every N steps (official format + trainer state).")
+    save_total_limit: int | None = Field(2, gt=0)
+    eval_steps: int | None = Field(
+        None, gt=0, description="Evaluate every N steps during training: eval.validation when given, else the first eval benchmark."
+    )
+    eval_limit: int | None = Field(None, gt=0, description="Rows of that benchmark used for in-training evaluation.")
+    keep_best: bool = Field(
+        False,
+        description="End training with the weights that scored the highest eval.validation accuracy among the in-training "
+        "evaluations (every eval_steps, plus one before the first step; ties keep the earliest) instead of the last "
+        "step's. Needs train.eval_steps and eval.validation (never selects on a test benchmark).",
+    )
+    max_length: int | None = Field(None, gt=0, description="Truncate/filter sequences longer than this (tokens).")
+    bf16: bool = Field(False, description="bf16 autocast.")
+    resume: bool = Field(True, description="Resume from the last checkpoint in the output directory, if any.")
+    num_threads: int | None = Field(None, gt=0, description="torch CPU threads (default: torch's choice).")
+    max_nonfinite_steps: int = Field(3, gt=0, description="Optimizer steps with a NaN/Inf loss or gradient that are skipped "
+                                     "in a row before training stops with an error.")
+
+
+class BenchmarkSpec(_Strict):
+    name: str = Field(description="Evaluator (benchmark) name, e.g. gsm8k, sudoku.")
+    path: str | None = Field(None, description="Data file; defaults to the benchmark's file under $DARE_DATA_DIR.")
+    offset: int = Field(0, ge=0, description="Skip the first N rows.")
+    limit: int | None = Field(None, gt=0, description="Use only the first N rows (after offset).")
+    prompt_template: str | None = None
+    chat_template: bool = True
+    system_prompt: str | None = None
+    reward: ComponentSpec | None = Field(None, description="Override the benchmark's reward.")
+
+
+class EvalSpec(_Strict):
+    benchmarks: list[Union[BenchmarkSpec, str]] = Field(description="Benchmarks (names or objects).")
+    validation: BenchmarkSpec | None = Field(
+        None,
+        description="Held-out benchmark scored every train.eval_steps during training (instead of the first benchmark) "
+        "and used by train.keep_best; give it rows that are neither trained on nor in the test benchmarks, e.g. "
+        "training rows held out with data.train.limit and this offset.",
+    )
+    before_train: bool = Field(True, description="With `dare run`: also evaluate the model before training.")
+    batch_size: int = Field(32, gt=0)
+    seed: int = 0
+
+    @property
+    def resolved(self) -> list[BenchmarkSpec]:
+        return [BenchmarkSpec(name=b) if isinstance(b, str) else b for b in self.benchmarks]
+
+
+class OutputSpec(_Strict):
+    dir: str = Field(description="Run directory (checkpoints, final model, metrics, report).")
+    overwrite: bool = Field(False, description="Allow replacing a directory that holds a different run.")
+
+
+class RunSpec(_Strict):
+    """A whole run: model, data, algorithm, sampler, rewards, train, eval, output."""
+
+    model: ModelSpec
+    data: DataSpec | None = None
+    algorithm: ComponentSpec | None = None
+    sampler: ComponentSpec | None = None
+    rewards: list[RewardSpec] = Field(default_factory=list)
+    train: TrainSpec | None = None
+    eval: EvalSpec | None = None
+    output: OutputSpec
+
+
+def spec_hash(spec: RunSpec) -> str:
+    """SHA-256 (first 16 hex digits) of the validated spec, ignoring ``output.overwrite``/``train.resume``."""
+    data = spec.model_dump(mode="json")
+    data["output"].pop("overwrite", None)
+    if data.get("train"):
+        data["train"].pop("resume", None)
+    blob = json.dumps(data, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+

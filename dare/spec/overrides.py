@@ -1,0 +1,100 @@
+"""Reading a spec file and applying command-line overrides (``--set key=value``).
+
+:func:`read_spec_file` returns the raw mapping of a YAML spec with every override applied; values are
+parsed as YAML (:func:`parse_override_value`), list items are addressed by index
+(``eval.benchmarks.0.limit`` or ``eval.benchmarks[0].limit``).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from dare.errors import SpecError
+
+__all__ = ["read_spec_file", "apply_override", "parse_override_value"]
+
+
+def read_spec_file(path: str | os.PathLike, overrides: list[str] | None = None) -> dict[str, Any]:
+    """The YAML mapping of the spec file at ``path`` with ``overrides`` (``dotted.key=value``) applied.
+
+    :raises SpecError: the file is missing, not YAML, not a mapping, or an override is malformed.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise SpecError([("", f"spec file {str(path)!r} does not exist")])
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as exc:
+        raise SpecError([("", f"not valid YAML: {_yaml_error(exc)}")], source=str(path)) from None
+    if not isinstance(raw, dict):
+        raise SpecError([("", "the spec must be a mapping with sections model, data, algorithm, ...")], source=str(path))
+    for ov in overrides or []:
+        apply_override(raw, ov)
+    return raw
+
+
+def _yaml_error(exc: yaml.YAMLError) -> str:
+    """One line for a YAML error: where (line, column, 1-based) and what pyyaml says, without its excerpt."""
+    mark = getattr(exc, "problem_mark", None)
+    where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
+    what = " ".join(str(p) for p in (getattr(exc, "context", None), getattr(exc, "problem", None)) if p)
+    return where + (what or str(exc).splitlines()[0])
+
+
+def parse_override_value(value: str) -> Any:
+    """A ``--set``/``--param`` value: YAML, or the literal string when it is not valid YAML or reads as a
+    mapping from a Jinja ``{{ ... }}`` (e.g. ``prompt_template={{ extra_info.x }}``)."""
+    try:
+        parsed = yaml.safe_load(value)
+    except yaml.YAMLError:
+        return value
+    if isinstance(parsed, dict) and "{{" in value:
+        return value
+    return parsed
+
+
+def apply_override(raw: dict, override: str) -> None:
+    """Set ``dotted.key=value`` in ``raw``; list items by index (``eval.benchmarks.0.limit`` or ``[0]``).
+
+    :raises SpecError: naming the ``--set`` key: no ``=``, an empty segment, an index out of range, or a
+        path through a scalar.
+    """
+    if "=" not in override:
+        raise SpecError([("", f"override {override!r} must look like section.key=value")])
+    key, value = override.split("=", 1)
+    key = key.strip()
+    where = f"--set {key}"
+    parts = re.sub(r"\[(\w*)\]", r".\1", key).split(".")
+    if any(not p for p in parts):
+        raise SpecError([(where, "empty path segment; write e.g. eval.benchmarks.0.limit=8 or eval.benchmarks[0].limit=8")])
+    cur: Any = raw
+    for i, p in enumerate(parts):
+        last = i == len(parts) - 1
+        done = ".".join(parts[:i]) or "<root>"
+        if isinstance(cur, list):
+            if not p.isdigit():
+                raise SpecError([(where, f"{done} is a list; address its items by index (e.g. {done}.0), not {p!r}")])
+            idx = int(p)
+            if idx >= len(cur):
+                have = f"indices 0..{len(cur) - 1}" if cur else "no items"
+                raise SpecError([(where, f"index {idx} is out of range: {done} has {len(cur)} item(s) ({have})")])
+            if last:
+                cur[idx] = parse_override_value(value)
+                return
+            if isinstance(cur[idx], str) and done.endswith("benchmarks"):
+                cur[idx] = {"name": cur[idx]}  # a benchmark given by name: expand to its mapping
+            cur = cur[idx]
+        elif isinstance(cur, dict):
+            if last:
+                cur[p] = parse_override_value(value)
+                return
+            if cur.get(p) is None:
+                cur[p] = [] if parts[i + 1].isdigit() else {}
+            cur = cur[p]
+        else:
+            raise SpecError([(where, f"cannot override inside {done}, which is {cur!r}, not a mapping or list")])

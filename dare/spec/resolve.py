@@ -1,0 +1,204 @@
+"""The second validation pass: a structurally valid spec made into a typed :class:`ResolvedSpec`.
+
+Every component the spec names is looked up in the plugin registry and built with its ``params``
+validated by the component's own ``Params`` model; then the semantic checks of
+:mod:`dare.spec.checks` and each component's own ``check`` run. Nothing here loads weights. The
+result is what :class:`dare.run.Run` consumes and what component ``check`` methods receive.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any
+
+from pydantic import ValidationError
+
+from dare.components import Evaluator, ModelFamily, Objective, Reward, Sampler
+from dare.errors import DareError, PluginError, SpecError
+from dare.io import resolve_path
+from dare.modeling.checkpoint import adapter_base, family_of, trained_model_dir
+from dare.plugins import get_registry
+from dare.spec.checks import (
+    check_benchmark_data,
+    check_dataset,
+    check_keep_best,
+    check_lora,
+    check_model,
+    check_output,
+    check_validation_rows,
+)
+from dare.spec.models import BenchmarkSpec, ComponentSpec, ModelSpec, OutputSpec, RunSpec
+from dare.spec.problems import pydantic_problems
+
+__all__ = ["ResolvedBenchmark", "ResolvedSpec", "SpecContext", "resolve_spec", "resolve_generate"]
+
+
+@dataclass
+class ResolvedBenchmark:
+    """One entry of ``eval.benchmarks`` (or ``eval.validation``) with its components.
+
+    ``reward`` is the benchmark's ``reward:`` override, else the evaluator's default reward with its
+    default params.
+    """
+
+    loc: str
+    spec: BenchmarkSpec
+    evaluator: Evaluator
+    reward: Reward
+
+
+@dataclass
+class ResolvedSpec:
+    """A validated spec with its components built (no weights loaded).
+
+    * ``family``/``model_config``: the model's family adapter and ``config.json`` values (None when they
+      did not resolve; a problem then says why);
+    * ``objective``, ``sampler``: from ``algorithm:``/``sampler:``; ``rewards``: ``(reward, weight)``
+      pairs of ``rewards:``; ``benchmarks``/``validation``: ``eval.benchmarks``/``eval.validation``;
+    * ``problems``: every ``(yaml_path, message)`` found; :meth:`raise_problems` turns them into one
+      :class:`~dare.errors.SpecError`.
+
+    Component ``check(ctx, loc)`` methods receive this object (the spec, its family, config, tokenizer
+    and the other resolved components).
+    """
+
+    spec: RunSpec
+    registry: Any
+    source: str | None = None
+    family: ModelFamily | None = None
+    model_config: dict[str, Any] | None = None
+    objective: Objective | None = None
+    sampler: Sampler | None = None
+    rewards: list[tuple[Reward, float]] = field(default_factory=list)
+    benchmarks: list[ResolvedBenchmark] = field(default_factory=list)
+    validation: ResolvedBenchmark | None = None
+    problems: list[tuple[str, str]] = field(default_factory=list)
+
+    @cached_property
+    def tokenizer(self):
+        """The tokenizer of ``model.path`` (a local directory), or None (``model.new``, hub ids)."""
+        if self.spec.model.path is None:
+            return None
+        p = trained_model_dir(resolve_path(self.spec.model.path))
+        if not p.is_dir():
+            return None
+        if not (p / "tokenizer_config.json").is_file() and adapter_base(p) is not None:
+            p = resolve_path(adapter_base(p))  # a LoRA adapter without tokenizer files: its base model's
+        from transformers import AutoTokenizer
+
+        return AutoTokenizer.from_pretrained(str(p))
+
+    def components(self) -> list[tuple[str, Any]]:
+        """``(yaml_path, component)`` of every resolved component, in spec order."""
+        out: list[tuple[str, Any]] = []
+        if self.objective is not None:
+            out.append(("algorithm", self.objective))
+        if self.sampler is not None:
+            out.append(("sampler", self.sampler))
+        out += [(f"rewards[{i}]", r) for i, (r, _) in enumerate(self.rewards)]
+        for b in self.benchmarks + ([self.validation] if self.validation is not None else []):
+            out += [(b.loc, b.evaluator), (f"{b.loc}.reward", b.reward)]
+        return out
+
+    def raise_problems(self) -> None:
+        """:raises SpecError: listing every problem, when there are any."""
+        if self.problems:
+            raise SpecError(self.problems, source=self.source)
+
+
+#: The name component ``check`` methods were documented with.
+SpecContext = ResolvedSpec
+
+
+def _component(ctx: ResolvedSpec, kind: str, cspec: ComponentSpec, loc: str):
+    """Build the ``kind`` component ``cspec`` names, its params validated; None (and a problem) on failure."""
+    try:
+        entry = ctx.registry.get(kind, cspec.name)
+    except PluginError as exc:
+        ctx.problems.append((f"{loc}.name", str(exc)))
+        return None
+    try:
+        params = entry.cls.Params.model_validate(cspec.params)
+    except ValidationError as exc:
+        ctx.problems.extend(pydantic_problems(exc, entry.cls.Params, prefix=f"{loc}.params"))
+        return None
+    return entry.cls(params)
+
+
+def _benchmark(ctx: ResolvedSpec, b: BenchmarkSpec, loc: str) -> ResolvedBenchmark | None:
+    ev = _component(ctx, "evaluator", ComponentSpec(name=b.name), loc)
+    if ev is None:
+        return None
+    if b.reward is not None:
+        reward = _component(ctx, "reward", b.reward, f"{loc}.reward")
+    else:
+        reward = _component(ctx, "reward", ComponentSpec(name=ev.reward, params=dict(ev.reward_params)), f"{loc}.reward")
+    check_benchmark_data(ev, b, loc, ctx.problems)
+    return None if reward is None else ResolvedBenchmark(loc, b, ev, reward)
+
+
+def resolve_spec(spec: RunSpec, source: str | None = None) -> ResolvedSpec:
+    """Resolve every component of ``spec`` and run all semantic checks (problems collected, not raised)."""
+    ctx = ResolvedSpec(spec=spec, registry=get_registry(), source=source)
+    problems = ctx.problems
+    check_model(ctx, problems)
+    check_lora(ctx, problems)
+    if spec.algorithm is not None:
+        ctx.objective = _component(ctx, "objective", spec.algorithm, "algorithm")
+    if spec.sampler is not None:
+        ctx.sampler = _component(ctx, "sampler", spec.sampler, "sampler")
+    for i, r in enumerate(spec.rewards):
+        reward = _component(ctx, "reward", r, f"rewards[{i}]")
+        if reward is not None:
+            ctx.rewards.append((reward, r.weight))
+    if spec.eval is not None:
+        for i, b in enumerate(spec.eval.resolved):
+            rb = _benchmark(ctx, b, f"eval.benchmarks[{i}]")
+            if rb is not None:
+                ctx.benchmarks.append(rb)
+        v = spec.eval.validation
+        if v is not None:
+            ctx.validation = _benchmark(ctx, v, "eval.validation")
+            if ctx.validation is not None:
+                check_validation_rows(spec, ctx.validation.evaluator, v, problems)
+        if spec.sampler is None:
+            problems.append(("sampler", "eval needs a sampler: section to generate answers"))
+    if spec.data is not None:
+        for split in ("train", "eval"):
+            ds = getattr(spec.data, split)
+            if ds is not None:
+                check_dataset(ds, f"data.{split}", problems)
+    check_output(spec, problems)
+    check_keep_best(spec, problems)
+    for loc, comp in ctx.components():  # component cross-checks, once everything structural passed
+        try:
+            problems.extend(comp.check(ctx, loc))
+        except DareError as exc:
+            problems.append((loc, str(exc)))
+    return ctx
+
+
+def resolve_generate(model_path: str, sampler: str | None, params: dict[str, Any]) -> ResolvedSpec:
+    """What ``dare generate`` checks before loading weights: ``model.path``'s checks, then the sampler
+    (default: the family's official decoder) with its params and its ``check`` against the model.
+
+    :returns: a :class:`ResolvedSpec` with ``family`` and ``sampler`` set, or with ``problems`` (at
+        ``model.path``, ``sampler.name``, ``sampler.params.<key>``, ``sampler``) when they do not resolve.
+    """
+    spec = RunSpec.model_construct(model=ModelSpec.model_construct(path=model_path), output=OutputSpec.model_construct(dir="."))
+    ctx = ResolvedSpec(spec=spec, registry=get_registry())
+    check_model(ctx, ctx.problems)
+    if ctx.problems:
+        return ctx
+    if ctx.family is None:  # a hub id: its config.json decides the family
+        ctx.family = family_of(model_path, ctx.registry)
+    cspec = ComponentSpec(name=sampler or ctx.family.default_sampler, params=params)
+    spec.sampler = cspec
+    ctx.sampler = _component(ctx, "sampler", cspec, "sampler")
+    if ctx.sampler is not None:
+        try:
+            ctx.problems.extend(ctx.sampler.check(ctx, "sampler"))
+        except DareError as exc:
+            ctx.problems.append(("sampler", str(exc)))
+    return ctx

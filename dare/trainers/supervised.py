@@ -1,0 +1,74 @@
+"""Supervised objectives: (prompt, response) examples from ``data.train`` and their collation.
+
+:class:`SupervisedObjective` is the base of objectives that train on responses (masked-diffusion SFT,
+and what ``dare new-plugin NAME --kind objective`` renders): it renders each row of ``data.train`` into
+a prompt and a response (``response_template`` or a ``response``/``completion``/``answer`` column),
+tokenises them (``response + EOS``), drops pairs longer than ``train.max_length``, and batches them with
+the family's padding convention (:class:`dare.data.supervised.SupervisedCollator`; block families pad to
+whole blocks). A subclass provides :meth:`~dare.trainers.objective.TrainerObjective.trainer_class`,
+whose ``compute_loss`` reads batches with the keys ``input_ids``, ``attention_mask``, ``prompt_mask``,
+``loss_mask``, ``response_length`` and ``index`` (the examples' dataset indices).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from dare.data import dataset_columns
+from dare.data.supervised import SupervisedCollator, tokenize_example
+from dare.errors import DareError, DataError
+from dare.trainers.objective import TrainerObjective
+
+__all__ = ["SupervisedObjective", "supervised_collator"]
+
+#: Columns a supervised dataset may hold its responses in (without a response_template).
+RESPONSE_COLUMNS = ("response", "completion", "answer")
+
+
+def supervised_collator(run, longest: int | None) -> SupervisedCollator:
+    """The family's collator for ``run``: whole blocks for block families; for families whose EOS padding is
+    part of the response (LLaDA, Dream), every batch padded to ``longest`` (the dataset's longest example),
+    so an example's loss does not depend on the batch it lands in (``SupervisedCollator``)."""
+    family = run.family
+    return SupervisedCollator(run.tokens, family.pad_in_response, pad_to_multiple_of=family.block_size(run.model.config),
+                              pad_to_length=longest if family.pad_in_response else None)
+
+
+class SupervisedObjective(TrainerObjective):
+    """Trains on ``data.train`` (prompt, response) examples (module docstring)."""
+
+    stage = "supervised"
+
+    def check(self, ctx, loc: str) -> list[tuple[str, str]]:
+        problems = super().check(ctx, loc)
+        ds = ctx.spec.data.train if ctx.spec.data else None
+        if ds is not None and ds.response_template is None:
+            try:
+                cols = dataset_columns(ds.path) or list(RESPONSE_COLUMNS)
+            except DareError:  # reported by the data check
+                cols = list(RESPONSE_COLUMNS)
+            if not any(c in cols for c in RESPONSE_COLUMNS):
+                problems.append(
+                    ("data.train.response_template", f"{self.name} needs responses: set response_template (e.g. "
+                     "'{{ reward_model.ground_truth }}') or use a file with a 'response' column")
+                )
+        return problems
+
+    def build_datasets(self, run) -> dict[str, Any]:
+        rows = self.rows(run, "train")  # before the tokenizer (and the model) loads: bad data fails first
+        prompter = self.prompter(run, "train", with_response=True)
+        max_length = run.spec.train.max_length
+        examples = []
+        for row in rows:
+            ex = tokenize_example(run.tokenizer, prompter.prompt(row), prompter.response(row), run.tokens, max_length)
+            if ex is not None:
+                ex.index = len(examples)
+                examples.append(ex)
+        if not examples:
+            ds = run.spec.data.train
+            raise DataError(f"data.train: no example of {ds.path} fits train.max_length={max_length}; raise "
+                            "train.max_length or remove it")
+        return {"train": examples}
+
+    def data_collator(self, run, datasets):
+        return supervised_collator(run, max(len(e.prompt_ids) + len(e.response_ids) for e in datasets["train"]))

@@ -1,0 +1,200 @@
+"""The layout rules of docs/architecture.md, checked on the source tree.
+
+* the core (``dare/``) has no import cycle, counting every import: module level, inside functions and
+  under ``TYPE_CHECKING`` (a typing-only import is still a dependency between modules);
+* no core module is longer than 450 lines;
+* the core never imports a plugin, and plugins never import each other.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+CORE = ROOT / "dare"
+PLUGINS = ROOT / "plugins"
+MAX_CORE_LINES = 450
+
+
+def _modules(pkg_root: Path, top: Path) -> dict[str, Path]:
+    """Dotted module name -> file, for every ``.py`` under ``pkg_root`` (names relative to ``top``)."""
+    out = {}
+    for p in sorted(pkg_root.rglob("*.py")):
+        parts = p.relative_to(top).with_suffix("").parts
+        name = ".".join(parts[:-1]) if parts[-1] == "__init__" else ".".join(parts)
+        out[name] = p
+    return out
+
+
+def _imports(module: str, path: Path, modules: dict[str, Path] | None = None) -> set[str]:
+    """Every dotted name ``module`` imports (absolute; relative imports resolved), at any depth.
+
+    ``from pkg import a, b`` gives ``pkg.a`` and ``pkg.b``, and ``pkg`` itself unless every name is a
+    submodule in ``modules`` (importing a sibling submodule does not run anything else of ``pkg``).
+    """
+    tree = ast.parse(path.read_text())
+    is_pkg = path.name == "__init__.py"
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                pkg = module.split(".") if is_pkg else module.split(".")[:-1]
+                pkg = pkg[: len(pkg) - (node.level - 1)]
+                base = ".".join(pkg + ([base] if base else []))
+            subs = {f"{base}.{a.name}" for a in node.names}
+            names |= subs
+            if modules is None or not subs <= set(modules):
+                names.add(base)
+    return names
+
+
+def import_graph(modules: dict[str, Path]) -> dict[str, set[str]]:
+    """Module -> modules it depends on: the module an imported name lives in, and that module's enclosing
+    packages (Python runs their ``__init__`` first) except the importer's own enclosing packages."""
+
+    def owner(name: str) -> str | None:
+        parts = name.split(".")
+        for i in range(len(parts), 0, -1):
+            if ".".join(parts[:i]) in modules:
+                return ".".join(parts[:i])
+        return None
+
+    graph: dict[str, set[str]] = {m: set() for m in modules}
+    for m, path in modules.items():
+        for name in _imports(m, path, modules):
+            target = owner(name)
+            if target is not None and target != m:
+                graph[m].add(target)
+            while target is not None and "." in target:
+                target = owner(target.rsplit(".", 1)[0])
+                if target is not None and target != m and not m.startswith(target + "."):
+                    graph[m].add(target)
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components with more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+    counter = [0]
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                found.append(sorted(comp))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_cycle_finder_finds_a_cycle():
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
+    assert cycles(graph) == [["a", "b", "c"]]
+    assert cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_core_has_no_import_cycle():
+    found = cycles(import_graph(_modules(CORE, ROOT)))
+    assert not found, f"import cycles in the core: {found}"
+
+
+def test_no_core_module_over_the_line_limit():
+    long = {str(p.relative_to(ROOT)): n for p in CORE.rglob("*.py") if (n := len(p.read_text().splitlines())) > MAX_CORE_LINES}
+    assert not long, f"core modules over {MAX_CORE_LINES} lines: {long}"
+
+
+def _plugin_packages() -> dict[str, Path]:
+    """Top-level import package of each first-party plugin -> its src directory."""
+    out = {}
+    for src in sorted(PLUGINS.glob("dare-plugin-*/src")):
+        for pkg in src.iterdir():
+            if (pkg / "__init__.py").is_file():
+                out[pkg.name] = pkg
+    return out
+
+
+def test_core_never_imports_a_plugin():
+    plugins = set(_plugin_packages())
+    bad = []
+    for m, path in _modules(CORE, ROOT).items():
+        for name in _imports(m, path):
+            if name.split(".")[0] in plugins:
+                bad.append(f"{m} imports {name}")
+    assert not bad, bad
+
+
+@pytest.mark.parametrize("package", sorted(_plugin_packages()))
+def test_plugins_never_import_each_other(package):
+    pkgs = _plugin_packages()
+    others = set(pkgs) - {package}
+    bad = []
+    for m, path in _modules(pkgs[package], pkgs[package].parent).items():
+        for name in _imports(m, path):
+            if name.split(".")[0] in others:
+                bad.append(f"{m} imports {name}")
+    assert not bad, bad
+
+
+def _plugin_sources() -> list[Path]:
+    return sorted(p for src in PLUGINS.glob("dare-plugin-*/src") for p in src.rglob("*.py"))
+
+
+def test_no_objective_copies_the_training_skeleton():
+    """Objectives override the skeleton's pieces (datasets, trainer class, loss); ``train(run)`` lives in
+    dare/trainers/objective.py only."""
+    bad = []
+    for path in _plugin_sources() + [CORE / "templates" / "plugin" / "objective.py.j2"]:
+        text = path.read_text()
+        tree = ast.parse(text.replace("{{ class_name }}", "X").replace("{{ component }}", "x"))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.FunctionDef) and node.name == "train" and [a.arg for a in node.args.args][:2] == ["self", "run"]:
+                bad.append(f"{path.relative_to(ROOT)}:{node.lineno}")
+    assert not bad, f"objectives defining their own train(run): {bad}"
+
+
+def test_trainer_configs_declare_no_objective_param():
+    """One parameter schema per component: a DareConfig subclass may hold training-loop settings only, never a
+    field that an objective's Params declares."""
+    from dare.plugins import get_registry
+
+    objective_fields = set()
+    for name in get_registry().names("objective"):
+        objective_fields |= set(get_registry().get("objective", name).cls.Params.model_fields)
+    dup = []
+    for path in _plugin_sources() + sorted(CORE.rglob("*.py")):
+        tree = ast.parse(path.read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ClassDef) and any(getattr(b, "id", getattr(b, "attr", "")) in ("DareConfig", "TrainingArguments")
+                                                      for b in node.bases):
+                for stmt in node.body:
+                    if isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name) and stmt.target.id in objective_fields:
+                        dup.append(f"{path.relative_to(ROOT)}: {node.name}.{stmt.target.id}")
+    assert not dup, f"trainer config fields that objectives' Params also declare: {dup}"

@@ -1,0 +1,230 @@
+"""One spec on 1 and on 2 processes (CPU, gloo): the same losses, weights, evaluations and files.
+
+The 2-process runs are launched as a user would (``ACCELERATE_USE_CPU=1 torchrun --nproc_per_node 2
+--no-python dare ...``); the 1-process references run in this process through ``dare.run.Run``. Every
+per-example random draw is keyed by (seed, step, example index) (dare.randomness), so the two must agree
+to float tolerance at every logged step (docs/architecture.md, "Randomness").
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+from safetensors.torch import load_file
+
+pytest.importorskip("dare_llada")
+
+BIN = Path(sys.executable).parent
+TORCHRUN = BIN / "torchrun"
+SUDOKU = {"prompt_template": "{{ extra_info.puzzle }}", "chat_template": False}
+SAMPLER = {"name": "llada", "params": {"gen_length": 17, "block_length": 17, "steps": 17}}
+BENCH = {"name": "sudoku", "limit": 100, **SUDOKU, "reward": {"name": "sudoku", "params": {"require_answer_tags": False}}}
+
+
+def _env(cpu_flag: bool = True) -> dict[str, str]:
+    env = dict(os.environ, HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false", OMP_NUM_THREADS="1")
+    env.pop("ACCELERATE_USE_CPU", None)
+    if cpu_flag:
+        env["ACCELERATE_USE_CPU"] = "1"
+    return env
+
+
+def _write(tmp_path: Path, name: str, spec: dict) -> Path:
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(spec | {"output": {"dir": str(tmp_path / name)}}))
+    return path
+
+
+def _launch(spec_path: Path, command: str = "run", cpu_flag: bool = True) -> subprocess.Popen:
+    cmd = [str(TORCHRUN), "--nproc_per_node", "2", "--standalone", "--no-python", str(BIN / "dare"), command, str(spec_path)]
+    return subprocess.Popen(cmd, env=_env(cpu_flag), cwd=spec_path.parent, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, start_new_session=True)
+
+
+def _two_processes(spec_path: Path, command: str = "run", cpu_flag: bool = True) -> Path:
+    proc = _launch(spec_path, command, cpu_flag)
+    out, err = proc.communicate(timeout=900)
+    assert proc.returncode == 0, (out[-2000:], "\n".join(line for line in err.splitlines() if "rank0" in line or "Error" in line)[-6000:])
+    run_dir = spec_path.parent / spec_path.stem
+    assert list((run_dir / "checkpoints").glob("checkpoint-*/rng_state_1.pth")), "the run did not use 2 processes"
+    return run_dir
+
+
+def _one_process(spec_path: Path, train: bool = True, evaluate: bool = True) -> Path:
+    from dare.run import Run
+
+    before = torch.get_num_threads()
+    try:
+        Run.from_file(str(spec_path)).execute(train=train, evaluate=evaluate)
+    finally:
+        torch.set_num_threads(before)
+    return spec_path.parent / spec_path.stem
+
+
+def _losses(run_dir: Path) -> list[tuple[int, float]]:
+    recs = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    return [(r["step"], r["loss"]) for r in recs if "loss" in r]
+
+
+def _assert_same_losses(a: Path, b: Path, tol: float = 1e-5) -> None:
+    la, lb = _losses(a), _losses(b)
+    assert [s for s, _ in la] == [s for s, _ in lb] and la
+    for (step, x), (_, y) in zip(la, lb):
+        assert abs(x - y) <= tol * max(1.0, abs(x)), f"step {step}: loss {x} (1 process) vs {y} (2 processes)"
+
+
+def _assert_same_weights(a: Path, b: Path, tol: float = 1e-5) -> None:
+    wa, wb = load_file(a / "model" / "model.safetensors"), load_file(b / "model" / "model.safetensors")
+    assert wa.keys() == wb.keys()
+    worst = max(float((wa[k] - wb[k]).abs().max()) for k in wa)
+    assert worst <= tol, f"final weights differ by up to {worst}"
+
+
+def _layout(run_dir: Path) -> list[str]:
+    """Every path under the run directory, per-process RNG files and TensorBoard event names normalised."""
+    out = []
+    for p in sorted(run_dir.rglob("*")):
+        rel = p.relative_to(run_dir).as_posix()
+        rel = re.sub(r"rng_state(_\d+)?\.pth$", "rng_state.pth", rel)
+        rel = re.sub(r"events\.out\.tfevents\..*$", "events.out.tfevents", rel)
+        out.append(rel)
+    return sorted(set(out)) + [f"{len([p for p in run_dir.rglob('events.out.tfevents.*')])} event files"]
+
+
+def _sft_spec(**train) -> dict:
+    return {
+        "model": {"new": {"family": "llada", "preset": "tiny"}},
+        "data": {"train": {"path": "dare://sudoku/train.parquet", "limit": 128, **SUDOKU,
+                           "response_template": "{{ reward_model.ground_truth }}"}},
+        "algorithm": {"name": "sft"},
+        "sampler": SAMPLER,
+        "train": {"learning_rate": 1e-3, "max_steps": 4, "per_device_batch_size": 16, "logging_steps": 1,
+                  "save_steps": 2, "num_threads": 1, "seed": 0, **train},
+        "eval": {"before_train": True, "batch_size": 32, "benchmarks": [BENCH]},
+    }
+
+
+def test_sft_and_evaluation_on_two_processes_equal_one(tmp_path):
+    """4 SFT steps + 100 Sudoku puzzles evaluated before and after: same losses, weights, completions, files."""
+    one = _one_process(_write(tmp_path, "one", _sft_spec()))
+    two = _two_processes(_write(tmp_path, "two", _sft_spec(per_device_batch_size=8)))
+    _assert_same_losses(one, two)
+    _assert_same_weights(one, two)
+    for stage in ("before", "after"):
+        a = json.loads((one / "eval" / f"{stage}.json").read_text())["results"][0]
+        b = json.loads((two / "eval" / f"{stage}.json").read_text())["results"][0]
+        assert b["n"] == 100 and [s["completion"] for s in a["samples"]] == [s["completion"] for s in b["samples"]]
+        assert (a["accuracy"], a["mean_reward"]) == (b["accuracy"], b["mean_reward"])
+    # only the main process wrote: the same paths (one RNG file per process), one TensorBoard event file
+    assert _layout(one) == _layout(two)
+    assert _layout(two)[-1] == "1 event files"
+
+
+def test_gradient_accumulation_equals_one_big_batch(tmp_path):
+    spec = _sft_spec()
+    spec.pop("eval")
+    spec.pop("sampler")
+    big = _one_process(_write(tmp_path, "big", spec), evaluate=False)
+    spec["train"] |= {"per_device_batch_size": 8, "gradient_accumulation_steps": 2}
+    acc = _one_process(_write(tmp_path, "acc", spec), evaluate=False)
+    _assert_same_losses(big, acc)
+    _assert_same_weights(big, acc)
+
+
+def _pairs(path: Path) -> str:
+    import random
+
+    from dare.data import load_rows
+
+    rng = random.Random(0)
+    with open(path, "w") as f:
+        for r in load_rows("dare://sudoku/train.parquet", limit=64):
+            puzzle, solution = r["extra_info"]["puzzle"], r["reward_model"]["ground_truth"]
+            cells = [i for i, c in enumerate(puzzle) if c == "0"]
+            bad = list(solution)
+            for i in rng.sample(cells, 2):
+                bad[i] = rng.choice([d for d in "1234" if d != solution[i]])
+            f.write(json.dumps({"prompt": puzzle, "chosen": solution, "rejected": "".join(bad)}) + "\n")
+    return str(path)
+
+
+def test_dpo_on_two_processes_equals_one_without_the_cpu_variable(tmp_path):
+    """3 VRPO steps; the 2-process launch omits ACCELERATE_USE_CPU: DARE still forms a 2-process CPU group."""
+    spec = {
+        "model": {"new": {"family": "llada", "preset": "tiny"}},
+        "data": {"train": {"path": _pairs(tmp_path / "pairs.jsonl"), "chat_template": False}},
+        "algorithm": {"name": "vrpo", "params": {"estimator": {"name": "mc-elbo", "params": {"mc_num": 2}}}},
+        "train": {"learning_rate": 1e-3, "max_steps": 3, "per_device_batch_size": 8, "logging_steps": 1, "save_steps": 3,
+                  "num_threads": 1, "seed": 0},
+    }
+    one = _one_process(_write(tmp_path, "one", spec), evaluate=False)
+    spec["train"]["per_device_batch_size"] = 4
+    two = _two_processes(_write(tmp_path, "two", spec), "train", cpu_flag=False)
+    _assert_same_losses(one, two)
+    _assert_same_weights(one, two)
+
+
+@pytest.mark.parametrize("objective", ["d1", "tracerl"])
+def test_online_rl_on_two_processes_equals_one(tmp_path, objective):
+    """3 RL steps, 4 prompts x 4 completions per step: each process rolls out its 2 prompts' groups."""
+    spec = {
+        "model": {"new": {"family": "llada", "preset": "tiny"}},
+        "data": {"train": {"path": "dare://sudoku/train.parquet", "limit": 64, **SUDOKU}},
+        "algorithm": {"name": objective, "params": {"group_size": 4}},
+        "sampler": {"name": "llada", "params": {"gen_length": 8, "block_length": 8, "steps": 8, "temperature": 1.0}},
+        "rewards": [{"name": "sudoku", "params": {"require_answer_tags": False}}],
+        "train": {"learning_rate": 1e-3, "max_steps": 3, "per_device_batch_size": 4, "logging_steps": 1, "save_steps": 3,
+                  "num_threads": 1, "seed": 0},
+    }
+    one = _one_process(_write(tmp_path, "one", spec), evaluate=False)
+    spec["train"]["per_device_batch_size"] = 2
+    two = _two_processes(_write(tmp_path, "two", spec), "train")
+    _assert_same_losses(one, two)
+    _assert_same_weights(one, two)
+    rewards = [[json.loads(x).get("reward") for x in (d / "metrics.jsonl").read_text().splitlines()] for d in (one, two)]
+    assert rewards[0] == pytest.approx(rewards[1], abs=1e-6)  # the same completions were rolled out
+
+
+def test_sigkill_on_two_processes_then_resume_is_bit_exact(tmp_path):
+    spec = _sft_spec(max_steps=6, save_steps=2, per_device_batch_size=8)
+    spec.pop("eval")
+    spec.pop("sampler")
+    straight = _two_processes(_write(tmp_path, "straight", spec), "train")
+    killed_spec = _write(tmp_path, "killed", spec)
+    proc = _launch(killed_spec, "train")
+    marker = tmp_path / "killed" / "checkpoints" / "checkpoint-2" / "trainer_state.json"
+    deadline = time.monotonic() + 600
+    while not marker.is_file():
+        assert proc.poll() is None, f"training ended before it could be killed: {proc.stderr.read()[-2000:]}"
+        assert time.monotonic() < deadline, "no checkpoint within 600 s"
+        time.sleep(0.02)
+    os.killpg(proc.pid, signal.SIGKILL)  # torchrun and both workers
+    proc.wait()
+    assert not (tmp_path / "killed" / "model").exists()
+    resumed = _two_processes(killed_spec, "train")
+    a, b = load_file(straight / "model" / "model.safetensors"), load_file(resumed / "model" / "model.safetensors")
+    assert all(torch.equal(a[k], b[k]) for k in a), "resumed weights differ from the uninterrupted 2-process run"
+
+
+def test_accelerate_cpu_launch_of_two_processes_is_refused(tmp_path):
+    """`accelerate launch --cpu --num_processes 2` starts ONE process: a clear error, not a silent run."""
+    accelerate = shutil.which("accelerate", path=str(BIN))
+    spec = _write(tmp_path, "run", _sft_spec())
+    cmd = [accelerate, "launch", "--cpu", "--num_processes", "2", "--num_machines", "1", "--mixed_precision", "no",
+           "--dynamo_backend", "no", str(BIN / "dare"), "train", str(spec)]
+    res = subprocess.run(cmd, env=_env(cpu_flag=False), capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    assert res.returncode != 0
+    assert "starts ONE process" in res.stderr and "torchrun" in res.stderr, res.stderr[-2000:]
+    assert "Traceback" not in res.stderr.split("starts ONE process")[0][-500:]
+    assert not (tmp_path / "run" / "checkpoints").exists()  # refused before training

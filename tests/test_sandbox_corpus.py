@@ -1,0 +1,210 @@
+"""The hostile corpus: every program in tests/sandbox_corpus/ is scored by the ``code`` reward.
+
+Each program defines ``f`` so that the tests (``assert f() == 1`` unless its ``# tests:`` line says
+otherwise) pass exactly when its attack worked; reward hacks try to pass with a wrong ``f``. For
+every program: it scores 0, its run (from the start of its process until every process of it was
+reaped) ends within the time limit plus 1 s, no process of it
+survives, nothing outside its directory is written (a world-writable directory with a sentinel),
+no planted secret (a root-only private key, a variable in this process's environment, /etc/shadow)
+appears in anything it printed, nothing reaches this process's TCP and UDP sockets, its whole
+process tree stayed within its memory limit and its directory within its disk quota, and this
+test process is unchanged.
+
+Configurations: ``auto`` (what the reward uses here: bubblewrap where it works), ``native`` (the
+fallback layers alone, where Landlock ABI 4+ is available) and ``process`` (the caller's uid).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import resource
+import secrets
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from string import Template
+
+import pytest
+
+from dare.rewards.code import PRELUDE, code_outcome
+from dare.rewards.sandbox import SandboxLimits, landlock, procfs
+from dare.rewards.sandbox.isolation import Isolation, resolve_isolation
+from dare.rewards.sandbox.launch import RUNNER
+
+CORPUS = Path(__file__).parent / "sandbox_corpus"
+CASES = sorted(CORPUS.glob("[0-9][0-9]_*.py"))
+LIMITS = SandboxLimits(timeout_s=2.0, cpu_time_s=4, memory_mb=512, max_processes=8, max_file_mb=8, max_disk_mb=32)
+#: over the memory limit before the 10 ms watchdog acts (the largest jump seen between two checks
+#: is a few tens of MiB); disk under bubblewrap is exact (tmpfs size)
+MEMORY_SLACK_MB = 128
+DISK_SLACK_MB = 64
+#: the program's run (fork to last reap) must end within the time limit plus 1 s; starting the
+#: interpreter and bubblewrap before it takes ~0.3 s here, more when the machine is busy
+STARTUP_SLACK_S = 5.0
+#: the slow configurations run the whole corpus again; make test runs these cases in them
+#: attacks that only need the caller's rights: outside the sandbox they succeed (the control)
+CONTROL = {"14", "15", "16", "17", "26", "27", "28", "39"}
+NATIVE_FAST = {"04", "05", "09", "14", "15", "16", "18", "19", "20", "21", "26", "27", "28", "31", "33", "39", "41"}
+
+
+def test_corpus_is_complete():
+    """At least the 25 programs of the review plus additions, numbered without gaps."""
+    numbers = [int(p.name[:2]) for p in CASES]
+    assert len(CASES) >= 40 and numbers == list(range(1, len(CASES) + 1))
+
+
+@pytest.fixture(scope="module")
+def planted(tmp_path_factory):
+    """Secrets and targets outside the sandbox: a root-only key, an environment variable of this
+    process, a world-writable directory with a sentinel, a TCP and a UDP socket."""
+    root = tmp_path_factory.mktemp("corpus")
+    private = root / "private"
+    private.mkdir(mode=0o700)
+    key_token = secrets.token_hex(16)
+    key = private / "id_ed25519"
+    key.write_text(f"-----BEGIN OPENSSH PRIVATE KEY-----\n{key_token}\n-----END OPENSSH PRIVATE KEY-----\n")
+    key.chmod(0o600)
+    outside = root / "outside"
+    outside.mkdir()
+    outside.chmod(0o777)  # only the sandbox may stop writes here, not this directory's permissions
+    (outside / "sentinel.txt").write_text("intact")
+    env_name, env_token = f"DARE_CORPUS_SECRET_{secrets.token_hex(4).upper()}", secrets.token_hex(16)
+    os.environ[env_name] = env_token
+    tcp = socket.socket()
+    tcp.bind(("127.0.0.1", 0))
+    tcp.listen(8)
+    tcp.setblocking(False)
+    udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    udp.bind(("127.0.0.1", 0))
+    udp.setblocking(False)
+    try:
+        yield {
+            "values": {
+                "OUTSIDE": str(outside),
+                "SECRET_FILE": str(key),
+                "SECRET_ENV_NAME": env_name,
+                "CALLER_DIR": str(Path(__file__).parent),
+                "TCP_PORT": str(tcp.getsockname()[1]),
+                "UDP_PORT": str(udp.getsockname()[1]),
+                "MEMORY_MB": str(LIMITS.memory_mb),
+                "MAX_DISK_MB": str(LIMITS.max_disk_mb),
+                "RUNNER": RUNNER,
+            },
+            "secrets": [key_token, env_token],
+            "outside": outside,
+            "tcp": tcp,
+            "udp": udp,
+        }
+    finally:
+        del os.environ[env_name]
+        tcp.close()
+        udp.close()
+
+
+def _split(source: str) -> tuple[str, str]:
+    """The program (without its ``# tests:`` line, which it must not see) and its tests."""
+    found = re.search(r"^# tests: (.*)$\n", source, re.MULTILINE)
+    if found is None:
+        return source, "assert f() == 1\n"
+    return source.replace(found.group(0), ""), found.group(1).replace("\\n", "\n") + "\n"
+
+
+def _state() -> tuple:
+    kinds = (resource.RLIMIT_NPROC, resource.RLIMIT_AS, resource.RLIMIT_CPU, resource.RLIMIT_FSIZE)
+    env = {k: v for k, v in os.environ.items() if k != "PYTEST_CURRENT_TEST"}
+    return os.getpid(), os.getuid(), os.getcwd(), env, [resource.getrlimit(k) for k in kinds]
+
+
+def _survivors(result) -> list[int]:
+    found = []
+    if result.pidns:
+        found += procfs.in_namespace(result.pidns)
+    elif result.pid > 0:
+        found += procfs.session_members(result.pid)
+    if result.layers.get("uid") is not None:
+        found += procfs.owned_by(result.layers["uid"])
+    return found
+
+
+def _shadow_lines() -> list[str]:
+    try:
+        with open("/etc/shadow") as f:
+            return [line.strip() for line in f if line.count(":") > 3 and len(line.split(":")[1]) > 8]
+    except OSError:
+        return []
+
+
+def _isolation(config: str) -> Isolation:
+    auto = resolve_isolation("auto")
+    if config == "auto":
+        return auto
+    if config == "native":
+        if landlock.abi_version() < 4:
+            pytest.skip("the native layers meet this bar only with Landlock ABI 4+ (reads, writes, TCP)")
+        return Isolation(auto.mode, auto.read_all, bwrap=False)
+    return resolve_isolation("process")
+
+
+def run_case(path: Path, planted: dict, config: str) -> None:
+    """Score one corpus program and assert everything the module docstring lists."""
+    iso = _isolation(config)
+    program, tests = _split(Template(path.read_text()).safe_substitute(planted["values"]))
+    sample = {"data_source": "corpus", "prompt": "def f():", "reward_model": {"ground_truth": tests}}
+    before = _state()
+    started = time.monotonic()
+    outcome = code_outcome(f"```python\n{program}\n```", sample, LIMITS, per_test_timeout_s=LIMITS.timeout_s,
+                           isolation=iso)
+    seconds = time.monotonic() - started
+    result = outcome.result
+    printed = result.stdout + result.stderr + result.tests_stderr
+    assert outcome.score == 0.0, printed[-2000:]
+    assert result.run_s <= LIMITS.timeout_s + 1.0, f"ran {result.run_s:.2f} s"
+    assert seconds <= LIMITS.timeout_s + STARTUP_SLACK_S, f"took {seconds:.2f} s"
+    time.sleep(0.05)  # a killed process leaves /proc a moment later
+    assert _survivors(result) == []
+    assert sorted(p.name for p in planted["outside"].iterdir()) == ["sentinel.txt"]
+    assert (planted["outside"] / "sentinel.txt").read_text() == "intact"
+    for secret in planted["secrets"] + _shadow_lines():
+        assert secret not in printed
+    with pytest.raises(BlockingIOError):
+        planted["tcp"].accept()
+    with pytest.raises(BlockingIOError):
+        planted["udp"].recvfrom(64)
+    assert result.peak_memory_mb <= LIMITS.memory_mb + MEMORY_SLACK_MB
+    assert result.peak_disk_mb <= LIMITS.max_disk_mb + (0 if result.layers.get("bwrap") else DISK_SLACK_MB)
+    assert _state() == before
+
+
+@pytest.mark.parametrize("path", CASES, ids=[p.stem for p in CASES])
+def test_corpus(path, planted):
+    run_case(path, planted, "auto")
+
+
+@pytest.mark.parametrize("path", [p for p in CASES if p.name[:2] in NATIVE_FAST], ids=lambda p: p.stem)
+def test_corpus_native_subset(path, planted):
+    """The fallback layers (no bubblewrap) on the cases that differ most between the two."""
+    run_case(path, planted, "native")
+
+
+@pytest.mark.parametrize("number", sorted(CONTROL))
+def test_attacks_work_without_the_sandbox(number, planted, tmp_path):
+    """The corpus can fail: run as this user in one namespace with its tests (as rLLM's runner
+    does), outside the sandbox, each of these programs passes its tests."""
+    if number in ("14", "15") and os.geteuid() != 0:
+        pytest.skip("reading /etc/shadow and a root-only key needs root outside the sandbox")
+    path = next(p for p in CASES if p.name.startswith(number))
+    program, tests = _split(Template(path.read_text()).safe_substitute(planted["values"]))
+    done = subprocess.run([sys.executable, "-I", "-c", f"{PRELUDE}\n{program}\n{tests}"], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr[-2000:]
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(os.environ.get("DARE_SLOW") != "1", reason="slow: set DARE_SLOW=1")
+@pytest.mark.parametrize("config", ["native", "process"])
+@pytest.mark.parametrize("path", CASES, ids=[p.stem for p in CASES])
+def test_corpus_other_configurations(path, config, planted):
+    run_case(path, planted, config)
