@@ -131,3 +131,23 @@ def test_kv_cache_matches_full_pass(tiny_llada_dir):
         ref = lm.model(x, attention_bias=bias).logits
     assert torch.allclose(rest, ref[:, 6:], atol=1e-5)
     assert full.shape == (2, 10, lm.model.config.embedding_size)
+
+
+def test_replace_position_runs_a_span_against_the_cache(tiny_llada_dir):
+    """Fast-dLLM's dual-cache argument: the input takes the place of the marked cached positions. On an
+    unchanged sequence that is the full pass (keys are re-rotated, so any span and any depth are exact)."""
+    lm = load_model(tiny_llada_dir)
+    x = torch.randint(3, 200, (2, 10))
+    am = torch.tensor([[0, 0] + [1] * 8, [1] * 10])
+    with torch.no_grad():
+        full = lm.model(x, attention_mask=am, use_cache=True)
+        for s, e in ((3, 6), (3, 10), (0, 10)):
+            replace = torch.zeros(2, 10, dtype=torch.bool)
+            replace[:, s:e] = True
+            part = lm.model(x[:, s:e], attention_mask=am, past_key_values=full.past_key_values,
+                            replace_position=replace).logits
+            torch.testing.assert_close(part, full.logits[:, s:e], rtol=1e-5, atol=1e-5)
+        with pytest.raises(ValueError, match="needs past_key_values"):
+            lm.model(x[:, 3:6], replace_position=replace)
+        with pytest.raises(ValueError, match="input has 3 tokens"):
+            lm.model(x[:, 3:6], past_key_values=full.past_key_values, replace_position=replace)

@@ -1,5 +1,5 @@
 """Shared decoding pieces: transfer schedules, Gumbel sampling, token proposals, remasking rules, block
-canvases, trajectory records.
+canvases, parallel-decoding rules, the block-wise KV cache, trajectory records.
 
 Samplers in family plugins are assembled from these functions, so a schedule or remasking rule is
 written (and tested) once.
@@ -17,6 +17,8 @@ from dare.sampling.tokens import (
 )
 from dare.sampling.canvas import BlockCanvas, block_canvas, left_padding_problem
 from dare.sampling.remasking import confidence_scores, topk_transfer
+from dare.sampling.parallel import factor_transfer, threshold_transfer
+from dare.sampling.kv_cache import CACHE_MODES, BlockKVCache, kv_logits_of
 from dare.sampling.trajectory import Trajectory, completion_mask
 
 __all__ = [
@@ -36,6 +38,11 @@ __all__ = [
     "left_padding_problem",
     "confidence_scores",
     "topk_transfer",
+    "threshold_transfer",
+    "factor_transfer",
+    "CACHE_MODES",
+    "BlockKVCache",
+    "kv_logits_of",
     "Trajectory",
     "completion_mask",
 ]

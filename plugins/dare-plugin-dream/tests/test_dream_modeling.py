@@ -203,8 +203,38 @@ def test_gradient_checkpointing_gives_the_same_gradients():
     torch.testing.assert_close(grads[0], grads[1], rtol=0, atol=1e-6)
 
 
-def test_output_attentions_and_kv_cache_are_refused(tiny):
+def test_output_attentions_is_refused_and_cache_arguments_must_fit(tiny):
     with pytest.raises(ValueError, match="output_attentions"):
         tiny(torch.tensor([[3, 4]]), output_attentions=True)
-    with pytest.raises(ValueError, match="KV cache"):
-        tiny(torch.tensor([[3, 4]]), None, None, [(torch.zeros(1), torch.zeros(1))])
+    with pytest.raises(ValueError, match="replace_position needs past_key_values"):
+        tiny(torch.tensor([[3, 4]]), replace_position=torch.tensor([[True, True]]))
+    past = tiny(torch.tensor([[3, 4, 5, 6]]), use_cache=True).past_key_values
+    with pytest.raises(ValueError, match="same contiguous span"):
+        tiny(torch.tensor([[3, 4]]), past_key_values=past, replace_position=torch.tensor([[True, False, True, False]]))
+    with pytest.raises(ValueError, match="input has 2 tokens"):
+        tiny(torch.tensor([[3, 4]]), past_key_values=past, replace_position=torch.tensor([[False, True, True, True]]))
+
+
+def test_kv_cache_append_matches_a_pass_whose_prefix_cannot_see_the_suffix(tiny):
+    x = torch.randint(3, 200, (2, 10))
+    with torch.no_grad():
+        prefix = tiny(x[:, :6], use_cache=True)
+        rest = tiny(x[:, 6:], past_key_values=prefix.past_key_values).logits
+        mask = torch.ones(1, 1, 10, 10, dtype=torch.bool)
+        mask[..., :6, 6:] = False
+        ref = tiny(x, attention_mask=mask).logits
+    assert len(prefix.past_key_values) == 2 and prefix.past_key_values[0][0].shape == (2, 2, 6, 16)
+    torch.testing.assert_close(rest, ref[:, 6:], rtol=0, atol=1e-5)
+
+
+@pytest.mark.parametrize("span", [(0, 10), (4, 7), (4, 10), (9, 10)])
+def test_replace_position_on_an_unchanged_sequence_equals_the_full_pass(tiny, span):
+    """Keys after RoPE are cached, so re-running any span against a cache of the same tokens is exact."""
+    x = torch.randint(3, 200, (2, 10))
+    s, e = span
+    replace = torch.zeros(2, 10, dtype=torch.bool)
+    replace[:, s:e] = True
+    with torch.no_grad():
+        full = tiny(x, use_cache=True)
+        part = tiny(x[:, s:e], past_key_values=full.past_key_values, replace_position=replace).logits
+    torch.testing.assert_close(part, full.logits[:, s:e], rtol=0, atol=1e-5)

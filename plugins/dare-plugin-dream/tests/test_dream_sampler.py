@@ -81,7 +81,7 @@ def _distribution_stub():
         probs[..., 4] = 0.0
         for pos, p in _P.items():
             probs[:, pos, :4] = torch.tensor(p)
-        return torch.log(probs)
+        return torch.log(probs.clamp_min(1e-30))  # finite logits: samplers refuse NaN/Inf
 
     return LogitsStub(fn)
 
@@ -256,11 +256,21 @@ def _mask_proposing_stub():
 def test_a_proposed_mask_token_stays_masked_and_never_overwrites_other_rows():
     prompt = torch.tensor([[5, 6], [5, 6]])
     # step 0 commits int(8 * .4995) = 3 per row; row 0's 3 picks are mask proposals, so it keeps 8 masks,
-    # row 1 keeps 5; the last step commits int(6.5) = 6 per row
+    # row 1 keeps 5; the last step commits each row's own masks (per-row counts): 8 and 5
     x, steps, _ = _run(_mask_proposing_stub(), prompt, max_new_tokens=8, steps=2, alg="maskgit_plus")
     assert x[1].tolist() == [5, 6, 3, 4, 5, 6, 7, 1, 2, 3]
     assert steps[1].tolist() == [1, 1, 1, 1, 1, 0, 0, 0]
-    # row 0: the 3 mask proposals stay masked; the last step's 6 picks are those 3 again plus positions 4, 3, 2
+    # row 0: the 3 mask proposals stay masked, every other position is committed at the last step
+    assert x[0].tolist() == [5, 6, 3, 4, 5, 6, 7, MASK, MASK, MASK]
+    assert steps[0].tolist() == [1, 1, 1, 1, 1, -1, -1, -1]
+
+
+def test_release_quirks_commit_the_batch_mean_count_in_every_row():
+    prompt = torch.tensor([[5, 6], [5, 6]])
+    x, steps, _ = _run(_mask_proposing_stub(), prompt, max_new_tokens=8, steps=2, alg="maskgit_plus",
+                       release_quirks=True)
+    # the last step commits int((8 + 5) / 2) = 6 in each row: row 0 gets its 3 mask proposals again plus
+    # positions 6, 5, 4, and positions 2 and 3 stay masked although the schedule has ended
     assert x[0].tolist() == [5, 6, MASK, MASK, 5, 6, 7, MASK, MASK, MASK]
     assert steps[0].tolist() == [-1, -1, 1, 1, 1, -1, -1, -1]
 
@@ -287,7 +297,14 @@ def test_release_quirk_overwrites_a_non_mask_position_of_a_short_row():
         ({"eps": 1.0}, "eps"),
         ({"temperature": -0.1}, "temperature"),
         ({"steps": 0}, "steps"),
-        ({"block_length": 32}, "block_length"),
+        ({"block_length": 33}, r"gen_length \(256\) must be a multiple of block_length \(33\)"),
+        ({"block_length": 32, "steps": 36}, r"steps \(36\) must be a multiple of gen_length / block_length \(8\)"),
+        ({"threshold": 0.9, "factor": 1.0, "alg": "maskgit_plus"}, "at most one of threshold and factor"),
+        ({"threshold": 0.9}, "set alg: maskgit_plus"),
+        ({"factor": 1.0, "alg": "maskgit_plus", "alg_temp": 0.5}, "set alg: maskgit_plus and no alg_temp"),
+        ({"threshold": 1.5, "alg": "maskgit_plus"}, "threshold"),
+        ({"factor": 0.0, "alg": "maskgit_plus"}, "factor"),
+        ({"cache": "full"}, "cache"),
     ],
 )
 def test_params_validation(params, message):

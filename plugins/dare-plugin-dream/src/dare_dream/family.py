@@ -160,3 +160,39 @@ class DreamFamily(ModelFamily):
         else:
             raw = model(input_ids=input_ids, attention_mask=mask, position_ids=position_ids).logits
         return shift_logits(raw)
+
+    def kv_logits(self, model, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None, past=None,
+                  start: int = 0, end: int | None = None, use_cache: bool = False):
+        """The cached forward of Fast-dLLM's block-wise KV cache (contract: :mod:`dare.sampling.kv_cache`).
+
+        ``past=None``: the forward of :meth:`logits` over the whole ``[B, L]`` sequence (same inputs, so
+        the same logits), returning the cache when ``use_cache``. Otherwise the model runs on positions
+        ``[start - 1, end)``: the extra position ``start - 1`` supplies the raw output that scores token
+        ``start`` (Dream's logits are shifted), so the aligned logits of the window are exact functions of
+        the window and the cache. Fast-dLLM's Dream code runs ``[start, end)`` instead and shifts inside
+        the window, which gives position ``start`` its own (next-token) output; it works around that by
+        committing position ``start`` at the block's refresh step. Positions and the padding mask follow
+        :func:`left_padding_inputs` computed on the whole sequence.
+
+        :returns: ``(logits [B, end - start, V] aligned, per-layer (k, v) cache (keys after RoPE) or None)``.
+        :raises ValueError: ``past=None`` with a window other than the whole sequence.
+        """
+        B, L = input_ids.shape
+        end = L if end is None else end
+        mask, position_ids = left_padding_inputs(attention_mask)
+        if past is None:
+            if (start, end) != (0, L):
+                raise ValueError("kv_logits without past runs the whole sequence (start=0, end=L)")
+            out = model(input_ids=input_ids, attention_mask=mask, position_ids=position_ids, use_cache=use_cache)
+            return shift_logits(out.logits), out.cache
+        first = max(start - 1, 0)
+        replace = torch.zeros((B, L), dtype=torch.bool, device=input_ids.device)
+        replace[:, first:end] = True
+        if mask is not None:
+            mask = mask[:, :, first:end]
+            position_ids = position_ids[:, first:end]
+        out = model(input_ids=input_ids[:, first:end], attention_mask=mask, position_ids=position_ids,
+                    past_key_values=past, replace_position=replace, use_cache=use_cache)
+        raw = out.logits
+        logits = shift_logits(raw) if start == 0 else raw[:, : end - start]
+        return logits, out.cache

@@ -21,9 +21,19 @@ Numerics follow the release (docs/model-families.md §2.3 and §7) so fp32 logit
 ``attention_mask`` may be None or ``"full"`` (bidirectional), ``[B, L]`` (1 real / 0 pad; becomes
 the bool ``[B, 1, L, L]`` mask ``m_q & m_k`` as in the release), ``[B, L, L]`` or
 ``[B, 1|nh, L, L]`` (cast to bool, True = attend). A mask without any zero means "full".
+
+KV cache (Fast-dLLM; the release has none, NVlabs/Fast-dLLM ``dream/model/modeling_dream.py`` adds it):
+``use_cache=True`` returns ``cache`` (transformers' name; also readable as ``past_key_values``), per layer ``(k, v)`` ``[B, nkv, P, hd]`` with keys stored
+*after* RoPE. Given ``past_key_values`` the input either follows the ``P`` cached positions, or, with
+``replace_position`` (``[B, P]`` bool, the same contiguous span in every row), takes the place of the
+positions it marks and attends to the cached keys/values everywhere else (:mod:`dare.sampling.kv_cache`).
+Unlike the Fast-dLLM copy, ``position_ids`` are honoured (left padding), the cache is not modified in
+place, and a mask is ``[B, 1, Lq, Lk]`` (queries x all keys).
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -35,6 +45,7 @@ from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_outputs import BaseModelOutput, MaskedLMOutput
 
 from dare.errors import CheckpointError
+from dare.sampling.kv_cache import replace_span
 from dare_dream.configuration_dream import DreamConfig
 from dare_dream.generation import DreamGenerationMixin
 
@@ -166,14 +177,29 @@ class DreamAttention(nn.Module):
         hidden_states: torch.Tensor,
         position_embeddings: tuple[torch.Tensor, torch.Tensor],
         attention_mask: torch.Tensor | None = None,
-    ) -> torch.Tensor:
-        """``hidden_states`` ``[B, L, H]``; ``attention_mask`` bool ``[B|1, 1|nh, L, L]`` or None."""
+        layer_past: tuple[torch.Tensor, torch.Tensor] | None = None,
+        span: tuple[int, int] | None = None,
+        use_cache: bool = False,
+    ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor] | None]:
+        """``hidden_states`` ``[B, Lq, H]``; ``attention_mask`` bool ``[B|1, 1|nh, Lq, Lk]`` or None.
+
+        ``layer_past`` ``(k, v)`` (keys after RoPE): the new keys follow them, or replace positions
+        ``span = (s, e)``. Returns ``(out [B, Lq, H], (k, v) of all keys when use_cache)``.
+        """
         b, length, _ = hidden_states.shape
         q = self.q_proj(hidden_states).view(b, length, self.num_heads, self.head_dim).transpose(1, 2)
         k = self.k_proj(hidden_states).view(b, length, self.num_kv_heads, self.head_dim).transpose(1, 2)
         v = self.v_proj(hidden_states).view(b, length, self.num_kv_heads, self.head_dim).transpose(1, 2)
         cos, sin = position_embeddings
         q, k = _apply_rope(q, cos, sin), _apply_rope(k, cos, sin)
+        if layer_past is not None and span is not None:
+            s, e = span
+            k = torch.cat((layer_past[0][:, :, :s], k, layer_past[0][:, :, e:]), dim=-2)
+            v = torch.cat((layer_past[1][:, :, :s], v, layer_past[1][:, :, e:]), dim=-2)
+        elif layer_past is not None:
+            k = torch.cat((layer_past[0], k), dim=-2)
+            v = torch.cat((layer_past[1], v), dim=-2)
+        present = (k, v) if use_cache else None
         n_rep = self.num_heads // self.num_kv_heads
         k, v = _repeat_kv(k, n_rep), _repeat_kv(v, n_rep)
         if q.device.type == "cuda" and attention_mask is not None:
@@ -187,7 +213,7 @@ class DreamAttention(nn.Module):
             is_causal=False,
         )
         out = out.transpose(1, 2).reshape(b, length, self.num_heads * self.head_dim)
-        return self.o_proj(out)
+        return self.o_proj(out), present
 
 
 class DreamMLP(nn.Module):
@@ -220,9 +246,32 @@ class DreamDecoderLayer(GradientCheckpointingLayer):
         hidden_states: torch.Tensor,
         position_embeddings: tuple[torch.Tensor, torch.Tensor],
         attention_mask: torch.Tensor | None = None,
-    ) -> torch.Tensor:
-        h = hidden_states + self.self_attn(self.input_layernorm(hidden_states), position_embeddings, attention_mask)
-        return h + self.mlp(self.post_attention_layernorm(h))
+        layer_past: tuple[torch.Tensor, torch.Tensor] | None = None,
+        span: tuple[int, int] | None = None,
+        use_cache: bool = False,
+    ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor] | None]:
+        """Returns ``(hidden [B, Lq, H], present)`` (:meth:`DreamAttention.forward`)."""
+        att, present = self.self_attn(self.input_layernorm(hidden_states), position_embeddings, attention_mask,
+                                      layer_past, span, use_cache)
+        h = hidden_states + att
+        return h + self.mlp(self.post_attention_layernorm(h)), present
+
+
+@dataclass
+class DreamBaseOutput(BaseModelOutput):
+    """:class:`DreamBaseModel` output: ``last_hidden_state``, ``hidden_states`` and, with ``use_cache``,
+    ``cache`` (per layer ``(k, v)`` ``[B, nkv, Lk, hd]``, keys after RoPE; transformers also reads it as
+    ``past_key_values``)."""
+
+    cache: list | None = None
+
+
+@dataclass
+class DreamMaskedLMOutput(MaskedLMOutput):
+    """:class:`DreamModel` output: ``MaskedLMOutput`` plus ``cache`` (readable as ``past_key_values``) when
+    ``use_cache``."""
+
+    cache: list | None = None
 
 
 def prepare_attention_mask(attention_mask) -> torch.Tensor | None:
@@ -313,28 +362,55 @@ class DreamBaseModel(DreamPreTrainedModel):
         position_ids: torch.LongTensor | None = None,
         inputs_embeds: torch.FloatTensor | None = None,
         output_hidden_states: bool = False,
-    ) -> BaseModelOutput:
+        past_key_values=None,
+        use_cache: bool = False,
+        replace_position: torch.Tensor | None = None,
+    ) -> DreamBaseOutput:
         """``input_ids`` ``[B, L]`` int64 (or ``inputs_embeds`` ``[B, L, H]``); ``position_ids`` ``[B|1, L]``
-        int64 (default ``arange(L)``); ``attention_mask`` as :func:`prepare_attention_mask`.
+        int64 (default ``arange(L)``, or the positions the input takes after/inside ``past_key_values``);
+        ``attention_mask`` as :func:`prepare_attention_mask` (with a cache: ``[B, Lk]`` key padding, whose
+        query rows are the input's positions, or ``[B, 1, L, Lk]``). Cache arguments: module docstring.
 
-        :raises ValueError: neither or both of ``input_ids``/``inputs_embeds``.
+        :raises ValueError: neither or both of ``input_ids``/``inputs_embeds``; ``replace_position``
+            without a cache or not matching the input length.
         """
         if (input_ids is None) == (inputs_embeds is None):
             raise ValueError("give exactly one of input_ids or inputs_embeds")
         x = self.embed_tokens(input_ids) if inputs_embeds is None else inputs_embeds
+        length = x.shape[1]
+        past_length = past_key_values[0][0].shape[-2] if past_key_values else 0
+        span, q0 = None, past_length
+        if replace_position is not None:
+            if not past_key_values:
+                raise ValueError("replace_position needs past_key_values (the cache whose positions it replaces)")
+            span = replace_span(replace_position)
+            if span[1] - span[0] != length or span[1] > past_length:
+                raise ValueError(
+                    f"replace_position marks positions {span[0]}..{span[1] - 1} but the input has {length} tokens "
+                    f"and the cache {past_length} positions"
+                )
+            q0 = span[0]
         if position_ids is None:
-            position_ids = torch.arange(x.shape[1], device=x.device)[None]
+            position_ids = torch.arange(q0, q0 + length, device=x.device)[None]
+        if past_key_values and isinstance(attention_mask, torch.Tensor) and attention_mask.dim() == 2:
+            keep = attention_mask.to(torch.bool)
+            attention_mask = keep[:, None, None, :] & keep[:, None, q0 : q0 + length, None]
         mask = prepare_attention_mask(attention_mask)
         rope = self.rotary_emb(x, position_ids)
         hidden = [] if output_hidden_states else None
-        for layer in self.layers:
+        presents = [] if use_cache else None
+        for i, layer in enumerate(self.layers):
             if hidden is not None:
                 hidden.append(x)
-            x = layer(x, rope, mask)
+            past = past_key_values[i] if past_key_values else None
+            x, present = layer(x, rope, mask, layer_past=past, span=span, use_cache=use_cache)
+            if presents is not None:
+                presents.append(present)
         x = self.norm(x)
         if hidden is not None:
             hidden.append(x)
-        return BaseModelOutput(last_hidden_state=x, hidden_states=tuple(hidden) if hidden is not None else None)
+        return DreamBaseOutput(last_hidden_state=x, hidden_states=tuple(hidden) if hidden is not None else None,
+                               cache=presents)
 
 
 class DreamModel(DreamGenerationMixin, DreamPreTrainedModel):
@@ -348,9 +424,11 @@ class DreamModel(DreamGenerationMixin, DreamPreTrainedModel):
     ``num_logits_to_keep > 0`` keeps only the last positions (0 = all).
 
     The argument order is the release's (``model(x, attention_mask, position_ids)`` works).
+    ``past_key_values`` / ``use_cache`` / ``replace_position``: the Fast-dLLM KV cache (module docstring);
+    the output then carries ``cache`` (also readable as ``past_key_values``).
 
-    :raises ValueError: ``output_attentions`` (SDPA does not return attention weights) or
-        ``past_key_values`` (no KV cache).
+    :raises ValueError: ``output_attentions`` (SDPA does not return attention weights), or cache
+        arguments that do not fit together (:meth:`DreamBaseModel.forward`).
     """
 
     _tied_weights_keys = {"lm_head.weight": "model.embed_tokens.weight"}
@@ -388,23 +466,27 @@ class DreamModel(DreamGenerationMixin, DreamPreTrainedModel):
         output_hidden_states: bool | None = None,
         return_dict: bool | None = None,
         num_logits_to_keep: int = 0,
+        use_cache: bool | None = None,
+        replace_position: torch.Tensor | None = None,
         **kwargs,
     ):
         if output_attentions:
             raise ValueError("output_attentions is not supported by DreamModel (SDPA attention)")
-        if past_key_values is not None:
-            raise ValueError("DreamModel keeps no KV cache (the release's diffusion decoding never uses one)")
         out = self.model(
             input_ids=input_ids,
             attention_mask=attention_mask,
             position_ids=position_ids,
             inputs_embeds=inputs_embeds,
             output_hidden_states=bool(output_hidden_states),
+            past_key_values=past_key_values,
+            use_cache=bool(use_cache),
+            replace_position=replace_position,
         )
         logits = self.lm_head(out.last_hidden_state[:, -num_logits_to_keep:, :])
         loss = None
         if labels is not None:
             shifted = logits[:, :-1].float().reshape(-1, logits.shape[-1])
             loss = F.cross_entropy(shifted, labels[:, 1:].reshape(-1), ignore_index=-100)
-        result = MaskedLMOutput(loss=loss, logits=logits, hidden_states=out.hidden_states)
+        result = DreamMaskedLMOutput(loss=loss, logits=logits, hidden_states=out.hidden_states,
+                                     cache=out.cache)
         return result.to_tuple() if return_dict is False else result

@@ -1,4 +1,4 @@
-"""Dream's official masked-diffusion decoder (``diffusion_generate``).
+"""Dream's official masked-diffusion decoder (``diffusion_generate``), with Fast-dLLM acceleration.
 
 Source: HKUNLP Dream ``generation_utils.py`` (``DreamGenerationMixin._sample`` and ``sample_tokens``;
 Dream 7B, arXiv 2508.15487; docs/model-families.md §2.7; docs/algorithms.md §5.3). The completion starts as
@@ -11,27 +11,63 @@ logits of every masked position and
   ``(alpha_s - alpha_t) / (1 - alpha_t) = 1 - s/t``; MDLM, arXiv 2406.07524);
 * ``maskgit_plus`` / ``topk_margin`` / ``entropy``: proposes a token per masked position with a
   confidence (probability of the token; top-1 minus top-2 probability; negative entropy
-  ``sum p log p``) and commits ``n = int(num_mask * (1 - s/t))`` positions per row
-  (``int(num_mask)`` at the last step; ``num_mask`` = masked tokens per row, averaged over the
-  batch): the ``n`` most confident, or ``n`` drawn without replacement from
-  ``softmax(confidence / alg_temp)`` when ``alg_temp > 0`` (MaskGIT, arXiv 2202.04200).
+  ``sum p log p``) and commits ``n = int(num_mask * (1 - s/t))`` positions of each row
+  (``int(num_mask)`` at the last step; ``num_mask`` = the row's masked tokens): the ``n`` most
+  confident, or ``n`` drawn without replacement from ``softmax(confidence / alg_temp)`` when
+  ``alg_temp > 0`` (MaskGIT, arXiv 2202.04200).
 
 Tokens are drawn by ``sample_tokens``: logits / temperature (when > 0), top-p then top-k filtering
 (filled with ``finfo.min``), softmax, then a categorical draw (argmax at temperature 0).
 
-Two behaviours of the release are reproduced only when ``release_quirks`` is on (always for
+Per-row schedules (batch invariance). The release computes ``num_mask`` as the batch's *mean* mask
+count, so a row's tokens depend on which rows share its batch (evaluation scores then depend on
+``eval.batch_size``). DARE counts each row's own masks, so a row decodes the same at any batch size
+(greedy; draws from a shared generator follow the batch order); the release's coupling is kept under
+``release_quirks``. Batch size 1 is the same either way.
+
+Three behaviours of the release are reproduced only when ``release_quirks`` is on (always for
 :func:`diffusion_generate`, opt-in for :class:`DreamSampler`):
 
-1. a row may commit non-masked positions, which then get the mask id: a row holding fewer masks
+1. the batch-mean count above;
+2. a row may commit non-masked positions, which then get the mask id: a row holding fewer masks
    than ``n`` (possible once the model has proposed the mask token itself, which keeps that position
-   masked) still commits ``n`` positions via ``torch.topk``, and with ``alg_temp`` a
-   ``softmax(confidence / alg_temp)`` that underflows to fewer than ``n`` positive entries lets
-   ``torch.multinomial`` return zero-probability (non-masked) positions. Without quirks a row
+   masked, or under the batch-mean count) still commits ``n`` positions via ``torch.topk``, and with
+   ``alg_temp`` a ``softmax(confidence / alg_temp)`` that underflows to fewer than ``n`` positive entries
+   lets ``torch.multinomial`` return zero-probability (non-masked) positions. Without quirks a row
    commits only its own masked positions (underflowed draws are completed by confidence order);
-2. ``torch.distributions.Categorical`` validates its probabilities (simplex to 1e-6) and the
+3. ``torch.distributions.Categorical`` validates its probabilities (simplex to 1e-6) and the
    release's bare ``except`` then falls back to argmax for the whole step; in bf16 rounding alone can
    fail the check, so temperature is silently ignored at such a step. Without quirks the draw
    always happens.
+
+Generation defaults (top_k). The release builds its settings with
+``DreamGenerationConfig.from_model_config(model.config)``; under the transformers it pins (4.46.2)
+``PretrainedConfig`` still carries the legacy generation defaults ``temperature=1.0, top_k=50,
+top_p=1.0``, so every argument the caller omits takes those values, although the checkpoint's
+``generation_config.json`` says ``top_k: null, top_p: null`` (and no temperature, i.e. 0). The usual
+published call passes ``temperature`` and ``top_p`` but not ``top_k``, so the release decodes with
+``top_k=50``, which changes ``entropy`` and ``topk_margin`` confidences. DARE's choice:
+:func:`diffusion_generate`, a drop-in for the release, reproduces the release (``generation_defaults=
+"release"``: omitted arguments resolve as above; ``"generation_config"`` gives the file's values), while
+:class:`DreamSampler`, configured explicitly in a spec, defaults to the checkpoint's stated settings
+(greedy, ``top_k: null``); set ``top_k: 50`` there to match numbers produced with the release.
+
+Fast-dLLM (arXiv 2505.22618; NVlabs/Fast-dLLM ``dream/model/generation_utils_block.py``), as parameters:
+
+* ``block_length``: decode the completion in blocks left to right, ``steps / num_blocks`` steps each
+  with the schedule above inside the block (``t`` runs from 1 to ``eps`` in every block); ``None`` (the
+  default) is one block, the release's decoder.
+* ``cache: prefix | dual``: block-wise approximate KV cache (:mod:`dare.sampling.kv_cache`) through the
+  family's ``kv_logits`` (Dream's shifted logits are aligned exactly by running one extra position,
+  :meth:`dare_dream.family.DreamFamily.kv_logits`). The block's first step refreshes the cache and
+  commits like any step (Fast-dLLM's Dream code instead commits the block's first position there);
+  only the block's positions compete. Exact at refresh steps and for a 1-layer model.
+* ``threshold`` / ``factor``: confidence-aware parallel decoding (:mod:`dare.sampling.parallel`) ranked by
+  the proposal's probability (``alg: maskgit_plus``, Fast-dLLM's ``confidence_threshold``): each block is
+  denoised until it has no mask, every step committing the positions the rule picks (at least one).
+
+Without a cache and a parallel rule, masked positions before the block's end compete (for one block:
+the whole sequence, as in the release). NaN/Inf logits raise :class:`dare.sampling.NonFiniteLogitsError`.
 
 With ``generator=None`` every random draw uses torch's global RNG in the release's order, so
 :func:`diffusion_generate` returns the release's sequences for the same seed, not only at
@@ -48,14 +84,27 @@ from pydantic import Field, model_validator
 
 from dare.components import Params, Sampler, SamplerOutput
 from dare.errors import DareError
-from dare.sampling import Trajectory, completion_mask, filter_top_k_top_p
+from dare.sampling import (
+    CACHE_MODES,
+    BlockKVCache,
+    Trajectory,
+    completion_mask,
+    factor_transfer,
+    filter_top_k_top_p,
+    kv_logits_of,
+    require_finite_logits,
+    threshold_transfer,
+)
 
 __all__ = [
     "ALGORITHMS",
     "DreamSamplerError",
     "sample_tokens",
     "transfer_count",
+    "row_transfer_counts",
     "select_positions",
+    "select_positions_per_row",
+    "RELEASE_CONFIG_DEFAULTS",
     "decode",
     "diffusion_generate",
     "DreamSampler",
@@ -134,16 +183,32 @@ def sample_tokens(
 
 # --------------------------------------------------------------------------- commit schedule
 def transfer_count(mask_index: torch.Tensor, t: torch.Tensor, s: torch.Tensor, last: bool) -> int:
-    """Tokens each row commits at one step: ``int(num_mask * (1 - s/t))``, ``int(num_mask)`` at the last.
+    """The release's count for every row at one step: ``int(num_mask * (1 - s/t))``, ``int(num_mask)`` at the last.
 
-    ``num_mask`` is the number of masks per row averaged over the batch, and the product is computed
-    in float32 like the release (so ``7 * (1 - 0.75/0.875)`` rounds as it does there).
+    ``num_mask`` is the number of masks per row averaged over the batch (the batch coupling kept under
+    ``release_quirks``), and the product is computed in float32 like the release (so
+    ``7 * (1 - 0.75/0.875)`` rounds as it does there).
 
     :param mask_index: ``[B, L]`` bool; :param t: ``[]`` float32 current ratio; :param s: ``[]``
         float32 next ratio.
     """
     num_mask = mask_index.sum() / mask_index.shape[0]
     return int(num_mask) if last else int(num_mask * (1 - s / t))
+
+
+def row_transfer_counts(mask_index: torch.Tensor, t: torch.Tensor, s: torch.Tensor, last: bool) -> torch.Tensor:
+    """Per-row counts: ``int(n_b * (1 - s/t))`` (``n_b`` at the last step), ``n_b`` = row ``b``'s masks.
+
+    The release's formula and float32 rounding applied to each row's own mask count, so a row's count
+    does not depend on the batch (for ``B = 1`` it equals :func:`transfer_count`).
+
+    :param mask_index: ``[B, L]`` bool; :param t: ``[]`` float32; :param s: ``[]`` float32.
+    :returns: ``[B]`` int64.
+    """
+    num_mask = mask_index.sum(dim=1).to(torch.float32)
+    if last:
+        return num_mask.to(torch.int64)
+    return torch.floor(num_mask * (1 - s / t)).to(torch.int64)
 
 
 def _draw_positions(probs: torch.Tensor, confidence: torch.Tensor, k: int, generator) -> torch.Tensor:
@@ -197,6 +262,38 @@ def select_positions(
     return rows, torch.cat(picks)
 
 
+def select_positions_per_row(
+    confidence: torch.Tensor,
+    counts: torch.Tensor,
+    alg_temp: float | None,
+    generator: torch.Generator | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`select_positions` with a count per row (``counts`` ``[B]`` int64), each row on its own.
+
+    Row ``b`` commits ``min(counts[b], its finite positions)``: its top confidences, or (``alg_temp > 0``)
+    draws without replacement from ``softmax(confidence[b] / alg_temp)`` completed by confidence order on
+    underflow. Rows are handled one at a time, so a row's choice never depends on the others.
+
+    :returns: ``(rows, cols)`` int64 index vectors.
+    """
+    available = torch.isfinite(confidence).sum(dim=1)
+    rows, cols = [], []
+    for b in range(confidence.shape[0]):
+        n = min(int(counts[b]), int(available[b]))
+        if n <= 0:
+            continue
+        if alg_temp is None or alg_temp == 0:
+            picks = torch.topk(confidence[b], n).indices
+        else:
+            picks = _draw_positions(torch.softmax(confidence[b] / alg_temp, dim=-1), confidence[b], n, generator)
+        rows.append(torch.full_like(picks, b))
+        cols.append(picks)
+    if not rows:
+        empty = torch.empty(0, dtype=torch.long, device=confidence.device)
+        return empty, empty
+    return torch.cat(rows), torch.cat(cols)
+
+
 # --------------------------------------------------------------------------- one denoising step
 @dataclass(frozen=True)
 class _Proposer:
@@ -225,22 +322,42 @@ def _origin_step(x, mask_index, mask_logits, p_transfer, mask_id: int, propose: 
 def _confidence_step(x, mask_index, mask_logits, counts: tuple, mask_id: int, alg: str, alg_temp, propose: _Proposer):
     """``maskgit_plus`` / ``topk_margin`` / ``entropy``: commit the chosen proposals in place.
 
-    ``counts`` is ``(t, s, last)`` for :func:`transfer_count`; proposals are drawn first, as in the
-    release, so the RNG advances the same way even at a step that commits nothing.
+    ``counts`` is ``(t, s, last)`` for :func:`row_transfer_counts` (:func:`transfer_count`, the batch
+    mean, under ``release_quirks``); proposals are drawn first, as in the release, so the RNG advances the
+    same way even at a step that commits nothing.
     """
     conf, x0 = propose(mask_logits, ALGORITHMS[alg])
-    n = transfer_count(mask_index, *counts)
-    if n <= 0:
-        return
     full = torch.full(x.shape, -torch.inf, dtype=mask_logits.dtype, device=x.device)
     full[mask_index] = conf
-    rows, cols = select_positions(full, n, alg_temp, propose.generator, propose.release_quirks)
+    if propose.release_quirks:
+        n = transfer_count(mask_index, *counts)
+        if n <= 0:
+            return
+        rows, cols = select_positions(full, n, alg_temp, propose.generator, release_quirks=True)
+    else:
+        rows, cols = select_positions_per_row(full, row_transfer_counts(mask_index, *counts), alg_temp,
+                                              propose.generator)
     proposal = torch.full_like(x, mask_id)
     proposal[mask_index] = x0
     x[rows, cols] = proposal[rows, cols]
 
 
-def _check_args(steps: int, max_new_tokens: int, eps: float, alg: str, alg_temp, temperature, top_p, top_k) -> None:
+def _parallel_step(x, mask_index, mask_logits, mask_id: int, threshold, factor, propose: _Proposer) -> None:
+    """Fast-dLLM parallel decoding: propose tokens with their probabilities, commit what the rule picks
+    (:func:`dare.sampling.threshold_transfer` / :func:`~dare.sampling.factor_transfer`); proposals of the
+    mask token are never candidates."""
+    conf, x0 = propose(mask_logits, "probability")
+    full = torch.full(x.shape, -torch.inf, dtype=mask_logits.dtype, device=x.device)
+    full[mask_index] = conf
+    proposal = torch.full_like(x, mask_id)
+    proposal[mask_index] = x0
+    full = full.masked_fill(proposal == mask_id, -torch.inf)
+    transfer = threshold_transfer(full, threshold) if threshold is not None else factor_transfer(full, factor)
+    x[transfer] = proposal[transfer]
+
+
+def _check_args(steps: int, max_new_tokens: int, eps: float, alg: str, alg_temp, temperature, top_p, top_k,
+                block_length=None, cache="none", threshold=None, factor=None) -> None:
     problems = []
     if steps <= 0:
         problems.append(f"steps must be positive (got {steps})")
@@ -258,6 +375,23 @@ def _check_args(steps: int, max_new_tokens: int, eps: float, alg: str, alg_temp,
         problems.append(f"top_p must be None or in (0, 1] (got {top_p})")
     if top_k is not None and top_k < 1:
         problems.append(f"top_k must be None or >= 1 (got {top_k})")
+    if block_length is not None:
+        if block_length <= 0 or max_new_tokens % block_length:
+            problems.append(f"max_new_tokens ({max_new_tokens}) must be a multiple of block_length ({block_length})")
+        elif steps > 0 and steps % (max_new_tokens // block_length):
+            problems.append(f"steps ({steps}) must be a multiple of the number of blocks "
+                            f"({max_new_tokens // block_length})")
+    if cache not in CACHE_MODES:
+        problems.append(f"cache must be one of {', '.join(CACHE_MODES)} (got {cache!r})")
+    if threshold is not None and factor is not None:
+        problems.append("give at most one of threshold and factor")
+    if threshold is not None and not 0.0 < threshold <= 1.0:
+        problems.append(f"threshold must be in (0, 1] (got {threshold})")
+    if factor is not None and factor <= 0:
+        problems.append(f"factor must be > 0 (got {factor})")
+    if (threshold is not None or factor is not None) and (alg != "maskgit_plus" or alg_temp not in (None, 0)):
+        problems.append("threshold/factor rank positions by the proposal's probability (Fast-dLLM): use "
+                        f"alg='maskgit_plus' without alg_temp (got alg={alg!r}, alg_temp={alg_temp})")
     if problems:
         raise DreamSamplerError("; ".join(problems))
 
@@ -279,44 +413,117 @@ def decode(
     top_k: int | None = None,
     generator: torch.Generator | None = None,
     release_quirks: bool = False,
+    block_length: int | None = None,
+    cache: str = "none",
+    kv_logits: Callable | None = None,
+    threshold: float | None = None,
+    factor: float | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, int]:
     """The decoding loop over an aligned-logits function (module docstring).
 
-    Stops early once no mask is left: later steps would change nothing and draw nothing.
+    A block stops early once none of its positions is masked: later steps would change nothing and
+    draw nothing.
 
     :param logits_fn: ``(x [B, L] int64, attention_mask [B, L] | None) -> [B, L, V]`` aligned logits
         (position i scores token i), e.g. ``family.logits`` bound to a model.
     :param input_ids: ``[B, Lp]`` int64 prompts, left-padded.
     :param attention_mask: ``[B, Lp]`` (1 real, 0 pad) or None; extended with ones.
+    :param block_length: ``None`` = ``max_new_tokens`` (one block, the release).
+    :param cache: ``none``/``prefix``/``dual``; needs ``kv_logits`` ``(x, attention_mask, past, start, end,
+        use_cache) -> (logits, cache)`` (:mod:`dare.sampling.kv_cache`).
+    :param threshold: / :param factor: Fast-dLLM parallel decoding (at most one; ``alg="maskgit_plus"``).
     :returns: ``(x [B, Lp + max_new_tokens] int64, unmask_step [B, max_new_tokens] int64, nfe)``;
-        ``unmask_step`` is the step that committed each completion token (-1: still masked).
-    :raises DreamSamplerError: an argument out of range (all problems in one message).
+        ``unmask_step`` is the step that committed each completion token (-1: still masked); with
+        ``threshold``/``factor`` steps are numbered by forward pass.
+    :raises DreamSamplerError: an argument out of range (all problems in one message), or a cache
+        without ``kv_logits``.
+    :raises NonFiniteLogitsError: the model returned NaN/Inf logits.
     """
-    _check_args(steps, max_new_tokens, eps, alg, alg_temp, temperature, top_p, top_k)
+    _check_args(steps, max_new_tokens, eps, alg, alg_temp, temperature, top_p, top_k, block_length, cache, threshold,
+                factor)
+    if cache != "none" and kv_logits is None:
+        raise DreamSamplerError(f"cache={cache!r} needs kv_logits (the family's cached forward)")
     B, Lp = input_ids.shape
     x = torch.nn.functional.pad(input_ids, (0, max_new_tokens), value=mask_id)
     if attention_mask is not None:
         ones = torch.ones((B, max_new_tokens), dtype=attention_mask.dtype, device=attention_mask.device)
         attention_mask = torch.cat([attention_mask, ones], dim=1)
-    timesteps = torch.linspace(1, eps, steps + 1, device=x.device)
+    block_length = max_new_tokens if block_length is None else block_length
+    num_blocks = max_new_tokens // block_length
+    spb = steps // num_blocks
+    parallel = threshold is not None or factor is not None
+    timesteps = torch.linspace(1, eps, spb + 1, device=x.device)
     propose = _Proposer(temperature, top_p, top_k, generator, release_quirks)
+    kv = None if cache == "none" else BlockKVCache(kv_logits, cache)
     traj = Trajectory(B, max_new_tokens, device=x.device)
-    nfe = 0
-    for i in range(steps):
-        mask_index = x == mask_id
-        if not bool(mask_index.any()):
-            break
-        mask_logits = logits_fn(x, attention_mask)[mask_index]
-        nfe += 1
-        t, s, last = timesteps[i], timesteps[i + 1], i == steps - 1
-        if alg == "origin":
-            _origin_step(x, mask_index, mask_logits, 1 if last else 1 - s / t, mask_id, propose)
-        else:
-            _confidence_step(x, mask_index, mask_logits, (t, s, last), mask_id, alg, alg_temp, propose)
-        now_masked = (x == mask_id)[:, Lp:]
-        traj.unmask_step[now_masked & ~mask_index[:, Lp:]] = -1  # re-masked by a release quirk: decoded again
-        traj.record(mask_index[:, Lp:] & ~now_masked, i)
+    nfe, run = 0, 0
+    for nb in range(num_blocks):
+        start, end = Lp + nb * block_length, Lp + (nb + 1) * block_length
+        lo = 0 if kv is None and not parallel else start  # which masked positions compete
+        for i in range(block_length if parallel else spb):
+            mask_index = x == mask_id
+            mask_index[:, :lo] = False
+            mask_index[:, end:] = False
+            if not bool(mask_index.any()):
+                break
+            step = run if parallel else nb * spb + i
+            if kv is None:
+                mask_logits = logits_fn(x, attention_mask)[mask_index]
+            else:
+                mask_logits = kv.block_logits(x, attention_mask, start, end, refresh=i == 0)[mask_index[:, start:end]]
+            nfe += 1
+            run += 1
+            require_finite_logits(mask_logits, f"denoising step {step} (sampler 'dream')")
+            if parallel:
+                _parallel_step(x, mask_index, mask_logits, mask_id, threshold, factor, propose)
+            else:
+                t, s, last = timesteps[i], timesteps[i + 1], i == spb - 1
+                if alg == "origin":
+                    _origin_step(x, mask_index, mask_logits, 1 if last else 1 - s / t, mask_id, propose)
+                else:
+                    _confidence_step(x, mask_index, mask_logits, (t, s, last), mask_id, alg, alg_temp, propose)
+            now_masked = (x == mask_id)[:, Lp:]
+            traj.unmask_step[now_masked & ~mask_index[:, Lp:]] = -1  # re-masked by a release quirk: decoded again
+            traj.record(mask_index[:, Lp:] & ~now_masked, step)
     return x, traj.unmask_step, nfe
+
+
+class _Unset:
+    """Marker of an argument the caller did not pass (``None`` is a real value: "off")."""
+
+    def __repr__(self) -> str:
+        return "UNSET"
+
+
+UNSET = _Unset()
+
+#: What the release's ``DreamGenerationConfig.from_model_config(model.config)`` yields, under the
+#: transformers it pins (4.46.2), for sampling arguments the caller omits and ``config.json`` lacks:
+#: ``PretrainedConfig``'s legacy generation defaults (module docstring, "Generation defaults").
+RELEASE_CONFIG_DEFAULTS: dict[str, float | int | None] = {"temperature": 1.0, "top_p": 1.0, "top_k": 50}
+#: The values the checkpoint's ``generation_config.json`` states (no temperature key: DreamGenerationConfig's 0.0).
+GENERATION_CONFIG_DEFAULTS: dict[str, float | int | None] = {"temperature": 0.0, "top_p": None, "top_k": None}
+
+
+def resolve_generation_defaults(model, generation_defaults: str, **given) -> dict:
+    """``temperature``/``top_p``/``top_k`` for :func:`diffusion_generate`: the given value, else the default.
+
+    ``"release"``: ``model.config``'s attribute when it has one, else :data:`RELEASE_CONFIG_DEFAULTS`
+    (what the release does under transformers 4.46.2); ``"generation_config"``:
+    :data:`GENERATION_CONFIG_DEFAULTS`. A ``top_p`` of 1.0 means off.
+
+    :raises DreamSamplerError: an unknown ``generation_defaults``.
+    """
+    if generation_defaults == "release":
+        config = getattr(model, "config", None)
+        table = {k: getattr(config, k, v) for k, v in RELEASE_CONFIG_DEFAULTS.items()}
+    elif generation_defaults == "generation_config":
+        table = dict(GENERATION_CONFIG_DEFAULTS)
+    else:
+        raise DreamSamplerError(
+            f"generation_defaults must be 'release' or 'generation_config' (got {generation_defaults!r})"
+        )
+    return {k: table[k] if isinstance(v, _Unset) else v for k, v in given.items()}
 
 
 def diffusion_generate(
@@ -328,11 +535,16 @@ def diffusion_generate(
     eps: float = 1e-3,
     alg: str = "origin",
     alg_temp: float | None = None,
-    temperature: float = 0.0,
-    top_p: float | None = None,
-    top_k: int | None = None,
+    temperature: float | _Unset = UNSET,
+    top_p: float | None | _Unset = UNSET,
+    top_k: int | None | _Unset = UNSET,
     mask_token_id: int | None = None,
     generator: torch.Generator | None = None,
+    generation_defaults: Literal["release", "generation_config"] = "release",
+    block_length: int | None = None,
+    cache: str = "none",
+    threshold: float | None = None,
+    factor: float | None = None,
 ) -> torch.Tensor:
     """Drop-in for the release's ``model.diffusion_generate(input_ids, ...)``: returns the sequences.
 
@@ -340,8 +552,16 @@ def diffusion_generate(
     release's class included), shifts its logits (:func:`dare_dream.family.shift_logits`) and
     decodes with ``release_quirks`` on, so the result is the release's token for token for the same
     weights and seed (argmax at temperature 0; the global RNG otherwise, unless ``generator``).
-    Defaults follow the release's ``generation_config.json`` (``alg="origin"``, ``steps=512``,
-    ``eps=1e-3``, temperature 0).
+    ``alg="origin"``, ``steps=512`` and ``eps=1e-3`` are the release's defaults. ``temperature``,
+    ``top_p`` and ``top_k`` that are not passed resolve as the release resolves them under its pinned
+    transformers (``generation_defaults="release"``: temperature 1.0, top_p 1.0, top_k 50 unless
+    ``model.config`` has them), or as ``generation_config.json`` states them
+    (``"generation_config"``: temperature 0, no top-p, no top-k); see the module docstring. Pass
+    ``top_k=None`` explicitly to switch top-k off.
+
+    ``block_length``, ``cache``, ``threshold``, ``factor``: Fast-dLLM's block decoding, KV cache and
+    parallel decoding (module docstring; Fast-dLLM's ``diffusion_generate`` exposes them as
+    ``block_length``, ``dual_cache`` and ``threshold``); the defaults are the release's decoder.
 
     :param input_ids: ``[B, Lp]`` int64 prompts (left-padded when ``attention_mask`` has zeros).
     :param attention_mask: ``[B, Lp]`` 1/0 or None.
@@ -357,6 +577,8 @@ def diffusion_generate(
             raise DreamSamplerError(
                 "mask_token_id is not given and model.config has no mask_token_id; pass mask_token_id="
             )
+    sampling = resolve_generation_defaults(model, generation_defaults, temperature=temperature, top_p=top_p,
+                                           top_k=top_k)
     family = DreamFamily()
     x, _, _ = decode(
         lambda ids, am: family.logits(model, ids, am),
@@ -368,11 +590,15 @@ def diffusion_generate(
         eps=eps,
         alg=alg,
         alg_temp=alg_temp,
-        temperature=temperature,
-        top_p=top_p,
-        top_k=top_k,
         generator=generator,
         release_quirks=True,
+        block_length=block_length,
+        cache=cache,
+        kv_logits=lambda ids, am, past, start, end, use_cache: family.kv_logits(model, ids, am, past, start, end,
+                                                                                use_cache),
+        threshold=threshold,
+        factor=factor,
+        **sampling,
     )
     return x
 
@@ -381,13 +607,18 @@ def diffusion_generate(
 class DreamSamplerParams(Params):
     """Parameters of :class:`DreamSampler`, named as the release's ``diffusion_generate`` arguments
     (``gen_length`` is its ``max_new_tokens``). Defaults follow the Dream README call (``alg="entropy"``,
-    ``steps = gen_length``) with greedy tokens (``temperature=0``, the release's generation_config).
+    ``steps = gen_length``) with the checkpoint's stated sampling settings (``generation_config.json``:
+    greedy, ``top_k`` and ``top_p`` off); the release itself would apply ``top_k=50`` when the caller omits
+    it (module docstring, "Generation defaults"): set ``top_k: 50`` to match numbers produced with it.
 
-    Cross-field rule: ``alg_temp`` is only meaningful for the confidence algs.
+    Cross-field rules: ``alg_temp`` is only meaningful for the confidence algs; ``block_length`` divides
+    ``gen_length`` and ``steps`` is a multiple of the number of blocks; at most one of
+    ``threshold``/``factor``, which need ``alg: maskgit_plus`` without ``alg_temp``.
     """
 
     gen_length: int = Field(256, gt=0, description="Completion length in tokens (Dream's max_new_tokens).")
-    steps: int = Field(256, gt=0, description="Denoising steps (one forward each; NFE <= steps).")
+    steps: int = Field(256, gt=0, description="Denoising steps (one forward each; NFE <= steps). Not the per-step "
+                       "count under threshold/factor.")
     eps: float = Field(1e-3, ge=0.0, lt=1.0, description="Final mask ratio: the schedule is linspace(1, eps, steps+1).")
     alg: Algorithm = Field(
         "entropy",
@@ -400,34 +631,93 @@ class DreamSamplerParams(Params):
     )
     temperature: float = Field(0.0, ge=0.0, description="Token sampling temperature (0 = argmax).")
     top_p: float | None = Field(None, gt=0.0, le=1.0, description="Nucleus mass (None = off).")
-    top_k: int | None = Field(None, ge=1, description="Keep the k most likely tokens (None = off).")
+    top_k: int | None = Field(
+        None, ge=1, description="Keep the k most likely tokens (None = off, as generation_config.json states; the "
+        "release applies 50 when the caller omits it).")
     release_quirks: bool = Field(
         False,
-        description="Reproduce the release exactly, including its short-row overwrite and bf16 argmax fallback "
-        "(dare_dream.sampler docstring).",
+        description="Reproduce the release exactly, including its batch-mean commit count, short-row overwrite and "
+        "bf16 argmax fallback (dare_dream.sampler docstring). Off: per-row counts (batch-invariant).",
     )
+    block_length: int | None = Field(
+        None, gt=0, description="Decode in blocks of this many tokens, steps / num_blocks steps each (Fast-dLLM's "
+        "Dream block decoding); None = one block (the release).")
+    cache: Literal["none", "prefix", "dual"] = Field(
+        "none", description="Fast-dLLM block-wise KV cache: none, prefix or dual (dare.sampling.kv_cache).")
+    threshold: float | None = Field(
+        None, gt=0.0, le=1.0, description="Fast-dLLM parallel decoding: commit every masked token of the block whose "
+        "probability >= threshold (at least the most confident) per step; needs alg: maskgit_plus.")
+    factor: float | None = Field(
+        None, gt=0.0, description="Fast-dLLM factor rule: commit the n most probable with (n+1)(1 - c_(n)) <= factor; "
+        "needs alg: maskgit_plus.")
 
     @model_validator(mode="after")
-    def _alg_temp_needs_confidence(self):
+    def _cross_fields(self):
         if self.alg == "origin" and self.alg_temp not in (None, 0):
             raise ValueError(
                 "alg_temp only applies to maskgit_plus, topk_margin and entropy (origin reveals positions at random); "
                 "remove alg_temp or choose one of those algs"
             )
+        if self.block_length is not None:
+            if self.gen_length % self.block_length:
+                raise ValueError(
+                    f"gen_length ({self.gen_length}) must be a multiple of block_length ({self.block_length})"
+                )
+            nb = self.gen_length // self.block_length
+            if self.steps % nb:
+                raise ValueError(f"steps ({self.steps}) must be a multiple of gen_length / block_length ({nb})")
+        if self.threshold is not None and self.factor is not None:
+            raise ValueError("give at most one of threshold and factor (two parallel-decoding rules)")
+        if self.parallel and (self.alg != "maskgit_plus" or self.alg_temp not in (None, 0)):
+            raise ValueError(
+                "threshold/factor rank positions by the proposal's probability (Fast-dLLM's confidence_threshold): "
+                f"set alg: maskgit_plus and no alg_temp (got alg {self.alg!r}, alg_temp {self.alg_temp})"
+            )
         return self
+
+    @property
+    def parallel(self) -> bool:
+        return self.threshold is not None or self.factor is not None
 
 
 class DreamSampler(Sampler):
-    """Dream's diffusion_generate (origin / maskgit_plus / topk_margin / entropy), with trajectory."""
+    """Dream's diffusion_generate (origin / maskgit_plus / topk_margin / entropy), with trajectory and Fast-dLLM
+    block decoding, KV cache and parallel decoding."""
 
     name = "dream"
     Params = DreamSamplerParams
     attention_kinds = ("full",)
 
-    def generate(self, model, family, tokens, prompt_ids, attention_mask=None, generator=None) -> SamplerOutput:
-        """Decode ``gen_length`` tokens after ``prompt_ids`` ``[B, Lp]`` through ``family.logits``.
+    def _kv_logits(self, model, family):
+        """The family's cached forward bound to ``model`` when ``cache`` is on, else None.
 
-        :returns: :class:`~dare.components.SamplerOutput`; ``nfe`` = forward passes (<= steps).
+        :raises DareError: a cache was asked for but the family has no ``kv_logits``.
+        """
+        if self.params.cache == "none":
+            return None
+        fn = kv_logits_of(family)
+        if fn is None:
+            raise DareError(
+                f"sampler dream: cache {self.params.cache!r} needs the model family's cached forward (kv_logits), which "
+                f"family {family.name!r} does not provide; use cache: none"
+            )
+        return lambda ids, am, past, start, end, use_cache: fn(model, ids, am, past, start, end, use_cache)
+
+    def check(self, ctx, loc):
+        problems = super().check(ctx, loc)
+        fam = ctx.family
+        if fam is not None and self.params.cache != "none" and kv_logits_of(fam) is None:
+            problems.append((f"{loc}.params.cache", f"cache {self.params.cache!r} needs the model family's cached "
+                             f"forward (kv_logits), which family {fam.name!r} does not provide; use cache: none"))
+        return problems
+
+    def generate(self, model, family, tokens, prompt_ids, attention_mask=None, generator=None) -> SamplerOutput:
+        """Decode ``gen_length`` tokens after ``prompt_ids`` ``[B, Lp]`` through ``family.logits`` (or its
+        ``kv_logits`` with a cache).
+
+        :returns: :class:`~dare.components.SamplerOutput`; ``nfe`` = forward passes (<= steps without a
+            parallel rule); ``steps`` = the schedule's steps, or the steps run under ``threshold``/``factor``.
+        :raises DareError: a cache the family cannot provide; :raises NonFiniteLogitsError: NaN/Inf logits.
         """
         p = self.params
         x, unmask_step, nfe = decode(
@@ -445,9 +735,15 @@ class DreamSampler(Sampler):
             top_k=p.top_k,
             generator=generator,
             release_quirks=p.release_quirks,
+            block_length=p.block_length,
+            cache=p.cache,
+            kv_logits=self._kv_logits(model, family),
+            threshold=p.threshold,
+            factor=p.factor,
         )
         Lp = prompt_ids.shape[1]
         cmask = completion_mask(x[:, Lp:], tokens.stop_ids, family.pad_in_response)
         return SamplerOutput(
-            sequences=x, prompt_length=Lp, completion_mask=cmask, unmask_step=unmask_step, nfe=nfe, steps=p.steps
+            sequences=x, prompt_length=Lp, completion_mask=cmask, unmask_step=unmask_step, nfe=nfe,
+            steps=nfe if p.parallel else p.steps,
         )

@@ -122,3 +122,28 @@ class LLaDAFamily(ModelFamily):
         official generator.
         """
         return model(input_ids=input_ids, attention_mask=attention_mask).logits
+
+    def kv_logits(self, model, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None, past=None,
+                  start: int = 0, end: int | None = None, use_cache: bool = False):
+        """The cached forward of Fast-dLLM's block-wise KV cache (contract: :mod:`dare.sampling.kv_cache`).
+
+        ``past=None``: ``model(input_ids, attention_mask, use_cache)`` over the whole ``[B, L]`` sequence.
+        Otherwise the model runs on ``input_ids[:, start:end]`` with ``replace_position`` marking those
+        positions in ``past`` (keys of every other position come from ``past``; RoPE positions are array
+        indices, as in :meth:`logits`).
+
+        :returns: ``(logits [B, end - start, V] aligned, per-block (k, v) cache or None)``.
+        :raises ValueError: ``past=None`` with a window other than the whole sequence.
+        """
+        B, L = input_ids.shape
+        end = L if end is None else end
+        if past is None:
+            if (start, end) != (0, L):
+                raise ValueError("kv_logits without past runs the whole sequence (start=0, end=L)")
+            out = model(input_ids=input_ids, attention_mask=attention_mask, use_cache=use_cache)
+            return out.logits, out.cache
+        replace = torch.zeros((B, L), dtype=torch.bool, device=input_ids.device)
+        replace[:, start:end] = True
+        out = model(input_ids=input_ids[:, start:end], attention_mask=attention_mask, past_key_values=past,
+                    replace_position=replace, use_cache=use_cache)
+        return out.logits, out.cache

@@ -13,7 +13,12 @@ Numerics follow the release so fp32 logits agree to ~1e-6:
   ``position_ids`` argument: left padding shifts positions, as in the official generator;
 * attention is SDPA with ``is_causal=False``; a ``[B, L]`` padding mask becomes an additive key mask
   (0 / ``finfo(float32).min``) added to the optional ``attention_bias``;
-* the KV cache (``use_cache``) stores keys *before* RoPE, one ``(k, v)`` pair per block.
+* the KV cache (``use_cache``) stores keys *before* RoPE, one ``(k, v)`` pair per block. Given
+  ``past_key_values``, the new tokens either follow the cached ones (the official append) or, with
+  ``replace_position`` (Fast-dLLM's dual-cache argument, NVlabs/Fast-dLLM ``llada/model/modeling_llada.py``),
+  replace the cached positions that mask marks: queries sit at those positions and attend to the cached
+  keys/values everywhere else (:mod:`dare.sampling.kv_cache`). Unlike the Fast-dLLM copy, the cache is
+  not modified in place and the padding mask is applied.
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ from transformers import initialization as init
 from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.utils import ModelOutput
 
+from dare.sampling.kv_cache import replace_span
 from dare_llada.configuration_llada import LLaDAConfig
 from dare_llada.generation import LLaDAGenerationMixin
 
@@ -115,14 +121,18 @@ class LLaDARotary(nn.Module):
         self._cache[key] = (sin, cos)
         return sin, cos
 
-    def forward(self, q: torch.Tensor, k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Rotate ``q`` ``[B, nh, Lq, hd]`` and ``k`` ``[B, nkv, Lk, hd]``; queries sit at the end."""
+    def forward(self, q: torch.Tensor, k: torch.Tensor, q_start: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """Rotate ``q`` ``[B, nh, Lq, hd]`` and ``k`` ``[B, nkv, Lk, hd]`` (keys at positions ``0..Lk-1``).
+
+        Queries sit at positions ``q_start .. q_start + Lq - 1``; ``None`` means at the end (``Lk - Lq``).
+        """
         q_, k_ = (q.float(), k.float()) if self.full_precision else (q, k)
         with torch.autocast(q.device.type, enabled=False):
             lq, lk = q_.shape[-2], k_.shape[-2]
+            q0 = lk - lq if q_start is None else q_start
             sin, cos = self.tables(lk, q_.device)
             sin, cos = sin.type_as(q_), cos.type_as(q_)
-            qs, qc = sin[:, :, lk - lq : lk], cos[:, :, lk - lq : lk]
+            qs, qc = sin[:, :, q0 : q0 + lq], cos[:, :, q0 : q0 + lq]
             q_ = ((q_ * qc) + (_rotate_half(q_) * qs)).to(q_.dtype)
             k_ = ((k_ * cos) + (_rotate_half(k_) * sin)).to(k_.dtype)
         return q_.type_as(q), k_.type_as(k)
@@ -173,7 +183,9 @@ class LLaDALlamaBlock(GradientCheckpointingLayer):
         self.attention_dropout = config.attention_dropout
         self.residual_dropout = config.residual_dropout
 
-    def attention(self, h, attention_bias, layer_past, use_cache):
+    def attention(self, h, attention_bias, layer_past, use_cache, span=None):
+        """Self-attention of ``h`` ``[B, T, d]``. With ``layer_past`` ``(k, v)`` the new keys follow the cached
+        ones, or replace cached positions ``span = (s, e)`` (``e - s = T``). Returns ``(out, present)``."""
         B, T, C = h.shape
         q, k, v = self.q_proj(h), self.k_proj(h), self.v_proj(h)
         dtype = k.dtype
@@ -183,16 +195,21 @@ class LLaDALlamaBlock(GradientCheckpointingLayer):
         q = q.view(B, T, self.n_heads, self.head_dim).transpose(1, 2)
         k = k.view(B, T, self.n_kv_heads, self.head_dim).transpose(1, 2)
         v = v.view(B, T, self.n_kv_heads, self.head_dim).transpose(1, 2)
-        if layer_past is not None:
+        if layer_past is not None and span is not None:
+            s, e = span
+            k = torch.cat((layer_past[0][:, :, :s], k, layer_past[0][:, :, e:]), dim=-2)
+            v = torch.cat((layer_past[1][:, :, :s], v, layer_past[1][:, :, e:]), dim=-2)
+        elif layer_past is not None:
             k = torch.cat((layer_past[0], k), dim=-2)
             v = torch.cat((layer_past[1], v), dim=-2)
         present = (k, v) if use_cache else None
         lq, lk = q.shape[-2], k.shape[-2]
+        q0 = lk - lq if span is None else span[0]
         if self.rotary_emb is not None:
-            q, k = self.rotary_emb(q, k)
+            q, k = self.rotary_emb(q, k, q0)
         mask = None
         if attention_bias is not None:
-            mask = attention_bias[:, :, lk - lq : lk, :lk]
+            mask = attention_bias[:, :, q0 : q0 + lq, :lk]
             if mask.dtype != dtype:
                 mask = mask.to(dtype)
                 mask = torch.where(torch.isneginf(mask), torch.finfo(dtype).min, mask)
@@ -205,8 +222,8 @@ class LLaDALlamaBlock(GradientCheckpointingLayer):
         att = att.transpose(1, 2).contiguous().view(B, T, C)
         return self.attn_out(att), present
 
-    def forward(self, x, attention_bias=None, layer_past=None, use_cache=False):
-        att, present = self.attention(self.attn_norm(x), attention_bias, layer_past, use_cache)
+    def forward(self, x, attention_bias=None, layer_past=None, use_cache=False, span=None):
+        att, present = self.attention(self.attn_norm(x), attention_bias, layer_past, use_cache, span)
         x = x + F.dropout(att, self.residual_dropout, self.training)
         h = self.ff_norm(x)
         h = self.ff_out(self.act(self.ff_proj(h)) * self.up_proj(h))
@@ -246,6 +263,7 @@ class LLaDAModel(nn.Module):
         past_key_values=None,
         use_cache=False,
         output_hidden_states=False,
+        replace_position=None,
     ):
         x = self.transformer.wte(input_ids) if input_embeddings is None else input_embeddings
         B, L = x.shape[:2]
@@ -253,14 +271,24 @@ class LLaDAModel(nn.Module):
             x = x * (self.config.d_model**0.5)
         x = F.dropout(x, self.config.embedding_dropout, self.training)
         past_length = 0 if not past_key_values else past_key_values[0][0].size(-2)
+        span = None
+        if replace_position is not None:
+            if not past_key_values:
+                raise ValueError("replace_position needs past_key_values (the cache whose positions it replaces)")
+            span = replace_span(replace_position)
+            if span[1] - span[0] != L or span[1] > past_length:
+                raise ValueError(
+                    f"replace_position marks positions {span[0]}..{span[1] - 1} but the input has {L} tokens and "
+                    f"the cache {past_length} positions"
+                )
+        total = past_length if span is not None else past_length + L
 
         key_mask = None
         if attention_mask is not None and bool((attention_mask == 0).any()):
             key_mask = attention_mask.to(torch.float).view(B, -1)[:, None, None, :]
             key_mask = (1.0 - key_mask) * torch.finfo(torch.float).min
         bias = None
-        if attention_bias is not None or key_mask is not None or past_key_values:
-            total = past_length + L
+        if attention_bias is not None or key_mask is not None or (past_key_values and span is None):
             if attention_bias is None:
                 bias = torch.zeros((1, 1, total, total), device=x.device, dtype=torch.float)
             elif attention_bias.dtype in (torch.bool, torch.int8):
@@ -283,7 +311,7 @@ class LLaDAModel(nn.Module):
             if hidden_states is not None:
                 hidden_states.append(x)
             past = past_key_values[i] if past_key_values else None
-            x, present = block(x, attention_bias=bias, layer_past=past, use_cache=use_cache)
+            x, present = block(x, attention_bias=bias, layer_past=past, use_cache=use_cache, span=span)
             if presents is not None:
                 presents.append(present)
         x = self.transformer.ln_f(x)
@@ -337,8 +365,12 @@ class LLaDAModelLM(LLaDAGenerationMixin, LLaDAPreTrainedModel):
     """LLaDA with its LM head, the class ``AutoModel`` loads for ``model_type: llada``.
 
     ``forward(input_ids [B, L] int64, attention_mask [B, L] | None, attention_bias
-    [B|1, 1, L, L] | None, past_key_values, use_cache)`` returns :class:`LLaDAOutput` with
-    ``logits`` ``[B, L, embedding_size]`` in the model dtype, position ``i`` scoring token ``i``.
+    [B|1, 1, L, L] | None, past_key_values, use_cache, replace_position)`` returns :class:`LLaDAOutput`
+    with ``logits`` ``[B, L, embedding_size]`` in the model dtype, position ``i`` scoring token ``i``.
+    ``past_key_values``: per block ``(k, v)`` ``[B, nkv, P, hd]`` (keys before RoPE); the input follows
+    the ``P`` cached positions, or with ``replace_position`` (``[B, P]`` bool, the same contiguous span of
+    ``L`` positions in every row) takes their place. ``attention_mask`` then covers all keys
+    (``[B, P + L]``, or ``[B, P]`` with ``replace_position``).
     ``labels`` are ignored (LLaDA's loss is the masked-diffusion loss; see ``dare_sft``).
     """
 
@@ -374,6 +406,7 @@ class LLaDAModelLM(LLaDAGenerationMixin, LLaDAPreTrainedModel):
         output_attentions: bool | None = None,
         output_hidden_states: bool | None = None,
         return_dict: bool | None = None,
+        replace_position: torch.Tensor | None = None,
         **kwargs,
     ):
         if output_attentions:
@@ -387,6 +420,7 @@ class LLaDAModelLM(LLaDAGenerationMixin, LLaDAPreTrainedModel):
             past_key_values=past_key_values,
             use_cache=use_cache,
             output_hidden_states=bool(output_hidden_states),
+            replace_position=replace_position,
         )
         out = LLaDAOutput(
             logits=logits, cache=presents, hidden_states=tuple(hidden) if hidden is not None else None

@@ -1,4 +1,4 @@
-"""LLaDA's official semi-autoregressive low-confidence remasking decoder.
+"""LLaDA's official semi-autoregressive low-confidence remasking decoder, with Fast-dLLM acceleration.
 
 Source: ML-GSAI/LLaDA ``generate.py`` (``generate``), arXiv 2502.09992 §2.4 and Appendix B.3. The
 completion (``gen_length`` masks) is split into ``gen_length / block_length`` blocks decoded left to
@@ -8,9 +8,29 @@ softmax probability; ``random``: uniform), and commits the ``k`` most confident 
 current block, ``k`` from :func:`dare.sampling.num_transfer_tokens`. Classifier-free guidance
 re-runs the batch with every prompt position masked: ``un + (cfg + 1)(cond - un)``.
 
+Fast-dLLM (arXiv 2505.22618; NVlabs/Fast-dLLM ``llada/generate.py``), as parameters of the same decoder:
+
+* ``cache: prefix | dual``: block-wise approximate KV cache (:mod:`dare.sampling.kv_cache`). The block's
+  first step is a full forward that refreshes the cache and commits like any step; later steps run the
+  block plus suffix (prefix) or the block alone (dual) against it, and only the block's positions
+  compete. The step schedule, NFE and ``unmask_step`` are those of the uncached decoder. Exact at every
+  refresh step and for a 1-layer model; otherwise approximate (deeper layers' cached keys/values go stale
+  as the block changes), see :mod:`dare.sampling.kv_cache`.
+* ``threshold`` / ``factor``: confidence-aware parallel decoding (:mod:`dare.sampling.parallel`). Each
+  block is denoised until it has no mask, each step committing every masked position of the block whose
+  confidence (the proposal's probability) is ``>= threshold`` and always the most confident one (or the
+  factor rule's count); ``steps`` then does not set the per-step count. A proposal of the mask token is
+  never committed under these rules.
+
+``cache: none`` without a parallel rule is the official decoder token for token (any masked position
+before the block's end competes, as there). Every mode works at batch size > 1 with left padding
+(the padding mask reaches the cached forwards; Fast-dLLM's batched dual cache crashed and its model
+ignored the mask), and rows never influence each other, so tokens do not depend on the batch. NaN/Inf
+logits raise :class:`dare.sampling.NonFiniteLogitsError` naming the step.
+
 ``generate`` keeps the official signature and returns the same tensor at temperature 0 for the same
 weights; :class:`LLaDASampler` wraps it as a DARE ``Sampler`` that decodes any full-attention family
-(through the family's aligned logits) and records the trajectory.
+(through the family's aligned logits, or its ``kv_logits`` with a cache) and records the trajectory.
 """
 
 from __future__ import annotations
@@ -21,12 +41,19 @@ import torch
 from pydantic import Field, model_validator
 
 from dare.components import Params, Sampler, SamplerOutput
+from dare.errors import DareError
 from dare.sampling import (
+    CACHE_MODES,
+    BlockKVCache,
     Trajectory,
     add_gumbel_noise,
     completion_mask,
     confidence_scores,
+    factor_transfer,
+    kv_logits_of,
+    require_finite_logits,
     num_transfer_tokens,
+    threshold_transfer,
     topk_transfer,
 )
 
@@ -45,26 +72,49 @@ class _StepOptions(NamedTuple):
     generator: torch.Generator | None
 
 
-def _denoise_step(logits_fn, x, attention_mask, prompt_index, block_end: int, k: torch.Tensor, o: _StepOptions):
-    """One denoising step of the official decoder, in place on ``x`` ``[B, L]``.
+class _Acceleration(NamedTuple):
+    """Fast-dLLM settings of one decode call: ``cache`` mode, its cached forward, and the parallel rule."""
 
-    Predict every masked token (Gumbel-max at ``o.temperature``; CFG re-runs the batch with the prompt
-    masked), score proposals (un-tempered softmax or uniform), and commit the ``k[b]`` most confident
-    masked positions before ``block_end``. Returns ``(committed [B, L] bool, nfe)``; as in the official
-    code a position may be "committed" with the mask token itself (a model that proposes [MASK]): it
-    stays masked and is decoded again, so ``committed`` excludes it.
-    """
-    mask_index = x == o.mask_id
+    cache: str = "none"
+    kv_logits: Callable | None = None
+    threshold: float | None = None
+    factor: float | None = None
+
+    @property
+    def parallel(self) -> bool:
+        return self.threshold is not None or self.factor is not None
+
+
+def _step_logits(forward, x, attention_mask, prompt_index, o: _StepOptions):
+    """``(logits, nfe)`` of one step from ``forward(ids, attention_mask)``; CFG runs ``[x; x with the prompt
+    masked]`` as one batch and returns ``un + (cfg + 1)(cond - un)`` (2 function evaluations)."""
     if o.cfg_scale > 0.0:
         un_x = x.clone()
         un_x[prompt_index] = o.mask_id
         am = None if attention_mask is None else torch.cat([attention_mask, attention_mask], dim=0)
-        cond, un = torch.chunk(logits_fn(torch.cat([x, un_x], dim=0), am), 2, dim=0)
-        logits = un + (o.cfg_scale + 1) * (cond - un)
-        nfe = 2
-    else:
-        logits = logits_fn(x, attention_mask)
-        nfe = 1
+        cond, un = torch.chunk(forward(torch.cat([x, un_x], dim=0), am), 2, dim=0)
+        return un + (o.cfg_scale + 1) * (cond - un), 2
+    return forward(x, attention_mask), 1
+
+
+def _denoise_step(forward, x, attention_mask, prompt_index, region: tuple[int, int], allowed: torch.Tensor,
+                  select, o: _StepOptions, step: int):
+    """One denoising step of the official decoder, in place on ``x`` ``[B, L]``.
+
+    ``forward(ids, attention_mask)`` returns the logits of positions ``region = (r0, r1)``. Predict every
+    masked token there (Gumbel-max at ``o.temperature``), score the proposals (un-tempered softmax or
+    uniform), and commit ``select(confidence, proposals)`` among the masked positions where ``allowed``
+    ``[B, r1 - r0]`` is True. Returns ``(committed [B, r1 - r0] bool, nfe)``; as in the official code a
+    position may be "committed" with the mask token itself (a model that proposes [MASK]): it stays
+    masked and is decoded again, so ``committed`` excludes it.
+
+    :raises NonFiniteLogitsError: the model returned NaN/Inf logits.
+    """
+    r0, r1 = region
+    logits, nfe = _step_logits(forward, x, attention_mask, prompt_index, o)
+    require_finite_logits(logits, f"denoising step {step} (sampler 'llada')")
+    xr = x[:, r0:r1]
+    mask_index = xr == o.mask_id
     if o.logits_eos_inf:
         logits[:, :, o.eos_id] = -torch.inf
     x0 = torch.argmax(add_gumbel_noise(logits, o.temperature, o.generator), dim=-1)
@@ -74,12 +124,31 @@ def _denoise_step(logits_fn, x, attention_mask, prompt_index, block_end: int, k:
         if o.eot_id is not None:
             logits[:, :, o.eot_id] = -torch.inf
     x0_p = confidence_scores(logits, x0, o.remasking, o.generator)
-    x0_p[:, block_end:] = -torch.inf
-    x0 = torch.where(mask_index, x0, x)
-    conf = torch.where(mask_index, x0_p, torch.tensor(-torch.inf, dtype=x0_p.dtype, device=x0_p.device))
-    transfer = topk_transfer(conf, k)
-    x[transfer] = x0[transfer]
+    x0 = torch.where(mask_index, x0, xr)
+    conf = torch.where(mask_index & allowed, x0_p, torch.tensor(-torch.inf, dtype=x0_p.dtype, device=x0_p.device))
+    transfer = select(conf, x0)
+    xr[transfer] = x0[transfer]
     return transfer & (x0 != o.mask_id), nfe
+
+
+def _forward_for(logits_fn, cache: BlockKVCache | None, block: tuple[int, int], refresh: bool):
+    """``(forward, region)`` of one step: the full sequence without a cache, the block with one."""
+    if cache is None:
+        return logits_fn, None
+    start, end = block
+    return (lambda ids, am: cache.block_logits(ids, am, start, end, refresh)), (start, end)
+
+
+def _parallel_select(accel: _Acceleration, mask_id: int):
+    """Fast-dLLM's rule: proposals of the mask token are never candidates (they would not make progress)."""
+
+    def select(conf, x0):
+        conf = conf.masked_fill(x0 == mask_id, -torch.inf)
+        if accel.threshold is not None:
+            return threshold_transfer(conf, accel.threshold)
+        return factor_transfer(conf, accel.factor)
+
+    return select
 
 
 @torch.no_grad()
@@ -99,22 +168,47 @@ def decode(
     eos_id: int = 126081,
     eot_id: int | None = 126348,
     generator: torch.Generator | None = None,
+    cache: str = "none",
+    kv_logits: Callable | None = None,
+    threshold: float | None = None,
+    factor: float | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, int]:
-    """The decoding loop over a logits function.
+    """The decoding loop over a logits function, with Fast-dLLM acceleration when asked (module docstring).
 
     :param logits_fn: ``(x [B, L] int64, attention_mask [B, L] | None) -> logits [B, L, V]`` aligned.
     :param prompt: ``[B, Lp]`` int64, left-padded.
     :param attention_mask: ``[B, Lp]`` (1 real, 0 pad) or None.
+    :param cache: ``none``, ``prefix`` or ``dual`` (:mod:`dare.sampling.kv_cache`); needs ``kv_logits``,
+        ``(x, attention_mask, past, start, end, use_cache) -> (logits, cache)`` (a family's ``kv_logits``
+        bound to a model).
+    :param threshold: confidence threshold of parallel decoding (:func:`dare.sampling.threshold_transfer`);
+        :param factor: Fast-dLLM's factor rule (:func:`dare.sampling.factor_transfer`). At most one.
     :returns: ``(x [B, Lp + gen_length], unmask_step [B, gen_length] int64, nfe)``.
-    :raises ValueError: ``gen_length % block_length != 0`` or ``steps % num_blocks != 0``.
+    :raises ValueError: ``gen_length % block_length != 0``, ``steps % num_blocks != 0``, an unknown cache,
+        a cache without ``kv_logits``, or both ``threshold`` and ``factor``.
+    :raises NonFiniteLogitsError: the model returned NaN/Inf logits.
     """
     B, Lp = prompt.shape
     x = torch.full((B, Lp + gen_length), mask_id, dtype=torch.long, device=prompt.device)
     x[:, :Lp] = prompt
     opts = _StepOptions(temperature, cfg_scale, remasking, mask_id, logits_eos_inf, confidence_eos_eot_inf, eos_id, eot_id,
                         generator)
+    accel = _acceleration(cache, kv_logits, threshold, factor)
     # the official prompt index: every position not holding the mask token
-    return _run_schedule(logits_fn, x, x != mask_id, Lp, attention_mask, 0, steps, steps, gen_length, block_length, opts)
+    if accel.parallel:
+        return _run_parallel(logits_fn, x, x != mask_id, Lp, attention_mask, gen_length, block_length, opts, accel)
+    return _run_schedule(logits_fn, x, x != mask_id, Lp, attention_mask, 0, steps, steps, gen_length, block_length, opts,
+                         accel)
+
+
+def _acceleration(cache: str, kv_logits, threshold, factor) -> _Acceleration:
+    if cache not in CACHE_MODES:
+        raise ValueError(f"cache must be one of {', '.join(CACHE_MODES)}, got {cache!r}")
+    if cache != "none" and kv_logits is None:
+        raise ValueError(f"cache={cache!r} needs kv_logits (the family's cached forward)")
+    if threshold is not None and factor is not None:
+        raise ValueError("give at most one of threshold and factor")
+    return _Acceleration(cache, kv_logits, threshold, factor)
 
 
 @torch.no_grad()
@@ -137,6 +231,8 @@ def denoise_steps(
     eos_id: int = 126081,
     eot_id: int | None = 126348,
     generator: torch.Generator | None = None,
+    cache: str = "none",
+    kv_logits: Callable | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, int]:
     """Global steps ``start_step .. end_step - 1`` of :func:`decode`'s schedule, from an intermediate state.
 
@@ -149,7 +245,10 @@ def denoise_steps(
     ``denoise_steps(s1 -> s2)`` with the same generator reproduces ``decode`` exactly (unless the model
     proposes the mask token itself, which leaves a committed position masked and changes the recomputed
     quota; a trained model gives it ~0 probability). The step body is
-    :func:`decode`'s (:func:`_denoise_step`).
+    :func:`decode`'s (:func:`_denoise_step`). With a ``cache`` the KV cache is refreshed on entering a
+    block, so a split inside a block refreshes once more than :func:`decode` does (exact where the cache
+    is exact, :mod:`dare.sampling.kv_cache`). Parallel decoding (``threshold``/``factor``) has no fixed
+    schedule to resume and is not offered here.
 
     :param logits_fn: ``(x [B, L] int64, attention_mask [B, L] | None) -> logits [B, L, V]`` aligned
         (e.g. ``family.logits`` bound to a model, so any full-attention family decodes).
@@ -172,42 +271,109 @@ def denoise_steps(
     opts = _StepOptions(temperature, cfg_scale, remasking, mask_id, logits_eos_inf, confidence_eos_eot_inf, eos_id, eot_id,
                         generator)
     return _run_schedule(logits_fn, x, prompt_index, prompt_length, attention_mask, start_step, end_step, steps,
-                         gen_length, block_length, opts)
+                         gen_length, block_length, opts, _acceleration(cache, kv_logits, None, None))
+
+
+def _blocks(gen_length: int, block_length: int) -> int:
+    if gen_length % block_length != 0:
+        raise ValueError(f"gen_length ({gen_length}) must be a multiple of block_length ({block_length})")
+    return gen_length // block_length
+
+
+def _full_mask(attention_mask: torch.Tensor | None, B: int, gen_length: int, device) -> torch.Tensor | None:
+    if attention_mask is None:
+        return None
+    return torch.cat([attention_mask, torch.ones((B, gen_length), dtype=attention_mask.dtype, device=device)], dim=-1)
 
 
 def _run_schedule(logits_fn, x: torch.Tensor, prompt_index: torch.Tensor, prompt_length: int,
                   attention_mask: torch.Tensor | None, start_step: int, end_step: int, steps: int, gen_length: int,
-                  block_length: int, opts: _StepOptions) -> tuple[torch.Tensor, torch.Tensor, int]:
+                  block_length: int, opts: _StepOptions, accel: _Acceleration = _Acceleration()
+                  ) -> tuple[torch.Tensor, torch.Tensor, int]:
     """Global steps ``start_step .. end_step - 1`` of the semi-AR schedule on ``x`` (modified in place).
 
     Global step ``s`` belongs to block ``s // steps_per_block``; on entering a block the quota is
     computed over the block's remaining steps from its remaining masks (``num_transfer_tokens``).
+    Without a cache every step runs the whole sequence and (official) any masked position before the
+    block's end competes; with one, the block's first step refreshes the cache and only the block's
+    positions compete.
     :param attention_mask: ``[B, prompt_length]`` or None; extended with ones over the completion.
     :returns: ``(x, unmask_step [B, gen_length] int64 (-1 where nothing was committed), nfe)``.
     :raises ValueError: ``gen_length % block_length != 0`` or ``steps % num_blocks != 0``.
     """
-    if gen_length % block_length != 0:
-        raise ValueError(f"gen_length ({gen_length}) must be a multiple of block_length ({block_length})")
-    num_blocks = gen_length // block_length
+    num_blocks = _blocks(gen_length, block_length)
     if steps % num_blocks != 0:
         raise ValueError(f"steps ({steps}) must be a multiple of the number of blocks ({num_blocks})")
     spb = steps // num_blocks
-    B, Lp = x.shape[0], prompt_length
-    if attention_mask is not None:
-        attention_mask = torch.cat(
-            [attention_mask, torch.ones((B, gen_length), dtype=attention_mask.dtype, device=x.device)], dim=-1
-        )
+    B, Lp, L = x.shape[0], prompt_length, x.shape[1]
+    attention_mask = _full_mask(attention_mask, B, gen_length, x.device)
+    cache = None if accel.cache == "none" else BlockKVCache(accel.kv_logits, accel.cache)
+    pos = torch.arange(L, device=x.device)[None]
     traj = Trajectory(B, gen_length, device=x.device)
     nfe = 0
     quota, first = None, 0
     for s in range(start_step, end_step):
         nb, i = divmod(s, spb)
         start, end = Lp + nb * block_length, Lp + (nb + 1) * block_length
-        if quota is None or i == 0:
+        entering = quota is None or i == 0
+        if entering:
             quota, first = num_transfer_tokens(x[:, start:end] == opts.mask_id, spb - i), i
-        committed, n = _denoise_step(logits_fn, x, attention_mask, prompt_index, end, quota[:, i - first], opts)
+        forward, region = _forward_for(logits_fn, cache, (start, end), entering)
+        k = quota[:, i - first]
+        if region is None:
+            region, allowed = (0, L), pos < end
+        else:
+            allowed = torch.ones((1, end - start), dtype=torch.bool, device=x.device)
+        committed, n = _denoise_step(forward, x, attention_mask, prompt_index, region, allowed,
+                                     lambda conf, x0, k=k: topk_transfer(conf, k), opts, s)
         nfe += n
-        traj.record(committed[:, Lp:], s)
+        traj.record(_completion_part(committed, region, Lp, gen_length), s)
+    return x, traj.unmask_step, nfe
+
+
+def _completion_part(committed: torch.Tensor, region: tuple[int, int], prompt_length: int, gen_length: int):
+    """``[B, gen_length]`` bool from ``committed`` ``[B, r1 - r0]`` over positions ``region``."""
+    r0, r1 = region
+    out = torch.zeros((committed.shape[0], gen_length), dtype=torch.bool, device=committed.device)
+    lo = max(r0, prompt_length)
+    out[:, lo - prompt_length : r1 - prompt_length] = committed[:, lo - r0 :]
+    return out
+
+
+def _run_parallel(logits_fn, x: torch.Tensor, prompt_index: torch.Tensor, prompt_length: int,
+                  attention_mask: torch.Tensor | None, gen_length: int, block_length: int, opts: _StepOptions,
+                  accel: _Acceleration) -> tuple[torch.Tensor, torch.Tensor, int]:
+    """Fast-dLLM Algorithm 1: each block is denoised until none of its positions is masked, every step
+    committing the positions the threshold/factor rule picks (at least one per row with a masked
+    position, only inside the block). Global steps count forward passes of the batch (a row whose block
+    is done waits, committing nothing), so ``unmask_step`` orders the commits as they happened. A block
+    gets at most ``block_length`` steps (only a model proposing the mask token everywhere needs more;
+    its positions then stay masked, ``unmask_step`` -1).
+
+    :returns: ``(x, unmask_step [B, gen_length] int64, nfe)``; ``nfe`` = steps run (x2 with CFG).
+    """
+    num_blocks = _blocks(gen_length, block_length)
+    B, Lp, L = x.shape[0], prompt_length, x.shape[1]
+    attention_mask = _full_mask(attention_mask, B, gen_length, x.device)
+    cache = None if accel.cache == "none" else BlockKVCache(accel.kv_logits, accel.cache)
+    pos = torch.arange(L, device=x.device)[None]
+    select = _parallel_select(accel, opts.mask_id)
+    traj = Trajectory(B, gen_length, device=x.device)
+    nfe, step = 0, 0
+    for nb in range(num_blocks):
+        start, end = Lp + nb * block_length, Lp + (nb + 1) * block_length
+        for i in range(block_length):
+            if not bool((x[:, start:end] == opts.mask_id).any()):
+                break
+            forward, region = _forward_for(logits_fn, cache, (start, end), i == 0)
+            if region is None:
+                region, allowed = (0, L), (pos >= start) & (pos < end)
+            else:
+                allowed = torch.ones((1, end - start), dtype=torch.bool, device=x.device)
+            committed, n = _denoise_step(forward, x, attention_mask, prompt_index, region, allowed, select, opts, step)
+            nfe += n
+            traj.record(_completion_part(committed, region, Lp, gen_length), step)
+            step += 1
     return x, traj.unmask_step, nfe
 
 
@@ -248,14 +414,30 @@ def generate(
 
 
 class LLaDASamplerParams(Params):
+    """Parameters of :class:`LLaDASampler` (official ``generate`` arguments plus Fast-dLLM's).
+
+    Cross-field rules: ``block_length`` divides ``gen_length`` and ``steps`` is a multiple of the number
+    of blocks; at most one of ``threshold``/``factor``, and either needs ``remasking: low_confidence``.
+    """
+
     gen_length: int = Field(128, gt=0, description="Completion length in tokens.")
     block_length: int = Field(32, gt=0, description="Semi-autoregressive block length; divides gen_length.")
-    steps: int = Field(128, gt=0, description="Total denoising steps; a multiple of gen_length / block_length.")
+    steps: int = Field(128, gt=0, description="Total denoising steps; a multiple of gen_length / block_length "
+                       "(not used for the per-step count by threshold/factor).")
     temperature: float = Field(0.0, ge=0.0, description="Gumbel-max temperature (0 = greedy).")
     remasking: Literal["low_confidence", "random"] = Field("low_confidence", description="Which proposals to commit.")
     cfg_scale: float = Field(0.0, ge=0.0, description="Classifier-free guidance scale (0 = off).")
     logits_eos_inf: bool = Field(False, description="Never propose EOS.")
     confidence_eos_eot_inf: bool = Field(False, description="Commit EOS/EOT proposals last.")
+    cache: Literal["none", "prefix", "dual"] = Field(
+        "none", description="Fast-dLLM block-wise KV cache: none, prefix (cache before the block) or dual (also the "
+        "masked suffix). Approximate except at refresh steps (dare.sampling.kv_cache).")
+    threshold: float | None = Field(
+        None, gt=0.0, le=1.0, description="Fast-dLLM parallel decoding: commit every masked token of the block with "
+        "confidence >= threshold (at least the most confident one) per step; e.g. 0.9. None = fixed schedule.")
+    factor: float | None = Field(
+        None, gt=0.0, description="Fast-dLLM factor rule: commit the n most confident with (n+1)(1 - c_(n)) <= factor; "
+        "e.g. 1.0. None = off.")
 
     @model_validator(mode="after")
     def _blocks(self):
@@ -266,18 +448,60 @@ class LLaDASamplerParams(Params):
         nb = self.gen_length // self.block_length
         if self.steps % nb != 0:
             raise ValueError(f"steps ({self.steps}) must be a multiple of gen_length / block_length ({nb})")
+        if self.threshold is not None and self.factor is not None:
+            raise ValueError("give at most one of threshold and factor (two parallel-decoding rules)")
+        if (self.threshold is not None or self.factor is not None) and self.remasking != "low_confidence":
+            raise ValueError(
+                "threshold/factor compare the proposals' probabilities, so they need remasking: low_confidence "
+                f"(got {self.remasking!r})"
+            )
         return self
+
+    @property
+    def parallel(self) -> bool:
+        return self.threshold is not None or self.factor is not None
 
 
 class LLaDASampler(Sampler):
-    """LLaDA semi-autoregressive low-confidence remasking (official generate.py), with trajectory."""
+    """LLaDA semi-autoregressive low-confidence remasking (official generate.py), with trajectory and Fast-dLLM
+    KV cache / parallel decoding."""
 
     name = "llada"
     Params = LLaDASamplerParams
     attention_kinds = ("full",)
     supports_row_generators = True  # Gumbel noise and random remasking draw per row (dare.sampling)
 
+    def _kv_logits(self, model, family):
+        """The family's cached forward bound to ``model`` when ``cache`` is on, else None.
+
+        :raises DareError: a cache was asked for but the family has no ``kv_logits``.
+        """
+        p = self.params
+        if p.cache == "none":
+            return None
+        fn = kv_logits_of(family)
+        if fn is None:
+            raise DareError(
+                f"sampler llada: cache {p.cache!r} needs the model family's cached forward (kv_logits), which family "
+                f"{family.name!r} does not provide; use cache: none"
+            )
+        return lambda ids, am, past, start, end, use_cache: fn(model, ids, am, past, start, end, use_cache)
+
+    def check(self, ctx, loc):
+        problems = super().check(ctx, loc)
+        fam = ctx.family
+        if fam is not None and self.params.cache != "none" and kv_logits_of(fam) is None:
+            problems.append((f"{loc}.params.cache", f"cache {self.params.cache!r} needs the model family's cached "
+                             f"forward (kv_logits), which family {fam.name!r} does not provide; use cache: none"))
+        return problems
+
     def generate(self, model, family, tokens, prompt_ids, attention_mask=None, generator=None) -> SamplerOutput:
+        """Decode ``gen_length`` tokens after ``prompt_ids`` ``[B, Lp]`` (left-padded).
+
+        :returns: :class:`~dare.components.SamplerOutput`; ``steps`` is the schedule's ``steps``, or with
+            ``threshold``/``factor`` the number of steps run (``unmask_step < steps``).
+        :raises DareError: a cache the family cannot provide; :raises NonFiniteLogitsError: NaN/Inf logits.
+        """
         p = self.params
         x, unmask_step, nfe = decode(
             lambda ids, am: family.logits(model, ids, am),
@@ -295,11 +519,16 @@ class LLaDASampler(Sampler):
             eos_id=tokens.eos_id,
             eot_id=tokens.eot_id,
             generator=generator,
+            cache=p.cache,
+            kv_logits=self._kv_logits(model, family),
+            threshold=p.threshold,
+            factor=p.factor,
         )
         Lp = prompt_ids.shape[1]
         cmask = completion_mask(x[:, Lp:], tokens.stop_ids, family.pad_in_response)
+        steps = nfe // (2 if p.cfg_scale > 0 else 1) if p.parallel else p.steps
         return SamplerOutput(
-            sequences=x, prompt_length=Lp, completion_mask=cmask, unmask_step=unmask_step, nfe=nfe, steps=p.steps
+            sequences=x, prompt_length=Lp, completion_mask=cmask, unmask_step=unmask_step, nfe=nfe, steps=steps
         )
 
     def partial_denoise(self, model, family, tokens, state, prompt_length, attention_mask=None, start_step=0,
@@ -308,8 +537,14 @@ class LLaDASampler(Sampler):
         through ``family.logits`` so any full-attention family (LLaDA, Dream) decodes.
 
         :returns: ``SamplerOutput`` with the new state; ``unmask_step`` covers this call only.
+        :raises DareError: ``threshold``/``factor`` is set (no fixed schedule to resume).
         """
         p = self.params
+        if p.parallel:
+            raise DareError(
+                "sampler llada: partial denoising (tree rollouts) resumes a fixed step schedule, which threshold/factor "
+                "parallel decoding does not have; remove sampler.params.threshold/factor for this objective"
+            )
         x, unmask_step, nfe = denoise_steps(
             lambda ids, am: family.logits(model, ids, am),
             state,
@@ -329,6 +564,8 @@ class LLaDASampler(Sampler):
             eos_id=tokens.eos_id,
             eot_id=tokens.eot_id,
             generator=generator,
+            cache=p.cache,
+            kv_logits=self._kv_logits(model, family),
         )
         cmask = completion_mask(x[:, prompt_length:], tokens.stop_ids, family.pad_in_response)
         return SamplerOutput(

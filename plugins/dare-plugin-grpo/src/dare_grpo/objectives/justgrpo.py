@@ -75,7 +75,9 @@ def autoregressive_sampler_problems(sampler, where: Callable[[str], str]) -> lis
             problems.append((where("top_k"), "top-k/top-p filtering samples from a truncated distribution, not "
                                                "softmax(logits / T); set top_k: 0 and top_p: 1.0"))
         return problems
-    if not {"gen_length", "block_length", "steps"} <= set(fields) or getattr(p, "threshold", None) is not None:
+    parallel = getattr(p, "threshold", None) is not None or getattr(p, "factor", None) is not None
+    # a block_length of None (Dream's default) means one block over the whole completion
+    if not {"gen_length", "block_length", "steps"} <= set(fields) or parallel or p.block_length is None:
         return [(where("name"), f"sampler {sampler.name!r} commits positions by confidence, not left to right; {why}. "
                                 "Use sampler 'llada' with block_length: 1 and steps = gen_length (full-attention "
                                 "families) or 'sdar' with remasking: sequential")]
@@ -84,6 +86,9 @@ def autoregressive_sampler_problems(sampler, where: Callable[[str], str]) -> lis
         problems.append((where("block_length"), f"{why}; set block_length: 1"))
     if p.steps != p.gen_length:
         problems.append((where("steps"), f"{why}; set steps = gen_length ({p.gen_length})"))
+    if getattr(p, "top_k", None) or (getattr(p, "top_p", None) or 1.0) < 1.0:
+        problems.append((where("top_k"), "top-k/top-p filtering samples from a truncated distribution, not "
+                                           "softmax(logits / T); set top_k and top_p to null"))
     if getattr(p, "cfg_scale", 0.0):
         problems.append((where("cfg_scale"), "classifier-free guidance samples from a guided distribution, not the "
                                                "model's softmax(logits / T); set cfg_scale: 0"))

@@ -1,0 +1,202 @@
+"""Fast-dLLM decoding (KV cache, parallel decoding) vs vanilla low-confidence decoding, LLaDA and Dream.
+
+The issue-11 acceptance benchmark. Two tiny models (d 64, 2 layers) are trained with DARE (``dare run``) on
+the packaged real 4x4 Sudoku puzzles, in two stages each: the quickstart's compact SFT
+(``examples/bench-decoding-{llada,dream}-warmup.yaml``, 33-token sequences, cheap), then SFT with the
+responses EOS-padded to 256 tokens as LLaDA pads (``examples/bench-decoding-{llada,dream}.yaml``). The run
+directories (``runs/bench-decoding-*``) are reused, so a second run of this script does not retrain
+(``--retrain`` forces it). Then, in this process, with
+the same weights and ``torch`` threads pinned (``--threads``), every decoder generates 256 tokens (blocks of
+32, 256 steps for the fixed schedule, greedy) for the same prompts:
+
+* ``vanilla``: the samplers' default decoder, one token per step (LLaDA: low-confidence remasking;
+  Dream: ``alg: maskgit_plus``, its low-confidence rule, in blocks of 32);
+* ``prefix cache``, ``dual cache`` (``cache``), ``threshold 0.9`` (``threshold``), ``dual + threshold``.
+
+Each of ``--rounds`` rounds takes the next ``--batch`` test puzzles and decodes them with every decoder in
+turn (the order rotates between rounds), so the ratio of a round compares decoders on the same prompts at
+nearly the same time; the round's ratio is vanilla seconds / decoder seconds, which is the tokens/s ratio
+(every decoder emits ``batch x 256`` tokens). Printed per decoder: tokens/s ratio min / median / max over
+rounds, NFE per prompt batch (mean), and exact-solve accuracy over all ``rounds x batch`` puzzles. Greedy
+decoding is deterministic, so accuracy differences come from the decoders, not from chance.
+
+The last line summarises the dual cache + threshold decoder over both models, conservatively: the smaller
+of the two median speedups and the accuracy change (in points, vs vanilla) of larger magnitude.
+
+Run: ``python benchmarks/bench_decoding.py [--rounds 5] [--batch 32] [--threads 1] [--families llada dream]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+REPO = Path(__file__).resolve().parent.parent
+GEN_LENGTH, BLOCK_LENGTH, STEPS = 256, 32, 256
+
+#: the two training stages of each model (run directories: runs/<spec stem>)
+SPECS = {
+    "llada": ("examples/bench-decoding-llada-warmup.yaml", "examples/bench-decoding-llada.yaml"),
+    "dream": ("examples/bench-decoding-dream-warmup.yaml", "examples/bench-decoding-dream.yaml"),
+}
+BASE = {
+    "llada": ("llada", {"gen_length": GEN_LENGTH, "block_length": BLOCK_LENGTH, "steps": STEPS, "temperature": 0.0}),
+    "dream": ("dream", {"gen_length": GEN_LENGTH, "block_length": BLOCK_LENGTH, "steps": STEPS, "temperature": 0.0,
+                        "alg": "maskgit_plus"}),
+}
+DECODERS = {
+    "vanilla": {},
+    "prefix cache": {"cache": "prefix"},
+    "dual cache": {"cache": "dual"},
+    "threshold 0.9": {"threshold": 0.9},
+    "dual + threshold 0.9": {"cache": "dual", "threshold": 0.9},
+}
+
+
+def trained_model(family: str, retrain: bool) -> tuple[Path, float, bool]:
+    """``(model dir, training seconds, reused)``: the two ``dare run`` stages of ``family`` unless done.
+
+    Stage 1 (``*-warmup.yaml``) is the compact Sudoku SFT, stage 2 continues with 256-token EOS-padded
+    responses; each stage is skipped when its run directory already holds a final model. The wall time of
+    each ``dare run`` call (training plus its small in-run evaluation) is stored next to the run directory
+    (``<run dir>.train-seconds.json``), so reused runs still report it.
+    """
+    total, reused = 0.0, True
+    for spec in SPECS[family]:
+        run_dir = REPO / "runs" / Path(spec).stem
+        timing = run_dir.parent / f"{run_dir.name}.train-seconds.json"
+        if (run_dir / "model" / "config.json").exists() and not retrain:
+            total += json.loads(timing.read_text())["seconds"] if timing.exists() else float("nan")
+            continue
+        reused = False
+        cmd = [sys.executable, "-m", "dare.cli", "run", spec]
+        if retrain:
+            cmd += ["--set", "output.overwrite=true"]
+        print(f"training {family}: dare run {spec}", flush=True)
+        t0 = time.perf_counter()
+        subprocess.run(cmd, check=True, cwd=REPO, stdout=subprocess.DEVNULL)
+        seconds = time.perf_counter() - t0
+        timing.write_text(json.dumps({"seconds": seconds}))
+        total += seconds
+    return run_dir / "model", total, reused
+
+
+def test_puzzles(n: int) -> list[dict]:
+    import pandas as pd
+
+    from dare import assets
+
+    rows = pd.read_parquet(assets.path("sudoku/test.parquet")).to_dict("records")
+    if n > len(rows):
+        raise SystemExit(f"--rounds x --batch = {n} puzzles, but the test set has {len(rows)}")
+    return rows[:n]
+
+
+def exact_solves(texts: list[str], rows: list[dict]) -> int:
+    from dare.rewards.sudoku import sudoku_score
+
+    return sum(
+        sudoku_score(t, str(r["extra_info"]["puzzle"]), str(r["reward_model"]["ground_truth"]), require_tags=False)
+        == 1.0
+        for t, r in zip(texts, rows)
+    )
+
+
+def bench_family(family: str, args) -> dict:
+    from dare.modeling import load_model
+    from dare.plugins import get_registry
+    from dare.sampling.text import decode_completions, encode_prompts
+
+    model_dir, train_seconds, reused = trained_model(family, args.retrain)
+    lm = load_model(model_dir)
+    model, fam, tokens, tokenizer = lm.model.eval(), lm.family, lm.tokens, lm.tokenizer
+    sampler_name, base = BASE[family]
+    sampler_cls = get_registry().get("sampler", sampler_name).cls
+    samplers = {name: sampler_cls({**base, **extra}) for name, extra in DECODERS.items()}
+    rows = test_puzzles(args.rounds * args.batch)
+    chunks = []
+    for r in range(args.rounds):
+        part = rows[r * args.batch : (r + 1) * args.batch]
+        ids, am = encode_prompts(tokenizer, [str(x["extra_info"]["puzzle"]) for x in part], tokens.pad_id)
+        chunks.append((part, ids, am))
+
+    seconds = {name: [] for name in DECODERS}
+    nfe = {name: [] for name in DECODERS}
+    solved = {name: 0 for name in DECODERS}
+    with torch.no_grad():
+        for name, smp in samplers.items():  # warm-up: allocator, kernels, RoPE tables
+            smp.generate(model, fam, tokens, chunks[0][1][:2], chunks[0][2][:2])
+        names = list(DECODERS)
+        for r, (part, ids, am) in enumerate(chunks):
+            for name in names[r % len(names) :] + names[: r % len(names)]:
+                t0 = time.perf_counter()
+                out = samplers[name].generate(model, fam, tokens, ids, am)
+                seconds[name].append(time.perf_counter() - t0)
+                nfe[name].append(out.nfe)
+                solved[name] += exact_solves(decode_completions(tokenizer, out.completions, tokens), part)
+            print(f"  {family} round {r + 1}/{args.rounds}: vanilla {seconds['vanilla'][-1]:.1f} s, "
+                  f"dual + threshold {seconds['dual + threshold 0.9'][-1]:.2f} s", flush=True)
+    n = len(rows)
+    result = {"family": family, "train_seconds": train_seconds, "reused": reused, "prompts": n, "decoders": {}}
+    for name in DECODERS:
+        ratios = [v / s for v, s in zip(seconds["vanilla"], seconds[name])]
+        result["decoders"][name] = {
+            "ratio": (min(ratios), statistics.median(ratios), max(ratios)),
+            "tokens_per_s": args.batch * GEN_LENGTH / statistics.median(seconds[name]),
+            "nfe": statistics.mean(nfe[name]),
+            "accuracy": solved[name] / n,
+        }
+    return result
+
+
+def report(res: dict, args) -> None:
+    fam = res["family"]
+    trained = "reused run, trained in" if res["reused"] else "trained in"
+    print(f"\n{fam}: {res['prompts']} Sudoku test puzzles ({args.rounds} rounds x batch {args.batch}), gen length "
+          f"{GEN_LENGTH}, block {BLOCK_LENGTH}, {trained} {res['train_seconds']:.0f} s (dare run, incl. its eval)")
+    print(f"  {'decoder':<22} {'tokens/s ratio min/median/max':>31} {'tokens/s':>9} {'NFE/batch':>10} {'exact-solve':>12}")
+    vanilla = res["decoders"]["vanilla"]["accuracy"]
+    for name, d in res["decoders"].items():
+        lo, mid, hi = d["ratio"]
+        change = 100 * (d["accuracy"] - vanilla)
+        print(f"  {name:<22} {lo:9.2f}x {mid:9.2f}x {hi:9.2f}x {d['tokens_per_s']:9.1f} {d['nfe']:10.1f} "
+              f"{d['accuracy']:8.3f} ({change:+.1f} pt)")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--families", nargs="+", default=["llada", "dream"], choices=sorted(SPECS))
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--batch", type=int, default=32, help="prompts decoded together (one batch per round)")
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--retrain", action="store_true", help="train again even if a finished run exists")
+    args = parser.parse_args()
+    if args.rounds < 5:
+        raise SystemExit("--rounds must be at least 5 (ratios are reported as min/median/max over rounds)")
+    torch.set_num_threads(args.threads)
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                if line.startswith("model name")), "unknown CPU") if Path("/proc/cpuinfo").exists() else "unknown CPU"
+    print(f"bench_decoding: {cpu}, torch {torch.__version__}, {args.threads} thread(s)", flush=True)
+    results = [bench_family(f, args) for f in args.families]
+    for res in results:
+        report(res, args)
+    best = [res["decoders"]["dual + threshold 0.9"] for res in results]
+    vanilla = [res["decoders"]["vanilla"]["accuracy"] for res in results]
+    speedup = min(d["ratio"][1] for d in best)
+    changes = [100 * (d["accuracy"] - v) for d, v in zip(best, vanilla)]
+    change = max(changes, key=abs)
+    print(f"decoding speedup (dual+threshold vs vanilla): {speedup:.2f}x, accuracy change: {change:+.1f} pt")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
