@@ -55,7 +55,7 @@ def _launch(spec_path: Path, command: str = "run", cpu_flag: bool = True) -> sub
 def _two_processes(spec_path: Path, command: str = "run", cpu_flag: bool = True) -> Path:
     proc = _launch(spec_path, command, cpu_flag)
     out, err = proc.communicate(timeout=900)
-    assert proc.returncode == 0, (out[-2000:], err[-4000:])
+    assert proc.returncode == 0, (out[-2000:], "\n".join(line for line in err.splitlines() if "rank0" in line or "Error" in line)[-6000:])
     run_dir = spec_path.parent / spec_path.stem
     assert list((run_dir / "checkpoints").glob("checkpoint-*/rng_state_1.pth")), "the run did not use 2 processes"
     return run_dir

@@ -160,6 +160,8 @@ class TrainSpec(_Strict):
     bf16: bool = Field(False, description="bf16 autocast.")
     resume: bool = Field(True, description="Resume from the last checkpoint in the output directory, if any.")
     num_threads: int | None = Field(None, gt=0, description="torch CPU threads (default: torch's choice).")
+    max_nonfinite_steps: int = Field(3, gt=0, description="Optimizer steps with a NaN/Inf loss or gradient that are skipped "
+                                     "in a row before training stops with an error.")
 
 
 class BenchmarkSpec(_Strict):

@@ -39,6 +39,7 @@ def config_from_spec(train, output_dir: str, config_cls=None, **extra: Any):
         eval_on_start=bool(train.keep_best),
         bf16=train.bf16,
         num_threads=train.num_threads,
+        max_nonfinite_steps=train.max_nonfinite_steps,
         dataloader_num_workers=0,
     )
     kwargs.update(extra)
