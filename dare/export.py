@@ -13,6 +13,14 @@ Sources (detected from the files in ``src``; a run directory stands for its trai
   - ``pytorch_model_fsdp_0/`` (accelerate FSDP, ``SHARDED_STATE_DICT``: a ``torch.distributed.checkpoint``
     directory holding ``{"model": state_dict}``), merged on CPU without a process group.
 
+  Nothing is unpickled with code execution: ``.bin`` files go through ``torch.load(weights_only=True)``;
+  a sharded checkpoint's ``.metadata`` (a pickle, which torch's own ``FileSystemReader.read_metadata``
+  reads with ``pickle.load``) is read by an unpickler that builds only the metadata classes of
+  ``torch.distributed.checkpoint`` (:data:`DCP_METADATA_GLOBALS`) and refuses anything else, its file
+  references must stay inside the folder, and only tensors are then read, through torch's
+  ``FileSystemReader.read_data`` (``torch.load(weights_only=True)`` per tensor; non-tensor entries, which
+  torch's planner would ``torch.load(weights_only=False)``, are never requested).
+
   Wrapper prefixes are stripped (``module.`` from DDP, ``_orig_mod.`` from ``torch.compile``,
   ``_fsdp_wrapped_module.``, ``base_model.model.`` and ``.base_layer`` from peft); a state dict that
   still holds ``lora_`` tensors is refused (export the adapter directory instead). ``config.json``
@@ -25,15 +33,18 @@ directory renamed into place (:func:`dare.io.atomic_dir`). It loads with ``AutoM
 
 from __future__ import annotations
 
+import io
 import json
-import tempfile
+import pickle
+import warnings
 from pathlib import Path
 
 import torch
 
 from dare.errors import CheckpointError
 
-__all__ = ["export_model", "read_state_dict", "clean_state_dict", "WRAPPER_PREFIXES"]
+__all__ = ["export_model", "read_state_dict", "clean_state_dict", "read_dcp_metadata", "WRAPPER_PREFIXES",
+           "DCP_METADATA_GLOBALS"]
 
 #: Prefixes that training wrappers add to parameter names.
 WRAPPER_PREFIXES = ("module.", "_orig_mod.", "_fsdp_wrapped_module.", "base_model.model.")
@@ -41,22 +52,135 @@ WRAPPER_PREFIXES = ("module.", "_orig_mod.", "_fsdp_wrapped_module.", "base_mode
 _FSDP_SHARDED = "pytorch_model_fsdp_0"
 
 
+#: The only globals a sharded checkpoint's ``.metadata`` pickle may name (what torch 2.x's
+#: ``FileSystemWriter`` writes: the dataclasses of ``torch.distributed.checkpoint.metadata``, the storage
+#: records of ``.filesystem``, ``torch.Size``, dtypes and layouts, and the ``checkpoint_id`` path).
+DCP_METADATA_GLOBALS = (
+    ("torch.distributed.checkpoint.metadata", ("Metadata", "TensorStorageMetadata", "BytesStorageMetadata",
+                                               "ChunkStorageMetadata", "TensorProperties", "StorageMeta",
+                                               "MetadataIndex", "_MEM_FORMAT_ENCODING")),
+    ("torch.distributed.checkpoint.filesystem", ("_StorageInfo",)),
+    ("torch", ("Size",)),
+    ("torch.serialization", ("_get_layout",)),
+    ("pathlib", ("PosixPath", "PurePosixPath", "Path")),
+)
+
+_CONVERT_HINT = ("if you trust the checkpoint, convert it where it was written (python -m "
+                 "torch.distributed.checkpoint.format_utils dcp_to_torch <dir> model.pt, then save the state dict with "
+                 "safetensors), or export the run's model/ or a checkpoint saved with FULL_STATE_DICT")
+
+
+class _MetadataUnpickler(pickle.Unpickler):
+    """Builds only :data:`DCP_METADATA_GLOBALS` (plus torch dtypes); any other global or persistent id is refused."""
+
+    def find_class(self, module: str, name: str):
+        import importlib
+
+        if module == "torch" and isinstance(getattr(torch, name, None), torch.dtype):
+            return getattr(torch, name)
+        for mod, names in DCP_METADATA_GLOBALS:
+            if module == mod and name in names:
+                return getattr(importlib.import_module(mod), name)
+        raise pickle.UnpicklingError(f"it names {module}.{name}, which is not checkpoint metadata")
+
+    def persistent_load(self, pid):
+        raise pickle.UnpicklingError("it holds a persistent id, which checkpoint metadata never does")
+
+
+def read_dcp_metadata(folder: str | Path):
+    """The ``torch.distributed.checkpoint`` ``Metadata`` of ``folder/.metadata``, read without running code.
+
+    Also checks what the reader will trust: every storage record names a plain file inside ``folder``
+    (no ``/`` or ``..``) with no load transforms, and tensor entries carry a ``torch.Size``.
+
+    :raises CheckpointError: the file names any other class or callable (a crafted pickle), is damaged,
+        or points outside the folder; the message says how to convert a trusted checkpoint.
+    """
+    from torch.distributed.checkpoint.filesystem import _StorageInfo
+    from torch.distributed.checkpoint.metadata import Metadata, MetadataIndex, TensorStorageMetadata
+
+    folder = Path(folder)
+    path = folder / ".metadata"
+    try:
+        metadata = _MetadataUnpickler(io.BytesIO(path.read_bytes())).load()
+        if not isinstance(metadata, Metadata) or not isinstance(metadata.state_dict_metadata, dict) \
+                or not isinstance(metadata.storage_data, dict):
+            raise pickle.UnpicklingError("it does not hold a Metadata record")
+        for key, rec in metadata.storage_data.items():
+            name = getattr(rec, "relative_path", None)
+            if not (isinstance(key, MetadataIndex) and isinstance(rec, _StorageInfo) and isinstance(name, str)):
+                raise pickle.UnpicklingError("its storage records are malformed")
+            if name in ("", ".", "..") or "/" in name or "\\" in name or not (folder / name).is_file():
+                raise pickle.UnpicklingError(f"it points at {name!r}, which is not a file inside the folder")
+            if rec.transform_descriptors:
+                raise pickle.UnpicklingError(f"it asks for load transforms {rec.transform_descriptors!r}")
+        for key, md in metadata.state_dict_metadata.items():
+            if isinstance(md, TensorStorageMetadata) and not isinstance(md.size, torch.Size):
+                raise pickle.UnpicklingError(f"tensor {key!r} has no valid size")
+    except CheckpointError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - any failure of a file we do not trust is the same refusal
+        raise CheckpointError(f"{path} is not torch.distributed.checkpoint metadata that DARE can read safely "
+                              f"({exc}); DARE never unpickles anything else from a checkpoint, since a pickle can run "
+                              f"code: {_CONVERT_HINT}") from None
+    return metadata
+
+
 def _load_file(path: Path) -> dict[str, torch.Tensor]:
+    """Tensors of one ``.safetensors`` or ``.bin`` file (``torch.load(weights_only=True)``: no code runs).
+
+    :raises CheckpointError: a damaged file, or a ``.bin`` pickle naming anything but tensors.
+    """
     if path.suffix == ".safetensors":
         from safetensors.torch import load_file
 
+        from dare.modeling.checkpoint import safetensors_header
+
+        safetensors_header(path)  # a clear error for empty, truncated or non-safetensors files
         return load_file(str(path), device="cpu")
-    return torch.load(str(path), map_location="cpu", weights_only=True)
+    if not path.is_file():
+        raise CheckpointError(f"weight file {path} is missing; the checkpoint was copied incompletely")
+    try:
+        state = torch.load(str(path), map_location="cpu", weights_only=True)
+    except Exception as exc:  # noqa: BLE001 - UnpicklingError, zip/EOF errors of damaged files
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise CheckpointError(f"{path} cannot be read as a weights-only PyTorch file ({first}); DARE loads .bin "
+                              "files with torch.load(weights_only=True) and never unpickles other objects, since a "
+                              "pickle can run code: if you trust the file, re-save its state dict with safetensors") from None
+    if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
+        raise CheckpointError(f"{path} does not hold a state dict (name -> tensor)")
+    return state
 
 
 def _load_sharded(src: Path) -> dict[str, torch.Tensor]:
-    from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
+    """The tensors of ``src/pytorch_model_fsdp_0`` through torch's ``FileSystemReader`` (module docstring)."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.metadata import TensorStorageMetadata
 
-    with tempfile.TemporaryDirectory(prefix="dare-export-") as tmp:
-        out = Path(tmp) / "merged.pt"
-        dcp_to_torch_save(str(src / _FSDP_SHARDED), str(out))
-        state = torch.load(str(out), map_location="cpu", weights_only=True)
-    return state["model"] if set(state) == {"model"} else state
+    folder = src / _FSDP_SHARDED
+    metadata = read_dcp_metadata(folder)
+
+    class _Reader(dcp.FileSystemReader):
+        def read_metadata(self, *args, **kwargs):
+            return metadata
+
+    state = {k: torch.empty(md.size, dtype=md.properties.dtype)
+             for k, md in metadata.state_dict_metadata.items() if isinstance(md, TensorStorageMetadata)}
+    if not state:
+        raise CheckpointError(f"{folder} holds no tensors")
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # "torch.distributed is disabled ... single process"
+            dcp.load(state, storage_reader=_Reader(str(folder)),
+                     planner=dcp.DefaultLoadPlanner(flatten_state_dict=False, flatten_sharded_tensors=False),
+                     no_dist=True)
+    except Exception as exc:  # noqa: BLE001 - damaged or missing .distcp files
+        raise CheckpointError(f"{folder}: the tensors could not be read ({type(exc).__name__}: "
+                              f"{str(exc).strip().splitlines()[0] if str(exc).strip() else ''}); the checkpoint is "
+                              "damaged or copied incompletely") from None
+    if all(k.startswith("model.") for k in state):  # accelerate saves {"model": state_dict}
+        state = {k[len("model."):]: v for k, v in state.items()}
+    return state
 
 
 def read_state_dict(src: str | Path) -> dict[str, torch.Tensor]:

@@ -24,12 +24,13 @@ Both spec validation (:func:`dare.spec.load_spec`) and :meth:`dare.run.Run.prepa
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from pathlib import Path
 from typing import Any
 
-__all__ = ["plan_output_dir", "clear_run_dir", "is_unfinished_run", "spec_differences", "format_differences",
-           "stored_spec", "RUN_ENTRIES", "EVAL_ONLY_KEYS"]
+__all__ = ["plan_output_dir", "clear_run_dir", "is_unfinished_run", "writable_problem", "spec_differences",
+           "format_differences", "stored_spec", "RUN_ENTRIES", "EVAL_ONLY_KEYS"]
 
 #: top-level entries DARE writes in a run directory (temporary siblings start with ``.<entry>.``)
 RUN_ENTRIES = frozenset({"run.json", "init-model", "checkpoints", "model", "metrics.jsonl", "tensorboard", "eval",
@@ -110,11 +111,76 @@ def is_unfinished_run(out: Path) -> bool:
     return (out / "run.json").is_file() and not _has_durable_results(out) and all(_is_run_entry(p.name) for p in out.iterdir())
 
 
+def writable_problem(out: str | Path) -> str | None:
+    """Why this process cannot create or write ``out`` (checked on ``out``, or on its nearest existing parent
+    when it does not exist yet, with ``os.access``: permissions, directories it may not enter, read-only
+    mounts), or None."""
+    out = Path(out)
+    probe = out.absolute()
+    while not os.path.exists(probe) and probe != probe.parent:  # os.path.exists: False when it may not look
+        probe = probe.parent
+    if not probe.is_dir():
+        if probe == out.absolute():
+            return None  # output.dir itself is a file: plan_output_dir says so
+        return f"{str(out)!r} cannot be created: {str(probe)!r} is a file, not a directory; choose another output.dir"
+    effective = os.access in os.supports_effective_ids  # the ids a write would use (setuid, sudo -u)
+    if not os.access(probe, os.W_OK | os.X_OK, effective_ids=effective):
+        where = "it" if probe == out.absolute() else f"its parent {str(probe)!r}"
+        return (f"{str(out)!r} is not writable: {where} is read-only for this user (permissions or a read-only mount); "
+                "choose an output.dir you can write, e.g. under your home or working directory")
+    return None
+
+
+def _check_trainer_files(ckpt: Path) -> None:
+    """``trainer_state.json`` parses, and the ``torch.save`` files (optimizer, scheduler, RNG states) are
+    complete zip archives (their central directory is read; nothing is unpickled).
+
+    :raises CheckpointError: naming the damaged file.
+    """
+    import zipfile
+
+    from dare.errors import CheckpointError
+
+    state = ckpt / "trainer_state.json"
+    try:
+        json.loads(state.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise CheckpointError(f"{state} is not valid JSON ({exc}): the save was interrupted") from None
+    for f in sorted(ckpt.glob("*.pt")) + sorted(ckpt.glob("*.pth")):
+        try:
+            with zipfile.ZipFile(f) as z:
+                z.infolist()
+        except (OSError, zipfile.BadZipFile) as exc:
+            raise CheckpointError(f"{f} is truncated or damaged ({exc}): the save was interrupted") from None
+
+
+def _resume_problem(out: Path) -> tuple[str, str] | None:
+    """A damaged checkpoint that a resuming run would load (safetensors headers only, no tensor data)."""
+    if not (out / "checkpoints").is_dir():
+        return None
+    from dare.errors import CheckpointError
+    from dare.modeling.checkpoint import ADAPTER_CONFIG, adapter_weights, checkpoint_shapes
+    from dare.trainers.base import last_complete_checkpoint
+
+    ckpt = last_complete_checkpoint(out / "checkpoints")
+    if ckpt is None:
+        return None
+    try:
+        adapter_weights(ckpt) if (Path(ckpt) / ADAPTER_CONFIG).is_file() else checkpoint_shapes(ckpt)
+        _check_trainer_files(Path(ckpt))
+    except CheckpointError as exc:
+        return ("train.resume", f"the run resumes from {ckpt}, which is damaged: {exc}. Move {ckpt} out of the run "
+                                "directory to resume from the checkpoint before it, or set train.resume: false and "
+                                "output.overwrite: true to start fresh")
+    return None
+
+
 def plan_output_dir(out: str | Path, spec_hash: str, overwrite: bool, resume: bool = True, train: bool = True,
                     spec: dict | None = None) -> tuple[str, list[tuple[str, str]]]:
     """What a run with ``spec_hash`` does with ``out``, and the problems that refuse it.
 
-    :param resume: ``train.resume``; only consulted when ``train`` (the run will train).
+    :param resume: ``train.resume``; only consulted when ``train`` (the run will train, resuming from the
+        checkpoint whose weights are then checked).
     :param spec: the new spec's dump (``RunSpec.model_dump(mode="json")``): a refusal then names the keys that
         differ from the stored spec, and an evaluation-only command (not ``train``) that differs only in
         :data:`EVAL_ONLY_KEYS` uses the directory.
@@ -125,6 +191,8 @@ def plan_output_dir(out: str | Path, spec_hash: str, overwrite: bool, resume: bo
     """
     out = Path(out)
     shown = str(out)
+    if (why := writable_problem(out)) is not None:  # first: it also covers directories this user may not enter
+        return "refuse", [("output.dir", why)]
     if out.exists() and not out.is_dir():
         return "refuse", [("output.dir", f"{shown!r} exists and is not a directory; choose another output.dir")]
     if not out.is_dir() or not any(out.iterdir()):
@@ -164,6 +232,8 @@ def plan_output_dir(out: str | Path, spec_hash: str, overwrite: bool, resume: bo
         return "refuse", [("train.resume", f"{shown!r} already holds checkpoints or metrics of this run, which a new run with "
                                            "train.resume: false would mix with its own; set train.resume: true to continue "
                                            "it, or output.overwrite: true to delete them and start fresh")]
+    if train and resume and (problem := _resume_problem(out)) is not None:
+        return "refuse", [problem]
     return "use", []
 
 

@@ -60,11 +60,11 @@ def test_all_linear_lora_per_family(tmp_path, family):
             if "lora_B" in n:
                 p.normal_(0, 0.3)
     save_merged(model, tmp_path / "merged")
-    ids = torch.randint(10, 200, (2, 16))
+    ids = torch.randint(10, 200, (2, 16), generator=torch.Generator().manual_seed(0))
     model.eval()
     with torch.no_grad():
         merged = AutoModel.from_pretrained(tmp_path / "merged").eval()(input_ids=ids).logits
-        assert (merged - model(input_ids=ids).logits).abs().max().item() < 1e-5
+        assert (merged - model(input_ids=ids).logits).abs().max().item() < 5e-5  # float32 rounding of W + (alpha / r) B A
 
 
 def test_llada_head_shares_its_leaf_name_but_is_excluded(tiny_llada_dir):
@@ -179,3 +179,38 @@ def test_lora_sft_run_saves_merged_model_and_peft_adapter_and_resumes(tmp_path):
     assert again.train()["global_step"] == 4
     resumed = _tensors(again.model_dir / "adapter" / "adapter_model.safetensors")
     assert resumed.keys() == final.keys() and all(torch.equal(resumed[k], final[k]) for k in final)
+
+
+def test_full_sft_from_an_adapter_directory_trains_every_weight(tiny_llada_dir, tmp_path):
+    """Issue 13 item 5: `model.path: <adapter dir>` without model.lora used to crash in SFT and RL with "element 0
+    of tensors does not require grad" (the merged model kept peft's frozen flags: 0/21 trainable)."""
+    from dare.modeling import load_model
+    from dare.run import Run
+
+    lm = load_model(tiny_llada_dir)
+    peft_model = apply_lora(lm.model, lm.family, LoraSpec(r=2, alpha=4), base_name_or_path=str(tiny_llada_dir.resolve()))
+    with torch.no_grad():
+        for n, p in peft_model.named_parameters():
+            if "lora_B" in n:
+                p.fill_(0.01)
+    adapter = tmp_path / "adapter"
+    peft_model.save_pretrained(str(adapter))
+    lm.tokenizer.save_pretrained(str(adapter))
+
+    start = load_model(adapter)
+    params = dict(start.model.named_parameters())
+    assert trainable_parameter_count(start.model) == sum(p.numel() for p in params.values()) > 0
+    assert all(p.requires_grad for p in params.values())
+    before = {k: v.detach().clone() for k, v in start.model.state_dict().items()}
+
+    spec = _lora_sft_spec(tmp_path, "run", max_steps=1)
+    spec["model"] = {"path": str(adapter)}
+    spec["train"] |= {"per_device_batch_size": 4, "save_steps": 1}
+    run = Run(validate_spec(spec))
+    run.prepare()
+    assert trainable_parameter_count(run.model) == sum(p.numel() for p in run.model.parameters())
+    assert run.train()["global_step"] == 1
+    after = _tensors(run.model_dir / "model.safetensors")
+    assert after.keys() == before.keys()
+    changed = [k for k in before if not torch.equal(after[k], before[k])]
+    assert len(changed) == len(before)  # one AdamW step moves every weight tensor (no frozen leftovers)

@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from dare.rl import aggregate, clipped_policy_loss, group_advantages, kl_estimate, ratio_from_log, token_entropy
+from dare.rl.advantages import grpo_advantages, zero_std_groups
 
 
 # ----------------------------------------------------------------------------- advantages
@@ -34,6 +35,37 @@ def test_advantage_edge_cases():
         group_advantages(torch.zeros(4), 1, "rloo")
     with pytest.raises(ValueError, match="unknown advantage"):
         group_advantages(torch.zeros(4), 2, "ppo")
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("kind", ["grpo", "drgrpo", "rloo"])
+@pytest.mark.parametrize("value", [2 / 3, 0.1, 1 / 3, 0.7, 0.3, 1.1, 1e-7, 123.456])
+def test_equal_reward_groups_get_exactly_zero_advantage(value, kind, dtype):
+    """Issue 13 item 10: mean(8 x 2/3) != 2/3 in floating point; GRPO divided that residue by a ~1e-17 std
+    and gave every completion 0.0560. A group of equal rewards must contribute exactly 0."""
+    r = torch.tensor([value] * 8 + [1.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 0.0], dtype=dtype)
+    a = group_advantages(r, 8, kind)
+    assert a.dtype == torch.float32
+    assert torch.equal(a[:8], torch.zeros(8))
+    # the other group keeps its value: mean 0.25, unbiased std sqrt(sum (g - 0.25)^2 / 7)
+    g = torch.tensor([1.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 0.0], dtype=torch.float64)
+    centred = g - 0.25
+    want = {"grpo": centred / (math.sqrt(float(((g - 0.25) ** 2).sum()) / 7) + 1e-6), "drgrpo": centred,
+            "rloo": 8 / 7 * centred}[kind]
+    assert torch.allclose(a[8:], want.float(), atol=1e-6)
+    assert zero_std_groups(r, 8).tolist() == [True, False]
+
+
+def test_the_reported_grpo_case():
+    assert torch.equal(grpo_advantages(torch.tensor([2 / 3] * 8, dtype=torch.float64), 8), torch.zeros(8))
+
+
+def test_zero_std_groups_is_what_frac_zero_std_groups_counts():
+    r = torch.tensor([0.1, 0.1, 0.1, 0.1, 0.1, 0.2, 0.0, 0.0, 1 / 3, 1 / 3])
+    assert zero_std_groups(r, 2).tolist() == [True, True, False, True, True]
+    assert zero_std_groups(r, 2).float().mean().item() == pytest.approx(0.8)
+    with pytest.raises(ValueError, match="groups of 3"):
+        zero_std_groups(r, 3)
 
 
 # ----------------------------------------------------------------------------- clipped surrogate

@@ -16,7 +16,7 @@ from typing import Any
 from dare.errors import DataError
 from dare.io import resolve_path
 
-__all__ = ["load_rows", "dataset_columns", "to_python"]
+__all__ = ["load_rows", "dataset_columns", "dataset_rows", "to_python"]
 
 _SUFFIXES = (".parquet", ".jsonl", ".json")
 _SAVED = ("dataset_info.json", "state.json", "dataset_dict.json")  # what save_to_disk writes
@@ -101,8 +101,13 @@ def dataset_columns(path: str, split: str = "train") -> list[str] | None:
         except Exception as exc:  # noqa: BLE001
             raise DataError(f"{path!r} is not a readable parquet file: {exc}") from None
     if p.suffix in (".jsonl", ".json"):
-        with p.open() as f:
-            line = f.readline()
+        try:
+            with p.open(encoding="utf-8") as f:
+                line = next((ln for ln in f if ln.strip()), None)
+        except (OSError, UnicodeDecodeError) as exc:
+            raise DataError(f"{path!r} is not a readable UTF-8 JSONL file: {exc}") from None
+        if line is None:
+            raise DataError(f"{path!r} is empty: it has no rows (a JSONL file holds one JSON object per line)")
         try:
             first = json.loads(line)
         except json.JSONDecodeError as exc:
@@ -111,6 +116,31 @@ def dataset_columns(path: str, split: str = "train") -> list[str] | None:
             raise DataError(f"{path!r}: each line must be a JSON object")
         return list(first)
     raise DataError(f"{path!r}: unsupported file type {p.suffix!r}; use .parquet or .jsonl")
+
+
+def dataset_rows(path: str, at_most: int | None = None) -> int | None:
+    """Number of rows of a local parquet file (from its footer) or JSONL file (non-blank lines, counted up to
+    ``at_most``: a bound keeps validation of a large file cheap); None for hub ids and files that cannot be
+    read (:func:`dataset_columns` reports those)."""
+    p = _local(path)
+    if p is None or not p.is_file():
+        return None
+    try:
+        if p.suffix == ".parquet":
+            import pyarrow.parquet as pq
+
+            return pq.ParquetFile(p).metadata.num_rows
+        if p.suffix in (".jsonl", ".json"):
+            n = 0
+            with p.open(encoding="utf-8") as f:
+                for line in f:
+                    n += bool(line.strip())
+                    if at_most is not None and n >= at_most:
+                        break
+            return n
+    except Exception:  # noqa: BLE001 - unreadable files are reported by dataset_columns
+        return None
+    return None
 
 
 def load_rows(

@@ -16,18 +16,35 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from safetensors import safe_open
 
 from dare.components import ModelFamily, SpecialTokens
 from dare.errors import CheckpointError, DareError
-from dare.io import atomic_dir, resolve_path
+from dare.io import atomic_dir, looks_local, resolve_path
+from dare.modeling.integrity import (
+    ADAPTER_WEIGHTS,
+    MIN_TOKENIZER_COVERAGE,
+    check_finite,
+    check_tokenizer_fits,
+    embedding_rows,
+    first_nonfinite_tensor,
+    safetensors_header,
+    tokenizer_fit_problem,
+    weight_files,
+)
 from dare.modeling.tokenizer import build_byte_tokenizer
 from dare.plugins import get_registry
 
-__all__ = ["LoadedModel", "load_model", "create_model", "resolve_family", "checkpoint_shapes", "verify_checkpoint",
-           "trained_model_dir", "DTYPES", "ADAPTER_CONFIG", "adapter_base", "load_adapter_checkpoint"]
+__all__ = [
+    "LoadedModel", "load_model", "create_model", "resolve_family", "checkpoint_shapes", "verify_checkpoint",
+    "trained_model_dir", "one_line", "missing_local_path", "DTYPES", "ADAPTER_CONFIG", "ADAPTER_WEIGHTS",
+    "adapter_base", "adapter_weights", "load_adapter_checkpoint",
+    # re-exported from dare.modeling.integrity
+    "weight_files", "safetensors_header", "first_nonfinite_tensor", "check_finite", "embedding_rows",
+    "tokenizer_fit_problem", "check_tokenizer_fits", "MIN_TOKENIZER_COVERAGE",
+]
 
 ADAPTER_CONFIG = "adapter_config.json"
+
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -65,6 +82,8 @@ def family_of(path: str | Path, registry=None) -> ModelFamily:
     :raises CheckpointError: no ``config.json`` or an unknown ``model_type``.
     """
     p = resolve_path(str(path))
+    if not p.exists() and (why := missing_local_path(path)) is not None:
+        raise CheckpointError(why)
     if not p.exists():  # a hub id: ask the hub (or its cache) for config.json
         from transformers import AutoConfig
 
@@ -74,13 +93,14 @@ def family_of(path: str | Path, registry=None) -> ModelFamily:
         except CheckpointError:
             raise
         except Exception as exc:  # noqa: BLE001
-            raise CheckpointError(f"could not load the config of {str(path)!r} (not a local directory; hub: {exc})") from None
+            raise CheckpointError(f"could not load the config of {str(path)!r} (not a local directory; hub: "
+                                  f"{_hub_failure(str(path), exc)})") from None
     cfg = p / "config.json"
     if not cfg.is_file():
         raise CheckpointError(f"{path} has no config.json; a model directory needs config.json, weights and tokenizer files")
     try:
         model_type = json.loads(cfg.read_text()).get("model_type")
-    except json.JSONDecodeError as exc:
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, AttributeError) as exc:
         raise CheckpointError(f"{cfg} is not valid JSON: {exc}") from None
     return resolve_family(model_type, registry)
 
@@ -88,21 +108,12 @@ def family_of(path: str | Path, registry=None) -> ModelFamily:
 def checkpoint_shapes(model_dir: str | Path) -> dict[str, tuple[int, ...]]:
     """Tensor name -> shape from the safetensors headers of a checkpoint directory (no weights read).
 
-    :raises CheckpointError: no safetensors files.
+    :raises CheckpointError: no safetensors files, a missing shard, or a file that is not valid
+        safetensors (:func:`safetensors_header`).
     """
-    model_dir = Path(model_dir)
-    index = model_dir / "model.safetensors.index.json"
-    if index.is_file():
-        files = sorted(set(json.loads(index.read_text())["weight_map"].values()))
-    else:
-        files = sorted(p.name for p in model_dir.glob("*.safetensors"))
-    if not files:
-        raise CheckpointError(f"{model_dir} has no *.safetensors weights")
     shapes: dict[str, tuple[int, ...]] = {}
-    for name in files:
-        with safe_open(str(model_dir / name), framework="pt") as f:
-            for key in f.keys():
-                shapes[key] = tuple(f.get_slice(key).get_shape())
+    for path in weight_files(model_dir):
+        shapes.update(safetensors_header(path))
     return shapes
 
 
@@ -142,20 +153,52 @@ def verify_checkpoint(model_dir: str | Path, model_class, config) -> None:
             )
 
 
+def one_line(exc: BaseException | str) -> str:
+    """An exception's text (libraries' messages span lines) as one line, for a one-paragraph error."""
+    text = " ".join(str(exc).split())
+    return text or (type(exc).__name__ if isinstance(exc, BaseException) else "")
+
+
+def _hub_failure(repo_id: str, exc: BaseException) -> str:
+    """Why a hub id did not load: with ``HF_HUB_OFFLINE`` set (transformers then fails at once, without
+    retries) a plain statement that it is not in the local cache, else the library's message."""
+    from huggingface_hub import constants
+
+    if constants.HF_HUB_OFFLINE:
+        return (f"{repo_id} is not in the local hub cache ({constants.HF_HUB_CACHE}) and HF_HUB_OFFLINE is set; "
+                "download it first (hf download) or point at a local checkpoint directory")
+    return one_line(exc)
+
+
 def trained_model_dir(path: Path) -> Path:
     """``path/model`` when ``path`` is a DARE run directory (``run.json``) holding a trained model, else ``path``."""
     return path / "model" if (path / "run.json").is_file() and (path / "model" / "config.json").is_file() else path
+
+
+def missing_local_path(path: str | Path) -> str | None:
+    """Why ``path`` cannot be a model: it looks local (:func:`dare.io.looks_local`) but does not exist; else None.
+
+    Such a path is never sent to the hub: a typo in ``runs/my-run`` is a missing directory, not a repository.
+    """
+    if looks_local(str(path)) and not resolve_path(str(path)).exists():
+        return (f"no such local directory {str(path)!r}: it looks like a local path, so it is not looked up on the hub; "
+                "check the spelling (a hub id has the form org/name)")
+    return None
 
 
 def load_model(path: str | Path, dtype: str = "float32", registry=None, verify: bool = True) -> LoadedModel:
     """Load a checkpoint directory (or hub id) with its tokenizer and family adapter.
 
     A LoRA adapter directory (``adapter_config.json``) loads its base model with the adapter merged;
-    a run directory loads the run's trained ``model/``.
+    a run directory loads the run's trained ``model/``. Before any weights are loaded, a local
+    directory's safetensors headers are checked against its config (:func:`verify_checkpoint`), the
+    tokenizer against the config (:func:`check_tokenizer_fits`), and every tensor is streamed once for
+    NaN/inf (:func:`check_finite`); a hub model's weights are checked for NaN/inf after loading.
 
     :param dtype: ``float32``, ``bfloat16`` or ``float16``.
-    :raises CheckpointError: no ``config.json``, unknown ``model_type``, tensors not matching the
-        config, or a tokenizer without a mask token.
+    :raises CheckpointError: a local-looking path that does not exist, no ``config.json``, unknown
+        ``model_type``, damaged safetensors files, tensors not matching the config, a tokenizer that does
+        not fit the model or has no mask token, or NaN/inf weights.
     """
     from transformers import AutoConfig, AutoModel, AutoTokenizer
 
@@ -167,15 +210,21 @@ def load_model(path: str | Path, dtype: str = "float32", registry=None, verify: 
         if not (p / "config.json").is_file():
             raise CheckpointError(f"{path} has no config.json; a model directory needs config.json, weights and tokenizer files")
         src = str(p)
+    elif (why := missing_local_path(path)) is not None:
+        raise CheckpointError(why)
     else:
         src = str(path)
     try:
         config = AutoConfig.from_pretrained(src)
     except Exception as exc:  # noqa: BLE001
         if p.exists():
-            raw = json.loads((p / "config.json").read_text())
-            resolve_family(raw.get("model_type"), registry)  # raises the clear error
-        raise CheckpointError(f"could not load the config of {path!r}: {exc}") from None
+            try:
+                raw = json.loads((p / "config.json").read_text())
+            except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+                raise CheckpointError(f"{p / 'config.json'} is not valid JSON: {err}") from None
+            resolve_family(raw.get("model_type") if isinstance(raw, dict) else None, registry)  # the clear error
+        raise CheckpointError(f"could not load the config of {str(path)!r}: "
+                              f"{one_line(exc) if p.exists() else _hub_failure(str(path), exc)}") from None
     family = resolve_family(getattr(config, "model_type", None), registry)
     if verify and p.exists():
         family.validate_checkpoint(str(p))
@@ -183,12 +232,24 @@ def load_model(path: str | Path, dtype: str = "float32", registry=None, verify: 
     try:
         tokenizer = AutoTokenizer.from_pretrained(src)
     except Exception as exc:  # noqa: BLE001
-        raise CheckpointError(f"could not load the tokenizer of {path!r}: {exc}") from None
-    tokens = family.special_tokens(config, tokenizer)
+        raise CheckpointError(f"could not load the tokenizer of {str(path)!r}: {one_line(exc)}") from None
+    tokens = check_tokenizer_fits(config, tokenizer, family, where=src)
     if dtype not in DTYPES:
         raise CheckpointError(f"dtype {dtype!r} is not one of {', '.join(DTYPES)}")
+    if verify and p.exists():
+        check_finite(weight_files(p))
     model = AutoModel.from_pretrained(src, dtype=DTYPES[dtype])
+    if verify and not p.exists():  # a hub model: its files are in the hub cache; check what was loaded
+        _check_loaded_finite(model, str(path))
     return LoadedModel(model=model, tokenizer=tokenizer, family=family, tokens=tokens, path=p if p.exists() else None)
+
+
+def _check_loaded_finite(model, source: str) -> None:
+    """:raises CheckpointError: a floating-point tensor of ``model`` holds NaN/inf (named with ``source``)."""
+    for name, t in model.state_dict().items():
+        if t.is_floating_point() and not bool(torch.isfinite(t).all()):
+            raise CheckpointError(f"{source}: tensor {name!r} holds NaN or infinite values, so this model produces NaN "
+                                  "logits and can be neither trained nor evaluated")
 
 
 def create_model(
@@ -305,7 +366,7 @@ def adapter_base(path: str | Path) -> str | None:
         return None
     try:
         base = json.loads(cfg_file.read_text()).get("base_model_name_or_path")
-    except (json.JSONDecodeError, AttributeError) as exc:
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, AttributeError) as exc:
         raise CheckpointError(f"{cfg_file} is not a valid peft adapter config: {exc}") from None
     if not base:
         raise CheckpointError(f"{cfg_file} names no base model (base_model_name_or_path); set it to the base checkpoint "
@@ -314,12 +375,16 @@ def adapter_base(path: str | Path) -> str | None:
 
 
 def load_adapter_checkpoint(path: str | Path, dtype: str = "float32", registry=None, verify: bool = True) -> LoadedModel:
-    """Load an adapter directory as base + adapter, merged into a plain model of the family.
+    """Load an adapter directory as base + adapter, merged into a plain, trainable model of the family.
 
     The tokenizer comes from the adapter directory when it has one (DARE saves it there), else from
     the base. This is what ``model.path: <adapter dir>`` and ``dare generate --model <adapter dir>`` load.
+    peft freezes the base weights while the adapter is attached; after merging, every parameter is
+    made trainable again (``requires_grad``), as a model loaded from a plain checkpoint directory is, so a
+    full fine-tune (SFT, DPO, RL) can start from an adapter directory.
 
-    :raises CheckpointError: no or unreadable ``adapter_config.json``, or a base model that cannot be loaded.
+    :raises CheckpointError: no or unreadable ``adapter_config.json``, a base model that cannot be loaded,
+        missing, damaged or non-finite adapter weights, or a tokenizer that does not fit the model.
     """
     from peft import PeftModel
     from transformers import AutoTokenizer
@@ -331,10 +396,33 @@ def load_adapter_checkpoint(path: str | Path, dtype: str = "float32", registry=N
     if Path(base).is_absolute() and not Path(base).is_dir():
         raise CheckpointError(f"{path}: its base model {base!r} (adapter_config.json base_model_name_or_path) does not "
                               "exist; fix that path or export the adapter with `dare export --base`")
+    weights = adapter_weights(path)
     lm = load_model(base, dtype=dtype, registry=registry, verify=verify)
+    if verify and weights is not None:
+        check_finite([weights], what="adapter")
     lm.model = PeftModel.from_pretrained(lm.model, str(path)).merge_and_unload()
+    lm.model.requires_grad_(True)  # peft froze the base weights; the merged model is a plain model
     if (path / "tokenizer_config.json").is_file():
-        lm.tokenizer = AutoTokenizer.from_pretrained(str(path))
-        lm.tokens = lm.family.special_tokens(lm.model.config, lm.tokenizer)
+        try:
+            lm.tokenizer = AutoTokenizer.from_pretrained(str(path))
+        except Exception as exc:  # noqa: BLE001
+            raise CheckpointError(f"could not load the tokenizer of {str(path)!r}: {one_line(exc)}") from None
+        lm.tokens = check_tokenizer_fits(lm.model.config, lm.tokenizer, lm.family, where=path)
     lm.path = path
     return lm
+
+
+def adapter_weights(path: str | Path) -> Path | None:
+    """The adapter's ``adapter_model.safetensors`` with its header checked (no tensor data read), or None when
+    the adapter has only a pickled ``adapter_model.bin`` (peft reads it with ``torch.load(weights_only=True)``).
+
+    :raises CheckpointError: no adapter weights at all, or ``adapter_model.safetensors`` is not valid safetensors.
+    """
+    f = Path(path) / ADAPTER_WEIGHTS
+    if f.is_file():
+        safetensors_header(f)
+        return f
+    if (Path(path) / "adapter_model.bin").is_file():
+        return None
+    raise CheckpointError(f"{path} has no {ADAPTER_WEIGHTS}; a LoRA adapter directory needs {ADAPTER_CONFIG} and "
+                          f"{ADAPTER_WEIGHTS} (a run with model.lora saves them in model/adapter and checkpoint-N)")

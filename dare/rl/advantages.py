@@ -3,6 +3,13 @@
 Completions are laid out group by group: rows ``[g * G, (g + 1) * G)`` are the ``G`` completions
 of prompt ``g`` (``G`` = group size). Each function returns one scalar advantage per completion,
 which objectives broadcast over the completion's tokens.
+
+A group whose completions all got the same reward carries no learning signal: every estimator gives
+each of its completions an advantage of exactly ``0.0``. Computing ``r_i - mean_g r`` in floating point
+does not guarantee that (the mean of eight copies of ``2/3`` is not ``2/3`` in float32 or float64, and
+GRPO divides that residue by a standard deviation of ~1e-17, giving 0.056 per completion), so such
+groups (:func:`zero_std_groups`, the groups ``frac_zero_std_groups`` counts) are set to zero explicitly.
+Group statistics are computed in float64.
 """
 
 from __future__ import annotations
@@ -11,7 +18,8 @@ from typing import Literal
 
 import torch
 
-__all__ = ["AdvantageKind", "group_advantages", "grpo_advantages", "drgrpo_advantages", "rloo_advantages"]
+__all__ = ["AdvantageKind", "group_advantages", "grpo_advantages", "drgrpo_advantages", "rloo_advantages",
+           "zero_std_groups"]
 
 AdvantageKind = Literal["grpo", "drgrpo", "rloo"]
 
@@ -20,18 +28,38 @@ GRPO_STD_EPS = 1e-6
 
 
 def _groups(rewards: torch.Tensor, group_size: int) -> torch.Tensor:
+    """``rewards`` ``[N]`` as ``[N / G, G]`` float64. :raises ValueError: not 1-D or not a multiple of ``G``."""
     if rewards.ndim != 1:
         raise ValueError(f"rewards must be 1-D [N], got shape {tuple(rewards.shape)}")
     if group_size <= 0 or rewards.numel() % group_size != 0:
         raise ValueError(f"{rewards.numel()} rewards do not split into groups of {group_size}")
-    return rewards.float().view(-1, group_size)
+    return rewards.detach().to(torch.float64).view(-1, group_size)
+
+
+def zero_std_groups(rewards: torch.Tensor, group_size: int) -> torch.Tensor:
+    """Which groups got the same reward for every completion (zero spread: ``max == min``).
+
+    :param rewards: ``[N]`` float, ``N = groups * group_size``.
+    :returns: ``[N / group_size]`` bool. Its mean is the ``frac_zero_std_groups`` metric.
+    :raises ValueError: ``N`` is not a multiple of ``group_size``.
+    """
+    r = _groups(rewards, group_size)
+    return r.amax(dim=1) == r.amin(dim=1)
+
+
+def _centred(r: torch.Tensor) -> torch.Tensor:
+    """``r - mean_g r`` per group ``[groups, G]`` float64, exactly 0 in groups of equal rewards."""
+    out = r - r.mean(dim=1, keepdim=True)
+    out[r.amax(dim=1) == r.amin(dim=1)] = 0.0
+    return out
 
 
 def grpo_advantages(rewards: torch.Tensor, group_size: int) -> torch.Tensor:
     """GRPO (arXiv 2402.03300 §4.1.2): ``A_i = (r_i - mean_g r) / (std_g r + 1e-6)``.
 
     ``std`` is the *unbiased* standard deviation over the group, as DARE/verl compute it
-    (``torch.std``). A group of size 1 gets mean 0 and std 1 (verl's convention), so ``A = r``.
+    (``torch.std``). A group of equal rewards gets ``A = 0`` exactly (module docstring). A group of size
+    1 gets mean 0 and std 1 (verl's convention), so ``A = r``.
 
     :param rewards: ``[N]`` float, ``N = groups * group_size``.
     :returns: ``[N]`` float32.
@@ -39,26 +67,25 @@ def grpo_advantages(rewards: torch.Tensor, group_size: int) -> torch.Tensor:
     """
     r = _groups(rewards, group_size)
     if group_size == 1:
-        return r.view(-1).clone()
-    mean = r.mean(dim=1, keepdim=True)
+        return r.view(-1).to(torch.float32)
     std = r.std(dim=1, keepdim=True, unbiased=True)
-    return ((r - mean) / (std + GRPO_STD_EPS)).view(-1)
+    return (_centred(r) / (std + GRPO_STD_EPS)).view(-1).to(torch.float32)
 
 
 def drgrpo_advantages(rewards: torch.Tensor, group_size: int) -> torch.Tensor:
     """Dr.GRPO (arXiv 2503.20783 §3.1): ``A_i = r_i - mean_g r`` (no division by the std;
-    verl's ``norm_adv_by_std_in_grpo=False``).
+    verl's ``norm_adv_by_std_in_grpo=False``). A group of equal rewards gets ``A = 0`` exactly.
 
     :param rewards: ``[N]`` float. :returns: ``[N]`` float32.
     :raises ValueError: ``N`` is not a multiple of ``group_size``.
     """
-    r = _groups(rewards, group_size)
-    return (r - r.mean(dim=1, keepdim=True)).view(-1)
+    return _centred(_groups(rewards, group_size)).view(-1).to(torch.float32)
 
 
 def rloo_advantages(rewards: torch.Tensor, group_size: int) -> torch.Tensor:
     """RLOO (Ahmadian et al., arXiv 2402.14740 eq. (5)): ``A_i = r_i - mean_{j != i} r_j``
     ``= G / (G - 1) * (r_i - mean_g r)`` (DARE ``compute_rloo_outcome_advantage``, used by ESPO).
+    A group of equal rewards gets ``A = 0`` exactly.
 
     :param rewards: ``[N]`` float. :returns: ``[N]`` float32.
     :raises ValueError: ``group_size < 2`` (no leave-one-out baseline) or ``N`` not a multiple of it.
@@ -66,7 +93,7 @@ def rloo_advantages(rewards: torch.Tensor, group_size: int) -> torch.Tensor:
     if group_size < 2:
         raise ValueError(f"RLOO needs group_size >= 2, got {group_size}")
     r = _groups(rewards, group_size)
-    return (group_size / (group_size - 1) * (r - r.mean(dim=1, keepdim=True))).view(-1)
+    return (group_size / (group_size - 1) * _centred(r)).view(-1).to(torch.float32)
 
 
 _KINDS = {"grpo": grpo_advantages, "drgrpo": drgrpo_advantages, "rloo": rloo_advantages}

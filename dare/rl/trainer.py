@@ -50,7 +50,7 @@ from dare.components import Estimator
 from dare.diffusion.estimators import Pass, PassScore, ScoringBatch, score_pass
 from dare.modeling.lora import ReferencePolicy
 from dare.randomness import STREAMS, RowGenerators, key_seed
-from dare.rl.advantages import group_advantages
+from dare.rl.advantages import group_advantages, zero_std_groups
 from dare.rl.losses import LossTerms, PassLossInput, SequenceLossInput
 from dare.rl.prompts import RepeatChunkSampler, collate_prompts
 from dare.rl.rollout import Rollout, sample_completions, score_completions
@@ -201,14 +201,13 @@ class GRPOTrainer(DareTrainer):
         return rollout
 
     def _reward_stats(self, rewards, parts, advantages) -> dict[str, float]:
-        groups = rewards.view(-1, self.params.group_size)
         stats = {
             "reward": float(rewards.mean()),
             "reward_std": float(rewards.std()) if rewards.numel() > 1 else 0.0,
             "advantage_mean": float(advantages.mean()),
             "advantage_std": float(advantages.std()) if advantages.numel() > 1 else 0.0,
             "advantage_abs": float(advantages.abs().mean()),
-            "frac_zero_std_groups": float((groups.max(dim=1).values == groups.min(dim=1).values).float().mean()),
+            "frac_zero_std_groups": float(zero_std_groups(rewards, self.params.group_size).float().mean()),
         }
         for name, values in parts.items():
             stats[f"reward/{name}"] = float(values.float().mean())

@@ -1,11 +1,14 @@
 """Semantic checks of a structurally valid spec (the second validation pass, before any weights load).
 
 Each check appends ``(yaml_path, message)`` problems: the model (``model.path`` is a checkpoint, run or
-adapter directory whose ``config.json`` an installed family loads and whose tokenizer has the family's
-mask token; ``model.new`` names a family, preset and valid config overrides; ``model.lora`` targets
-exist), datasets and benchmark files (exist, have the columns the templates use, offsets inside the
-file), held-out validation rows (disjoint from training and test rows), ``train.keep_best`` and
-``output.dir`` (:mod:`dare.rundir`). :func:`dare.spec.resolve.resolve_spec` runs them.
+adapter directory whose ``config.json`` an installed family loads, whose safetensors headers hold exactly
+the tensors that config implies (no tensor data read; :mod:`dare.modeling.integrity`) and whose tokenizer
+has the family's mask token and fits the embedding; a path that looks local and does not exist is
+reported, never looked up on the hub; ``model.new`` names a family, preset and valid config overrides;
+``model.lora`` targets exist), datasets and benchmark files (exist, have rows and the columns the
+templates use, offsets inside the file), held-out validation rows (disjoint from training and test
+rows), ``train.keep_best`` and ``output.dir`` (writable, and the rules of :mod:`dare.rundir`).
+:func:`dare.spec.resolve.resolve_spec` runs them.
 """
 
 from __future__ import annotations
@@ -16,10 +19,20 @@ from pathlib import Path
 import torch
 
 from dare.data import dataset_columns, template_fields
+from dare.data.rows import dataset_rows
 from dare.errors import DareError, SpecError
 from dare.eval.runner import benchmark_path
 from dare.io import looks_local, resolve_path
-from dare.modeling.checkpoint import ADAPTER_CONFIG, adapter_base, new_config_problems, trained_model_dir
+from dare.modeling.checkpoint import (
+    ADAPTER_CONFIG,
+    adapter_base,
+    adapter_weights,
+    check_tokenizer_fits,
+    new_config_problems,
+    one_line,
+    trained_model_dir,
+    verify_checkpoint,
+)
 from dare.modeling.lora import resolve_lora_targets
 from dare.rundir import plan_output_dir
 from dare.spec.models import BenchmarkSpec, DatasetSpec, RunSpec, spec_hash
@@ -72,13 +85,17 @@ def check_model(ctx, problems: Problems) -> None:
     if not looks_local(path):
         return  # hub id: checked when loading
     if not p.is_dir():
-        problems.append(("model.path", f"no such directory {path!r}: model.path takes a checkpoint directory or a hub "
+        what = f"{path!r} is a file, not a directory" if p.exists() else \
+            f"no such directory {path!r} (a local path, so it is not looked up on the hub; check the spelling)"
+        problems.append(("model.path", f"{what}: model.path takes a checkpoint, run or LoRA adapter directory, or a hub "
                                        "id (org/name)"))
         return
     p = trained_model_dir(p)  # an earlier run's directory: its trained model/
 
     try:
         base = adapter_base(p)
+        if base is not None:
+            adapter_weights(p)
     except DareError as exc:
         problems.append(("model.path", str(exc)))
         return
@@ -95,7 +112,9 @@ def check_model(ctx, problems: Problems) -> None:
         return
     try:
         cfg = json.loads(cfg_file.read_text())
-    except json.JSONDecodeError as exc:
+        if not isinstance(cfg, dict):
+            raise ValueError("the top level is not a JSON object")
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
         problems.append(("model.path", f"{cfg_file} is not valid JSON: {exc}"))
         return
     ctx.model_config = cfg
@@ -108,17 +127,28 @@ def check_model(ctx, problems: Problems) -> None:
         )
         return
     ctx.family = entry.create()
+    from transformers import AutoConfig
+
+    try:
+        config = AutoConfig.from_pretrained(str(p))
+    except Exception as exc:  # noqa: BLE001 - a config its own class refuses
+        problems.append(("model.path", f"{cfg_file} is not a valid {mt} config: {one_line(exc)}"))
+        return
+    try:  # safetensors headers and tensor names/shapes against the config (no tensor data read)
+        ctx.family.validate_checkpoint(str(p))
+        verify_checkpoint(p, ctx.family.model_class_for(config), config)
+    except DareError as exc:
+        problems.append(("model.path", str(exc)))
+    except Exception as exc:  # noqa: BLE001 - the model class cannot be built from this config
+        problems.append(("model.path", f"{cfg_file}: a {mt} model cannot be built from this config: {one_line(exc)}"))
     try:
         tok = ctx.tokenizer
     except Exception as exc:  # noqa: BLE001 - report any tokenizer failure as a spec problem
-        problems.append(("model.path", f"could not load the tokenizer from {path!r}: {exc}"))
+        problems.append(("model.path", f"could not load the tokenizer from {path!r}: {one_line(exc)}"))
         return
     if tok is not None:
-        from transformers import AutoConfig
-
         try:
-            config = AutoConfig.from_pretrained(str(p))
-            ctx.family.special_tokens(config, tok)
+            check_tokenizer_fits(config, tok, ctx.family, where=path)
         except DareError as exc:
             problems.append(("model.path", str(exc)))
 
@@ -176,24 +206,12 @@ def check_dataset(ds: DatasetSpec, loc: str, problems: Problems, need_prompt: bo
     for col, where in needed.items():
         if col not in cols:
             problems.append((where, f"{ds.path} has no column {col!r}; its columns are: {', '.join(cols)}"))
-    if ds.offset:
-        n = _parquet_rows(ds.path)
-        if n is not None and ds.offset >= n:
-            problems.append((f"{loc}.offset", f"offset {ds.offset} skips every row: {ds.path} has {n} rows; use an "
-                                              f"offset below {n}"))
-
-
-def _parquet_rows(path: str) -> int | None:
-    """Row count of a local parquet file (from its footer), else None."""
-    try:
-        p = resolve_path(path)
-        if p.suffix != ".parquet" or not p.is_file():
-            return None
-        import pyarrow.parquet as pq  # heavy; only for local parquet files
-
-        return pq.ParquetFile(p).metadata.num_rows
-    except Exception:  # noqa: BLE001 - unreadable files are reported by the column check
-        return None
+    n = dataset_rows(ds.path, at_most=ds.offset + 1)
+    if n == 0:
+        problems.append((f"{loc}.path", f"{ds.path} has no rows; point {loc}.path at a file with data"))
+    elif ds.offset and n is not None and ds.offset >= n:
+        problems.append((f"{loc}.offset", f"offset {ds.offset} skips every row: {ds.path} has {n} rows; use an "
+                                          f"offset below {n}"))
 
 
 def check_benchmark_data(ev, b: BenchmarkSpec, loc: str, problems: Problems) -> None:

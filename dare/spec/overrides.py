@@ -30,12 +30,20 @@ def read_spec_file(path: str | os.PathLike, overrides: list[str] | None = None) 
     try:
         raw = yaml.safe_load(path.read_text())
     except yaml.YAMLError as exc:
-        raise SpecError([("", f"not valid YAML: {exc}")], source=str(path)) from None
+        raise SpecError([("", f"not valid YAML: {_yaml_error(exc)}")], source=str(path)) from None
     if not isinstance(raw, dict):
         raise SpecError([("", "the spec must be a mapping with sections model, data, algorithm, ...")], source=str(path))
     for ov in overrides or []:
         apply_override(raw, ov)
     return raw
+
+
+def _yaml_error(exc: yaml.YAMLError) -> str:
+    """One line for a YAML error: where (line, column, 1-based) and what pyyaml says, without its excerpt."""
+    mark = getattr(exc, "problem_mark", None)
+    where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
+    what = " ".join(str(p) for p in (getattr(exc, "context", None), getattr(exc, "problem", None)) if p)
+    return where + (what or str(exc).splitlines()[0])
 
 
 def parse_override_value(value: str) -> Any:

@@ -34,6 +34,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import pickle
 import shutil
 import sys
 from dataclasses import dataclass, field
@@ -379,6 +380,18 @@ class DareTrainer(Trainer):
             self.load_best()
         return out
 
+    def _load_optimizer_and_scheduler(self, checkpoint):
+        try:
+            super()._load_optimizer_and_scheduler(checkpoint)
+        except (pickle.UnpicklingError, RuntimeError, EOFError, OSError) as exc:
+            raise _unsafe_checkpoint(checkpoint, "optimizer.pt/scheduler.pt", exc) from None
+
+    def _load_rng_state(self, checkpoint):
+        try:
+            super()._load_rng_state(checkpoint)
+        except (pickle.UnpicklingError, RuntimeError, EOFError, OSError) as exc:
+            raise _unsafe_checkpoint(checkpoint, "rng_state*.pth", exc) from None
+
     def _finished_from(self, ckpt: str, state: dict):
         self._load_from_checkpoint(ckpt)
         losses = logged_losses(state)
@@ -392,6 +405,15 @@ def _default_console_callbacks() -> tuple[type, ...]:
     from transformers.trainer_callback import PrinterCallback, ProgressCallback as HFProgressCallback
 
     return PrinterCallback, HFProgressCallback
+
+
+def _unsafe_checkpoint(checkpoint: str | None, files: str, exc: BaseException) -> DareError:
+    """One paragraph for a checkpoint file that ``torch.load(weights_only=True)`` refused or could not read."""
+    first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    return DareError(f"cannot resume from {checkpoint}: its {files} could not be loaded safely "
+                     f"(torch.load with weights_only=True: {first}). The file is damaged or was not written by a trainer; "
+                     "nothing in it was run. Delete that checkpoint directory to resume from the previous one, or "
+                     "set train.resume: false with output.overwrite: true to start over")
 
 
 def _default_tensorboard_callback():
