@@ -241,7 +241,7 @@ def _plot(parsed, out_png: Path, title: str, rows=()) -> Path | None:
         ax2.set_ylabel("score (fraction of rows / mean reward)")
         ax2.set_ylim(0, 1.02)
         ax2.set_xlim(-0.03 * max(steps, 1), 1.05 * max(steps, 1))
-        ax2.set_title(f"{label}: in-training evaluation (measured points)", fontsize=9)
+        ax2.set_title(f"{label}: in-training evaluation", fontsize=9)
         if ax2.lines:
             ax2.legend(fontsize=6.5)
         else:
