@@ -10,7 +10,7 @@ PIP := $(VENV)/bin/pip
 PLUGINS := $(filter-out plugins/dare-plugin-opencompass,$(sort $(wildcard plugins/dare-plugin-*)))
 STAMP := $(VENV)/.dare-installed
 
-.PHONY: install demo test schema bench clean
+.PHONY: install demo test schema bench clean clean-runs
 
 $(STAMP): pyproject.toml $(foreach p,$(PLUGINS),$(p)/pyproject.toml)
 	$(PYTHON) -m venv $(VENV)
@@ -28,7 +28,7 @@ demo: install
 	$(DARE) run examples/quickstart.yaml
 	$(DARE) run examples/quickstart-sft-short.yaml
 	$(DARE) run examples/quickstart-rl.yaml
-	$(DARE) compare -o runs/demo --title "DARE demo: 4x4 Sudoku, 500 test puzzles" \
+	$(DARE) compare -o runs/demo --title "DARE demo: 4x4 Sudoku (untrained, SFT, SFT + RL)" \
 	  "untrained=runs/quickstart:before" \
 	  "SFT 250 steps (RL start)=runs/quickstart-sft-short:after" \
 	  "SFT 250 steps + RL=runs/quickstart-rl:after" \
@@ -38,10 +38,14 @@ test: install
 	$(VENV)/bin/python -m pytest -q
 
 schema: install
-	$(VENV)/bin/dare schema --first-party
+	$(VENV)/bin/dare schema --first-party -o schemas/run-spec.schema.json
 
 bench: install
 	$(VENV)/bin/python benchmarks/bench_quickstart.py
 
+# removes the virtual environment only: runs/ (your trained models and reports) stays; `make clean-runs` deletes it
 clean:
-	rm -rf $(VENV) runs
+	rm -rf $(VENV)
+
+clean-runs:
+	rm -rf runs

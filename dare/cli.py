@@ -17,6 +17,7 @@ from pathlib import Path
 
 import click
 
+from dare.cli_help import EPILOG, CreateModelCommand
 from dare.errors import DareError
 
 __all__ = ["main", "cli"]
@@ -30,10 +31,15 @@ def _console():
     return Console()
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(context_settings={"help_option_names": ["-h", "--help"]}, epilog=EPILOG)
 @click.version_option(package_name="dare-dllm")
 def cli():
-    """DARE: post-train and evaluate diffusion LLMs from declarative run specs."""
+    """DARE: post-train and evaluate diffusion LLMs from declarative run specs.
+
+    Start with `dare run examples/quickstart.yaml`: it evaluates, trains, evaluates again and writes
+    runs/quickstart/report.md and plot.png, showing progress as it goes; Ctrl-C, then the same command,
+    resumes from the last checkpoint.
+    """
 
 
 # --------------------------------------------------------------------------- run / train / eval
@@ -45,7 +51,7 @@ def run(spec, overrides):
     from dare.run import Run
 
     r = Run.from_file(spec, list(overrides))
-    out = r.execute()
+    out = _execute_resumably(r)
     if _is_main():
         _print_stages(out["stages"])
         click.echo(f"run directory: {r.dir}")
@@ -59,7 +65,7 @@ def train(spec, overrides):
     from dare.run import Run
 
     r = Run.from_file(spec, list(overrides))
-    out = r.execute(train=True, evaluate=False)
+    out = _execute_resumably(r, train=True, evaluate=False)
     if _is_main():
         click.echo(json.dumps(out["train"], indent=2))
         click.echo(f"trained model: {r.model_dir}")
@@ -72,7 +78,9 @@ def eval_cmd(spec, overrides):
     """Evaluate SPEC's model on its eval benchmarks (no training).
 
     When SPEC's run directory holds its trained model/ (after `dare run`/`dare train`), that model is
-    evaluated; its report keeps the run's before/after rows and adds an `eval` row.
+    evaluated; its report keeps the run's before/after rows and adds an `eval` row. Evaluation settings
+    may differ from the run's (e.g. --set eval.benchmarks.0.limit=100 --set eval.batch_size=64); the
+    report names them.
     """
     from dare.run import Run
 
@@ -83,6 +91,22 @@ def eval_cmd(spec, overrides):
     if _is_main():
         _print_stages(out["stages"])
         click.echo(f"report: {r.dir / 'report.md'}")
+
+
+#: the command line being run (main()'s argv), for the resume hint after Ctrl-C
+_ARGV: list[str] = []
+
+
+def _execute_resumably(r, **kwargs):
+    """``r.execute(**kwargs)``; on Ctrl-C, say what was saved and that the same command resumes (exit 130)."""
+    try:
+        return r.execute(**kwargs)
+    except KeyboardInterrupt:
+        if _is_main():
+            import shlex
+
+            click.echo(r.interrupted_message(shlex.join(["dare", *_ARGV])), err=True)
+        sys.exit(130)
 
 
 def _is_main() -> bool:
@@ -154,23 +178,29 @@ def profile(spec, steps, overrides, as_json):
 
 # --------------------------------------------------------------------------- generate
 @cli.command()
-@click.option("--model", "model_path", required=True, help="Checkpoint directory (official format) or hub id.")
-@click.option("--prompt", "prompts", multiple=True, help="Prompt text (repeatable); '-' reads lines from stdin.")
-@click.option("--sampler", "sampler_name", default=None, help="Sampler name (default: the family's official decoder).")
-@click.option("--param", "params", multiple=True, help="Sampler param key=value (YAML value), repeatable.")
-@click.option("--chat/--no-chat", default=True, help="Wrap the prompt with the tokenizer's chat template.")
-@click.option("--dtype", default="float32", type=click.Choice(["float32", "bfloat16", "float16"]))
-@click.option("--seed", default=0, type=int)
+@click.option("--model", "model_path", default=None, help="Checkpoint directory (official format) or hub id.")
+@click.option("--run", "run_dir", default=None, type=click.Path(file_okay=False),
+              help="A run directory (output.dir): its trained model/, its sampler and params, dtype, eval seed and its "
+                   "evaluation's prompt format (chat template, system prompt), so answers match the run's samples/. "
+                   "The options below override them.")
+@click.option("--prompt", "prompts", multiple=True, help="Prompt text (the user message; repeatable); '-' reads lines from stdin.")
+@click.option("--sampler", "sampler_name", default=None, help="Sampler name (default: the run's, else the family's official decoder).")
+@click.option("--param", "params", multiple=True, help="Sampler param key=value (YAML value), repeatable; with --run, "
+              "changes one of the run's params.")
+@click.option("--chat/--no-chat", default=None,
+              help="Wrap the prompt with the tokenizer's chat template.  [default: --chat; with --run: as the run's evaluation]")
+@click.option("--dtype", default=None, type=click.Choice(["float32", "bfloat16", "float16"]),
+              help="Weights dtype.  [default: float32; with --run: the run's model.dtype]")
+@click.option("--seed", default=None, type=int, help="Sampler seed.  [default: 0; with --run: the run's eval.seed]")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON with the trajectory and NFE.")
-def generate(model_path, prompts, sampler_name, params, chat, dtype, seed, as_json):
-    """Prompt in, text out."""
-    import torch
-
-    from dare import distributed
-    from dare.modeling import load_model
-    from dare.sampling.text import encode_prompts, decode_completions
+def generate(model_path, run_dir, prompts, sampler_name, params, chat, dtype, seed, as_json):
+    """Prompt in, text out: with --model (and --sampler/--param), or with everything a run used (--run DIR)."""
+    from dare.generate import GenerateSettings, generate as generate_texts, run_settings
     from dare.spec import parse_override_value
 
+    if (model_path is None) == (run_dir is None):
+        raise DareError("give exactly one of --model DIR (a checkpoint) or --run DIR (a run directory: its model, sampler "
+                        "and prompt format)")
     texts = []
     for p in prompts:
         texts.extend(line.rstrip("\n") for line in sys.stdin) if p == "-" else texts.append(p)
@@ -182,26 +212,23 @@ def generate(model_path, prompts, sampler_name, params, chat, dtype, seed, as_js
             raise DareError(f"--param {kv!r} must look like key=value")
         k, v = kv.split("=", 1)
         raw[k.strip()] = parse_override_value(v)
+    settings = run_settings(run_dir) if run_dir is not None else GenerateSettings(model=model_path)
+    if run_dir is not None:
+        click.echo(f"using {settings.origin}", err=True)
+        if sampler_name is not None and sampler_name != settings.sampler:
+            settings.params = {}  # another sampler: the run's params are not its params
+        raw = {**settings.params, **raw}
+    settings.sampler = sampler_name or settings.sampler
+    settings.chat_template = settings.chat_template if chat is None else chat
+    settings.dtype = dtype or settings.dtype
+    settings.seed = settings.seed if seed is None else seed
     # the spec's checks (model directory, sampler params, sampler vs family) before loading any weights
-    sampler = _generate_checks(model_path, sampler_name, raw)
-    lm = load_model(model_path, dtype=dtype)
-    device = distributed.device()
-    lm.model.to(device)
-    rendered = [
-        lm.tokenizer.apply_chat_template([{"role": "user", "content": t}], tokenize=False, add_generation_prompt=True)
-        if chat and lm.tokenizer.chat_template
-        else t
-        for t in texts
-    ]
-    ids, attn = encode_prompts(lm.tokenizer, rendered, lm.tokens.pad_id, device)
-    gen = torch.Generator(device=device).manual_seed(seed)
-    lm.model.eval()
-    out = sampler.generate(lm.model, lm.family, lm.tokens, ids, attn, generator=gen)
-    completions = decode_completions(lm.tokenizer, out.completions, lm.tokens)
+    sampler = _generate_checks(settings.model, settings.sampler, raw)
+    out = generate_texts(settings, sampler, texts, strict_chat=run_dir is not None and chat is None)
     if as_json:
-        click.echo(json.dumps({"completions": completions, "nfe": out.nfe, "unmask_step": out.unmask_step.tolist()}))
+        click.echo(json.dumps(out))
     else:
-        for c in completions:
+        for c in out["completions"]:
             click.echo(c)
 
 
@@ -237,25 +264,28 @@ def validate(spec, overrides):
 
 
 @cli.command()
-@click.option("--output", "-o", default="schemas/run-spec.schema.json", show_default=True, help="Where to write ('-' = stdout).")
-@click.option("--check", is_flag=True, help="Exit 1 if the file differs from what would be written.")
+@click.option("--output", "-o", default=None, help="Write to this file instead of stdout ('-' = stdout).")
+@click.option("--check", is_flag=True, help="With -o FILE: exit 1 if FILE differs from what would be written.")
 @click.option("--first-party", is_flag=True,
-              help="Only the core's and this repository's plugins (what the committed schema covers).")
+              help="Only the core's and this repository's plugins (what the committed schemas/run-spec.schema.json covers; "
+                   "`make schema` regenerates it).")
 def schema(output, check, first_party):
-    """Write the JSON Schema of the run spec, covering every installed component's params."""
+    """Print the JSON Schema of the run spec, covering every installed component's params (-o FILE: write it)."""
     from dare.io import atomic_write_text
     from dare.plugins import FIRST_PARTY, get_registry
     from dare.spec import json_schema
 
     registry = get_registry().restricted(FIRST_PARTY) if first_party else None
     text = json.dumps(json_schema(registry), indent=2, sort_keys=True) + "\n"
-    if output == "-":
+    if check and output in (None, "-"):
+        raise DareError("--check compares with a file: give it with -o FILE")
+    if output in (None, "-"):
         click.echo(text, nl=False)
         return
     if check:
         cur = Path(output).read_text() if Path(output).is_file() else ""
         if cur != text:
-            click.echo(f"{output} is stale; run `dare schema{' --first-party' if first_party else ''}`", err=True)
+            click.echo(f"{output} is stale; run `dare schema{' --first-party' if first_party else ''} -o {output}`", err=True)
             sys.exit(1)
         click.echo(f"{output} is up to date")
         return
@@ -264,12 +294,18 @@ def schema(output, check, first_party):
 
 
 @cli.command()
+@click.argument("name", required=False)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @click.option("--params", "with_params", is_flag=True,
-              help="Include each component's params JSON schema (with --json; imports every component).")
+              help="Also print each component's params: a table per component (with --json: its params JSON schema; "
+                   "imports every component).")
 @click.option("--check", is_flag=True, help="Import every component and report those that fail (slower).")
-def plugins(as_json, with_params, check):
-    """List installed components: kind, name, distribution, version; and plugins that failed to load."""
+def plugins(name, as_json, with_params, check):
+    """List installed components: kind, name, distribution, version; and plugins that failed to load.
+
+    `dare plugins NAME` shows the component(s) called NAME (e.g. tracerl, llada) with their params:
+    name, type, default and description; every key is what `params:` of that component accepts.
+    """
     from dare.errors import PluginError
     from dare.plugins import get_plugin_manager, reset
 
@@ -278,6 +314,11 @@ def plugins(as_json, with_params, check):
     from dare import plugins as P
 
     reg = P._registry
+    if name is not None:
+        from dare.cli_help import show_component
+
+        show_component(reg, name, as_json)
+        return
     conflicts = list(reg.conflicts)
     if check or with_params:
         reg.load_all()  # components whose module fails to import become failures
@@ -303,6 +344,13 @@ def plugins(as_json, with_params, check):
             t.add_row(r["kind"], r["name"], r["distribution"], r["version"])
         con = _console()
         con.print(t)
+        if with_params:
+            from dare.cli_help import print_params
+
+            for e in reg.all():
+                print_params(con, e)
+        else:
+            con.print("params of a component: `dare plugins NAME` (all: `dare plugins --params`)")
         for f in failures:
             what = f"component {f['component']} of plugin" if "component" in f else "plugin"
             con.print(f"[red]failed to load {what} {f['plugin']} ({f['distribution']}): {escape(f['error'])}[/red]")
@@ -327,15 +375,19 @@ def new_plugin(name, kind, output):
     click.echo(f"created {path}\nnext: pip install -e {path} && dare plugins && pytest {path}")
 
 
-@cli.command(name="create-model")
+@cli.command(name="create-model", cls=CreateModelCommand)
 @click.argument("family")
 @click.argument("out_dir", type=click.Path(file_okay=False))
-@click.option("--preset", default="tiny", show_default=True)
+@click.option("--preset", default="tiny", show_default=True, help="A preset of FAMILY (listed below).")
 @click.option("--set", "overrides", multiple=True, help="config.json override key=value (YAML value).")
 @click.option("--seed", default=0, type=int)
 @click.option("--overwrite", is_flag=True)
 def create_model_cmd(family, out_dir, preset, overrides, seed, overwrite):
-    """Create a randomly initialised FAMILY model (official format) with DARE's byte tokenizer."""
+    """Create a randomly initialised FAMILY model (official format) with DARE's byte tokenizer in OUT_DIR.
+
+    FAMILY is an installed model family (listed below, with its presets); --set changes config.json values,
+    e.g. --set d_model=128.
+    """
     from dare.modeling import create_model
     from dare.modeling.checkpoint import new_config_problems
     from dare.plugins import get_registry
@@ -408,6 +460,7 @@ def _leave_process_group() -> None:
 
 def main(argv: list[str] | None = None) -> None:
     """Console entry point: runs the CLI, printing :class:`DareError` as one paragraph (exit 2)."""
+    _ARGV[:] = list(sys.argv[1:] if argv is None else argv)
     _quiet_libraries()
     _load_plugin_commands()
     try:

@@ -2,6 +2,9 @@
 
 Files are written to a temporary sibling and renamed into place; directories are built in a
 temporary sibling directory and renamed (an existing target is moved aside first, then removed).
+What lands in place has the modes an ordinary write would give under the process's umask (files
+``0o666 & ~umask``, directories ``0o777 & ~umask``), although the temporary files and directories
+(``tempfile``) and some writers (safetensors) create them ``0600``/``0700``.
 :func:`resolve_path` maps a spec path (``dare://`` packaged asset, ``~``, relative) to a local path;
 :func:`looks_local` tells a local path from a hub id (``org/name``).
 """
@@ -12,6 +15,7 @@ import contextlib
 import json
 import os
 import shutil
+import stat
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,7 +24,46 @@ from typing import Any
 from dare import assets
 
 __all__ = ["atomic_dir", "replace_dir", "describe_write_error", "atomic_write_text", "atomic_write_json", "resolve_path",
-           "looks_local"]
+           "looks_local", "current_umask", "apply_umask"]
+
+
+def current_umask() -> int:
+    """The process's umask, read from ``/proc/self/status`` (Linux) without changing it; elsewhere set and
+    restored at once (``os.umask``), which another thread creating a file at that instant could observe."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def apply_umask(path: str | os.PathLike, umask: int | None = None) -> None:
+    """Give ``path`` (a file, or a directory and everything under it; symlinks untouched) the mode an ordinary
+    write would: ``0o666 & ~umask`` for files (``0o777`` for files executable by their owner), ``0o777 & ~umask``
+    for directories.
+
+    :param umask: default :func:`current_umask`.
+    """
+    umask = current_umask() if umask is None else umask
+    path = Path(path)
+
+    def fix(p: Path) -> None:
+        st = p.lstat()
+        if stat.S_ISLNK(st.st_mode):
+            return
+        full = 0o777 if stat.S_ISDIR(st.st_mode) or st.st_mode & stat.S_IXUSR else 0o666
+        os.chmod(p, full & ~umask)
+
+    fix(path)
+    if path.is_dir() and not path.is_symlink():
+        for root, dirs, files in os.walk(path):
+            for name in dirs + files:
+                fix(Path(root) / name)
 
 
 @contextlib.contextmanager
@@ -36,9 +79,6 @@ def atomic_dir(target: str | os.PathLike, overwrite: bool = False) -> Iterator[P
             raise FileExistsError(f"{target} already exists and is not empty")
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=target.parent))
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(tmp, 0o777 & ~umask)
     try:
         yield tmp
     except BaseException:
@@ -49,8 +89,11 @@ def atomic_dir(target: str | os.PathLike, overwrite: bool = False) -> Iterator[P
 
 def replace_dir(src: str | os.PathLike, target: str | os.PathLike) -> None:
     """Rename the directory ``src`` to ``target`` (same filesystem), replacing ``target`` if it exists: the old
-    one is renamed aside first and deleted after, so ``target`` is always either complete or the previous one."""
+    one is renamed aside first and deleted after, so ``target`` is always either complete or the previous one.
+
+    Everything under ``src`` first gets the modes of the process's umask (:func:`apply_umask`)."""
     src, target = Path(src), Path(target)
+    apply_umask(src)
     old = None
     if target.exists():
         old = target.parent / f".{target.name}.old-{os.getpid()}"
@@ -82,11 +125,12 @@ def describe_write_error(exc: BaseException, path: str | os.PathLike) -> str:
 
 
 def atomic_write_text(path: str | os.PathLike, text: str) -> None:
-    """Write ``text`` to ``path`` via a temporary file and ``os.replace``."""
+    """Write ``text`` to ``path`` via a temporary file and ``os.replace``; the file gets mode ``0o666 & ~umask``."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
+        os.fchmod(fd, 0o666 & ~current_umask())
         with os.fdopen(fd, "w") as f:
             f.write(text)
         os.replace(tmp, path)

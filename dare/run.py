@@ -12,6 +12,9 @@ directory. Layout of ``output.dir``::
     metrics.jsonl     every logged metric; tensorboard/ the same for TensorBoard
     eval/<stage>.json per-stage benchmark results; samples/ per-row completions and rewards
     report.json, report.md, plot.png
+
+While it works, a run prints stage banners (evaluate / train / validate / report) and progress with rate
+and time left on stderr (:mod:`dare.progress`, main process only).
 """
 
 from __future__ import annotations
@@ -19,24 +22,25 @@ from __future__ import annotations
 import json
 import logging
 import sys
+import time
 from functools import cached_property
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from dare import distributed
+from dare import distributed, progress, runinfo
 from dare.errors import DareError, SpecError
 from dare.eval import BenchmarkResult, evaluate_benchmark, provenance, write_report
-from dare.eval.report import plot_training
+from dare.eval.report import machine_info, plot_training
 from dare.io import atomic_write_json
 from dare.modeling import create_model, enable_gradient_checkpointing, load_model
 from dare.modeling.checkpoint import DTYPES
 from dare.modeling.lora import apply_lora
 from dare.rewards import WeightedReward
-from dare.rundir import clear_run_dir, plan_output_dir
+from dare.rundir import clear_run_dir, format_differences, plan_output_dir, spec_differences, stored_spec
 from dare.spec import ResolvedBenchmark, ResolvedSpec, RunSpec, load_spec, resolve_spec, spec_hash
-from dare.trainers import read_best
+from dare.trainers.checkpoints import checkpoint_step, last_complete_checkpoint, read_best
 
 __all__ = ["Run"]
 
@@ -62,6 +66,10 @@ class Run:
         self.hash = spec_hash(spec)
         #: extra ``transformers.TrainerCallback``s given to the trainer (e.g. ``dare profile``'s step timer)
         self.callbacks: list = []
+        #: the spec hash of the run that owns the directory (differs from ``hash`` only for ``dare eval`` with
+        #: evaluation-only overrides, see :meth:`prepare`), and those overrides as ``"key (old -> new)"`` text
+        self.run_hash = self.hash
+        self.eval_overrides: str | None = None
 
     @classmethod
     def from_file(cls, path: str, overrides: list[str] | None = None) -> Run:
@@ -89,6 +97,8 @@ class Run:
         different run and ``output.overwrite`` is set, when its earlier run produced nothing durable
         (no checkpoint, ``model/`` or report: one line on stderr says so), or, when ``train``, when it
         holds training output of this spec with ``train.resume: false`` and ``output.overwrite``.
+        An evaluation-only command whose spec differs from the stored one only in evaluation settings
+        (:data:`dare.rundir.EVAL_ONLY_KEYS`) evaluates into the directory and keeps its ``run.json``.
 
         With several processes every one decides from the same directory state (before anything changes), and
         only the main process clears, creates and writes; the others wait at a barrier.
@@ -97,10 +107,20 @@ class Run:
             (this run's checkpoints are there but resume is off and overwrite is not set).
         """
         resume = self.spec.train.resume if self.spec.train is not None else True
-        action, problems = plan_output_dir(self.dir, self.hash, self.spec.output.overwrite, resume=resume, train=train)
+        dump = self.spec.model_dump(mode="json")
+        action, problems = plan_output_dir(self.dir, self.hash, self.spec.output.overwrite, resume=resume, train=train,
+                                           spec=dump)
         distributed.barrier()  # every process decided before the main one changes anything
         if problems:
             raise SpecError(problems, source=self.source)
+        if action == "eval-only":
+            self.run_hash = json.loads((self.dir / "run.json").read_text())["spec_hash"]
+            self.eval_overrides = format_differences(spec_differences(stored_spec(self.dir), dump), most=20)
+            if distributed.is_main():
+                print(f"{self.dir}: evaluating the finished run with other evaluation settings: {self.eval_overrides}",
+                      file=sys.stderr)
+            distributed.barrier()
+            return
         if distributed.is_main():
             if action == "replace-unfinished":
                 print(f"{self.dir}: replacing the files of an earlier unfinished run (no checkpoint, model or report)",
@@ -179,15 +199,17 @@ class Run:
         return self.objective.train(self)
 
     # ------------------------------------------------------------------ evaluation
-    def score(self, bench: ResolvedBenchmark, model=None, limit: int | None = None) -> BenchmarkResult:
+    def score(self, bench: ResolvedBenchmark, model=None, limit: int | None = None, progress: str | None = None
+              ) -> BenchmarkResult:
         """Generate answers to ``bench``'s rows with the spec's sampler and score them with its reward.
 
         :param model: default the run's model. :param limit: rows at most (overrides ``bench.spec.limit``).
+        :param progress: description of the progress display (:mod:`dare.progress`).
         """
         return evaluate_benchmark(
             model if model is not None else self.model, self.family, self.tokens, self.tokenizer, self.sampler,
             bench.evaluator, bench.spec, WeightedReward([(bench.reward, 1.0)]), batch_size=self.spec.eval.batch_size,
-            seed=self.spec.eval.seed, limit=limit,
+            seed=self.spec.eval.seed, limit=limit, progress=progress,
         )
 
     def evaluate(self, stage: str, model=None, limit: int | None = None, benchmarks: list[int] | None = None, save: bool = True):
@@ -200,33 +222,34 @@ class Run:
         results = []
         chosen = self.resolved.benchmarks if benchmarks is None else [self.resolved.benchmarks[i] for i in benchmarks]
         for bench in chosen:
-            res = self.score(bench, model, limit)
+            res = self.score(bench, model, limit, progress=f"{stage}: {bench.evaluator.name}")
             results.append(res)
             log.info("%s %s: accuracy %.4f mean reward %.4f", stage, res.name, res.accuracy, res.mean_reward)
         if save and distributed.is_main():
             atomic_write_json(self.dir / "eval" / f"{stage}.json", {"spec_hash": self.hash, "results": [r.to_dict() for r in results]})
         return results
 
-    def cached_eval(self, stage: str):
-        """Results of an earlier evaluation of this exact spec at ``stage`` (resume), else None."""
+    def cached_eval(self, stage: str, spec_hash: str | None = None):
+        """Results of an earlier evaluation of this exact spec (``spec_hash``, default this one's) at ``stage``
+        (resume), else None."""
         f = self.dir / "eval" / f"{stage}.json"
         if not f.is_file():
             return None
         data = json.loads(f.read_text())
-        if data.get("spec_hash") != self.hash:
+        if data.get("spec_hash") != (spec_hash or self.hash):
             return None
         return [BenchmarkResult(**r) for r in data["results"]]
 
     def validate(self, model, limit: int | None = None) -> BenchmarkResult:
         """Score ``model`` on ``eval.validation`` (``limit`` rows at most)."""
-        return self.score(self.resolved.validation, model, limit)
+        return self.score(self.resolved.validation, model, limit, progress="validate: validation")
 
     def training_eval_fn(self):
         """``(model) -> metrics`` for in-training evaluation every ``train.eval_steps`` (``train.eval_limit`` rows).
 
         With ``eval.validation`` the keys are ``validation/accuracy`` and ``validation/mean_reward`` (what
         ``train.keep_best`` selects on); otherwise ``<benchmark>/accuracy`` and ``<benchmark>/mean_reward``
-        of the first eval benchmark.
+        of the first eval benchmark; ``.../rows`` is the number of rows scored (plots say which set).
         """
         if self.spec.eval is None or self.spec.train is None or not self.spec.train.eval_steps or self.sampler is None:
             return None
@@ -235,11 +258,21 @@ class Run:
         def fn(model) -> dict[str, float]:
             if self.spec.eval.validation is not None:
                 res = self.validate(model, limit)
-                return {"validation/accuracy": res.accuracy, "validation/mean_reward": res.mean_reward}
-            (res,) = self.evaluate("train", model=model, limit=limit, benchmarks=[0], save=False)
-            return {f"{res.name}/accuracy": res.accuracy, f"{res.name}/mean_reward": res.mean_reward}
+                return {"validation/accuracy": res.accuracy, "validation/mean_reward": res.mean_reward,
+                        "validation/rows": res.n}
+            (res,) = self.evaluate("validate", model=model, limit=limit, benchmarks=[0], save=False)
+            return {f"{res.name}/accuracy": res.accuracy, f"{res.name}/mean_reward": res.mean_reward, f"{res.name}/rows": res.n}
 
         return fn
+
+    # ------------------------------------------------------------------ descriptions (dare.runinfo)
+    def eval_set_labels(self, stages: dict[str, list[BenchmarkResult]]) -> dict[str, str]:
+        """Which rows each evaluation scored, in words (:func:`dare.runinfo.eval_set_labels`)."""
+        return runinfo.eval_set_labels(self, stages)
+
+    def interrupted_message(self, command: str) -> str:
+        """What an interrupted command saved and how to resume (:func:`dare.runinfo.interrupted_message`)."""
+        return runinfo.interrupted_message(self, command)
 
     # ------------------------------------------------------------------ whole run
     def execute(self, train: bool = True, evaluate: bool = True) -> dict[str, Any]:
@@ -249,49 +282,99 @@ class Run:
         this spec's trained ``model/`` (an earlier ``dare run``/``dare train``), that model is evaluated
         (never a cached result), not the spec's initial model. The report then keeps the earlier
         ``before``/``after`` rows (from ``eval/before.json``, ``eval/after.json``) and train metrics,
-        with the ``eval`` row added, and names the evaluated model (``eval_model``).
+        with the ``eval`` row added, and names the evaluated model (``eval_model``). ``dare eval`` of a
+        finished run may change evaluation settings only (:data:`dare.rundir.EVAL_ONLY_KEYS`); the report
+        then names them (``eval_overrides``).
+
+        ``train.num_threads`` applies to the whole run (evaluations too), so every stage's tokens/s is
+        measured with the same CPU threads.
         """
         do_train = train and self.objective is not None
         do_eval = evaluate and self.spec.eval is not None
         distributed.setup()
         self.prepare(train=do_train)
+        if self.spec.train is not None and self.spec.train.num_threads and not torch.cuda.is_available():
+            torch.set_num_threads(self.spec.train.num_threads)
+        machine = machine_info()
         torch.manual_seed(self.spec.train.seed if self.spec.train else 0)
         trained = do_eval and not do_train and self._use_trained_model()
         stages: dict[str, list] = {}
+        stage_seconds: dict[str, float] = {}
         if do_eval and (not do_train or self.spec.eval.before_train):
             label = "before" if do_train else "eval"
-            stages[label] = (None if trained else self.cached_eval(label)) or self.evaluate(label)
+            cached = None if trained else self.cached_eval(label)
+            if cached:
+                progress.stage("evaluate", f"{label}: kept from {self.dir / 'eval' / (label + '.json')}")
+                stages[label] = cached
+            else:
+                stages[label] = self._timed_evaluate(label, stage_seconds)
         train_metrics: dict[str, float] = {}
+        train_seconds = resumed_from = None
         if do_train:
+            ckpt = last_complete_checkpoint(self.checkpoint_dir) if self.spec.train.resume else None
+            resumed_from = checkpoint_step(ckpt) if ckpt else None
+            progress.stage("train", f"{self.objective.name}, {self.spec.train.max_steps} steps"
+                           + (f", resuming from step {resumed_from}" if resumed_from else "")
+                           + f"; checkpoints every {self.spec.train.save_steps} steps in {self.checkpoint_dir}")
+            t0 = time.perf_counter()
             train_metrics = self.train() or {}
+            train_seconds = round(time.perf_counter() - t0, 1)
             if self.spec.train.keep_best:
                 best = read_best(self.checkpoint_dir)
                 if best is not None:
                     train_metrics = {**train_metrics, "best_step": best["step"], "best_validation_accuracy": best["value"]}
         if do_eval and do_train:
-            stages["after"] = self.evaluate("after")
-        prov = provenance(self.spec, self.sampler, self.spec.eval.seed if self.spec.eval else None)
-        extra = {"train_metrics": train_metrics, "run_dir": str(self.dir)}
+            stages["after"] = self._timed_evaluate("after", stage_seconds)
+        prov = provenance(self.spec, self.sampler, self.spec.eval.seed if self.spec.eval else None, machine=machine)
+        info = runinfo.run_info(self, train_metrics, train_seconds, resumed_from, stage_seconds)
+        extra = {"train_metrics": train_metrics, "run_dir": str(self.dir), "run": info}
         if do_eval and not do_train:  # `dare eval` after `dare run`: keep the run's before/after rows
-            earlier = {s: rs for s in ("before", "after") if (rs := self.cached_eval(s))}
+            earlier = {s: rs for s in ("before", "after") if (rs := self.cached_eval(s, self.run_hash))}
             if earlier:
                 stages = earlier | stages
                 try:
-                    extra["train_metrics"] = json.loads((self.dir / "report.json").read_text()).get("train_metrics", {})
+                    old = json.loads((self.dir / "report.json").read_text())
+                    extra["train_metrics"] = old.get("train_metrics", {})
+                    if isinstance(old.get("run"), dict):  # the training facts are the run's, not this command's
+                        extra["run"] = {**old["run"], "stage_seconds": {**old["run"].get("stage_seconds", {}),
+                                                                        **stage_seconds}}
                 except (OSError, json.JSONDecodeError, AttributeError):
                     pass
             if trained:
                 extra["eval_model"] = str(self.model_dir)
+            if self.eval_overrides:
+                extra["eval_overrides"] = self.eval_overrides
         if stages and distributed.is_main():
-            write_report(self.dir, stages, prov, extra=extra)
+            progress.stage("report", f"{self.dir / 'report.md'}" + (", plot.png" if do_train else ""))
+            extra["run"]["eval_sets"] = self.eval_set_labels(stages)
+            write_report(self.dir, stages, prov, extra=extra, evaluators=self._evaluator_descriptions())
         if do_train and distributed.is_main():
-            flat = lambda rs: {f"{r.name}/accuracy": r.accuracy for r in rs} | {f"{r.name}/mean_reward": r.mean_reward for r in rs}  # noqa: E731
+            flat = lambda rs: {r.name: r for r in rs}  # noqa: E731
             plot_training(
                 self.dir / "metrics.jsonl",
                 self.dir / "plot.png",
                 before=flat(stages.get("before", [])) or None,
                 after=flat(stages.get("after", [])) or None,
-                title=self.spec.output.dir,
+                title=self._plot_title(train_metrics),
+                labels=self.eval_set_labels(stages),
+                after_step=train_metrics.get("best_step"),
             )
         distributed.barrier()
         return {"stages": {k: [r.to_dict(with_samples=False) for r in v] for k, v in stages.items()}, "train": train_metrics}
+
+    def _timed_evaluate(self, label: str, stage_seconds: dict[str, float]) -> list[BenchmarkResult]:
+        what = {"before": "before training", "after": "after training", "eval": "the model"}[label]
+        progress.stage("evaluate", f"{what}: " + ", ".join(b.evaluator.name for b in self.resolved.benchmarks))
+        t0 = time.perf_counter()
+        results = self.evaluate(label)
+        stage_seconds[label] = round(time.perf_counter() - t0, 1)
+        return results
+
+    def _evaluator_descriptions(self) -> dict[str, str]:
+        return {b.evaluator.name: b.evaluator.description() for b in self.resolved.benchmarks}
+
+    def _plot_title(self, train_metrics: dict[str, Any]) -> str:
+        obj = self.objective.name if self.objective is not None else "?"
+        steps = train_metrics.get("global_step", self.spec.train.max_steps if self.spec.train else "?")
+        return f"{self.dir}: {obj}, {steps} steps"
+

@@ -13,7 +13,12 @@ Both spec validation (:func:`dare.spec.load_spec`) and :meth:`dare.run.Run.prepa
 * a run directory of a different spec is replaced (its contents deleted) when ``output.overwrite`` is
   true, or when the earlier run left nothing durable (no ``checkpoints/checkpoint-*``, no ``model/``,
   no ``report.json``/``report.md``) and only files DARE writes (it failed early, e.g. on a bad model
-  config); otherwise it is refused.
+  config); otherwise it is refused, naming the spec keys that differ (:func:`spec_differences`,
+  against the spec stored in ``run.json``);
+* an evaluation-only command (``dare eval``) may differ from the stored spec in evaluation-only keys
+  (:data:`EVAL_ONLY_KEYS`: the benchmarks, their limits, ``eval.batch_size``, ``eval.seed``): the
+  directory is used as it is (``"eval-only"``; ``run.json`` keeps the run's spec) and the report names
+  the keys that differ.
 """
 
 from __future__ import annotations
@@ -22,12 +27,69 @@ import json
 import os
 import shutil
 from pathlib import Path
+from typing import Any
 
-__all__ = ["plan_output_dir", "clear_run_dir", "is_unfinished_run", "writable_problem", "RUN_ENTRIES"]
+__all__ = ["plan_output_dir", "clear_run_dir", "is_unfinished_run", "writable_problem", "spec_differences",
+           "format_differences", "stored_spec", "RUN_ENTRIES", "EVAL_ONLY_KEYS"]
 
 #: top-level entries DARE writes in a run directory (temporary siblings start with ``.<entry>.``)
 RUN_ENTRIES = frozenset({"run.json", "init-model", "checkpoints", "model", "metrics.jsonl", "tensorboard", "eval",
                          "samples", "report.json", "report.md", "plot.png"})
+
+
+#: spec keys (dotted prefixes) that change what an evaluation measures but nothing a run trained: ``dare eval``
+#: of a finished run may override them (``eval.validation`` is not among them: it selected ``train.keep_best``'s weights)
+EVAL_ONLY_KEYS = ("eval.benchmarks", "eval.batch_size", "eval.seed", "eval.before_train")
+
+#: keys the spec hash ignores (:func:`dare.spec.spec_hash`), so never a difference between runs
+_IGNORED = ("output.overwrite", "train.resume")
+
+
+def spec_differences(old: Any, new: Any, prefix: str = "") -> list[tuple[str, Any, Any]]:
+    """Dotted keys (list items as ``key[i]``) whose values differ between two spec dumps, with both values.
+
+    A key missing on one side has the value ``"<absent>"`` there. ``output.overwrite`` and ``train.resume``
+    (which the spec hash ignores) are never reported.
+    """
+    if prefix in _IGNORED:
+        return []
+    if isinstance(old, dict) and isinstance(new, dict):
+        out = []
+        for k in list(old) + [k for k in new if k not in old]:
+            out += spec_differences(old.get(k, "<absent>"), new.get(k, "<absent>"), f"{prefix}.{k}" if prefix else str(k))
+        return out
+    if isinstance(old, list) and isinstance(new, list) and len(old) == len(new):
+        return [d for i, (a, b) in enumerate(zip(old, new)) for d in spec_differences(a, b, f"{prefix}[{i}]")]
+    return [] if old == new else [(prefix, old, new)]
+
+
+def format_differences(diffs: list[tuple[str, Any, Any]], most: int = 6) -> str:
+    """``"train.max_steps (750 -> 100), sampler.params.steps (17 -> 8)"``, at most ``most`` keys, then a count."""
+    def short(v: Any) -> str:
+        text = json.dumps(v) if not isinstance(v, str) else v
+        return text if len(text) <= 40 else text[:37] + "..."
+
+    shown = [f"{k} ({short(a)} -> {short(b)})" for k, a, b in diffs[:most]]
+    more = len(diffs) - most
+    return ", ".join(shown) + (f" and {more} more" if more > 0 else "")
+
+
+def stored_spec(out: str | Path) -> dict | None:
+    """The spec dump stored in ``out/run.json`` (None when absent or unreadable)."""
+    try:
+        spec = json.loads((Path(out) / "run.json").read_text()).get("spec")
+    except (OSError, json.JSONDecodeError, AttributeError):
+        return None
+    return spec if isinstance(spec, dict) else None
+
+
+def _is_eval_only_key(key: str) -> bool:
+    return any(key == p or key.startswith((p + ".", p + "[")) for p in EVAL_ONLY_KEYS)
+
+
+def _eval_only(diffs: list[tuple[str, Any, Any]]) -> bool:
+    """The specs differ, and only in :data:`EVAL_ONLY_KEYS`."""
+    return bool(diffs) and all(_is_eval_only_key(k) for k, _, _ in diffs)
 
 
 def _is_run_entry(name: str) -> bool:
@@ -113,15 +175,19 @@ def _resume_problem(out: Path) -> tuple[str, str] | None:
     return None
 
 
-def plan_output_dir(out: str | Path, spec_hash: str, overwrite: bool, resume: bool = True, train: bool = True
-                    ) -> tuple[str, list[tuple[str, str]]]:
+def plan_output_dir(out: str | Path, spec_hash: str, overwrite: bool, resume: bool = True, train: bool = True,
+                    spec: dict | None = None) -> tuple[str, list[tuple[str, str]]]:
     """What a run with ``spec_hash`` does with ``out``, and the problems that refuse it.
 
     :param resume: ``train.resume``; only consulted when ``train`` (the run will train, resuming from the
         checkpoint whose weights are then checked).
+    :param spec: the new spec's dump (``RunSpec.model_dump(mode="json")``): a refusal then names the keys that
+        differ from the stored spec, and an evaluation-only command (not ``train``) that differs only in
+        :data:`EVAL_ONLY_KEYS` uses the directory.
     :returns: ``(action, problems)``; action is ``"use"`` (create/keep the directory), ``"replace"``
         (delete the contents of a run directory with ``overwrite``), ``"replace-unfinished"`` (delete
-        the files of an earlier run that produced nothing durable) or ``"refuse"`` (see problems).
+        the files of an earlier run that produced nothing durable), ``"eval-only"`` (evaluate into the
+        finished run's directory, keeping its ``run.json``) or ``"refuse"`` (see problems).
     """
     out = Path(out)
     shown = str(out)
@@ -141,6 +207,10 @@ def plan_output_dir(out: str | Path, spec_hash: str, overwrite: bool, resume: bo
     except (OSError, json.JSONDecodeError, AttributeError):
         old = None
     if old != spec_hash:
+        old_spec = stored_spec(out) if spec is not None else None
+        diffs = spec_differences(old_spec, spec) if old_spec is not None else []
+        if not train and _eval_only(diffs) and _has_durable_results(out):
+            return "eval-only", []
         if overwrite and not train and _has_durable_results(out):
             return "refuse", [("output.overwrite", f"{shown!r} holds another run's checkpoints, model or report, which an "
                                                   "evaluation-only command would delete; evaluate into another output.dir "
@@ -149,8 +219,13 @@ def plan_output_dir(out: str | Path, spec_hash: str, overwrite: bool, resume: bo
             return "replace", []
         if is_unfinished_run(out):
             return "replace-unfinished", []
-        return "refuse", [("output.dir", f"{shown!r} already holds a different run (spec hash {old} != {spec_hash}); "
-                                         "choose another output.dir or set output.overwrite: true")]
+        if diffs:
+            what = f"its spec differs in {format_differences(diffs)}"
+            hint = ("; to only evaluate with other eval settings, use `dare eval`" if train and _eval_only(diffs) else "")
+        else:
+            what, hint = f"spec hash {old} != {spec_hash}", ""
+        return "refuse", [("output.dir", f"{shown!r} already holds a different run ({what}); choose another output.dir "
+                                         f"or set output.overwrite: true (which deletes it){hint}")]
     if train and not resume and _has_training_output(out):
         if overwrite:
             return "replace", []

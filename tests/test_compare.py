@@ -59,9 +59,35 @@ def test_one_run_before_and_after_is_labelled_by_each_entry(tmp_path):
     md, js, png = compare_runs(entries, tmp_path / "out")
     assert "| untrained | sudoku | 0.0000 |" in md.read_text() and "| SFT 750 steps | sudoku | 0.6000 |" in md.read_text()
     panels = _panels([parse_entry(e) for e in entries], json.loads(js.read_text())["rows"])
-    assert panels["training loss"] == [("SFT 750 steps (quickstart)", [(1, 2.0), (750, 0.1)])]  # not "untrained"
+    (run,) = panels["runs"]  # one run directory: one row of panels, labelled by the entry that evaluates its training
+    assert run[:3] == ("SFT 750 steps (quickstart)", "loss", [(1, 2.0, None), (750, 0.1, None)])
     assert panels["accuracy"] == [("untrained", {"sudoku": 0.0}), ("SFT 750 steps", {"sudoku": 0.6})]
+    assert panels["rows"] == {"sudoku": [500]}
     assert png.stat().st_size > 5000
     # a run directory without an :after entry: its curve carries the directory's name
     panels = _panels([parse_entry(f"untrained={d}:before")], [])
-    assert panels["training loss"][0][0] == "quickstart"
+    assert panels["runs"][0][0] == "quickstart"
+
+
+def test_rl_runs_plot_reward_with_spread_each_on_its_own_axis(tmp_path):
+    """An RL run's panel is its reward (mean, std), not its loss; an SFT run keeps its loss; each has its own steps."""
+    from dare.eval.compare import _panels
+
+    _fake_run(tmp_path / "sft", "after", 0.3, 0.7, [{"step": s, "loss": 1.0 / s} for s in (1, 250, 750)])
+    _fake_run(tmp_path / "rl", "after", 0.45, 0.8, [
+        {"step": 10, "loss": 1e-9, "reward": 0.6, "reward_std": 0.2}, {"step": 60, "loss": -1e-9, "reward": 0.8, "reward_std": 0.1},
+        {"step": 20, "eval/validation/accuracy": 0.4, "eval/validation/mean_reward": 0.7, "eval/validation/rows": 100}])
+    (tmp_path / "rl" / "report.json").write_text(json.dumps({"run": {
+        "objective": {"name": "tracerl"}, "steps": 60, "train_seconds": 125.0,
+        "eval_sets": {"validation": "validation (sudoku): rows 19000-19099 of dare://sudoku/train.parquet"}}}))
+    entries = [f"SFT={tmp_path / 'sft'}", f"RL={tmp_path / 'rl'}"]
+    md, js, png = compare_runs(entries, tmp_path / "out", title="t")
+    panels = _panels([parse_entry(e) for e in entries], json.loads(js.read_text())["rows"])
+    sft, rl = panels["runs"]
+    assert sft[1:3] == ("loss", [(1, 1.0, None), (250, 1 / 250, None), (750, 1 / 750, None)]) and sft[5] == 750
+    assert rl[1:3] == ("reward", [(10, 0.6, 0.2), (60, 0.8, 0.1)]) and rl[5] == 60 and rl[6] == "tracerl"
+    assert rl[3] == {"validation": {"accuracy": [(20, 0.4)], "mean_reward": [(20, 0.7)]}}  # rows are not a curve
+    text = md.read_text()
+    assert "| RL | sudoku | 0.4500 | 0.8000 | 500 | tracerl | 60 | 2m 05s |" in text
+    assert "- **accuracy**: fraction of rows the benchmark counts as solved" in text
+    assert "- benchmark **sudoku**: 4x4 Sudoku (500 test puzzles); accuracy = exact solves" in text

@@ -13,8 +13,8 @@ from dare.testing import repo_root
 def test_committed_schema_is_up_to_date():
     path = repo_root() / "schemas" / "run-spec.schema.json"
     want = json.dumps(json_schema(get_registry().restricted(FIRST_PARTY)), indent=2, sort_keys=True) + "\n"
-    assert path.is_file(), "schemas/run-spec.schema.json is missing: run `dare schema --first-party`"
-    assert path.read_text() == want, "schemas/run-spec.schema.json is stale: run `dare schema --first-party` and commit it"
+    assert path.is_file(), "schemas/run-spec.schema.json is missing: run `make schema` (dare schema --first-party -o schemas/run-spec.schema.json)"
+    assert path.read_text() == want, "schemas/run-spec.schema.json is stale: run `make schema` and commit it"
 
 
 def test_restricted_registry_drops_other_distributions():

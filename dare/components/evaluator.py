@@ -25,7 +25,7 @@ class Evaluator(Component):
     reward_params: ClassVar[dict[str, Any]] = {}
     #: ``data_source`` values this benchmark accepts (empty = any).
     data_sources: ClassVar[tuple[str, ...]] = ()
-    #: Default data file, relative to a data root (``$DARE_DATA`` or ``../shared/data``).
+    #: Default data file, relative to the data root ``$DARE_DATA_DIR`` (or a ``dare://`` packaged asset).
     default_path: ClassVar[str | None] = None
 
     def is_correct(self, reward: float) -> bool:

@@ -1,4 +1,11 @@
-"""Reading dataset rows from parquet, JSONL, packaged assets or the hub."""
+"""Reading dataset rows from parquet, JSONL, packaged assets, local dataset folders or the hub.
+
+A local folder is read through ``datasets``: a saved dataset (``Dataset.save_to_disk`` /
+``DatasetDict.save_to_disk``: ``dataset_info.json``, ``state.json`` or ``dataset_dict.json`` inside) with
+``datasets.load_from_disk``, a folder of ``.parquet``/``.jsonl``/``.json`` files with
+``datasets.load_dataset(folder)`` (splits from the file names, e.g. ``train-*.parquet``; otherwise every
+file is ``train``).
+"""
 
 from __future__ import annotations
 
@@ -12,6 +19,42 @@ from dare.io import resolve_path
 __all__ = ["load_rows", "dataset_columns", "dataset_rows", "to_python"]
 
 _SUFFIXES = (".parquet", ".jsonl", ".json")
+_SAVED = ("dataset_info.json", "state.json", "dataset_dict.json")  # what save_to_disk writes
+
+
+def _data_files(folder: Path) -> list[Path]:
+    return sorted(p for p in folder.rglob("*") if p.suffix in _SUFFIXES and p.is_file() and p.name not in _SAVED)
+
+
+def _is_saved_dataset(folder: Path) -> bool:
+    return any((folder / name).is_file() for name in _SAVED)
+
+
+def _load_folder(path: str, folder: Path, split: str):
+    """A ``datasets.Dataset`` of a local folder (module docstring).
+
+    :raises DataError: neither a saved dataset nor data files, an unknown split, or an unreadable folder.
+    """
+    import datasets
+
+    datasets.disable_progress_bars()  # DARE shows its own progress; no per-file bars
+    try:
+        if _is_saved_dataset(folder):
+            ds = datasets.load_from_disk(str(folder))
+        elif _data_files(folder):
+            ds = datasets.load_dataset(str(folder))
+        else:
+            raise DataError(f"{path!r} is a folder with neither a saved dataset (dataset_info.json/state.json from "
+                            "datasets' save_to_disk) nor .parquet/.jsonl files; give a data file or such a folder")
+    except DataError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - datasets raises many kinds
+        raise DataError(f"could not read the dataset folder {path!r}: {type(exc).__name__}: {exc}") from None
+    if isinstance(ds, datasets.DatasetDict):
+        if split not in ds:
+            raise DataError(f"{path!r} has no split {split!r}; its splits are: {', '.join(ds)} (set the dataset's split)")
+        ds = ds[split]
+    return ds
 
 
 def _local(path: str) -> Path | None:
@@ -33,15 +76,22 @@ def to_python(value: Any) -> Any:
     return value
 
 
-def dataset_columns(path: str) -> list[str] | None:
-    """Column names of a local parquet/JSONL file without reading it whole; None for hub ids.
+def dataset_columns(path: str, split: str = "train") -> list[str] | None:
+    """Column names of a local parquet/JSONL file or dataset folder without reading it whole; None for hub ids.
 
     :raises DataError: missing file or unsupported format.
     """
     p = _local(path)
     if p is None:
         return None
-    if not p.is_file():
+    if p.is_dir():
+        if _is_saved_dataset(p):
+            return list(_load_folder(path, p, split).column_names)  # memory-mapped: nothing is read
+        files = _data_files(p)
+        if not files:
+            _load_folder(path, p, split)  # raises the folder's error
+        p = files[0]
+    elif not p.is_file():
         raise DataError(f"dataset file {path!r} does not exist")
     if p.suffix == ".parquet":
         import pyarrow.parquet as pq
@@ -99,24 +149,28 @@ def load_rows(
     """Load rows as plain Python dicts: rows ``offset .. offset+limit-1`` of the file (all after ``offset``
     without ``limit``).
 
-    :param path: parquet/JSONL path, ``dare://`` asset or hub dataset id.
+    :param path: parquet/JSONL path, ``dare://`` asset, local dataset folder (module docstring) or hub dataset id.
+    :param split: the split of a hub dataset or of a local folder with several.
     :param limit: keep only the first ``limit`` rows after ``offset``.
     :param offset: skip this many rows first (``DatasetSpec.offset``, e.g. rows held out for validation).
     :param columns: columns that must exist.
     :raises DataError: missing file, unreadable file, or a missing column.
     """
     p = _local(path)
-    if p is None:
-        try:
-            import datasets
+    if p is None or p.is_dir():
+        if p is not None:
+            ds = _load_folder(path, p, split)
+        else:
+            try:
+                import datasets
 
-            ds = datasets.load_dataset(path, split=split)
-        except Exception as exc:  # noqa: BLE001
-            raise DataError(f"could not load hub dataset {path!r} (split {split!r}): {exc}") from None
+                ds = datasets.load_dataset(path, split=split)
+            except Exception as exc:  # noqa: BLE001
+                raise DataError(f"could not load hub dataset {path!r} (split {split!r}): {exc}") from None
         stop = len(ds) if limit is None else min(offset + limit, len(ds))
         if offset or limit is not None:
             ds = ds.select(range(min(offset, len(ds)), stop))
-        rows = [dict(r) for r in ds]
+        rows = [to_python(dict(r)) for r in ds]
     else:
         cols = dataset_columns(path)
         if p.suffix == ".parquet":

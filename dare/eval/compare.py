@@ -1,11 +1,18 @@
 """Side-by-side reports across runs (``dare compare``): e.g. untrained vs SFT vs RL.
 
 Each entry is ``LABEL=RUN_DIR[:STAGE]``: the benchmark results that run wrote for ``STAGE``
-(``before``, ``after`` or ``eval``; default ``after``) in ``RUN_DIR/eval/<stage>.json``. The output is a
-Markdown + JSON table (one row per label and benchmark) and a PNG with every entry's accuracy per
-benchmark and, for every run directory that trained, its training reward (RL runs) or loss (supervised
-runs), labelled by the entry that evaluates its trained model (``:after``), and its in-training
-evaluation scores against step. Labels must be unique.
+(``before``, ``after`` or ``eval``; default ``after``) in ``RUN_DIR/eval/<stage>.json``. Labels must be
+unique. The output:
+
+* ``comparison.md``/``.json``: one row per label and benchmark with the scores and, next to them, what
+  produced them (objective, optimizer steps, training wall time; for a ``before`` entry: the untrained
+  starting model), then what the columns mean and, per run, its training data, sampler, evaluated rows
+  and machine (read from the run's ``report.json``);
+* ``comparison.png``: the accuracy of every entry per benchmark (bars labelled with their values, the
+  panel title naming the rows scored), then one row of panels per run directory that trained, each on
+  its own step axis (a 750-step SFT run and a 60-step RL run are never drawn on one axis): its training
+  curve (RL: mean reward with its spread; supervised: loss) and its in-training evaluations, named by
+  the set they score.
 """
 
 from __future__ import annotations
@@ -54,22 +61,23 @@ def load_stage(run_dir: Path, stage: str) -> list[dict[str, Any]]:
     return json.loads(f.read_text())["results"]
 
 
-def _curves(run_dir: Path) -> dict[str, list[tuple[int, float]]]:
-    f = run_dir / "metrics.jsonl"
-    out: dict[str, list[tuple[int, float]]] = {}
-    if not f.is_file():
-        return out
-    for line in f.read_text().splitlines():
-        if not line.strip():
-            continue
-        rec = json.loads(line)
-        for key in ("reward", "loss"):
-            if isinstance(rec.get(key), (int, float)):
-                out.setdefault(key, []).append((rec["step"], rec[key]))
-        for k, v in rec.items():
-            if k.startswith("eval/") and isinstance(v, (int, float)):
-                out.setdefault(k, []).append((rec["step"], v))
-    return out
+def _report(run_dir: Path) -> dict[str, Any]:
+    """The run's ``report.json`` ({} when absent or unreadable: the comparison then shows "?")."""
+    try:
+        data = json.loads((run_dir / "report.json").read_text())
+    except (OSError, json.JSONDecodeError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _context(run_dir: Path, stage: str) -> dict[str, Any]:
+    """What produced an entry's numbers: objective, steps and training wall time (``before``: the untrained start)."""
+    info = _report(run_dir).get("run") or {}
+    if stage == "before":
+        return {"objective": "none (the starting model)", "steps": 0, "train_seconds": None}
+    obj = info.get("objective") or {}
+    return {"objective": obj.get("name", "?") if obj else "?", "steps": info.get("steps"),
+            "train_seconds": info.get("train_seconds")}
 
 
 def compare_runs(entries: list[str], out_dir: str | Path, title: str = "DARE comparison") -> tuple[Path, Path, Path | None]:
@@ -77,6 +85,9 @@ def compare_runs(entries: list[str], out_dir: str | Path, title: str = "DARE com
 
     :raises DareError: a malformed entry or a missing evaluation.
     """
+    from dare.eval.report import column_notes, machine_lines, run_lines
+    from dare.progress import format_seconds
+
     out_dir = Path(out_dir)
     parsed = [parse_entry(e) for e in entries]
     labels = [label for label, _, _ in parsed]
@@ -88,18 +99,52 @@ def compare_runs(entries: list[str], out_dir: str | Path, title: str = "DARE com
                         "name each entry differently, e.g. untrained=RUN:before sft=RUN:after")
     rows = []
     for label, run_dir, stage in parsed:
+        ctx = _context(run_dir, stage)
         for r in load_stage(run_dir, stage):
-            rows.append({"label": label, "run": str(run_dir), "stage": stage, **{k: r[k] for k in
+            rows.append({"label": label, "run": str(run_dir), "stage": stage, **ctx, **{k: r.get(k) for k in
                          ("name", "n", "accuracy", "mean_reward", "nfe", "tokens_per_second")}})
-    md = [f"# {title}\n", "| model | benchmark | accuracy | mean reward | samples | run | stage |", "|---|---|---:|---:|---:|---|---|"]
+    md = [f"# {title}\n",
+          "| model | benchmark | accuracy | mean reward | samples | objective | steps | train wall time | run | stage |",
+          "|---|---|---:|---:|---:|---|---:|---:|---|---|"]
     for r in rows:
-        md.append(f"| {r['label']} | {r['name']} | {r['accuracy']:.4f} | {r['mean_reward']:.4f} | {r['n']} | {r['run']} | {r['stage']} |")
+        wall = format_seconds(r["train_seconds"]) if isinstance(r["train_seconds"], (int, float)) else "-"
+        steps = r["steps"] if r["steps"] is not None else "?"
+        md.append(f"| {r['label']} | {r['name']} | {r['accuracy']:.4f} | {r['mean_reward']:.4f} | {r['n']} | "
+                  f"{r['objective']} | {steps} | {wall} | {r['run']} | {r['stage']} |")
+    evaluators = {}
+    for r in rows:
+        evaluators.setdefault(r["name"], _evaluator_description(r["name"]))
+    md += ["", "What the columns mean:\n", *[c for c in column_notes(evaluators) if not c.startswith(("- **NFE", "- **tokens/s"))],
+           "- **objective**, **steps**: what trained the evaluated model (a `before` entry is the run's starting model)",
+           "- **train wall time**: the training command's wall time (the last command, when a run was resumed); "
+           "it depends on the machine and its load"]
+    seen: set[Path] = set()
+    for _, run_dir, _ in parsed:
+        if run_dir.resolve() in seen:
+            continue
+        seen.add(run_dir.resolve())
+        rep = _report(run_dir)
+        if not rep:
+            continue
+        md += ["", f"## {run_dir}\n", "| | |", "|---|---|",
+               *run_lines(rep.get("run") or {}, rep.get("results") or {}), "",
+               *machine_lines((rep.get("provenance") or {}).get("machine"))]
     js = out_dir / "comparison.json"
     mdp = out_dir / "comparison.md"
     atomic_write_json(js, {"rows": rows, "entries": entries})
     atomic_write_text(mdp, "\n".join(md) + "\n")
     png = _plot(parsed, out_dir / "comparison.png", title, rows)
     return mdp, js, png
+
+
+def _evaluator_description(name: str) -> str:
+    """The benchmark's description from the plugin registry ("" when it is not installed)."""
+    try:
+        from dare.plugins import get_registry
+
+        return get_registry().get("evaluator", name).cls.description()
+    except Exception:  # noqa: BLE001 - a comparison of finished runs does not need the plugin
+        return ""
 
 
 def _curve_label(run_dir: Path, parsed) -> str:
@@ -109,26 +154,38 @@ def _curve_label(run_dir: Path, parsed) -> str:
     return f"{after[0]} ({run_dir.name})" if after else run_dir.name
 
 
-def _panels(parsed, rows) -> dict[str, list]:
-    """Plot content: ``accuracy``: ``(entry label, {benchmark: accuracy})`` for every entry, in order; the
-    curve panels: ``(legend label, [(step, value), ...])`` once per run directory."""
-    panels: dict[str, list] = {"accuracy": [], "training loss": [], "training reward": [], "evaluation during training": []}
+def _panels(parsed, rows) -> dict[str, Any]:
+    """Plot content: ``accuracy``: ``(entry label, {benchmark: accuracy})`` for every entry, in order; ``rows``:
+    ``{benchmark: sorted row counts}``; ``runs``: one ``(curve label, kind, curve points, eval series,
+    set labels, steps, objective)`` per run directory that trained (:func:`dare.eval.report.training_curve`)."""
+    from dare.eval.report import eval_series, read_metrics, training_curve
+
+    panels: dict[str, Any] = {"accuracy": [], "rows": {}, "runs": []}
     for label, _, _ in parsed:
         panels["accuracy"].append((label, {r["name"]: r["accuracy"] for r in rows if r["label"] == label}))
+    for r in rows:
+        panels["rows"].setdefault(r["name"], set()).add(r["n"])
+    panels["rows"] = {k: sorted(v) for k, v in panels["rows"].items()}
     seen: set[Path] = set()
     for _, run_dir, _ in parsed:
         if run_dir.resolve() in seen:
             continue
         seen.add(run_dir.resolve())
-        c = _curves(run_dir)
-        if "reward" in c:
-            panels["training reward"].append((_curve_label(run_dir, parsed), c["reward"]))
-        elif "loss" in c:
-            panels["training loss"].append((_curve_label(run_dir, parsed), c["loss"]))
-        for k, pts in sorted(c.items()):
-            if k.startswith("eval/"):
-                panels["evaluation during training"].append((f"{run_dir.name}: {k[5:]}", pts))
+        recs = read_metrics(run_dir / "metrics.jsonl")
+        kind, curve = training_curve(recs)
+        if not curve:
+            continue
+        info = _report(run_dir).get("run") or {}
+        obj = (info.get("objective") or {}).get("name")
+        steps = info.get("steps") or max(s for s, _, _ in curve)
+        panels["runs"].append((_curve_label(run_dir, parsed), kind, curve, eval_series(recs), info.get("eval_sets") or {},
+                               steps, obj))
     return panels
+
+
+def _bar_title(bench: str, counts: list[int]) -> str:
+    rows = " / ".join(str(c) for c in counts)
+    return f"{bench}: {rows} rows" if bench else f"{rows} rows"
 
 
 def _plot(parsed, out_png: Path, title: str, rows=()) -> Path | None:
@@ -137,32 +194,60 @@ def _plot(parsed, out_png: Path, title: str, rows=()) -> Path | None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    used = [(name, lines) for name, lines in _panels(parsed, rows).items() if lines and (rows or name != "accuracy")]
-    if not used:
+    from dare.eval.report import draw_training_curve
+
+    panels = _panels(parsed, rows)
+    runs = panels["runs"]
+    have_bars = bool(rows)
+    if not have_bars and not runs:
         return None
-    fig, axes = plt.subplots(1, len(used), figsize=(5.5 * len(used), 4), squeeze=False)
-    for ax, (name, lines) in zip(axes[0], used):
-        if name == "accuracy":  # one group of bars per entry, one bar per benchmark
-            benches = sorted({b for _, accs in lines for b in accs})
-            width = 0.8 / max(len(benches), 1)
-            for j, bench in enumerate(benches):
-                xs = [i + (j - (len(benches) - 1) / 2) * width for i in range(len(lines))]
-                ax.bar(xs, [accs.get(bench, 0.0) for _, accs in lines], width, label=bench)
-            ax.set_xticks(range(len(lines)), [lab for lab, _ in lines], rotation=15, fontsize=8)
-            ax.set_title("accuracy")
-            ax.set_ylim(0, 1.02)
+    nrows = int(have_bars) + len(runs)
+    fig = plt.figure(figsize=(12, 3.9 * nrows))
+    grid = fig.add_gridspec(nrows, 2)
+    r0 = 0
+    if have_bars:  # one group of bars per entry, one bar per benchmark, each labelled with its value
+        ax = fig.add_subplot(grid[0, :])
+        lines = panels["accuracy"]
+        benches = sorted({b for _, accs in lines for b in accs})
+        width = 0.8 / max(len(benches), 1)
+        for j, bench in enumerate(benches):
+            xs = [i + (j - (len(benches) - 1) / 2) * width for i in range(len(lines))]
+            bars = ax.bar(xs, [accs.get(bench, 0.0) for _, accs in lines], width, label=_bar_title(bench, panels["rows"][bench]))
+            ax.bar_label(bars, fmt="%.3f", fontsize=8, padding=2)
+        ax.set_xticks(range(len(lines)), [lab for lab, _ in lines], fontsize=8)
+        ax.set_ylabel("accuracy (fraction of rows solved)")
+        ax.set_ylim(0, 1.1)
+        names = ", ".join(_bar_title(b, panels["rows"][b]) for b in benches)
+        ax.set_title(f"accuracy per model on {names}")
+        if len(benches) > 1:
             ax.legend(fontsize=7)
-            continue
-        for lab, pts in lines:
-            ax.plot([s for s, _ in pts], [v for _, v in pts], marker="o" if name.startswith("evaluation") else None,
-                    markersize=3, label=lab)
-        ax.set_xlabel("step")
-        ax.set_title(name)
-        if name != "training loss":
-            ax.set_ylim(0, 1.02)
-        ax.legend(fontsize=7)
+        r0 = 1
+    for k, (label, kind, curve, evals, sets, steps, obj) in enumerate(runs):
+        ax1 = fig.add_subplot(grid[r0 + k, 0])
+        draw_training_curve(ax1, kind, curve)
+        ax1.set_title(f"{label}: training {kind} ({obj or '?'}, {steps} steps)", fontsize=9)
+        ax1.legend(fontsize=7)
+        ax2 = fig.add_subplot(grid[r0 + k, 1])
+        for prefix, series in sorted(evals.items()):
+            name = sets.get(prefix, prefix)
+            color = None
+            for metric, style in (("accuracy", "-"), ("mean_reward", "--")):
+                pts = sorted(series.get(metric, []))
+                if pts:
+                    line = ax2.plot([s for s, _ in pts], [v for _, v in pts], style, marker="o", markersize=4, color=color,
+                                    label=f"{name}: {metric.replace('_', ' ')}")[0]
+                    color = line.get_color()
+        ax2.set_xlabel("optimizer step")
+        ax2.set_ylabel("score (fraction of rows / mean reward)")
+        ax2.set_ylim(0, 1.02)
+        ax2.set_xlim(-0.03 * max(steps, 1), 1.05 * max(steps, 1))
+        ax2.set_title(f"{label}: in-training evaluation", fontsize=9)
+        if ax2.lines:
+            ax2.legend(fontsize=6.5)
+        else:
+            ax2.text(0.5, 0.5, "no in-training evaluation", ha="center", va="center", transform=ax2.transAxes)
     fig.suptitle(title)
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0, 1, 1 - 0.35 / (3.9 * nrows)))  # room for the title above the first panel
     out_png.parent.mkdir(parents=True, exist_ok=True)
     tmp = out_png.with_name(f".{out_png.name}.tmp.png")
     fig.savefig(tmp, dpi=110)

@@ -1,4 +1,12 @@
-"""Reports: JSON + Markdown with provenance (spec, sampler params, seed, versions, git SHA), and plots."""
+"""Reports: JSON + Markdown that explain themselves, and plots.
+
+``report.md`` shows the results table, what each column means and how tokens/s was timed, the run's
+context next to the numbers (objective, steps, wall time, training data, sampler, which rows were
+evaluated), the machine (CPU model, torch CPU capability, threads, device, processes, load) and what
+depends on it, and the provenance (spec, sampler params, seed, versions, git SHA). ``plot.png``
+(:func:`plot_training`) shows the training curve (RL: mean reward and its spread; supervised: loss)
+and the measured evaluation points, each series named by the set it scores.
+"""
 
 from __future__ import annotations
 
@@ -12,7 +20,8 @@ from typing import Any
 
 from dare.io import atomic_write_json, atomic_write_text
 
-__all__ = ["provenance", "write_report", "markdown_table", "plot_training"]
+__all__ = ["provenance", "machine_info", "write_report", "markdown_table", "column_notes", "run_lines", "machine_lines",
+           "read_metrics", "training_curve", "eval_series", "draw_training_curve", "plot_training", "COLUMNS"]
 
 _PACKAGES = ("dare-dllm", "torch", "transformers", "peft", "accelerate", "pydantic", "math-verify")
 
@@ -28,8 +37,54 @@ def _git_sha() -> str | None:
     return None
 
 
-def provenance(spec=None, sampler=None, seed: int | None = None) -> dict[str, Any]:
-    """What produced a number: resolved spec, sampler params, seed, package versions, git SHA, time."""
+def machine_info() -> dict[str, Any]:
+    """The machine a run's timings (and, through floating-point kernels, its scores) depend on.
+
+    ``cpu_model`` (``/proc/cpuinfo`` "model name", else ``platform.processor()``), ``cpu_count``,
+    ``torch_cpu_capability`` (``torch.backends.cpu.get_cpu_capability()``: the vector ISA torch's CPU
+    kernels use, e.g. AVX2, AVX512), ``torch_threads`` (``torch.get_num_threads()``), ``device`` (``cpu`` or
+    the CUDA device name), ``processes`` (:func:`dare.distributed.world_size`) and ``load_average``
+    (1-minute: other work on the machine slows every timing).
+    """
+    import os
+
+    import torch
+
+    from dare import distributed
+
+    cpu = None
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.lower().startswith("model name"):
+                    cpu = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    try:
+        capability = torch.backends.cpu.get_cpu_capability()
+    except (AttributeError, RuntimeError):  # pragma: no cover - old torch
+        capability = None
+    try:
+        load = round(os.getloadavg()[0], 2)
+    except (OSError, AttributeError):  # pragma: no cover - not on Unix
+        load = None
+    return {
+        "cpu_model": cpu or platform.processor() or None,
+        "cpu_count": os.cpu_count(),
+        "torch_cpu_capability": capability,
+        "torch_threads": torch.get_num_threads(),
+        "device": f"cuda: {torch.cuda.get_device_name(0)}" if torch.cuda.is_available() else "cpu",
+        "processes": distributed.world_size(),
+        "load_average": load,
+    }
+
+
+def provenance(spec=None, sampler=None, seed: int | None = None, machine: dict[str, Any] | None = None) -> dict[str, Any]:
+    """What produced a number: resolved spec, sampler params, seed, package versions, git SHA, time, machine.
+
+    :param machine: :func:`machine_info` taken when the run started (default: now).
+    """
     versions = {}
     for pkg in _PACKAGES:
         try:
@@ -48,11 +103,33 @@ def provenance(spec=None, sampler=None, seed: int | None = None) -> dict[str, An
         "git_sha": _git_sha(),
         "python": platform.python_version(),
         "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "machine": machine if machine is not None else machine_info(),
     }
 
 
 def _likelihood(r) -> bool:
     return (getattr(r, "extra", None) or {}).get("style") == "loglikelihood"
+
+
+#: what the columns of a results table mean (reports and ``dare compare``)
+COLUMNS = {
+    "accuracy": "fraction of rows the benchmark counts as solved: its reward is 1 (an exact solve, a correct final answer)",
+    "mean reward": "the benchmark's reward averaged over rows, partial credit included (per benchmark below)",
+    "samples": "rows evaluated",
+    "NFE": "model forward passes per prompt (number of function evaluations of the sampler)",
+    "tokens/s": "decoded positions (prompts x gen_length) per second of sampler wall time, on this machine; the first "
+                "batch of an evaluation is left out when it has more than one (start-up: first-call allocations and "
+                "kernel selection), so the rate is the steady state",
+}
+
+
+def column_notes(evaluators: dict[str, str] | None = None) -> list[str]:
+    """Markdown bullets defining the columns, then one per benchmark (its evaluator's description)."""
+    lines = [f"- **{k}**: {v}" for k, v in COLUMNS.items()]
+    for name, desc in sorted((evaluators or {}).items()):
+        if desc:
+            lines.append(f"- benchmark **{name}**: {desc}")
+    return lines
 
 
 def markdown_table(stages: dict[str, list]) -> str:
@@ -87,16 +164,90 @@ def markdown_table(stages: dict[str, list]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_report(out_dir: str | Path, stages: dict[str, list], prov: dict[str, Any], extra: dict[str, Any] | None = None, name: str = "report") -> tuple[Path, Path]:
+def _seconds(s: float | None) -> str:
+    from dare.progress import format_seconds
+
+    return "?" if s is None else format_seconds(float(s))
+
+
+def _component(d: dict | None) -> str:
+    if not d:
+        return "?"
+    params = d.get("params")
+    return f"{d.get('name')} `{json.dumps(params, sort_keys=True)}`" if params else str(d.get("name"))
+
+
+def run_lines(info: dict[str, Any], stages: dict[str, list] | None = None) -> list[str]:
+    """Markdown table rows (``| what | value |``) of a run's context: objective, steps, wall time, training data,
+    sampler, in-training evaluation and the evaluated sets (``info``: :meth:`dare.run.Run.run_info`)."""
+    rows = []
+    if info.get("objective"):
+        rows.append(("objective", _component(info["objective"])))
+    if info.get("max_steps") is not None:
+        steps = f"{info.get('steps', '?')} of {info['max_steps']}"
+        if info.get("resumed_from_step"):
+            steps += f" (the last command resumed at step {info['resumed_from_step']})"
+        rows.append(("steps", steps))
+    times = []
+    if info.get("train_seconds") is not None:
+        times.append(f"train {_seconds(info['train_seconds'])}" + (" (last command)" if info.get("resumed_from_step") else ""))
+    times += [f"evaluate {k} {_seconds(v)}" for k, v in (info.get("stage_seconds") or {}).items()]
+    if times:
+        rows.append(("wall time", ", ".join(times)))
+    td = info.get("training_data")
+    if td:
+        part = "all rows" if not td.get("limit") else f"{td['limit']} rows"
+        if td.get("offset"):
+            part += f" from row {td['offset']}"
+        ex = f", {td['examples']} training examples" if td.get("examples") is not None else ""
+        rows.append(("training data", f"{td['path']} ({part}{ex})"))
+    if info.get("sampler"):
+        rows.append(("sampler", _component(info["sampler"])))
+    ite = info.get("in_training_eval")
+    sets = info.get("eval_sets") or {}
+    if ite:
+        which = next((v for k, v in sets.items() if ":" not in k), "the first benchmark")
+        rows.append(("in-training evaluation", f"every {ite['every_steps']} steps on {which}"))
+    for stage in stages or {}:
+        shown = [v for k, v in sets.items() if k.startswith(f"{stage}:")]
+        if shown:
+            rows.append((f"{stage} rows", "; ".join(shown)))
+    return [f"| {k} | {v} |" for k, v in rows]
+
+
+def machine_lines(machine: dict[str, Any] | None) -> list[str]:
+    """Markdown bullets: the machine, and what depends on it."""
+    if not machine:
+        return []
+    load = machine.get("load_average")
+    return [
+        f"- machine: {machine.get('cpu_model') or 'unknown CPU'} ({machine.get('cpu_count')} logical CPUs), torch CPU "
+        f"capability {machine.get('torch_cpu_capability')}, {machine.get('torch_threads')} torch threads, device "
+        f"{machine.get('device')}, {machine.get('processes')} process(es)"
+        + (f", load average {load} when the run started" if load is not None else ""),
+        "- what depends on the machine: tokens/s and wall times (other work on the machine slows them), and a little the "
+        "scores too: another CPU, torch CPU capability or thread count rounds floating-point sums differently, so the "
+        "same spec and seed can train to a somewhat different model. Compare numbers measured on one machine.",
+    ]
+
+
+def write_report(out_dir: str | Path, stages: dict[str, list], prov: dict[str, Any], extra: dict[str, Any] | None = None,
+                 name: str = "report", evaluators: dict[str, str] | None = None) -> tuple[Path, Path]:
     """Write ``<name>.json`` (metrics, samples, provenance) and ``<name>.md`` atomically.
 
+    ``<name>.md``: the results table, what its columns mean and how each row's tokens/s was timed, the run's
+    context (``extra["run"]``, :func:`run_lines`), the machine and what depends on it (:func:`machine_lines`),
+    and the provenance.
+
     :param stages: stage label (e.g. ``before``, ``after``) -> list of ``BenchmarkResult``.
+    :param evaluators: benchmark name -> its description (what accuracy and mean reward mean there).
     """
     out_dir = Path(out_dir)
+    extra = extra or {}
     data = {
         "results": {s: [r.to_dict(with_samples=False) for r in rs] for s, rs in stages.items()},
         "provenance": prov,
-        **(extra or {}),
+        **extra,
     }
     js = out_dir / f"{name}.json"
     atomic_write_json(js, data)
@@ -105,76 +256,169 @@ def write_report(out_dir: str | Path, stages: dict[str, list], prov: dict[str, A
             atomic_write_json(out_dir / "samples" / f"{s}-{r.name}.json", r.samples)
     md = out_dir / f"{name}.md"
     p = prov
-    body = [
-        "# DARE report\n",
-        markdown_table(stages),
-        "",
-        f"- sampler: `{json.dumps(p.get('sampler'))}`",
-        f"- seed: {p.get('seed')}",
-        f"- git SHA: {p.get('git_sha')}",
-        f"- versions: {', '.join(f'{k} {v}' for k, v in p.get('versions', {}).items() if v)}",
-        f"- created: {p.get('created')}",
-    ]
-    if extra:
-        for k, v in extra.items():
-            if isinstance(v, (str, int, float)):
-                body.append(f"- {k}: {v}")
-        tm = extra.get("train_metrics") or {}
-        if isinstance(tm, dict) and "best_step" in tm:
-            body.append(f"- final weights (train.keep_best): step {tm['best_step']}, validation accuracy "
-                        f"{tm.get('best_validation_accuracy', float('nan')):.4f}; the `after` row evaluates them")
+    title = extra.get("run_dir")
+    body = [f"# DARE report{': ' + str(title) if title else ''}\n", markdown_table(stages), "What the columns mean:\n"]
+    body += column_notes(evaluators)
+    timing = [f"{s} {r.name}: {r.timing()}" for s, rs in stages.items() for r in rs if hasattr(r, "timing")]
+    if timing:
+        body.append("- tokens/s timed over: " + "; ".join(timing))
+    info = extra.get("run")
+    if isinstance(info, dict):
+        body += ["", "## Run\n", "| | |", "|---|---|", *run_lines(info, stages)]
+    tm = extra.get("train_metrics") or {}
+    if isinstance(tm, dict) and "best_step" in tm:
+        body.append(f"\nFinal weights (train.keep_best): step {tm['best_step']}, validation accuracy "
+                    f"{tm.get('best_validation_accuracy', float('nan')):.4f}; the `after` row evaluates them.")
+    if extra.get("eval_overrides"):
+        body.append(f"\nThe `eval` row was measured with other evaluation settings than the run's: {extra['eval_overrides']}.")
+    body += ["", "## Machine and provenance\n", *machine_lines(p.get("machine")),
+             f"- sampler: `{json.dumps(p.get('sampler'))}`",
+             f"- seed: {p.get('seed')}",
+             f"- git SHA: {p.get('git_sha')}",
+             f"- versions: {', '.join(f'{k} {v}' for k, v in p.get('versions', {}).items() if v)}",
+             f"- created: {p.get('created')}"]
+    for k, v in extra.items():
+        if isinstance(v, (str, int, float)) and k not in ("run_dir", "eval_overrides"):
+            body.append(f"- {k}: {v}")
     atomic_write_text(md, "\n".join(body) + "\n")
     return js, md
 
 
-def plot_training(metrics_file: str | Path, out_png: str | Path, before: dict[str, float] | None = None, after: dict[str, float] | None = None, title: str = "") -> Path | None:
-    """PNG of training loss and eval score against step (from ``metrics.jsonl``).
+# --------------------------------------------------------------------------- plots
+def read_metrics(metrics_file: str | Path) -> list[dict[str, Any]]:
+    """The records of a ``metrics.jsonl`` (unreadable lines skipped; [] without the file)."""
+    path = Path(metrics_file)
+    if not path.is_file():
+        return []
+    out = []
+    for line in path.read_text().splitlines():
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(rec, dict) and "step" in rec:
+            out.append(rec)
+    return out
 
-    Eval points are the ``eval/<benchmark>/accuracy`` and ``.../mean_reward`` records; ``before`` and
-    ``after`` add the full evaluations at step 0 and the last step. Returns None without metrics.
+
+def training_curve(recs: list[dict[str, Any]]) -> tuple[str, list[tuple[int, float, float | None]]]:
+    """What a run's training curve shows: ``("reward", [(step, mean, std)])`` for RL runs (their loss is mostly
+    rounding noise around 0: advantages are centred per group), else ``("loss", [(step, loss, None)])``."""
+    reward = [(r["step"], float(r["reward"]), float(r["reward_std"]) if isinstance(r.get("reward_std"), (int, float)) else None)
+              for r in recs if isinstance(r.get("reward"), (int, float))]
+    if reward:
+        return "reward", reward
+    return "loss", [(r["step"], float(r["loss"]), None) for r in recs if isinstance(r.get("loss"), (int, float))]
+
+
+def eval_series(recs: list[dict[str, Any]]) -> dict[str, dict[str, list[tuple[int, float]]]]:
+    """In-training evaluations: ``{prefix: {"accuracy": [(step, v)], "mean_reward": [...]}}`` from the
+    ``eval/<prefix>/accuracy`` and ``eval/<prefix>/mean_reward`` records (measured points only)."""
+    out: dict[str, dict[str, list[tuple[int, float]]]] = {}
+    for r in recs:
+        for k, v in r.items():
+            if not k.startswith("eval/") or not isinstance(v, (int, float)):
+                continue
+            prefix, _, metric = k[len("eval/"):].rpartition("/")
+            if metric in ("accuracy", "mean_reward") and prefix:
+                out.setdefault(prefix, {}).setdefault(metric, []).append((r["step"], float(v)))
+    return out
+
+
+def draw_training_curve(ax, kind: str, points, label: str | None = None, color=None) -> None:
+    """The training curve on ``ax``: reward with a ±1 std band (spread over the step's completions), or loss."""
+    steps = [s for s, _, _ in points]
+    values = [v for _, v, _ in points]
+    line = ax.plot(steps, values, color=color, label=label or ("mean reward per step" if kind == "reward" else "training loss"))[0]
+    if kind == "reward":
+        spread = [(s, v, d) for s, v, d in points if d is not None]
+        if spread:
+            ax.fill_between([s for s, _, _ in spread], [v - d for _, v, d in spread], [v + d for _, v, d in spread],
+                            color=line.get_color(), alpha=0.2, label="± 1 std over the step's completions" if label is None else None)
+        ax.set_ylabel("reward (mean over completions)")
+        ax.set_title("training reward")
+    else:
+        ax.set_ylabel("loss")
+        ax.set_title("training loss")
+    ax.set_xlabel("optimizer step")
+
+
+def _metric_of(result, key: str):
+    return result.get(key) if isinstance(result, dict) else getattr(result, key, None)
+
+
+def plot_training(metrics_file: str | Path, out_png: str | Path, before: dict[str, Any] | None = None,
+                  after: dict[str, Any] | None = None, title: str = "", labels: dict[str, str] | None = None,
+                  after_step: int | None = None) -> Path | None:
+    """PNG of one run: its training curve and its evaluations against the optimizer step.
+
+    * left: RL runs (records with ``reward``) plot the mean reward per step with a ±1 std band (the spread
+      over that step's completions); other runs plot the training loss;
+    * right: every measured evaluation, and nothing in between: the in-training evaluations
+      (``eval/<prefix>/accuracy``, solid, and ``.../mean_reward``, dashed, with markers at the measured steps)
+      and the full evaluations ``before`` (step 0) and ``after`` (the last step, or ``after_step``: the
+      weights ``train.keep_best`` kept) as separate star markers, since they score other rows.
+
+    :param before: / :param after: benchmark name -> result (``accuracy``, ``mean_reward``; a ``BenchmarkResult``
+        or a dict).
+    :param labels: legend labels naming each set: in-training prefix -> text, ``"before:<name>"``/``"after:<name>"``
+        -> text (:meth:`dare.run.Run.eval_set_labels`).
+    :returns: the PNG path, or None without metrics.
     """
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    metrics_file = Path(metrics_file)
-    if not metrics_file.is_file():
+    recs = read_metrics(metrics_file)
+    if not recs:
         return None
-    recs = [json.loads(line) for line in metrics_file.read_text().splitlines() if line.strip()]
-    loss = [(r["step"], r["loss"]) for r in recs if "loss" in r]
-    evals: dict[str, list[tuple[int, float]]] = {}
-    for r in recs:
-        for k, v in r.items():
-            if k.startswith("eval/") and isinstance(v, (int, float)) and (k.endswith("accuracy") or k.endswith("mean_reward")):
-                evals.setdefault(k[len("eval/") :], []).append((r["step"], v))
-    last_step = max([s for s, _ in loss] + [0])
-    for label, d in (("before", before), ("after", after)):
-        if d:
-            for k, v in d.items():
-                evals.setdefault(k, []).append((0 if label == "before" else last_step, v))
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4))
-    if loss:
-        ax1.plot(*zip(*loss), label="train loss")
-    ax1.set_xlabel("step")
-    ax1.set_ylabel("loss")
-    ax1.set_title("training loss")
-    for k, pts in sorted(evals.items()):
-        pts = sorted(pts)
-        ax2.plot([s for s, _ in pts], [v for _, v in pts], marker="o", label=k)
-    ax2.set_xlabel("step")
-    ax2.set_ylabel("score")
+    labels = labels or {}
+    kind, curve = training_curve(recs)
+    evals = eval_series(recs)
+    last_step = max(r["step"] for r in recs)
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 5.6))
+    if curve:
+        draw_training_curve(ax1, kind, curve)
+        ax1.legend(fontsize=7)
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    i = 0
+    for prefix, series in sorted(evals.items()):
+        color = colors[i % len(colors)]
+        i += 1
+        name = labels.get(prefix, prefix)
+        for metric, style in (("accuracy", "-"), ("mean_reward", "--")):
+            pts = sorted(series.get(metric, []))
+            if pts:
+                ax2.plot([s for s, _ in pts], [v for _, v in pts], style, marker="o", markersize=4, color=color,
+                         label=f"{name}: {metric.replace('_', ' ')}")
+    for stage, results in (("before", before), ("after", after)):
+        for bname, res in (results or {}).items():
+            color = colors[i % len(colors)]
+            i += 1
+            step = 0 if stage == "before" else (after_step if after_step is not None else last_step)
+            name = labels.get(f"{stage}:{bname}", bname)
+            when = "before training" if stage == "before" else (
+                f"after training (weights of step {after_step}, train.keep_best)" if after_step is not None else "after training")
+            for metric, marker in (("accuracy", "*"), ("mean_reward", "P")):
+                v = _metric_of(res, metric)
+                if isinstance(v, (int, float)):
+                    ax2.plot([step], [v], linestyle="none", marker=marker, markersize=11, color=color,
+                             label=f"{name}, {when}: {metric.replace('_', ' ')} {v:.3f}")
+    ax2.set_xlabel("optimizer step")
+    ax2.set_ylabel("score (fraction of rows / mean reward)")
     ax2.set_ylim(0, 1.02)
-    ax2.set_title("evaluation")
-    if evals:
-        ax2.legend(fontsize=8)
+    ax2.set_xlim(-0.03 * max(last_step, 1), 1.05 * max(last_step, 1))
+    ax2.set_title("evaluation (measured points only)")
+    if ax2.lines:  # below the axes: the labels name the rows, which makes them long
+        ax2.legend(fontsize=6.5, loc="upper center", bbox_to_anchor=(0.5, -0.13), ncol=1, frameon=False)
     if title:
         fig.suptitle(title)
     fig.tight_layout()
     out_png = Path(out_png)
     out_png.parent.mkdir(parents=True, exist_ok=True)
     tmp = out_png.with_name(f".{out_png.name}.tmp.png")
-    fig.savefig(tmp, dpi=110)
+    fig.savefig(tmp, dpi=110, bbox_inches="tight")
     plt.close(fig)
     tmp.replace(out_png)
     return out_png

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -52,13 +53,24 @@ class BenchmarkResult:
     mean_reward: float
     nfe: float  # forward passes per prompt (its batch's NFE, averaged over prompts; independent of batch size)
     generated_tokens: int
-    seconds: float
-    tokens_per_second: float
+    seconds: float  # sampler wall time, every batch (the slowest process's)
+    tokens_per_second: float  # decoded positions / sampler seconds, without the warm-up batch (see timing())
     reward_errors: int = 0
     samples: list[dict[str, Any]] = field(default_factory=list)
     #: Settings and metrics beyond the generation ones: a likelihood benchmark records ``style``,
     #: ``acc_norm``, the estimator, ``mc_samples``, scheme and seed here (:mod:`dare.eval.multiple_choice`).
     extra: dict[str, Any] = field(default_factory=dict)
+    batches: int = 0  # sampler calls (per process)
+    warmup_seconds: float = 0.0  # the first batch's seconds, left out of tokens_per_second (0: not left out)
+
+    def timing(self) -> str:
+        """How ``tokens_per_second`` was measured, in words (for reports)."""
+        if self.warmup_seconds > 0:
+            timed = "batch 2 of 2" if self.batches == 2 else f"batches 2-{self.batches} of {self.batches}"
+            return f"{timed}; the first batch ({self.warmup_seconds:.1f} s, start-up included) is left out"
+        if self.batches == 1:
+            return "a single batch, start-up included (use more rows than eval.batch_size to leave it out)"
+        return "every batch"
 
     def metrics(self) -> dict[str, float]:
         out = {"accuracy": self.accuracy, "mean_reward": self.mean_reward, "samples": self.n, "nfe": self.nfe,
@@ -86,15 +98,19 @@ def evaluate_benchmark(
     batch_size: int = 32,
     seed: int = 0,
     limit: int | None = None,
+    progress: str | None = None,
 ) -> BenchmarkResult:
     """Generate an answer for every row and score it.
 
     :param evaluator: the benchmark component; :param bspec: its ``BenchmarkSpec``;
     :param reward: a ``WeightedReward`` (or anything with ``score_one``).
     :param limit: overrides ``bspec.limit`` (e.g. for in-training evaluation).
+    :param progress: description of a progress display advanced per batch (:mod:`dare.progress`; None: none).
     :returns: accuracy (fraction of rewards counted correct by the evaluator), mean reward, NFE,
         generated tokens and tokens/s. An evaluator with a ``score_benchmark`` method scores itself with it
         (a :class:`~dare.eval.multiple_choice.MultipleChoiceEvaluator`: choices by MC-ELBO, no ``sampler``).
+        tokens/s leaves out each process's first batch when it decoded more
+        than one (start-up: first-call allocations and kernel selection), so it measures the steady state.
     :raises DataError: unreadable data or a prompt template referring to a missing field.
 
     With several processes (:mod:`dare.distributed`) each decodes and scores a contiguous slice of the rows;
@@ -109,8 +125,15 @@ def evaluate_benchmark(
     prompter = Prompter(tokenizer, bspec.prompt_template, None, bspec.chat_template, bspec.system_prompt)
     mine = distributed.shard(len(rows))
     prompts = [prompter.prompt(rows[i]) for i in mine]
-    out = generate_texts(model, family, tokens, tokenizer, sampler, prompts, batch_size=batch_size, seed=seed,
-                         indices=list(mine))
+    world = distributed.world_size()
+    title = progress if world == 1 or progress is None else f"{progress} (process 0's {len(mine)} of {len(rows)})"
+    from dare.progress import task
+
+    with task(title or "", len(mine), "rows") if progress else contextlib.nullcontext() as bar:
+        out = generate_texts(model, family, tokens, tokenizer, sampler, prompts, batch_size=batch_size, seed=seed,
+                             indices=list(mine), on_batch=bar.advance if bar is not None else None)
+    warm = 1 if len(out.batch_seconds) > 1 else 0  # leave out the first batch (start-up) when there are more
+    timed = (sum(out.batch_tokens[warm:]), sum(out.batch_seconds[warm:]), out.batch_seconds[0] if warm else 0.0)
     errors_before = sum(getattr(reward, "errors", {}).values())
     samples = []
     for i, prompt, text in zip(mine, prompts, out.texts, strict=True):
@@ -118,10 +141,11 @@ def evaluate_benchmark(
         samples.append({"index": i, "prompt": prompt, "completion": text, "reward": r, "correct": evaluator.is_correct(r)})
     nfe = sum(o.nfe * o.completions.shape[0] for o in out.outputs)  # forward passes x prompts of each batch
     errors = sum(getattr(reward, "errors", {}).values()) - errors_before
-    parts = distributed.gather((samples, nfe, out.generated_tokens, out.seconds, errors))
+    parts = distributed.gather((samples, nfe, out.generated_tokens, out.seconds, errors, timed, len(out.batch_seconds)))
     samples = [s for part in parts for s in part[0]]
     n = len(rows)
     tokens_total, seconds = sum(p[2] for p in parts), max(p[3] for p in parts)
+    timed_tokens, timed_seconds = sum(p[5][0] for p in parts), max(p[5][1] for p in parts)
     return BenchmarkResult(
         name=evaluator.name,
         n=n,
@@ -130,7 +154,9 @@ def evaluate_benchmark(
         nfe=round(sum(p[1] for p in parts) / max(n, 1), 2),  # per prompt
         generated_tokens=tokens_total,
         seconds=seconds,
-        tokens_per_second=tokens_total / seconds if seconds > 0 else 0.0,
+        tokens_per_second=timed_tokens / timed_seconds if timed_seconds > 0 else 0.0,
         reward_errors=sum(p[4] for p in parts),
         samples=samples,
+        batches=max(p[6] for p in parts),
+        warmup_seconds=max(p[5][2] for p in parts),
     )

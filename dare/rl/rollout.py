@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
@@ -45,13 +45,15 @@ class Rollout:
 
 @torch.no_grad()
 def sample_completions(model, family, tokens, tokenizer, sampler, prompts: list[str], group_size: int,
-                       generator: torch.Generator | None = None, batch_size: int | None = None) -> tuple[ScoringBatch, dict[str, float]]:
+                       generator: torch.Generator | None = None, batch_size: int | None = None,
+                       on_batch: Callable[[int], None] | None = None) -> tuple[ScoringBatch, dict[str, float]]:
     """Generate ``group_size`` completions per prompt with ``sampler`` (model in eval mode).
 
     Positions the sampler never committed (still the mask token) become EOS, as DARE's rollouts do;
     for families with ``pad_in_response = False`` the completion mask is then recomputed and
     positions outside it are set to the pad id with attention 0.
 
+    :param on_batch: called with the number of completions of each finished sampler call (progress display).
     :returns: ``(ScoringBatch, stats)`` with stats ``nfe``, ``rollout_calls`` and ``edits`` (tokens the
         sampler rewrote after committing them, ``SamplerOutput.extras["edits"]``; 0 for pure unmasking).
     """
@@ -65,6 +67,8 @@ def sample_completions(model, family, tokens, tokenizer, sampler, prompts: list[
     try:
         for i in range(0, len(expanded), step):
             outs.append(sampler.generate(model, family, tokens, ids[i : i + step], attn[i : i + step], generator=generator))
+            if on_batch is not None:
+                on_batch(outs[-1].sequences.shape[0])
     finally:
         model.train(was_training)
     P = outs[0].prompt_length

@@ -45,7 +45,7 @@ from typing import Any
 import torch
 from transformers import TrainerCallback
 
-from dare import distributed
+from dare import distributed, progress
 from dare.components import Estimator
 from dare.diffusion.estimators import Pass, PassScore, ScoringBatch, score_pass
 from dare.modeling.lora import ReferencePolicy
@@ -165,10 +165,12 @@ class GRPOTrainer(DareTrainer):
         a = self.params
         was_training = model.training
         t0 = time.perf_counter()
-        batch, gen_stats = sample_completions(
-            model, self.family, self.tokens, self.processing_class, self.sampler, inputs["prompt"], a.group_size,
-            generator=self.rollout_generator, batch_size=a.rollout_batch_size,
-        )
+        total = len(inputs["prompt"]) * a.group_size
+        with progress.task(f"rollout for step {self.state.global_step + 1}", total, "completions", final_line=False) as bar:
+            batch, gen_stats = sample_completions(
+                model, self.family, self.tokens, self.processing_class, self.sampler, inputs["prompt"], a.group_size,
+                generator=self.rollout_generator, batch_size=a.rollout_batch_size, on_batch=bar.advance,
+            )
         t1 = time.perf_counter()
         texts, rewards, parts, score_stats = score_completions(
             batch, self.processing_class, self.tokens, self.reward, inputs["row"], a.group_size

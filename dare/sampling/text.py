@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from typing import Callable
 
 import torch
 
@@ -54,6 +55,8 @@ class TextGeneration:
     seconds: float = 0.0
     nfe: int = 0
     generated_tokens: int = 0
+    batch_seconds: list[float] = field(default_factory=list)  # sampler wall time of each batch
+    batch_tokens: list[int] = field(default_factory=list)  # decoded positions of each batch
 
 
 def _generator(sampler, generator, seed: int | None, indices: list[int], device: torch.device):
@@ -71,16 +74,18 @@ def _generator(sampler, generator, seed: int | None, indices: list[int], device:
 @torch.no_grad()
 def generate_texts(model, family, tokens: SpecialTokens, tokenizer, sampler, prompts: list[str], batch_size: int = 32,
                    generator: torch.Generator | None = None, seed: int | None = None,
-                   indices: list[int] | None = None) -> TextGeneration:
+                   indices: list[int] | None = None, on_batch: Callable[[int], None] | None = None) -> TextGeneration:
     """Generate one completion per prompt, ``batch_size`` prompts at a time.
 
     ``generated_tokens`` counts decoded positions (``B x gen_length`` per batch); ``nfe`` sums the
-    sampler's forward passes; ``seconds`` is wall time spent in the sampler.
+    sampler's forward passes; ``seconds`` is wall time spent in the sampler (``batch_seconds``/``batch_tokens``
+    per batch, so callers can leave out the first batch's start-up cost).
 
     :param seed: with ``indices`` (the prompts' global row indices), draw each prompt's sampling noise from a
         generator keyed by ``(seed, row index)`` (:mod:`dare.randomness`): a completion then does not depend on
         the batch it was decoded in, nor on the process (for samplers with ``supports_row_generators``).
         Without ``seed``, every batch draws from ``generator``.
+    :param on_batch: called with the number of prompts of each finished batch (progress display).
     """
     indices = list(range(len(prompts))) if indices is None else list(indices)
     device = next(model.parameters()).device
@@ -94,12 +99,17 @@ def generate_texts(model, family, tokens: SpecialTokens, tokenizer, sampler, pro
             t0 = time.perf_counter()
             gen = _generator(sampler, generator, seed, indices[i : i + batch_size], device)
             res = sampler.generate(model, family, tokens, ids, attn, generator=gen)
-            out.seconds += time.perf_counter() - t0
+            dt = time.perf_counter() - t0
+            out.seconds += dt
+            out.batch_seconds.append(dt)
+            out.batch_tokens.append(res.completions.numel())
             out.nfe += res.nfe
             out.generated_tokens += res.completions.numel()
             out.outputs.append(res)
             out.prompt_ids.append(ids)
             out.texts.extend(decode_completions(tokenizer, res.completions, tokens))
+            if on_batch is not None:
+                on_batch(len(chunk))
     finally:
         model.train(was_training)
     return out

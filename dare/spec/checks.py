@@ -199,7 +199,7 @@ def check_dataset(ds: DatasetSpec, loc: str, problems: Problems, need_prompt: bo
     """A dataset at ``loc``: readable, has the columns its templates use (``prompt`` without a template), and
     its ``offset`` leaves rows."""
     try:
-        cols = dataset_columns(ds.path)
+        cols = dataset_columns(ds.path, ds.split)
     except DareError as exc:
         problems.append((f"{loc}.path", str(exc)))
         return
@@ -300,5 +300,6 @@ def check_keep_best(spec: RunSpec, problems: Problems) -> None:
 
 def check_output(spec: RunSpec, problems: Problems) -> None:
     """``output.dir`` rules of :mod:`dare.rundir` (the ``train.resume`` check is the run's, when it trains)."""
-    _, found = plan_output_dir(spec.output.dir, spec_hash(spec), spec.output.overwrite, train=False)
+    _, found = plan_output_dir(spec.output.dir, spec_hash(spec), spec.output.overwrite, train=False,
+                               spec=spec.model_dump(mode="json"))
     problems.extend(found)

@@ -9,7 +9,9 @@ What it adds to ``transformers.Trainer``:
   after a barrier, so a process killed while saving never leaves a half-written directory and no
   process renames what another is still writing (:mod:`dare.trainers.checkpoints`);
 * every logged metric is reduced over processes (means weighted by counts) and appended to
-  ``metrics.jsonl`` and TensorBoard by the main process (:mod:`dare.trainers.callbacks`);
+  ``metrics.jsonl`` and TensorBoard by the main process (:mod:`dare.trainers.callbacks`), which also
+  prints ``step N/M`` lines with the rate and time left (:class:`~dare.trainers.callbacks.ProgressCallback`,
+  instead of transformers' printed dicts and tqdm bar);
 * non-finite guards: a NaN/Inf loss or gradient skips the optimizer step (counted as
   ``nonfinite_steps``), ``max_nonfinite_steps`` skips in a row stop training, and non-finite weights are
   never saved (:mod:`dare.trainers.guards`); a failed write (disk full, permissions) is one clear error,
@@ -47,7 +49,7 @@ from dare import distributed
 from dare.errors import DareError
 from dare.io import describe_write_error, replace_dir
 from dare.modeling.lora import is_peft_model, save_merged
-from dare.trainers.callbacks import JsonlMetricsCallback, TensorBoardMetricsCallback
+from dare.trainers.callbacks import JsonlMetricsCallback, ProgressCallback, TensorBoardMetricsCallback
 from dare.trainers.checkpoints import (
     BEST_DIR,
     STAGING_DIR,
@@ -70,6 +72,7 @@ class DareConfig(TrainingArguments):
     remove_unused_columns: bool = field(default=False, metadata={"help": "Keep all batch keys (dLLM collators add masks)."})
     save_strategy: str = field(default="steps", metadata={"help": "When to checkpoint."})
     logging_first_step: bool = field(default=True, metadata={"help": "Log the first step's loss."})
+    disable_tqdm: bool = field(default=True, metadata={"help": "No tqdm bar: DARE prints its own progress (dare.progress)."})
     metrics_file: str | None = field(default=None, metadata={"help": "JSONL metrics path (default <output_dir>/metrics.jsonl)."})
     tensorboard_dir: str | None = field(default=None, metadata={"help": "TensorBoard log dir (default <output_dir>/tensorboard)."})
     num_threads: int | None = field(default=None, metadata={"help": "torch.set_num_threads on CPU."})
@@ -113,8 +116,12 @@ class DareTrainer(Trainer):
         callbacks = list(kwargs.pop("callbacks", None) or [])
         callbacks.append(JsonlMetricsCallback(targs.metrics_file or os.path.join(targs.output_dir, "metrics.jsonl")))
         callbacks.append(TensorBoardMetricsCallback(targs.tensorboard_dir or os.path.join(targs.output_dir, "tensorboard")))
+        self._progress_callback = ProgressCallback()
+        callbacks.append(self._progress_callback)
         super().__init__(*args, callbacks=callbacks, **kwargs)
         self.remove_callback(_default_tensorboard_callback())
+        for cls in _default_console_callbacks():
+            self.remove_callback(cls)
         # our losses are already normalised per batch; let Trainer divide by accumulation steps
         self.model_accepts_loss_kwargs = False
         self._metrics: dict[str, list[float]] = {}
@@ -186,6 +193,9 @@ class DareTrainer(Trainer):
         """Run ``eval_fn`` on the current model and log its metrics (prefixed ``eval/``)."""
         if self.eval_fn is None:
             return {}
+        from dare import progress
+
+        progress.stage("validate", f"in-training evaluation at step {self.state.global_step}/{self.args.max_steps}")
         was_training = self.model.training
         self.model.eval()
         try:
@@ -362,7 +372,10 @@ class DareTrainer(Trainer):
                 if self.args.keep_best_metric:
                     self.load_best()
                 return out
-        out = self.train(resume_from_checkpoint=ckpt)
+        try:
+            out = self.train(resume_from_checkpoint=ckpt)
+        finally:  # Ctrl-C or an error: close the progress display (on_train_end does not run then)
+            self._progress_callback.on_train_end(self.args, self.state, self.control)
         if self.args.keep_best_metric:
             self.load_best()
         return out
@@ -385,6 +398,13 @@ class DareTrainer(Trainer):
         steps = state["global_step"]
         self.state.global_step = steps
         return TrainOutput(steps, losses[-1] if losses else float("nan"), {"resumed_finished": 1.0})
+
+
+def _default_console_callbacks() -> tuple[type, ...]:
+    """transformers' console callbacks (printed log dicts, tqdm bar); DARE's :class:`ProgressCallback` replaces them."""
+    from transformers.trainer_callback import PrinterCallback, ProgressCallback as HFProgressCallback
+
+    return PrinterCallback, HFProgressCallback
 
 
 def _unsafe_checkpoint(checkpoint: str | None, files: str, exc: BaseException) -> DareError:

@@ -14,8 +14,9 @@ def test_entry_point_registers_the_family_and_sampler():
     assert fam.cls.default_sampler == "dream" and sampler.cls.attention_kinds == ("full",)
 
 
-def test_example_spec_validates():
+def test_example_spec_validates(tmp_path):
     from dare.spec import load_spec
 
-    spec = load_spec(repo_root() / "examples" / "dream-sft.yaml")
+    # output.dir in a temporary folder: the checkout's runs/dream-sft (a user's own run) must not decide the outcome
+    spec = load_spec(repo_root() / "examples" / "dream-sft.yaml", overrides=[f"output.dir={tmp_path / 'run'}"])
     assert spec.model.new.family == "dream" and spec.sampler.name == "dream" and spec.algorithm.name == "sft"

@@ -1,0 +1,111 @@
+"""What the CLI prints to help: the environment variables and docs (top-level help), the installed model
+families and presets (``dare create-model --help``), a component's params (``dare plugins NAME``)."""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+from dare.errors import DareError
+
+__all__ = ["EPILOG", "CreateModelCommand", "print_params", "show_component"]
+
+EPILOG = """\b
+Documentation (in the repository): README.md (quickstart),
+docs/run-spec.md (every spec field), docs/plugins.md (writing a plugin,
+RL objectives), docs/architecture.md. `dare COMMAND --help` for one
+command; `dare plugins NAME` for a component's params.
+
+\b
+Environment variables:
+  DARE_DATA_DIR           folder of the benchmarks' default data files
+                          (rl/test/<name>_1.parquet)
+  DARE_LOAD_PLUGINS       comma-separated plugin entry points to load
+                          (default: every installed plugin)
+  DARE_TRACE_PLUGINS      1: print every plugin hook call
+  DARE_PROGRESS           rich | plain | off (default: rich on a
+                          terminal, plain lines otherwise)
+  DARE_PROGRESS_INTERVAL  seconds between plain progress lines (30)
+  DARE_SHARED_DIR         the project's shared reference files, for
+                          tests (default ../shared)
+  DARE_SLOW               1: also run the tests marked slow
+"""
+
+
+class CreateModelCommand(click.Command):
+    """``dare create-model --help`` ends with the installed families and their presets (loaded at help time)."""
+
+    def format_epilog(self, ctx, formatter):
+        super().format_epilog(ctx, formatter)
+        with formatter.section("Families and presets (--preset)"):
+            formatter.write_dl(_family_presets())
+
+
+def _family_presets() -> list[tuple[str, str]]:
+    """``(family, "preset (d_model 64, 2 layers), ...")`` for every installed model family."""
+    try:
+        from dare.plugins import get_registry
+
+        reg = get_registry()
+        out = []
+        for name in reg.names("model_family"):
+            presets = reg.get("model_family", name).create().presets()
+            out.append((name, "; ".join(f"{p} ({_preset_summary(cfg)})" if _preset_summary(cfg) else p
+                                        for p, cfg in presets.items()) or "(no presets)"))
+        return out or [("(none)", "no model family is installed")]
+    except DareError as exc:
+        return [("(unavailable)", f"the plugins did not load: {exc}")]
+
+
+def _preset_summary(cfg: dict) -> str:
+    keys = (("d_model", "d_model"), ("hidden_size", "hidden"), ("n_layers", "layers"), ("num_hidden_layers", "layers"),
+            ("n_heads", "heads"), ("num_attention_heads", "heads"), ("num_experts", "experts"))
+    return ", ".join(f"{label} {cfg[k]}" for k, label in keys if k in cfg)
+
+
+def print_params(con, entry) -> None:
+    """A component's params as a table (:func:`dare.paramdocs.param_rows`)."""
+    from rich.table import Table
+
+    from dare.paramdocs import param_rows
+
+    rows = param_rows(entry.cls.Params)
+    t = Table(title=f"{entry.kind} {entry.name} ({entry.distribution}): {entry.cls.description()}", title_justify="left")
+    for col in ("param", "type", "default", "description"):
+        t.add_column(col, overflow="fold")
+    for r in rows:
+        t.add_row(*r)
+    if rows:
+        con.print(t)
+    else:
+        con.print(f"{entry.kind} {entry.name} ({entry.distribution}): {entry.cls.description()} - no params")
+
+
+def show_component(reg, name: str, as_json: bool) -> None:
+    """``dare plugins NAME``: every component called NAME, with its params.
+
+    :raises PluginError: no component has that name (with the closest names).
+    """
+    import difflib
+
+    from dare.errors import PluginError
+    from dare.paramdocs import param_rows
+
+    found = [e for e in reg.all() if e.name == name]
+    if not found:
+        names = sorted({e.name for e in reg.all()})
+        close = difflib.get_close_matches(name, names, n=3)
+        raise PluginError(f"no installed component is called {name!r}" + (f"; did you mean {', '.join(close)}?" if close else "")
+                          + " (`dare plugins` lists them all)")
+    if as_json:
+        click.echo(json.dumps([{"kind": e.kind, "name": e.name, "distribution": e.distribution,
+                                "description": e.cls.description(), "params": e.cls.Params.model_json_schema(),
+                                "rows": [dict(zip(("param", "type", "default", "description"), r))
+                                         for r in param_rows(e.cls.Params)]} for e in found], indent=2))
+        return
+    from rich.console import Console
+
+    con = Console()
+    for e in found:
+        print_params(con, e)

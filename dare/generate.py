@@ -1,0 +1,121 @@
+"""``dare generate``: prompt in, text out, with a model and a sampler, or with everything a run used.
+
+``dare generate --run DIR`` answers the way the run's own evaluation did: the run's trained ``model/``
+(else its starting model), its sampler with the run's params, dtype and evaluation seed, and its
+evaluation's prompt format (chat template on or off, system prompt; from ``eval.benchmarks[0]``, else
+``data.train``). A prompt is the user message, i.e. what the run's ``prompt_template`` renders from a row,
+so for the same prompts the completions equal the run's ``samples/`` (for greedy samplers: a sampler
+that draws noise draws it from ``--seed`` here, not from the run's per-row keys). ``--sampler``, ``--param``,
+``--chat/--no-chat``, ``--dtype`` and ``--seed`` override the run's settings.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from dare.errors import DareError
+
+__all__ = ["GenerateSettings", "run_settings", "render_prompts", "generate"]
+
+
+@dataclass
+class GenerateSettings:
+    """What ``dare generate`` uses: model directory (or hub id), sampler name (None: the family's default) and
+    params, prompt format, dtype and seed; ``origin`` says where each came from (printed on stderr)."""
+
+    model: str
+    sampler: str | None = None
+    params: dict[str, Any] = field(default_factory=dict)
+    chat_template: bool = True
+    system_prompt: str | None = None
+    dtype: str = "float32"
+    seed: int = 0
+    origin: str = ""
+
+
+def run_settings(run_dir: str | Path) -> GenerateSettings:
+    """The generation settings of the run in ``run_dir`` (from its ``run.json``).
+
+    :raises DareError: ``run_dir`` is not a run directory, or holds no model to load yet.
+    """
+    run_dir = Path(run_dir)
+    try:
+        spec = json.loads((run_dir / "run.json").read_text())["spec"]
+    except (OSError, json.JSONDecodeError, KeyError, TypeError):
+        raise DareError(f"--run {run_dir}: not a DARE run directory (no readable run.json with the run's spec); give the "
+                        "output.dir of a `dare run`/`dare train`") from None
+    model = spec.get("model") or {}
+    if (run_dir / "model" / "config.json").is_file():
+        path, which = run_dir / "model", "its trained model"
+    elif model.get("new") and (run_dir / "init-model" / "config.json").is_file():
+        path, which = run_dir / "init-model", "its starting model (no trained model/ yet)"
+    elif model.get("path"):
+        path, which = Path(model["path"]), "its starting model.path (no trained model/ yet)"
+    else:
+        raise DareError(f"--run {run_dir}: the run has no model to load yet (no model/ nor init-model/); run it first")
+    fmt, where = _prompt_format(spec)
+    sampler = spec.get("sampler") or {}
+    ev = spec.get("eval") or {}
+    return GenerateSettings(
+        model=str(path), sampler=sampler.get("name"), params=dict(sampler.get("params") or {}),
+        chat_template=fmt.get("chat_template", True), system_prompt=fmt.get("system_prompt"),
+        dtype=model.get("dtype", "float32"), seed=int(ev.get("seed", 0) or 0),
+        origin=(f"{run_dir}: {which} {path}, sampler {sampler.get('name') or '(family default)'} with the run's params, "
+                f"prompts formatted as {where} (chat template {'on' if fmt.get('chat_template', True) else 'off'}"
+                f"{', system prompt' if fmt.get('system_prompt') else ''})"),
+    )
+
+
+def _prompt_format(spec: dict[str, Any]) -> tuple[dict[str, Any], str]:
+    """The prompt format (``chat_template``, ``system_prompt``) of the run's first eval benchmark, else ``data.train``."""
+    benches = (spec.get("eval") or {}).get("benchmarks") or []
+    if benches:
+        b = benches[0]
+        return ({} if isinstance(b, str) else b), "eval.benchmarks[0]"
+    train = (spec.get("data") or {}).get("train")
+    if train:
+        return train, "data.train"
+    return {}, "the defaults"
+
+
+def render_prompts(tokenizer, texts: list[str], chat_template: bool, system_prompt: str | None, strict: bool) -> list[str]:
+    """Prompt texts as the model sees them: each text is the user message (with ``system_prompt``), through the
+    tokenizer's chat template when ``chat_template``.
+
+    :param strict: a tokenizer without a chat template is an error (the run used one); otherwise the text is used as-is.
+    :raises DareError: ``strict`` and the tokenizer has no chat template.
+    """
+    from dare.data import Prompter
+
+    if chat_template and not getattr(tokenizer, "chat_template", None):
+        if strict:
+            raise DareError("--chat: the model's tokenizer has no chat template; pass --no-chat")
+        chat_template = False
+    prompter = Prompter(tokenizer, None, None, chat_template, system_prompt)
+    return [prompter.prompt({"prompt": t}) for t in texts]
+
+
+def generate(settings: GenerateSettings, sampler, texts: list[str], strict_chat: bool = False) -> dict[str, Any]:
+    """Load ``settings.model`` and answer ``texts`` in one batch with ``sampler`` (a built sampler component).
+
+    :returns: ``{"completions": [str], "nfe": int, "unmask_step": [[int]]}``.
+    """
+    import torch
+
+    from dare import distributed
+    from dare.modeling import load_model
+    from dare.sampling.text import decode_completions, encode_prompts
+
+    lm = load_model(settings.model, dtype=settings.dtype)
+    device = distributed.device()
+    lm.model.to(device)
+    rendered = render_prompts(lm.tokenizer, texts, settings.chat_template, settings.system_prompt, strict_chat)
+    ids, attn = encode_prompts(lm.tokenizer, rendered, lm.tokens.pad_id, device)
+    gen = torch.Generator(device=device).manual_seed(settings.seed)
+    lm.model.eval()
+    out = sampler.generate(lm.model, lm.family, lm.tokens, ids, attn, generator=gen)
+    return {"completions": decode_completions(lm.tokenizer, out.completions, lm.tokens), "nfe": out.nfe,
+            "unmask_step": out.unmask_step.tolist()}

@@ -1,0 +1,56 @@
+"""A component's ``params`` as a readable table: name, type (with bounds), default, description.
+
+What ``dare plugins NAME`` and ``dare plugins --params`` print, from the component's ``Params`` JSON
+Schema (pydantic), so the table always matches what the spec accepts.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+__all__ = ["param_rows", "describe_type"]
+
+_BOUNDS = (("minimum", ">="), ("exclusiveMinimum", ">"), ("maximum", "<="), ("exclusiveMaximum", "<"))
+
+
+def describe_type(prop: dict[str, Any], defs: dict[str, Any] | None = None) -> str:
+    """A JSON Schema property as text: ``integer >= 2``, ``one of grpo, drgrpo, rloo``, ``number or 'sampler'``,
+    ``list of string``, ``null`` ..."""
+    if "$ref" in prop:
+        return prop["$ref"].rsplit("/", 1)[-1]
+    if "anyOf" in prop:
+        parts = [describe_type(p, defs) for p in prop["anyOf"]]
+        return " or ".join(dict.fromkeys(parts))
+    if "enum" in prop:
+        return "one of " + ", ".join(json.dumps(v) if not isinstance(v, str) else v for v in prop["enum"])
+    if "const" in prop:
+        return repr(prop["const"])
+    kind = prop.get("type", "any")
+    if kind == "array":
+        text = f"list of {describe_type(prop.get('items', {}), defs)}"
+    elif kind == "object":
+        text = "mapping"
+    else:
+        text = kind
+    bounds = [f"{op} {prop[key]}" for key, op in _BOUNDS if key in prop]
+    return f"{text} {', '.join(bounds)}" if bounds else text
+
+
+def param_rows(params_cls) -> list[tuple[str, str, str, str]]:
+    """``(name, type, default, description)`` of every field of a component's ``Params`` model, in order.
+
+    A required field's default is ``(required)``.
+    """
+    schema = params_cls.model_json_schema()
+    defs = schema.get("$defs", {})
+    fields = params_cls.model_fields
+    rows = []
+    for name, prop in schema.get("properties", {}).items():
+        f = fields.get(name)
+        if f is None or f.is_required():
+            default = "(required)" if f is not None else json.dumps(prop.get("default"))
+        else:
+            default = json.dumps(f.get_default(call_default_factory=True), default=str)
+        rows.append((name, describe_type(prop, defs), default, prop.get("description", "")))
+    return rows

@@ -1,0 +1,41 @@
+"""docs/run-spec.md documents every field of every model of the run spec (dare/spec/models.py), and nothing else."""
+
+from __future__ import annotations
+
+import inspect
+import re
+
+from pydantic import BaseModel
+
+import dare.spec.models as models
+from dare.testing import repo_root
+
+
+def _spec_models() -> dict[str, type[BaseModel]]:
+    return {name: obj for name, obj in vars(models).items()
+            if inspect.isclass(obj) and issubclass(obj, BaseModel) and obj.__module__ == models.__name__ and not name.startswith("_")}
+
+
+def _documented() -> dict[str, list[str]]:
+    """``{model name: [field, ...]}`` from the ``### `Model` `` tables of the field reference."""
+    text = (repo_root() / "docs" / "run-spec.md").read_text().split("## Field reference", 1)[1]
+    out: dict[str, list[str]] = {}
+    for section in re.split(r"\n### ", text)[1:]:
+        name = re.match(r"`(\w+)`", section).group(1)
+        out[name] = re.findall(r"^\| `(\w+)` \|", section, flags=re.M)
+    return out
+
+
+def test_every_spec_field_is_documented():
+    documented = _documented()
+    spec = _spec_models()
+    assert set(documented) == set(spec), "models without a table (or tables without a model) in docs/run-spec.md"
+    for name, model in spec.items():
+        assert documented[name] == list(model.model_fields), f"{name}: docs/run-spec.md lists {documented[name]}"
+
+
+def test_the_reference_names_the_fields_the_issue_found_missing():
+    train = _documented()["TrainSpec"]
+    for field in ("num_threads", "max_length", "bf16", "adam_beta1", "adam_beta2", "max_nonfinite_steps"):
+        assert field in train
+    assert "split" in _documented()["DatasetSpec"]
