@@ -132,6 +132,7 @@ def check_model(ctx, problems: Problems) -> None:
     from transformers import AutoConfig
 
     try:
+        register_auto_classes()  # plugins load lazily: the family's config class may not be registered yet
         config = AutoConfig.from_pretrained(str(p))
     except Exception as exc:  # noqa: BLE001 - a config its own class refuses
         problems.append(("model.path", f"{cfg_file} is not a valid {mt} config: {one_line(exc)}"))
