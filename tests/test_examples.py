@@ -18,6 +18,12 @@ def test_example_spec_validates(path, tmp_path, tiny_llada_dir):
     raw["output"]["dir"] = str(tmp_path / "run")
     if path.name == "quickstart-rl.yaml":  # starts from the short SFT run's model: a tiny LLaDA stands in
         raw["model"]["path"] = str(tiny_llada_dir)
+    elif str(raw["model"].get("path") or "").startswith("runs/"):  # a later stage: a tiny model of its family
+        from dare.testing import tiny_model
+
+        family = raw["sampler"]["name"]  # the stage's own family sampler (llada, dream)
+        tiny_model(family, tmp_path / "stage", seed=0)
+        raw["model"]["path"] = str(tmp_path / "stage")
     validate_spec(raw, source=str(path))
 
 
