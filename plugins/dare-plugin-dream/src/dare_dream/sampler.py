@@ -295,7 +295,8 @@ def select_positions_per_row(
 
     Row ``b`` commits ``min(counts[b], its finite positions)``: its top confidences, or (``alg_temp > 0``)
     draws without replacement from ``softmax(confidence[b] / alg_temp)`` completed by confidence order on
-    underflow. Rows are handled one at a time, so a row's choice never depends on the others.
+    underflow. Rows are handled one at a time, so a row's choice never depends on the others; with
+    :class:`dare.randomness.RowGenerators` row ``b`` draws from generator ``b`` over its finite positions only.
 
     :returns: ``(rows, cols)`` int64 index vectors.
     """
@@ -307,9 +308,14 @@ def select_positions_per_row(
             continue
         if alg_temp is None or alg_temp == 0:
             picks = torch.topk(confidence[b], n).indices
+        elif isinstance(generator, RowGenerators):
+            # draw among the row's own candidates only: torch.multinomial consumes one value per entry, so the
+            # batch's padded length must not change which value lands on which position
+            cand = torch.isfinite(confidence[b]).nonzero().flatten()
+            conf = confidence[b, cand]
+            picks = cand[_draw_positions(torch.softmax(conf / alg_temp, dim=-1), conf, n, generator.generators[b])]
         else:
-            picks = _draw_positions(torch.softmax(confidence[b] / alg_temp, dim=-1), confidence[b], n,
-                                    row_generator(generator, b))
+            picks = _draw_positions(torch.softmax(confidence[b] / alg_temp, dim=-1), confidence[b], n, generator)
         rows.append(torch.full_like(picks, b))
         cols.append(picks)
     if not rows:
