@@ -2,7 +2,8 @@
 
 The issue-11 acceptance benchmark. Two tiny models (d 64, 2 layers) are trained with DARE (``dare run``) on
 the packaged real 4x4 Sudoku puzzles, in two stages each: the quickstart's compact SFT
-(``examples/bench-decoding-{llada,dream}-warmup.yaml``, 33-token sequences, cheap), then SFT with the
+(``examples/bench-decoding-{llada,dream}-warmup.yaml``, 33-token sequences, cheap; Dream, which learns the
+puzzles more slowly, continues it in ``examples/bench-decoding-dream-warmup2.yaml``), then SFT with the
 responses EOS-padded to 256 tokens as LLaDA pads (``examples/bench-decoding-{llada,dream}.yaml``). The run
 directories (``runs/bench-decoding-*``) are reused, so a second run of this script does not retrain
 (``--retrain`` forces it). Then, in this process, with
@@ -45,7 +46,8 @@ GEN_LENGTH, BLOCK_LENGTH, STEPS = 256, 32, 256
 #: the two training stages of each model (run directories: runs/<spec stem>)
 SPECS = {
     "llada": ("examples/bench-decoding-llada-warmup.yaml", "examples/bench-decoding-llada.yaml"),
-    "dream": ("examples/bench-decoding-dream-warmup.yaml", "examples/bench-decoding-dream.yaml"),
+    "dream": ("examples/bench-decoding-dream-warmup.yaml", "examples/bench-decoding-dream-warmup2.yaml",
+              "examples/bench-decoding-dream.yaml"),
 }
 BASE = {
     "llada": ("llada", {"gen_length": GEN_LENGTH, "block_length": BLOCK_LENGTH, "steps": STEPS, "temperature": 0.0}),

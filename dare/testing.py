@@ -4,6 +4,8 @@
   reason when they are absent (a user's fresh clone has no ``../shared``).
 * :func:`tiny_model`: a fresh tiny model of any installed family, saved in the official format.
 * :class:`LogitsStub`: a fake model with scripted logits, for exact sampler tests.
+* :func:`decode_batched_and_alone`: a sampler's batch vs one prompt at a time with the same keyed
+  per-row generators (batch invariance of sampled decoding).
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from typing import Callable
 
 import torch
 
-__all__ = ["shared_path", "tiny_model", "LogitsStub", "repo_root"]
+__all__ = ["shared_path", "tiny_model", "LogitsStub", "repo_root", "left_pad", "decode_batched_and_alone", "step_ranks"]
 
 
 def repo_root() -> Path:
@@ -64,3 +66,45 @@ class LogitsStub(torch.nn.Module):
         out = _Out()
         out.logits = self.fn(input_ids)
         return out
+
+
+def left_pad(rows: list[torch.Tensor], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(ids [B, W] int64, attention_mask [B, W] int64)`` of the 1-D ``rows`` left-padded to the longest."""
+    width = max(len(r) for r in rows)
+    ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
+    attn = torch.zeros(len(rows), width, dtype=torch.long)
+    for i, r in enumerate(rows):
+        ids[i, width - len(r):], attn[i, width - len(r):] = r, 1
+    return ids, attn
+
+
+def decode_batched_and_alone(sampler, model, family, tokens, prompts: list[torch.Tensor], seed: int = 0, step: int = 0):
+    """Decode ``prompts`` as one left-padded batch and one at a time, each row drawing from the generator
+    :meth:`dare.randomness.RowGenerators.keyed` gives its index (stream ``rollout``) in both runs.
+
+    :param sampler: a ``Sampler`` with ``supports_row_generators``. :param tokens: the ``SpecialTokens``.
+    :param prompts: 1-D int64 prompts (different lengths exercise the padding).
+    :returns: ``(batched SamplerOutput, [SamplerOutput of each prompt alone])``; for a sampler whose rows
+        are independent the completions, ``unmask_step`` and completion masks agree row for row.
+    """
+    from dare.randomness import RowGenerators
+
+    ids, attn = left_pad(prompts, tokens.pad_id)
+    gens = RowGenerators.keyed(seed, "rollout", step, range(len(prompts)))
+    batched = sampler.generate(model, family, tokens, ids, attn, generator=gens)
+    alone = []
+    for i, p in enumerate(prompts):
+        one = RowGenerators.keyed(seed, "rollout", step, [i])
+        alone.append(sampler.generate(model, family, tokens, p[None], torch.ones(1, len(p), dtype=torch.long),
+                                      generator=one))
+    return batched, alone
+
+
+def step_ranks(unmask_step: torch.Tensor) -> torch.Tensor:
+    """Dense ranks of a row's ``unmask_step`` ``[G]`` (-1 stays -1): the order and grouping of its commits
+    without the step numbers. Parallel decoders number steps by the batch's forward passes (a row whose block
+    is done waits), so a row's steps in a batch are a monotone relabelling of its steps alone."""
+    out = torch.full_like(unmask_step, -1)
+    done = unmask_step >= 0
+    out[done] = torch.unique(unmask_step[done], return_inverse=True)[1]
+    return out

@@ -13,6 +13,7 @@ from typing import Any, Callable
 import torch
 
 from dare.diffusion.estimators import Pass, ScoringBatch
+from dare.randomness import RowGenerators
 from dare.sampling import completion_mask as family_completion_mask
 from dare.sampling.text import decode_completions, encode_prompts
 
@@ -66,7 +67,8 @@ def sample_completions(model, family, tokens, tokenizer, sampler, prompts: list[
     outs = []
     try:
         for i in range(0, len(expanded), step):
-            outs.append(sampler.generate(model, family, tokens, ids[i : i + step], attn[i : i + step], generator=generator))
+            gen = generator.rows(slice(i, i + step)) if isinstance(generator, RowGenerators) else generator
+            outs.append(sampler.generate(model, family, tokens, ids[i : i + step], attn[i : i + step], generator=gen))
             if on_batch is not None:
                 on_batch(outs[-1].sequences.shape[0])
     finally:

@@ -13,6 +13,7 @@ from dare.sampling.tokens import (
     NonFiniteLogitsError,
     ProposalRule,
     require_finite_logits,
+    row_index,
     sample_tokens,
 )
 from dare.sampling.canvas import BlockCanvas, block_canvas, left_padding_problem
@@ -28,6 +29,7 @@ __all__ = [
     "filter_top_k_top_p",
     "sample_categorical",
     "sample_tokens",
+    "row_index",
     "ProposalRule",
     "BLOCK_RULE",
     "DREAM_RULE",

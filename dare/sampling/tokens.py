@@ -38,6 +38,7 @@ from typing import Literal
 import torch
 
 from dare.errors import DareError
+from dare.randomness import RowGenerators, multinomial
 from dare.sampling.noise import filter_top_k_top_p
 
 __all__ = [
@@ -46,6 +47,7 @@ __all__ = [
     "BLOCK_RULE",
     "DREAM_RULE",
     "sample_tokens",
+    "row_index",
     "NonFiniteLogitsError",
     "require_finite_logits",
 ]
@@ -93,15 +95,30 @@ def _filter(logits: torch.Tensor, top_k: int | None, top_p: float | None, rule: 
     return filter_top_k_top_p(logits, top_p=top_p, fill=fill)
 
 
-def _draw(probs: torch.Tensor, rule: ProposalRule, generator: torch.Generator | None) -> torch.Tensor | None:
+def _draw(probs: torch.Tensor, rule: ProposalRule, generator: torch.Generator | RowGenerators | None,
+          rows: torch.Tensor | None = None) -> torch.Tensor | None:
     """One token per row of ``probs`` ``[..., V]``; None when ``validate_simplex`` rejects the probabilities
-    (nothing is drawn then, so the RNG does not advance, as in the release)."""
+    (nothing is drawn then, so the RNG does not advance, as in the release). With :class:`RowGenerators`
+    the flattened position ``i`` draws from generator ``rows[i]`` (:func:`dare.randomness.multinomial`)."""
     if rule.draw == "categorical":
         probs = probs / probs.sum(-1, keepdim=True)
         if rule.validate_simplex and not bool(((probs >= 0).all(-1) & ((probs.sum(-1) - 1).abs() < 1e-6)).all()):
             return None
     flat = probs.reshape(-1, probs.shape[-1])
+    if isinstance(generator, RowGenerators):
+        return multinomial(flat, 1, generator, rows=rows).reshape(probs.shape[:-1])
     return torch.multinomial(flat, 1, generator=generator).reshape(probs.shape[:-1])
+
+
+def row_index(batch_rows: torch.Tensor, positions: int) -> torch.Tensor:
+    """``[len(batch_rows) * positions]`` int64: the batch row of each position of ``logits[batch_rows]``
+    flattened to ``[-1, V]`` (``positions`` per row), the ``rows`` argument of :func:`sample_tokens`.
+
+    :param batch_rows: ``[R]`` int64 row indices, or ``[B]`` bool (the True rows).
+    """
+    if batch_rows.dtype == torch.bool:
+        batch_rows = batch_rows.nonzero().flatten()
+    return batch_rows.cpu().repeat_interleave(positions)
 
 
 def sample_tokens(
@@ -112,7 +129,8 @@ def sample_tokens(
     *,
     confidence: Confidence = "probability",
     rule: ProposalRule = BLOCK_RULE,
-    generator: torch.Generator | None = None,
+    generator: torch.Generator | RowGenerators | None = None,
+    rows: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """A proposed token and its confidence at every position (module docstring).
 
@@ -122,7 +140,10 @@ def sample_tokens(
     :param top_p: keep the smallest nucleus of mass ``>= top_p`` (None or >= 1 = off).
     :param confidence: ``probability``, ``margin`` or ``neg_entropy`` (module docstring).
     :param rule: the official sampler to follow, :data:`BLOCK_RULE` or :data:`DREAM_RULE`.
-    :param generator: RNG of the draw (None = torch's global RNG).
+    :param generator: RNG of the draw (None = torch's global RNG), or :class:`dare.randomness.RowGenerators`:
+        then position ``i`` of ``logits`` flattened to ``[N, V]`` draws from generator ``rows[i]`` (``rows``
+        ``[N]`` int64, default ``arange(N)``; :func:`row_index` builds it), one draw per position in order, so a
+        batch row's tokens depend only on its own generator and positions, not on the other rows.
     :returns: ``(tokens [...] int64, confidence [...] in the logits' dtype)``.
     :raises ValueError: a negative temperature or an unknown confidence.
     """
@@ -137,7 +158,7 @@ def sample_tokens(
         if temperature > 0:
             logits = logits / temperature
         probs = torch.softmax(_filter(logits, top_k, top_p, rule), dim=-1)
-        tokens = _draw(probs, rule, generator) if temperature > 0 else None
+        tokens = _draw(probs, rule, generator, rows) if temperature > 0 else None
         if tokens is None:
             tokens = probs.max(dim=-1).indices
     if confidence == "margin":

@@ -303,3 +303,32 @@ def test_a_cache_needs_a_family_with_a_cached_forward_and_bad_arguments_are_name
     with pytest.raises(DreamSamplerError, match=r"block_length \(3\).*at most one of threshold and factor"):
         diffusion_generate(tiny(), torch.tensor([[3, 4]]), max_new_tokens=8, steps=8, alg="maskgit_plus",
                            block_length=3, threshold=0.9, factor=1.0)
+
+
+# --------------------------------------------------------------------------- per-row generators
+@pytest.mark.parametrize("params", [
+    {"alg": "origin"},
+    {"alg": "maskgit_plus"},
+    {"alg": "entropy", "alg_temp": 0.5, "top_p": 0.9},
+    {"alg": "maskgit_plus", "block_length": 8, "threshold": 0.5},
+    {"alg": "maskgit_plus", "block_length": 8, "cache": "dual", "threshold": 0.9},
+])
+def test_sampled_batch_of_4_equals_the_rows_decoded_alone_with_keyed_row_generators(params):
+    """Temperature 1: every draw of a row (tokens, origin reveals, alg_temp positions) comes from its own keyed
+    generator and only for its own masked positions, so a row's sample does not depend on the batch."""
+    from dare.testing import decode_batched_and_alone, step_ranks
+
+    assert DreamSampler.supports_row_generators
+    smp = dream(temperature=1.0, **params)
+    rows = prompts(4, seed=3)[0]
+    assert len({len(r) for r in rows}) > 1  # left padding differs between rows
+    model = tiny()
+    batched, alone = decode_batched_and_alone(smp, model, FAMILY, TOKENS, rows, seed=0)
+    for i, one in enumerate(alone):
+        assert torch.equal(batched.completions[i], one.completions[0]), i
+        if "threshold" in params:  # steps are numbered by batch forward passes: the same commits, in the same order
+            assert torch.equal(step_ranks(batched.unmask_step[i]), step_ranks(one.unmask_step[0])), i
+        else:
+            assert torch.equal(batched.unmask_step[i], one.unmask_step[0]), i
+    other, _ = decode_batched_and_alone(smp, model, FAMILY, TOKENS, rows[:1], seed=1)
+    assert not torch.equal(other.completions[0], batched.completions[0])  # the draws are keyed by the seed

@@ -249,3 +249,45 @@ def test_prompt_order_repeats_each_rollout_batch_and_is_a_function_of_seed_and_e
     assert list(s) != order
     with pytest.raises(DataError, match="cannot fill one rollout batch"):
         RepeatChunkSampler(2, chunk_size=3, repeats=1)
+
+
+def test_tracerl_trains_on_fast_dllm_rollouts_from_the_spec(tmp_path, tiny_llada_dir, monkeypatch):
+    """``algorithm.params.rollout_sampler`` carries Fast-dLLM's dual cache + threshold to the rollouts of a 2-step
+    TraceRL run: the accelerated decoder runs, records every completion token's step (unmask_step, in block order),
+    and the policy trains on those trajectories."""
+    from dare.run import Run
+    from dare.spec import load_spec
+
+    decoders, seen = [], []
+    generate, draw = LLaDASampler.generate, GRPOTrainer._draw_passes
+
+    def spy_generate(self, *args, **kwargs):
+        out = generate(self, *args, **kwargs)
+        decoders.append((self.params.cache, self.params.threshold, self.params.temperature, out.nfe, out.steps))
+        return out
+
+    def spy_draw(self, batch, iteration=0):
+        seen.append(batch.unmask_step.clone())
+        return draw(self, batch, iteration)
+
+    monkeypatch.setattr(LLaDASampler, "generate", spy_generate)
+    monkeypatch.setattr(GRPOTrainer, "_draw_passes", spy_draw)
+    # an untrained model never writes 16 digits: score the distinct characters instead, so groups have advantages
+    monkeypatch.setattr("dare.builtins.rewards.sudoku_score", lambda completion, *a: len(set(completion)) / 8)
+    spec = _spec(tiny_llada_dir, tmp_path / "run", objective="tracerl", steps=2)
+    spec["sampler"]["params"] = {"gen_length": 8, "block_length": 4, "steps": 8}
+    spec["algorithm"]["params"]["rollout_sampler"] = {"temperature": 1.0, "cache": "dual", "threshold": 0.9}
+    (tmp_path / "s.yaml").write_text(yaml.safe_dump(spec))
+    run = Run(load_spec(tmp_path / "s.yaml"))  # validated: the dual cache needs the family's kv_logits
+    before = {k: v.clone() for k, v in run.model.state_dict().items()}
+    run.execute(evaluate=False)
+
+    assert decoders and all(d[:3] == ("dual", 0.9, 1.0) for d in decoders)
+    assert all(nfe == steps <= 8 for *_, nfe, steps in decoders)  # one forward per step, at most one step per token
+    assert len(seen) == 2  # one rollout per step (num_iterations 1)
+    for unmask_step in seen:
+        assert unmask_step.shape == (4, 8) and bool((unmask_step >= 0).all())  # every token's step recorded
+        # blocks are decoded left to right: block 0's commits all precede block 1's
+        assert bool((unmask_step[:, :4].max(dim=1).values < unmask_step[:, 4:].min(dim=1).values).all())
+    changed = [k for k, v in run.model.state_dict().items() if not torch.equal(v, before[k])]
+    assert changed  # the policy trained on the accelerated rollouts

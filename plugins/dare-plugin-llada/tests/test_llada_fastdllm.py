@@ -250,3 +250,32 @@ def test_denoise_steps_refuses_an_unknown_cache():
     with pytest.raises(ValueError, match="cache must be one of"):
         denoise_steps(lambda ids, am: None, torch.full((1, 6), 2), 2, steps=4, gen_length=4, block_length=4,
                       cache="full")
+
+
+# --------------------------------------------------------------------------- per-row generators
+@pytest.mark.parametrize("params", [
+    {},
+    {"remasking": "random"},
+    {"cache": "dual"},
+    {"threshold": 0.5},
+    {"cache": "dual", "threshold": 0.9},
+    {"cfg_scale": 1.0},
+])
+def test_sampled_batch_of_4_equals_the_rows_decoded_alone_with_keyed_row_generators(params):
+    """Temperature 1: each row draws from its own keyed generator over its completion only, so a row's
+    sample depends neither on the other rows nor on the batch's padded prompt length."""
+    from dare.testing import decode_batched_and_alone, step_ranks
+
+    smp = sampler(temperature=1.0, **params)
+    assert LLaDASampler.supports_row_generators
+    rows = prompts(4, seed=3)[0]
+    assert len({len(r) for r in rows}) > 1  # left padding differs between rows
+    batched, alone = decode_batched_and_alone(smp, tiny(), FAMILY, TOKENS, rows, seed=0)
+    for i, one in enumerate(alone):
+        assert torch.equal(batched.completions[i], one.completions[0]), i
+        if "threshold" in params:  # steps are numbered by batch forward passes: the same commits, in the same order
+            assert torch.equal(step_ranks(batched.unmask_step[i]), step_ranks(one.unmask_step[0])), i
+        else:
+            assert torch.equal(batched.unmask_step[i], one.unmask_step[0]), i
+    other, _ = decode_batched_and_alone(smp, tiny(), FAMILY, TOKENS, rows[:1], seed=1)
+    assert not torch.equal(other.completions[0], batched.completions[0])  # the draws are keyed by the seed

@@ -172,3 +172,27 @@ def test_batch_1_4_16_with_left_padding_give_the_same_tokens(tiny_llada2, varian
                 assert torch.equal(out.unmask_step[j], one.unmask_step[0]), (size, start + j)
                 assert torch.equal(out.extras["edits"][j], one.extras["edits"][0]), (size, start + j)
     assert len({tuple(o.completions[0].tolist()) for o in alone}) > 8  # the prompts lead to different answers
+
+
+@pytest.mark.parametrize("variant, params", [("2.0", {"steps": 2, "threshold": 0.3}),
+                                             ("2.1", {"threshold": 0.3, "editing_threshold": 0.2, "max_post_steps": 2})])
+@pytest.mark.parametrize("use_cache", [True, False])
+def test_sampled_batch_of_4_equals_the_rows_decoded_alone_with_keyed_row_generators(tiny_llada2, variant, params,
+                                                                                      use_cache):
+    """Temperature 1: only rows still decoding a block draw, each from its own keyed generator, so RL rollouts and
+    sampled evaluation do not depend on how prompts are split into batches."""
+    from dare.testing import decode_batched_and_alone
+
+    assert LLaDA2Sampler.supports_row_generators
+    g = torch.Generator().manual_seed(5)
+    rows = [torch.randint(4, 250, (n,), generator=g) for n in (3, 9, 1, 6)]
+    sampler = LLaDA2Sampler({"variant": variant, "gen_length": 8, "block_length": 4, "use_cache": use_cache,
+                             "temperature": 1.0, **params})
+    fam, t = LLaDA2Family(), tiny_llada2.tokens
+    batched, alone = decode_batched_and_alone(sampler, tiny_llada2.model, fam, t, rows, seed=0)
+    for i, one in enumerate(alone):
+        assert torch.equal(batched.completions[i], one.completions[0]), i
+        assert torch.equal(batched.unmask_step[i], one.unmask_step[0]), i
+        assert torch.equal(batched.extras["edits"][i], one.extras["edits"][0]), i
+    other, _ = decode_batched_and_alone(sampler, tiny_llada2.model, fam, t, rows[:1], seed=1)
+    assert not torch.equal(other.completions[0], batched.completions[0])  # the draws are keyed by the seed

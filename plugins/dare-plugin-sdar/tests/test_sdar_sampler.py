@@ -206,3 +206,23 @@ def test_spec_validation_names_the_sampler_field(tmp_path):
     assert "block size 8" in str(err.value)
     with pytest.raises(SpecError, match="sampler.name.*block-attention"):
         validate_spec(_spec(tmp_path, family="llada"))
+
+
+@pytest.mark.parametrize("remasking", ["low_confidence_dynamic", "low_confidence_static", "sequential"])
+@pytest.mark.parametrize("use_cache", [True, False])
+def test_sampled_batch_of_4_equals_the_rows_decoded_alone_with_keyed_row_generators(lm, remasking, use_cache):
+    """Temperature 1: only rows with masks in the block draw, each from its own keyed generator, so a row's
+    sample depends neither on the other rows nor on the batch's alignment (RL rollouts, sampled evaluation)."""
+    from dare.testing import decode_batched_and_alone
+
+    assert SDARSampler.supports_row_generators
+    g = torch.Generator().manual_seed(5)
+    rows = [torch.randint(10, 200, (n,), generator=g) for n in (3, 9, 1, 6)]
+    sampler = SDARSampler({"gen_length": 8, "block_length": 4, "denoising_steps": 2, "confidence_threshold": 0.05,
+                           "temperature": 1.0, "remasking": remasking, "use_cache": use_cache})
+    batched, alone = decode_batched_and_alone(sampler, lm.model.eval(), SDARFamily(), lm.tokens, rows, seed=0)
+    for i, one in enumerate(alone):
+        assert torch.equal(batched.completions[i], one.completions[0]), i
+        assert torch.equal(batched.unmask_step[i], one.unmask_step[0]), i
+    other, _ = decode_batched_and_alone(sampler, lm.model.eval(), SDARFamily(), lm.tokens, rows[:1], seed=1)
+    assert not torch.equal(other.completions[0], batched.completions[0])  # the draws are keyed by the seed

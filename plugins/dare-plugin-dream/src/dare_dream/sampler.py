@@ -84,6 +84,7 @@ from pydantic import Field, model_validator
 
 from dare.components import Params, Sampler, SamplerOutput
 from dare.errors import DareError
+from dare.randomness import RowGenerators, multinomial, row_generator
 from dare.sampling import (
     CACHE_MODES,
     BlockKVCache,
@@ -128,18 +129,36 @@ class DreamSamplerError(DareError, ValueError):
 
 
 # --------------------------------------------------------------------------- token proposals
-def _categorical(probs: torch.Tensor, generator: torch.Generator | None, validate: bool) -> torch.Tensor:
+def _categorical(probs: torch.Tensor, generator: torch.Generator | RowGenerators | None, validate: bool,
+                 rows: torch.Tensor | None = None) -> torch.Tensor:
     """One draw per row of ``probs`` ``[N, V]``, as ``torch.distributions.Categorical(probs).sample()``.
 
     Same normalisation and the same ``torch.multinomial`` call, so the global RNG advances exactly as
-    in the release. With ``validate`` the probabilities must pass ``Categorical``'s simplex check.
+    in the release. With ``validate`` the probabilities must pass ``Categorical``'s simplex check. With
+    :class:`dare.randomness.RowGenerators` row ``i`` of ``probs`` draws from generator ``rows[i]``.
 
     :raises ValueError: ``validate`` and a row is not on the simplex to 1e-6.
     """
     p = probs / probs.sum(-1, keepdim=True)
     if validate and not bool(((p >= 0).all(-1) & ((p.sum(-1) - 1).abs() < 1e-6)).all()):
         raise ValueError("probabilities are not on the simplex")
+    if isinstance(generator, RowGenerators):
+        return multinomial(p.reshape(-1, p.shape[-1]), 1, generator, replacement=True, rows=rows).reshape(p.shape[:-1])
     return torch.multinomial(p.reshape(-1, p.shape[-1]), 1, True, generator=generator).T.reshape(p.shape[:-1])
+
+
+def _row_rand(rows: torch.Tensor, generator, device) -> torch.Tensor:
+    """``U[0, 1)`` float32, one per entry of ``rows`` ``[N]``: from ``generator`` in one draw, or with
+    :class:`dare.randomness.RowGenerators` entry ``i`` from generator ``rows[i]`` (a row's values in order)."""
+    if not isinstance(generator, RowGenerators):
+        return torch.rand(rows.shape, device=device, generator=generator)
+    out = torch.empty(rows.shape, dtype=torch.float32)
+    rows = rows.cpu()
+    for r in rows.unique().tolist():
+        at = rows == r
+        g = generator.generators[r]
+        out[at] = torch.rand((int(at.sum()),), generator=g, device=g.device).cpu()
+    return out.to(device)
 
 
 def sample_tokens(
@@ -148,8 +167,9 @@ def sample_tokens(
     top_p: float | None = None,
     top_k: int | None = None,
     confidence: Confidence = "probability",
-    generator: torch.Generator | None = None,
+    generator: torch.Generator | RowGenerators | None = None,
     release_quirks: bool = False,
+    rows: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Propose a token and its confidence for each row (Dream ``generation_utils.sample_tokens``).
 
@@ -159,6 +179,8 @@ def sample_tokens(
     :param confidence: ``probability`` of the proposed token, ``margin`` top-1 minus top-2
         probability, or ``neg_entropy`` ``sum p log(p + 1e-10)`` (all after filtering).
     :param release_quirks: fall back to argmax when ``Categorical`` would reject the probabilities.
+    :param generator: a ``torch.Generator`` (None = the global RNG), or :class:`dare.randomness.RowGenerators`
+        with ``rows`` ``[N]``: the batch row (generator) of each of ``logits``' rows.
     :returns: ``(confidence [N] logits dtype, tokens [N] int64)``.
     """
     if temperature > 0:
@@ -167,7 +189,7 @@ def sample_tokens(
     probs = torch.softmax(logits, dim=-1)
     if temperature > 0:
         try:
-            x0 = _categorical(probs, generator, validate=release_quirks)
+            x0 = _categorical(probs, generator, validate=release_quirks, rows=rows)
             conf = torch.gather(probs, -1, x0.unsqueeze(-1)).squeeze(-1)
         except ValueError:
             conf, x0 = probs.max(dim=-1)
@@ -253,11 +275,12 @@ def select_positions(
         return rows.reshape(-1), cols.reshape(-1)
     probs = torch.softmax(confidence / alg_temp, dim=-1)
     if release_quirks or bool(((probs > 0).sum(dim=1) >= n).all()):
-        cols = torch.multinomial(probs, num_samples=n, generator=generator)
+        cols = multinomial(probs, n, generator)
         rows = torch.arange(B, device=confidence.device)[:, None].expand_as(cols)
         return rows.reshape(-1), cols.reshape(-1)
     available = torch.isfinite(confidence).sum(dim=1)
-    picks = [_draw_positions(probs[b], confidence[b], min(n, int(available[b])), generator) for b in range(B)]
+    picks = [_draw_positions(probs[b], confidence[b], min(n, int(available[b])), row_generator(generator, b))
+             for b in range(B)]
     rows = torch.cat([torch.full_like(p, b) for b, p in enumerate(picks)])
     return rows, torch.cat(picks)
 
@@ -272,7 +295,8 @@ def select_positions_per_row(
 
     Row ``b`` commits ``min(counts[b], its finite positions)``: its top confidences, or (``alg_temp > 0``)
     draws without replacement from ``softmax(confidence[b] / alg_temp)`` completed by confidence order on
-    underflow. Rows are handled one at a time, so a row's choice never depends on the others.
+    underflow. Rows are handled one at a time, so a row's choice never depends on the others; with
+    :class:`dare.randomness.RowGenerators` row ``b`` draws from generator ``b`` over its finite positions only.
 
     :returns: ``(rows, cols)`` int64 index vectors.
     """
@@ -284,6 +308,12 @@ def select_positions_per_row(
             continue
         if alg_temp is None or alg_temp == 0:
             picks = torch.topk(confidence[b], n).indices
+        elif isinstance(generator, RowGenerators):
+            # draw among the row's own candidates only: torch.multinomial consumes one value per entry, so the
+            # batch's padded length must not change which value lands on which position
+            cand = torch.isfinite(confidence[b]).nonzero().flatten()
+            conf = confidence[b, cand]
+            picks = cand[_draw_positions(torch.softmax(conf / alg_temp, dim=-1), conf, n, generator.generators[b])]
         else:
             picks = _draw_positions(torch.softmax(confidence[b] / alg_temp, dim=-1), confidence[b], n, generator)
         rows.append(torch.full_like(picks, b))
@@ -305,17 +335,18 @@ class _Proposer:
     generator: torch.Generator | None
     release_quirks: bool
 
-    def __call__(self, logits: torch.Tensor, confidence: Confidence = "probability"):
+    def __call__(self, logits: torch.Tensor, confidence: Confidence = "probability", rows: torch.Tensor | None = None):
         return sample_tokens(logits, self.temperature, self.top_p, self.top_k, confidence, self.generator,
-                             self.release_quirks)
+                             self.release_quirks, rows)
 
 
 def _origin_step(x, mask_index, mask_logits, p_transfer, mask_id: int, propose: _Proposer) -> None:
     """``origin``: each masked position reveals with probability ``p_transfer``; ``x`` is updated in place."""
     x0 = torch.full((mask_logits.shape[0],), mask_id, dtype=torch.long, device=x.device)
-    reveal = torch.rand(x0.shape, device=x.device, generator=propose.generator) < p_transfer
+    rows = mask_index.nonzero(as_tuple=True)[0]
+    reveal = _row_rand(rows, propose.generator, x.device) < p_transfer
     if bool(reveal.any()):
-        _, x0[reveal] = propose(mask_logits[reveal])
+        _, x0[reveal] = propose(mask_logits[reveal], rows=rows[reveal])
     x[mask_index] = x0
 
 
@@ -326,7 +357,7 @@ def _confidence_step(x, mask_index, mask_logits, counts: tuple, mask_id: int, al
     mean, under ``release_quirks``); proposals are drawn first, as in the release, so the RNG advances the
     same way even at a step that commits nothing.
     """
-    conf, x0 = propose(mask_logits, ALGORITHMS[alg])
+    conf, x0 = propose(mask_logits, ALGORITHMS[alg], rows=mask_index.nonzero(as_tuple=True)[0])
     full = torch.full(x.shape, -torch.inf, dtype=mask_logits.dtype, device=x.device)
     full[mask_index] = conf
     if propose.release_quirks:
@@ -346,7 +377,7 @@ def _parallel_step(x, mask_index, mask_logits, mask_id: int, threshold, factor, 
     """Fast-dLLM parallel decoding: propose tokens with their probabilities, commit what the rule picks
     (:func:`dare.sampling.threshold_transfer` / :func:`~dare.sampling.factor_transfer`); proposals of the
     mask token are never candidates."""
-    conf, x0 = propose(mask_logits, "probability")
+    conf, x0 = propose(mask_logits, "probability", rows=mask_index.nonzero(as_tuple=True)[0])
     full = torch.full(x.shape, -torch.inf, dtype=mask_logits.dtype, device=x.device)
     full[mask_index] = conf
     proposal = torch.full_like(x, mask_id)
@@ -687,6 +718,9 @@ class DreamSampler(Sampler):
     name = "dream"
     Params = DreamSamplerParams
     attention_kinds = ("full",)
+    #: every draw (tokens, origin reveals, alg_temp positions) of a row comes from its own generator and is
+    #: made only for that row's masked positions, so a row decodes the same in any batch (per-row counts)
+    supports_row_generators = True
 
     def _kv_logits(self, model, family):
         """The family's cached forward bound to ``model`` when ``cache`` is on, else None.

@@ -42,6 +42,7 @@ from pydantic import Field, model_validator
 
 from dare.components import Params, Sampler, SamplerOutput
 from dare.errors import DareError
+from dare.randomness import RowGenerators
 from dare.sampling import (
     CACHE_MODES,
     BlockKVCache,
@@ -98,7 +99,7 @@ def _step_logits(forward, x, attention_mask, prompt_index, o: _StepOptions):
 
 
 def _denoise_step(forward, x, attention_mask, prompt_index, region: tuple[int, int], allowed: torch.Tensor,
-                  select, o: _StepOptions, step: int):
+                  select, o: _StepOptions, step: int, prompt_length: int = 0):
     """One denoising step of the official decoder, in place on ``x`` ``[B, L]``.
 
     ``forward(ids, attention_mask)`` returns the logits of positions ``region = (r0, r1)``. Predict every
@@ -108,22 +109,48 @@ def _denoise_step(forward, x, attention_mask, prompt_index, region: tuple[int, i
     position may be "committed" with the mask token itself (a model that proposes [MASK]): it stays
     masked and is decoded again, so ``committed`` excludes it.
 
+    With :class:`dare.randomness.RowGenerators` the step works on the completion part of the region only
+    (positions ``>= prompt_length``; prompt positions are never masked, so nothing there is committed):
+    each row then draws ``[r1 - max(r0, prompt_length), V]`` noise values, a shape that does not depend on
+    the batch's padded prompt length, and only rows with a masked position they may commit draw, so a row
+    samples the same tokens in any batch. A ``torch.Generator``
+    (or None) draws over the whole region, as the official code.
+
     :raises NonFiniteLogitsError: the model returned NaN/Inf logits.
     """
     r0, r1 = region
     logits, nfe = _step_logits(forward, x, attention_mask, prompt_index, o)
     require_finite_logits(logits, f"denoising step {step} (sampler 'llada')")
+    skip = max(prompt_length - r0, 0) if isinstance(o.generator, RowGenerators) else 0
+    if skip:
+        committed, _ = _denoise_step(lambda ids, am: logits[:, skip:], x, attention_mask, prompt_index,
+                                     (r0 + skip, r1), allowed[:, skip:], select, o._replace(cfg_scale=0.0), step)
+        pad = torch.zeros((x.shape[0], skip), dtype=torch.bool, device=x.device)
+        return torch.cat([pad, committed], dim=1), nfe
     xr = x[:, r0:r1]
     mask_index = xr == o.mask_id
     if o.logits_eos_inf:
         logits[:, :, o.eos_id] = -torch.inf
-    x0 = torch.argmax(add_gumbel_noise(logits, o.temperature, o.generator), dim=-1)
+    if isinstance(o.generator, RowGenerators):
+        # only rows that can commit here draw (a row done with its block waits without consuming its generator)
+        live = (mask_index & allowed).any(dim=1)
+        gen = o.generator.rows(live)
+        x0 = torch.argmax(logits, dim=-1)
+        if bool(live.any()):
+            x0[live] = torch.argmax(add_gumbel_noise(logits[live], o.temperature, gen), dim=-1)
+    else:
+        x0 = torch.argmax(add_gumbel_noise(logits, o.temperature, o.generator), dim=-1)
     if o.confidence_eos_eot_inf:
         # official: EOS/EOT may still be proposed but are committed last
         logits[:, :, o.eos_id] = -torch.inf
         if o.eot_id is not None:
             logits[:, :, o.eot_id] = -torch.inf
-    x0_p = confidence_scores(logits, x0, o.remasking, o.generator)
+    if isinstance(o.generator, RowGenerators) and o.remasking == "random":
+        x0_p = torch.zeros(x0.shape, dtype=torch.float32, device=x0.device)
+        if bool(live.any()):
+            x0_p[live] = confidence_scores(logits[live], x0[live], o.remasking, gen)
+    else:
+        x0_p = confidence_scores(logits, x0, o.remasking, o.generator)
     x0 = torch.where(mask_index, x0, xr)
     conf = torch.where(mask_index & allowed, x0_p, torch.tensor(-torch.inf, dtype=x0_p.dtype, device=x0_p.device))
     transfer = select(conf, x0)
@@ -325,7 +352,7 @@ def _run_schedule(logits_fn, x: torch.Tensor, prompt_index: torch.Tensor, prompt
         else:
             allowed = torch.ones((1, end - start), dtype=torch.bool, device=x.device)
         committed, n = _denoise_step(forward, x, attention_mask, prompt_index, region, allowed,
-                                     lambda conf, x0, k=k: topk_transfer(conf, k), opts, s)
+                                     lambda conf, x0, k=k: topk_transfer(conf, k), opts, s, Lp)
         nfe += n
         traj.record(_completion_part(committed, region, Lp, gen_length), s)
     return x, traj.unmask_step, nfe
@@ -370,7 +397,8 @@ def _run_parallel(logits_fn, x: torch.Tensor, prompt_index: torch.Tensor, prompt
                 region, allowed = (0, L), (pos >= start) & (pos < end)
             else:
                 allowed = torch.ones((1, end - start), dtype=torch.bool, device=x.device)
-            committed, n = _denoise_step(forward, x, attention_mask, prompt_index, region, allowed, select, opts, step)
+            committed, n = _denoise_step(forward, x, attention_mask, prompt_index, region, allowed, select, opts, step,
+                                         Lp)
             nfe += n
             traj.record(_completion_part(committed, region, Lp, gen_length), step)
             step += 1

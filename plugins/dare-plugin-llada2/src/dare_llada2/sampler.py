@@ -71,9 +71,11 @@ from dare.sampling import (
     completion_mask,
     left_padding_problem,
     require_finite_logits,
+    row_index,
     sample_tokens,
     topk_transfer,
 )
+from dare.randomness import RowGenerators
 
 from dare_llada2.family import LLaDA2Family
 
@@ -236,9 +238,13 @@ class _State:
 
 
 def _propose(logits, live, block, sampling) -> tuple[torch.Tensor, torch.Tensor]:
-    """Proposals ``x0`` and probabilities ``p`` ``[B, bl]`` for the ``live`` rows (others keep ``block``, p = 0)."""
+    """Proposals ``x0`` and probabilities ``p`` ``[B, bl]`` for the ``live`` rows (others keep ``block``, p = 0).
+
+    Only live rows draw; with :class:`dare.randomness.RowGenerators` each draws its ``bl`` tokens from its
+    own generator, so a row's draws do not depend on the other rows of the batch."""
     B, bl, V = logits.shape
-    tokens, probs = sample_tokens(logits[live].reshape(-1, V), **sampling)  # official rule
+    rows = row_index(live, bl) if isinstance(sampling.get("generator"), RowGenerators) else None
+    tokens, probs = sample_tokens(logits[live].reshape(-1, V), rows=rows, **sampling)  # official rule
     x0 = block.clone()
     p = torch.zeros(block.shape, dtype=probs.dtype, device=block.device)
     x0[live] = tokens.view(-1, bl)
@@ -344,7 +350,7 @@ def decode(
     use_cache: bool = True,
     official_soft_mask: bool = False,
     official_t0_sampling: bool = False,
-    generator: torch.Generator | None = None,
+    generator: torch.Generator | RowGenerators | None = None,
     family: BlockDiffusionFamily | None = None,
 ) -> BlockDecoding:
     """Block-decode ``gen_length`` tokens after each (left-padded) prompt (module docstring).
@@ -566,6 +572,8 @@ class LLaDA2Sampler(Sampler):
     name = "llada2"
     Params = LLaDA2SamplerParams
     attention_kinds = ("block",)
+    #: only rows still decoding a block draw, each from its own generator (:func:`_propose`)
+    supports_row_generators = True
 
     def _block_length(self, model, family) -> int:
         if self.params.block_length is not None:

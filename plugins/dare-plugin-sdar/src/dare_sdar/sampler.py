@@ -73,8 +73,10 @@ from dare.sampling import (
     completion_mask,
     left_padding_problem,
     require_finite_logits,
+    row_index,
     sample_tokens,
 )
+from dare.randomness import RowGenerators
 
 from dare_sdar.errors import SDARInputError
 from dare_sdar.family import SDARFamily
@@ -179,14 +181,31 @@ def _check_args(prompt, attention_mask, mask_id, gen_length, block_length, denoi
         raise SDARInputError(problem)
 
 
-def _propose(logits: torch.Tensor, mask_id: int, sampling: tuple, generator) -> tuple[torch.Tensor, torch.Tensor]:
+def _propose(logits: torch.Tensor, mask_id: int, sampling: tuple, generator,
+             live: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """:func:`dare.sampling.sample_tokens` (official rule) on the active block's logits ``[B, L, V]``, with
-    ``<|MASK|>`` never proposed."""
+    ``<|MASK|>`` never proposed.
+
+    With :class:`dare.randomness.RowGenerators` only the ``live`` rows (``[B]`` bool: rows with a masked
+    position this step) draw, ``L`` values each from their own generator, so a row consumes its generator
+    exactly as it would alone (rows done with the block, or stopped, draw nothing); the others get
+    proposal 0 and confidence 0, which nothing reads (they commit nothing).
+    """
     logits = logits.clone()
     if mask_id < logits.shape[-1]:
         logits[..., mask_id] = -torch.inf
     temperature, top_k, top_p = sampling
-    return sample_tokens(logits, temperature, top_k, top_p, generator=generator)
+    if not isinstance(generator, RowGenerators) or temperature == 0:
+        return sample_tokens(logits, temperature, top_k, top_p, generator=generator)
+    B, L, V = logits.shape
+    live = torch.ones(B, dtype=torch.bool, device=logits.device) if live is None else live
+    x0 = torch.zeros((B, L), dtype=torch.long, device=logits.device)
+    conf = torch.zeros((B, L), dtype=logits.dtype, device=logits.device)
+    if bool(live.any()):
+        tokens, probs = sample_tokens(logits[live].reshape(-1, V), temperature, top_k, top_p, generator=generator,
+                                      rows=row_index(live, L))
+        x0[live], conf[live] = tokens.view(-1, L), probs.view(-1, L)
+    return x0, conf
 
 
 def _completion_hits(transfer: torch.Tensor, comp_idx: torch.Tensor, gen_length: int) -> torch.Tensor:
@@ -215,7 +234,7 @@ def block_decode(
     confidence_threshold: float = 0.9,
     stop_ids: tuple[int, ...] = (),
     use_cache: bool = True,
-    generator: torch.Generator | None = None,
+    generator: torch.Generator | RowGenerators | None = None,
 ) -> BlockDecodeResult:
     """The block decoding loop of the module docstring, calling ``model`` through the family's KV-cache
     interface (:meth:`dare.modeling.BlockDiffusionFamily.block_logits` / ``new_cache``).
@@ -264,7 +283,7 @@ def block_decode(
             passes += 1
             logits = logits[:, -block_length:]
             require_finite_logits(logits, f"completion block {blk - canvas.first_block}, denoising step {step} (0-based)")
-            x0, conf = _propose(logits, mask_id, sampling, generator)
+            x0, conf = _propose(logits, mask_id, sampling, generator, masked.any(dim=1))
             transfer = select_transfer(conf, masked, quota[step], remasking, confidence_threshold)
             cur[transfer] = x0[transfer]
             global_step = (blk - canvas.first_block) * denoising_steps + step
@@ -385,6 +404,8 @@ class SDARSampler(Sampler):
     name = "sdar"
     Params = SDARSamplerParams
     attention_kinds = ("block",)
+    #: each row draws its proposals from its own generator, only while it has masks (:func:`_propose`)
+    supports_row_generators = True
 
     def check(self, ctx, loc: str) -> list[tuple[str, str]]:
         """Besides the attention kind: the family must offer the cached block forward, and ``block_length``
