@@ -276,3 +276,53 @@ def test_packing_spec_switch_and_checks(tmp_path):
     spec = RunSpec.model_validate({**head, "train": {**base, "packing": True, "packing_max_tokens": 512}})
     cfg = config_from_spec(spec.train, str(tmp_path))
     assert cfg.packing is True and cfg.packing_max_tokens == 512
+
+
+# ---------------------------------------------------------------------------------------------- attention
+@pytest.mark.parametrize("block_size", [None, 2])
+def test_segmented_attention_equals_dense_masked_attention(block_size):
+    """Inside packed_segments, attention one segment at a time = SDPA under the dense block-diagonal mask."""
+    from dare.diffusion.packing import Segments, packed_segments, scaled_dot_product_attention
+
+    valid = torch.tensor([[1, 1, 1, 1, 1, 0], [0, 1, 1, 0, 0, 0], [1, 1, 1, 1, 0, 0]], dtype=torch.bool)
+    lay = pack_layout(valid, capacity=20 if block_size else 9, block_size=block_size)
+    assert lay.source.shape[0] < 3 and (lay.segment < 0).any()  # shared rows and a fill tail
+    R, T = lay.segment.shape
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(R, 2, T, 8, generator=g, requires_grad=True) for _ in range(3))
+    dense = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=lay.attention_mask())
+    with packed_segments(Segments.of(lay)):
+        seg = scaled_dot_product_attention(q, k, v, attn_mask=None)
+        other = scaled_dot_product_attention(q[:, :, :3], k[:, :, :3], v[:, :, :3])  # other shapes: plain SDPA
+    torch.testing.assert_close(seg, dense, atol=1e-6, rtol=1e-6)
+    torch.testing.assert_close(other, torch.nn.functional.scaled_dot_product_attention(q[:, :, :3], k[:, :, :3],
+                                                                                        v[:, :, :3]))
+    gd = torch.autograd.grad(dense.sum(), (q, k, v))
+    gs = torch.autograd.grad(seg.sum(), (q, k, v))
+    for a, b in zip(gs, gd):
+        torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-6)
+
+
+@pytest.mark.parametrize("family", ["llada", "sdar"])
+def test_packed_sft_with_gradient_checkpointing(family, tmp_path):
+    """With gradient checkpointing the recompute runs outside the packed context: the dense mask keeps it exact."""
+    pytest.importorskip("dare_sft")
+    from dare.diffusion.packing import needs_dense_mask
+    from dare.modeling import enable_gradient_checkpointing
+    from dare.plugins import get_registry
+    from dare.testing import tiny_model
+
+    if get_registry().find("model_family", family) is None:
+        pytest.skip(f"family {family} is not installed")
+    lm = tiny_model(family, tmp_path / "m", seed=1)
+    c = SupervisedCollator(lm.tokens, False, pad_to_multiple_of=lm.family.block_size(lm.model.config))
+    batch = c(_examples(lm.tokens.eos_id, n=4, seed=2))
+    lm.model.eval()
+    loss_pad, g_pad = _sft_loss_and_grads(lm, batch, tmp_path, packing=False)
+    enable_gradient_checkpointing(lm.model)
+    lm.model.train()  # checkpointing applies in training mode (the presets have no dropout)
+    assert needs_dense_mask(lm.model)
+    loss_pack, g_pack = _sft_loss_and_grads(lm, batch, tmp_path, packing=True)
+    assert abs(loss_pack.item() - loss_pad.item()) < 1e-5
+    for n in g_pad:
+        torch.testing.assert_close(g_pack[n], g_pad[n], atol=1e-5, rtol=1e-4, msg=n)

@@ -186,13 +186,16 @@ class ModelFamily(Component):
         model,
         input_ids: torch.Tensor,
         position_ids: torch.Tensor,
-        attention_mask: torch.Tensor,
+        attention_mask: torch.Tensor | None,
         segment_start: torch.Tensor,
     ) -> torch.Tensor:
         """Aligned logits ``[R, T, V]`` of packed rows (:mod:`dare.diffusion.packing`): several examples per row.
 
         :param input_ids: ``[R, T]`` int64. :param position_ids: ``[R, T]`` int64, restarting at 0 in each segment.
-        :param attention_mask: ``[R, 1, T, T]`` bool, True = query may attend key (block-diagonal over segments).
+        :param attention_mask: ``[R, 1, T, T]`` bool, True = query may attend key (block-diagonal over segments), or
+            None when the model does not recompute layers: the forward then runs inside
+            :func:`dare.diffusion.packing.packed_segments`, where the family's attention
+            (:func:`dare.diffusion.packing.scaled_dot_product_attention`) applies each segment's own mask.
         :param segment_start: ``[R, T]`` bool, the first slot of each segment (a family whose logits are shifted,
             like Dream, must not shift across a segment boundary).
         :raises NotImplementedError: the family does not support packed training (``train.packing``).
@@ -224,11 +227,14 @@ class ModelFamily(Component):
         """
         import torch
 
-        from dare.diffusion.packing import pack_layout
+        from dare.diffusion.packing import Segments, needs_dense_mask, pack_layout, packed_segments
 
         valid = torch.ones_like(noisy_ids, dtype=torch.bool) if attention_mask is None else attention_mask.bool()
         layout = pack_layout(valid, max_tokens)
         dev = noisy_ids.device
-        logits = self.packed_logits(model, layout.pack(noisy_ids).to(dev), layout.position.to(dev),
-                                    layout.attention_mask(dev), layout.segment_start.to(dev))
+        dense = needs_dense_mask(model)  # a layer recompute must see the same attention: the dense mask, no segments
+        mask = layout.attention_mask(dev) if dense else None
+        with packed_segments(None if dense else Segments.of(layout, dev)):  # one example at a time
+            logits = self.packed_logits(model, layout.pack(noisy_ids).to(dev), layout.position.to(dev),
+                                        mask, layout.segment_start.to(dev))
         return layout.unpack(logits)

@@ -20,15 +20,28 @@ mask is a dense boolean ``[R, 1, T, T]`` that SDPA takes on any device.
 
 Rows are filled first-fit by decreasing segment length (deterministic: ties keep the batch order); the
 default capacity is the longest segment, so packed rows are never longer than the padded ones.
+
+**Segment-wise attention.** A dense block-diagonal mask still makes SDPA compute every ``T x T`` score of a row.
+While a packed forward runs (:func:`packed_segments`), the families' attention calls
+:func:`scaled_dot_product_attention` (a drop-in for ``torch.nn.functional.scaled_dot_product_attention``) computes
+attention one segment at a time instead (``sum n_i^2`` scores; the CPU counterpart of flash-attention's varlen
+``cu_seqlens``), under the segment's own mask (the ``[x_t ; x_0]`` mask of a pair; none inside a plain segment).
+The dense ``[R, 1, T, T]`` mask is then not even built. A model that recomputes layers in the backward (gradient
+checkpointing) runs outside the context, since its recompute must repeat the forward exactly: it gets the dense
+block-diagonal mask and plain masked SDPA (same result, ``T x T`` scores per row).
 """
 
 from __future__ import annotations
 
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 
 import torch
+import torch.nn.functional as F
 
-__all__ = ["PackedLayout", "pack_layout", "first_fit_rows"]
+__all__ = ["PackedLayout", "pack_layout", "first_fit_rows", "Segments", "packed_segments", "scaled_dot_product_attention",
+           "needs_dense_mask"]
 
 
 def first_fit_rows(lengths: list[int], capacity: int) -> list[list[int]]:
@@ -171,3 +184,87 @@ def pack_layout(valid: torch.Tensor, capacity: int | None = None, block_size: in
                     target[idx] = r * T + at + pos
                 at += n
     return PackedLayout(source, segment, position, stream, target, (B, L), block_size)
+
+
+@dataclass(frozen=True)
+class Segments:
+    """The segments of packed rows, for :func:`scaled_dot_product_attention`.
+
+    ``spans[r]`` lists ``(start, end, mask)`` of row ``r`` in order, covering ``0..length``: ``mask`` None means every
+    query of the span may attend every key of the span (a plain segment); otherwise a bool ``[n, n]`` (True = may
+    attend): the ``[x_t ; x_0]`` block-diffusion mask of a pair, or the identity on the fill tail.
+    """
+
+    rows: int
+    length: int
+    spans: tuple[tuple[tuple[int, int, "torch.Tensor | None"], ...], ...]
+
+    @classmethod
+    def of(cls, layout: PackedLayout, device=None) -> Segments:
+        """The spans of a :class:`PackedLayout`, their masks on ``device``."""
+        from dare.diffusion.block import block_diffusion_mask
+
+        cache: dict[tuple[str, int], torch.Tensor] = {}
+
+        def mask(kind: str, n: int) -> torch.Tensor:
+            if (kind, n) not in cache:
+                cache[kind, n] = (torch.eye(n, dtype=torch.bool, device=device) if kind == "fill"
+                                  else block_diffusion_mask(n // 2, layout.block_size, device=device)[0, 0])
+            return cache[kind, n]
+
+        R, T = layout.segment.shape
+        spans = []
+        for row in layout.segment.tolist():
+            out, start = [], 0
+            for t in range(1, T + 1):
+                if t == T or row[t] != row[start]:
+                    n = t - start
+                    m = mask("fill", n) if row[start] < 0 else mask("pair", n) if layout.block_size is not None else None
+                    out.append((start, t, m))
+                    start = t
+            spans.append(tuple(out))
+        return cls(R, T, tuple(spans))
+
+
+_ACTIVE: ContextVar[Segments | None] = ContextVar("dare_packed_segments", default=None)
+
+
+@contextmanager
+def packed_segments(segments: Segments | None):
+    """Within the block, :func:`scaled_dot_product_attention` over ``[R, H, T, D]`` rows of these segments runs
+    segment by segment (module docstring); None: plain SDPA (the dense-mask path)."""
+    token = _ACTIVE.set(segments)
+    try:
+        yield segments
+    finally:
+        _ACTIVE.reset(token)
+
+
+def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p: float = 0.0, is_causal: bool = False,
+                                 scale: float | None = None, enable_gqa: bool = False) -> torch.Tensor:
+    """``torch.nn.functional.scaled_dot_product_attention`` (same arguments and result: ``[B, H, Lq, D]``), computed
+    one packed segment at a time while :func:`packed_segments` is active and the shapes are those of the packed rows
+    (``B == R``, ``Lq == Lk == T``): each segment attends within itself under its own mask (:class:`Segments`), and
+    ``attn_mask`` (None, or the dense block-diagonal mask of :meth:`PackedLayout.attention_mask`) is not read.
+    Otherwise exactly the torch function.
+    """
+    kw = {"enable_gqa": True} if enable_gqa else {}
+    seg = _ACTIVE.get()
+    if (seg is None or is_causal or query.shape[0] != seg.rows or query.shape[-2] != seg.length
+            or key.shape[-2] != seg.length):
+        return F.scaled_dot_product_attention(query, key, value, attn_mask=attn_mask, dropout_p=dropout_p,
+                                              is_causal=is_causal, scale=scale, **kw)
+    rows = []
+    for r, spans in enumerate(seg.spans):
+        parts = [F.scaled_dot_product_attention(query[r : r + 1, :, s:e], key[r : r + 1, :, s:e], value[r : r + 1, :, s:e],
+                                                attn_mask=m, dropout_p=dropout_p, scale=scale, **kw)
+                 for s, e, m in spans]
+        rows.append(parts[0] if len(parts) == 1 else torch.cat(parts, dim=2))
+    return torch.cat(rows, dim=0)
+
+
+def needs_dense_mask(model) -> bool:
+    """True when ``model`` recomputes layers in the backward (gradient checkpointing): the recompute runs outside
+    :func:`packed_segments` and must repeat the forward exactly, so the packed forward uses the dense block-diagonal
+    mask instead of segment-wise attention."""
+    return any(getattr(m, "gradient_checkpointing", False) is True for m in model.modules())

@@ -137,13 +137,16 @@ class BlockDiffusionFamily(ModelFamily):
         (:func:`dare.diffusion.packing.pack_layout` with the block size); rows hold at most ``max_tokens`` slots
         (default: the longest pair). Returns the noisy half's logits in the padded layout ``[B, L, V]`` (zeros at
         padding), equal to :meth:`denoiser_logits` on valid positions up to float rounding."""
-        from dare.diffusion.packing import pack_layout
+        from dare.diffusion.packing import Segments, needs_dense_mask, pack_layout, packed_segments
 
         valid = torch.ones_like(noisy_ids, dtype=torch.bool) if attention_mask is None else attention_mask.bool()
         layout = pack_layout(valid, max_tokens, block_size=self.block_size(model.config))
         dev = noisy_ids.device
-        logits = self.packed_logits(model, layout.pack(noisy_ids, clean_ids).to(dev), layout.position.to(dev),
-                                    layout.attention_mask(dev), layout.segment_start.to(dev))
+        dense = needs_dense_mask(model)  # a layer recompute must see the same attention: the dense mask, no segments
+        mask = layout.attention_mask(dev) if dense else None
+        with packed_segments(None if dense else Segments.of(layout, dev)):  # one example at a time
+            logits = self.packed_logits(model, layout.pack(noisy_ids, clean_ids).to(dev), layout.position.to(dev),
+                                        mask, layout.segment_start.to(dev))
         return layout.unpack(logits)
 
     # ------------------------------------------------------------------ the KV-cache interface

@@ -35,6 +35,7 @@ from transformers import initialization as init
 from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.utils import ModelOutput
 
+from dare.diffusion.packing import scaled_dot_product_attention
 from dare.sampling.kv_cache import replace_span
 from dare_llada.configuration_llada import LLaDAConfig
 from dare_llada.generation import LLaDAGenerationMixin
@@ -226,7 +227,7 @@ class LLaDALlamaBlock(GradientCheckpointingLayer):
             k = k.repeat_interleave(rep, dim=1, output_size=self.n_heads)
             v = v.repeat_interleave(rep, dim=1, output_size=self.n_heads)
         p = self.attention_dropout if self.training else 0.0
-        att = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p, is_causal=False)
+        att = scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p, is_causal=False)
         att = att.transpose(1, 2).contiguous().view(B, T, C)
         return self.attn_out(att), present
 
