@@ -3,8 +3,8 @@
 The same masked-diffusion SFT step (``dare_sft.SFTTrainer.compute_loss`` forward + backward, no optimizer step so
 every round sees the same weights) runs on the same batches twice: padded (each batch ``[B, L]`` right-padded to
 its longest example, padding attention-masked and out of the loss) and packed (``train.packing: true``: the valid
-tokens of the batch in rows of at most ``--max-tokens`` tokens, default the batch's longest example, with
-block-diagonal attention; ``dare.diffusion.packing``). Both draw each example's mask ratio and masks from the same
+tokens of the batch in rows of at most ``--max-tokens`` tokens, default the whole batch in one row, with
+block-diagonal attention computed one example at a time; ``dare.diffusion.packing``). Both draw each example's mask ratio and masks from the same
 keyed generators, so their losses must agree (checked to 1e-5 on every batch).
 
 Data: the first ``--rows`` rows of the GSM8K SFT training file (``$DARE_SHARED_DIR/data/sft/train/
@@ -80,7 +80,8 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=16, help="examples per batch")
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--max-length", type=int, default=1024, help="drop longer examples (train.max_length)")
-    ap.add_argument("--max-tokens", type=int, default=None, help="packed row length (train.packing_max_tokens)")
+    ap.add_argument("--max-tokens", type=int, default=None,
+                    help="packed row length (train.packing_max_tokens; default one row per batch)")
     ap.add_argument("--preset", default="quickstart", help="LLaDA preset")
     ap.add_argument("--threads", type=int, default=1)
     args = ap.parse_args()
@@ -122,7 +123,7 @@ def main() -> None:
             model.zero_grad(set_to_none=True)
             loss = trainer.compute_loss(model, batch)
             loss.backward()
-            losses.append(float(loss))
+            losses.append(float(loss.detach()))
         return time.perf_counter() - start, losses
 
     run("padded")  # warm-up (allocator, RoPE tables)

@@ -216,8 +216,9 @@ class ModelFamily(Component):
         max_tokens: int | None = None,
     ) -> torch.Tensor:
         """:meth:`denoiser_logits` computed padding-free: the valid tokens of each row (``attention_mask``) are
-        packed into rows of at most ``max_tokens`` tokens (default: the longest example) with block-diagonal
-        attention and per-example positions (:func:`dare.diffusion.packing.pack_layout`), and the aligned logits
+        packed into rows of at most ``max_tokens`` tokens (default: one row for the whole batch; the longest example
+        when the model uses gradient checkpointing, whose dense mask grows as ``T^2``) with block-diagonal attention
+        computed one example at a time and per-example positions (:mod:`dare.diffusion.packing`), and the aligned logits
         are scattered back: ``[B, L, V]``, zeros at padding, equal to :meth:`denoiser_logits` on every valid
         position up to float rounding (Dream: except each example's first token, which has no left neighbour
         and is never a target).
@@ -230,9 +231,10 @@ class ModelFamily(Component):
         from dare.diffusion.packing import Segments, needs_dense_mask, pack_layout, packed_segments
 
         valid = torch.ones_like(noisy_ids, dtype=torch.bool) if attention_mask is None else attention_mask.bool()
-        layout = pack_layout(valid, max_tokens)
         dev = noisy_ids.device
         dense = needs_dense_mask(model)  # a layer recompute must see the same attention: the dense mask, no segments
+        capacity = max_tokens or (None if dense else int(valid.sum()))  # default: one row (dense mask: longest)
+        layout = pack_layout(valid, capacity)
         mask = layout.attention_mask(dev) if dense else None
         with packed_segments(None if dense else Segments.of(layout, dev)):  # one example at a time
             logits = self.packed_logits(model, layout.pack(noisy_ids).to(dev), layout.position.to(dev),

@@ -18,8 +18,9 @@ runs unchanged on the same per-example noise: packed and padded training agree e
 (docs/algorithms.md §0 "Packing", ``verl/workers/actor/mdlm_sp_utils.py::get_packed_logits``); here the
 mask is a dense boolean ``[R, 1, T, T]`` that SDPA takes on any device.
 
-Rows are filled first-fit by decreasing segment length (deterministic: ties keep the batch order); the
-default capacity is the longest segment, so packed rows are never longer than the padded ones.
+Rows are filled first-fit by decreasing segment length (deterministic: ties keep the batch order).
+:func:`pack_layout`'s default capacity is the longest segment (packed rows never longer than the padded ones); the
+families' packed forwards put a whole batch in one row unless a dense mask is needed (below).
 
 **Segment-wise attention.** A dense block-diagonal mask still makes SDPA compute every ``T x T`` score of a row.
 While a packed forward runs (:func:`packed_segments`), the families' attention calls

@@ -176,8 +176,8 @@ class TrainSpec(_Strict):
         "padding to the longest example). See docs/run-spec.md.",
     )
     packing_max_tokens: int | None = Field(
-        None, gt=0, description="Tokens per packed row (block families count both halves of a pair); default the longest "
-        "example of each batch. Only with train.packing.",
+        None, gt=0, description="Tokens per packed row (block families count both halves of a pair); default the whole "
+        "micro-batch in one row (with model.gradient_checkpointing: the longest example). Only with train.packing.",
     )
 
 

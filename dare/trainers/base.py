@@ -85,8 +85,8 @@ class DareConfig(TrainingArguments):
                                                                   "skipped in a row before training stops."})
     packing: bool = field(default=False, metadata={"help": "Padding-free training forwards (ModelFamily."
                                                            "packed_denoiser_logits, dare.diffusion.packing)."})
-    packing_max_tokens: int | None = field(default=None, metadata={"help": "Tokens per packed row (default: the "
-                                                                           "longest example of the batch)."})
+    packing_max_tokens: int | None = field(default=None, metadata={"help": "Tokens per packed row (default: the whole "
+                                                                           "batch in one row; ModelFamily.packed_denoiser_logits)."})
 
     def __post_init__(self):
         if not torch.cuda.is_available():
