@@ -118,8 +118,7 @@ class GRPOTrainer(DareTrainer):
 
     # ------------------------------------------------------------------ likelihoods
     def _logits_fn(self, model):
-        family = self.family
-        return lambda noisy, clean, attn: family.denoiser_logits(model, noisy, clean, attn)
+        return lambda noisy, clean, attn: self.denoiser_logits(model, noisy, clean, attn)
 
     def _row_chunks(self, n: int) -> list[slice]:
         step = self.params.micro_batch_size or n

@@ -42,6 +42,7 @@ __all__ = [
     "check_model",
     "check_lora",
     "check_gradient_checkpointing",
+    "check_packing",
     "check_dataset",
     "check_benchmark_data",
     "check_validation_rows",
@@ -194,6 +195,19 @@ def check_gradient_checkpointing(ctx, problems: Problems) -> None:
     if not getattr(cls, "supports_gradient_checkpointing", False):
         problems.append(("model.gradient_checkpointing", f"{cls.__name__} ({ctx.family.name}) does not support gradient "
                                                          "checkpointing; set model.gradient_checkpointing: false"))
+
+
+def check_packing(ctx, problems: Problems) -> None:
+    """``train.packing``: the family implements packed forwards; ``train.packing_max_tokens`` only with packing."""
+    train = ctx.spec.train
+    if train is None:
+        return
+    if train.packing_max_tokens is not None and not train.packing:
+        problems.append(("train.packing_max_tokens", "packing_max_tokens sets the row length of packed training, which is "
+                                                     "off; set train.packing: true or remove packing_max_tokens"))
+    if train.packing and ctx.family is not None and not ctx.family.supports_packing:
+        problems.append(("train.packing", f"model family {ctx.family.name!r} has no packed forward "
+                                          "(ModelFamily.packed_logits); set train.packing: false"))
 
 
 def check_dataset(ds: DatasetSpec, loc: str, problems: Problems, need_prompt: bool = True) -> None:

@@ -168,6 +168,17 @@ class TrainSpec(_Strict):
     num_threads: int | None = Field(None, gt=0, description="torch CPU threads (default: torch's choice).")
     max_nonfinite_steps: int = Field(3, gt=0, description="Optimizer steps with a NaN/Inf loss or gradient that are skipped "
                                      "in a row before training stops with an error.")
+    packing: bool = Field(
+        False,
+        description="Padding-free training: the training forwards (SFT, DPO/VRPO, RL likelihood passes) pack the valid "
+        "tokens of several examples into one row with block-diagonal attention and per-example positions (block families: "
+        "[x_t ; x_0] pairs), same loss per example as padded. With LLaDA/Dream SFT each response ends at its EOS (no EOS "
+        "padding to the longest example). See docs/run-spec.md.",
+    )
+    packing_max_tokens: int | None = Field(
+        None, gt=0, description="Tokens per packed row (block families count both halves of a pair); default the whole "
+        "micro-batch in one row (with model.gradient_checkpointing: the longest example). Only with train.packing.",
+    )
 
 
 class BenchmarkSpec(_Strict):

@@ -83,6 +83,10 @@ class DareConfig(TrainingArguments):
     )
     max_nonfinite_steps: int = field(default=3, metadata={"help": "Optimizer steps with a NaN/Inf loss or gradient "
                                                                   "skipped in a row before training stops."})
+    packing: bool = field(default=False, metadata={"help": "Padding-free training forwards (ModelFamily."
+                                                           "packed_denoiser_logits, dare.diffusion.packing)."})
+    packing_max_tokens: int | None = field(default=None, metadata={"help": "Tokens per packed row (default: the whole "
+                                                                           "batch in one row; ModelFamily.packed_denoiser_logits)."})
 
     def __post_init__(self):
         if not torch.cuda.is_available():
@@ -127,6 +131,16 @@ class DareTrainer(Trainer):
         self._metrics: dict[str, list[float]] = {}
         self.guard = NonFiniteGuard(targs.max_nonfinite_steps)
         self._skipped_since_log = 0
+
+    # ------------------------------------------------------------------ training forwards
+    def denoiser_logits(self, model, noisy_ids, clean_ids, attention_mask=None):
+        """The family's training logits ``[B, L, V]`` (``ModelFamily.denoiser_logits``), computed padding-free with
+        ``ModelFamily.packed_denoiser_logits`` when ``args.packing`` (``train.packing``); same arguments and result
+        on every valid position (dare.diffusion.packing)."""
+        if self.args.packing:
+            return self.family.packed_denoiser_logits(model, noisy_ids, clean_ids, attention_mask,
+                                                      self.args.packing_max_tokens)
+        return self.family.denoiser_logits(model, noisy_ids, clean_ids, attention_mask)
 
     # ------------------------------------------------------------------ metrics
     def record(self, **values: float) -> None:

@@ -40,6 +40,8 @@ def config_from_spec(train, output_dir: str, config_cls=None, **extra: Any):
         bf16=train.bf16,
         num_threads=train.num_threads,
         max_nonfinite_steps=train.max_nonfinite_steps,
+        packing=train.packing,
+        packing_max_tokens=train.packing_max_tokens,
         dataloader_num_workers=0,
     )
     kwargs.update(extra)

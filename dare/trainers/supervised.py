@@ -28,10 +28,15 @@ RESPONSE_COLUMNS = ("response", "completion", "answer")
 def supervised_collator(run, longest: int | None) -> SupervisedCollator:
     """The family's collator for ``run``: whole blocks for block families; for families whose EOS padding is
     part of the response (LLaDA, Dream), every batch padded to ``longest`` (the dataset's longest example),
-    so an example's loss does not depend on the batch it lands in (``SupervisedCollator``)."""
+    so an example's loss does not depend on the batch it lands in (``SupervisedCollator``).
+
+    With ``train.packing`` every family's padding is excluded (attention mask 0, not in the loss): each response
+    ends at its own EOS and the packed forward drops the padding (dare.diffusion.packing); for LLaDA/Dream this
+    trains without the EOS padding to the longest example (docs/run-spec.md, ``train.packing``)."""
     family = run.family
-    return SupervisedCollator(run.tokens, family.pad_in_response, pad_to_multiple_of=family.block_size(run.model.config),
-                              pad_to_length=longest if family.pad_in_response else None)
+    pad_in_response = family.pad_in_response and not run.spec.train.packing
+    return SupervisedCollator(run.tokens, pad_in_response, pad_to_multiple_of=family.block_size(run.model.config),
+                              pad_to_length=longest if pad_in_response else None)
 
 
 class SupervisedObjective(TrainerObjective):

@@ -80,10 +80,8 @@ class DPOTrainer(DareTrainer):
     def sequence_scores(self, model, batch: ScoringBatch, passes: list[Pass]) -> torch.Tensor:
         """ELBO estimate of every sequence of the batch under ``model``: ``[2B]`` float32 (mean over passes,
         per response token with ``elbo_normalizer: length``)."""
-        family = self.family
-
         def logits_fn(noisy, clean, attn):
-            return family.denoiser_logits(model, noisy, clean, attn)
+            return self.denoiser_logits(model, noisy, clean, attn)
 
         score = torch.stack([score_pass(logits_fn, batch, pas).sequence for pas in passes]).mean(dim=0)
         if self.objective.params.elbo_normalizer == "length":

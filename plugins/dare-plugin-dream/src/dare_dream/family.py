@@ -161,6 +161,14 @@ class DreamFamily(ModelFamily):
             raw = model(input_ids=input_ids, attention_mask=mask, position_ids=position_ids).logits
         return shift_logits(raw)
 
+    def packed_logits(self, model, input_ids, position_ids, attention_mask, segment_start) -> torch.Tensor:
+        """Aligned logits ``[R, T, V]`` of packed rows (``ModelFamily.packed_logits``): the model with the packed
+        positions and block-diagonal bool mask, then the shift of :func:`shift_logits` applied per segment (the
+        first token of each example keeps its own output instead of the previous example's last one; Dream SFT
+        shifts per sample, docs/algorithms.md §0 "Dream logit shift")."""
+        raw = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids).logits
+        return torch.where(segment_start[..., None], raw, shift_logits(raw))
+
     def kv_logits(self, model, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None, past=None,
                   start: int = 0, end: int | None = None, use_cache: bool = False):
         """The cached forward of Fast-dLLM's block-wise KV cache (contract: :mod:`dare.sampling.kv_cache`).

@@ -44,6 +44,7 @@ from transformers.activations import ACT2FN
 from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_outputs import BaseModelOutput, MaskedLMOutput
 
+from dare.diffusion.packing import scaled_dot_product_attention
 from dare.errors import CheckpointError
 from dare.sampling.kv_cache import replace_span
 from dare_dream.configuration_dream import DreamConfig
@@ -204,7 +205,7 @@ class DreamAttention(nn.Module):
         k, v = _repeat_kv(k, n_rep), _repeat_kv(v, n_rep)
         if q.device.type == "cuda" and attention_mask is not None:
             q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
-        out = F.scaled_dot_product_attention(
+        out = scaled_dot_product_attention(
             q,
             k,
             v,

@@ -90,7 +90,7 @@ class DTreeRPOTrainer(GRPOTrainer):
         ids, attn = rollout.parent_ids[parents], rollout.parent_attention[parents]
         P = rollout.batch.prompt_length
         am = None if bool(attn.all()) else attn
-        logits = self.family.denoiser_logits(model, ids, ids, am)[:, P:]
+        logits = self.denoiser_logits(model, ids, ids, am)[:, P:]
         if self.likelihood_temperature != 1.0:
             logits = logits / self.likelihood_temperature
         start = parents.start or 0

@@ -123,6 +123,11 @@ class LLaDAFamily(ModelFamily):
         """
         return model(input_ids=input_ids, attention_mask=attention_mask).logits
 
+    def packed_logits(self, model, input_ids, position_ids, attention_mask, segment_start) -> torch.Tensor:
+        """Logits ``[R, T, V]`` of packed rows (``ModelFamily.packed_logits``): the bool block-diagonal mask goes in
+        as ``attention_bias`` and the per-example positions as ``position_ids`` (i scores i: no shift)."""
+        return model(input_ids=input_ids, attention_bias=attention_mask, position_ids=position_ids).logits
+
     def kv_logits(self, model, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None, past=None,
                   start: int = 0, end: int | None = None, use_cache: bool = False):
         """The cached forward of Fast-dLLM's block-wise KV cache (contract: :mod:`dare.sampling.kv_cache`).

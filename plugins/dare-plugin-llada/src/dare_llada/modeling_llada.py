@@ -9,8 +9,9 @@ Numerics follow the release so fp32 logits agree to ~1e-6:
 
 * RMSNorm normalises in fp32 with autocast off, casts back, then multiplies by the weight;
 * RoPE (rotate-half, ``inv_freq_j = theta^(-2j/hd)``) is applied in fp32 when
-  ``rope_full_precision``; keys take positions ``0..Lk-1`` and queries ``Lk-Lq..Lk-1``. There is no
-  ``position_ids`` argument: left padding shifts positions, as in the official generator;
+  ``rope_full_precision``; keys take positions ``0..Lk-1`` and queries ``Lk-Lq..Lk-1``, so left padding
+  shifts positions, as in the official generator. DARE adds an optional ``position_ids`` ``[B, L]`` (no cache)
+  for packed training, where positions restart in every packed example (the official model has none);
 * attention is SDPA with ``is_causal=False``; a ``[B, L]`` padding mask becomes an additive key mask
   (0 / ``finfo(float32).min``) added to the optional ``attention_bias``;
 * the KV cache (``use_cache``) stores keys *before* RoPE, one ``(k, v)`` pair per block. Given
@@ -34,6 +35,7 @@ from transformers import initialization as init
 from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.utils import ModelOutput
 
+from dare.diffusion.packing import scaled_dot_product_attention
 from dare.sampling.kv_cache import replace_span
 from dare_llada.configuration_llada import LLaDAConfig
 from dare_llada.generation import LLaDAGenerationMixin
@@ -121,18 +123,25 @@ class LLaDARotary(nn.Module):
         self._cache[key] = (sin, cos)
         return sin, cos
 
-    def forward(self, q: torch.Tensor, k: torch.Tensor, q_start: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    def forward(self, q: torch.Tensor, k: torch.Tensor, q_start: int | None = None,
+                position_ids: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """Rotate ``q`` ``[B, nh, Lq, hd]`` and ``k`` ``[B, nkv, Lk, hd]`` (keys at positions ``0..Lk-1``).
 
         Queries sit at positions ``q_start .. q_start + Lq - 1``; ``None`` means at the end (``Lk - Lq``).
+        ``position_ids`` ``[B, L]`` int64 (``Lq == Lk == L``) gives every query and key its own position instead.
         """
         q_, k_ = (q.float(), k.float()) if self.full_precision else (q, k)
         with torch.autocast(q.device.type, enabled=False):
             lq, lk = q_.shape[-2], k_.shape[-2]
             q0 = lk - lq if q_start is None else q_start
-            sin, cos = self.tables(lk, q_.device)
-            sin, cos = sin.type_as(q_), cos.type_as(q_)
-            qs, qc = sin[:, :, q0 : q0 + lq], cos[:, :, q0 : q0 + lq]
+            if position_ids is not None:
+                sin, cos = self.tables(int(position_ids.max()) + 1, q_.device)
+                sin, cos = sin[0, 0][position_ids][:, None].type_as(q_), cos[0, 0][position_ids][:, None].type_as(q_)
+                qs, qc = sin, cos
+            else:
+                sin, cos = self.tables(lk, q_.device)
+                sin, cos = sin.type_as(q_), cos.type_as(q_)
+                qs, qc = sin[:, :, q0 : q0 + lq], cos[:, :, q0 : q0 + lq]
             q_ = ((q_ * qc) + (_rotate_half(q_) * qs)).to(q_.dtype)
             k_ = ((k_ * cos) + (_rotate_half(k_) * sin)).to(k_.dtype)
         return q_.type_as(q), k_.type_as(k)
@@ -183,7 +192,7 @@ class LLaDALlamaBlock(GradientCheckpointingLayer):
         self.attention_dropout = config.attention_dropout
         self.residual_dropout = config.residual_dropout
 
-    def attention(self, h, attention_bias, layer_past, use_cache, span=None):
+    def attention(self, h, attention_bias, layer_past, use_cache, span=None, position_ids=None):
         """Self-attention of ``h`` ``[B, T, d]``. With ``layer_past`` ``(k, v)`` the new keys follow the cached
         ones, or replace cached positions ``span = (s, e)`` (``e - s = T``). Returns ``(out, present)``."""
         B, T, C = h.shape
@@ -206,7 +215,7 @@ class LLaDALlamaBlock(GradientCheckpointingLayer):
         lq, lk = q.shape[-2], k.shape[-2]
         q0 = lk - lq if span is None else span[0]
         if self.rotary_emb is not None:
-            q, k = self.rotary_emb(q, k, q0)
+            q, k = self.rotary_emb(q, k, q0, position_ids)
         mask = None
         if attention_bias is not None:
             mask = attention_bias[:, :, q0 : q0 + lq, :lk]
@@ -218,12 +227,12 @@ class LLaDALlamaBlock(GradientCheckpointingLayer):
             k = k.repeat_interleave(rep, dim=1, output_size=self.n_heads)
             v = v.repeat_interleave(rep, dim=1, output_size=self.n_heads)
         p = self.attention_dropout if self.training else 0.0
-        att = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p, is_causal=False)
+        att = scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p, is_causal=False)
         att = att.transpose(1, 2).contiguous().view(B, T, C)
         return self.attn_out(att), present
 
-    def forward(self, x, attention_bias=None, layer_past=None, use_cache=False, span=None):
-        att, present = self.attention(self.attn_norm(x), attention_bias, layer_past, use_cache, span)
+    def forward(self, x, attention_bias=None, layer_past=None, use_cache=False, span=None, position_ids=None):
+        att, present = self.attention(self.attn_norm(x), attention_bias, layer_past, use_cache, span, position_ids)
         x = x + F.dropout(att, self.residual_dropout, self.training)
         h = self.ff_norm(x)
         h = self.ff_out(self.act(self.ff_proj(h)) * self.up_proj(h))
@@ -264,6 +273,7 @@ class LLaDAModel(nn.Module):
         use_cache=False,
         output_hidden_states=False,
         replace_position=None,
+        position_ids=None,
     ):
         x = self.transformer.wte(input_ids) if input_embeddings is None else input_embeddings
         B, L = x.shape[:2]
@@ -282,6 +292,8 @@ class LLaDAModel(nn.Module):
                     f"the cache {past_length} positions"
                 )
         total = past_length if span is not None else past_length + L
+        if position_ids is not None and past_key_values:
+            raise ValueError("position_ids cannot be combined with past_key_values (cached keys use array positions)")
 
         key_mask = None
         if attention_mask is not None and bool((attention_mask == 0).any()):
@@ -311,7 +323,8 @@ class LLaDAModel(nn.Module):
             if hidden_states is not None:
                 hidden_states.append(x)
             past = past_key_values[i] if past_key_values else None
-            x, present = block(x, attention_bias=bias, layer_past=past, use_cache=use_cache, span=span)
+            x, present = block(x, attention_bias=bias, layer_past=past, use_cache=use_cache, span=span,
+                               position_ids=position_ids)
             if presents is not None:
                 presents.append(present)
         x = self.transformer.ln_f(x)
@@ -407,6 +420,7 @@ class LLaDAModelLM(LLaDAGenerationMixin, LLaDAPreTrainedModel):
         output_hidden_states: bool | None = None,
         return_dict: bool | None = None,
         replace_position: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
         **kwargs,
     ):
         if output_attentions:
@@ -421,6 +435,7 @@ class LLaDAModelLM(LLaDAGenerationMixin, LLaDAPreTrainedModel):
             use_cache=use_cache,
             output_hidden_states=bool(output_hidden_states),
             replace_position=replace_position,
+            position_ids=position_ids,
         )
         out = LLaDAOutput(
             logits=logits, cache=presents, hidden_states=tuple(hidden) if hidden is not None else None

@@ -44,6 +44,7 @@ from transformers.activations import ACT2FN
 from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.utils import ModelOutput
 
+from dare.diffusion.packing import scaled_dot_product_attention
 from dare.errors import DareError
 from dare_llada2.configuration_llada2_moe import LLaDA2MoeConfig
 from dare_llada2.generation import LLaDA2GenerationMixin
@@ -194,7 +195,7 @@ class LLaDA2MoeAttention(nn.Module):
             rep = self.num_heads // self.num_kv_heads
             k = k.repeat_interleave(rep, dim=1, output_size=self.num_heads)
             v = v.repeat_interleave(rep, dim=1, output_size=self.num_heads)
-        out = F.scaled_dot_product_attention(
+        out = scaled_dot_product_attention(
             q, k, v, attn_mask=mask, dropout_p=self.dropout if self.training else 0.0, is_causal=False
         )
         return self.dense(out.transpose(1, 2).reshape(B, L, -1))

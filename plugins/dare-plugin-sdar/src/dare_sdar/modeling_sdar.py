@@ -30,7 +30,6 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 from transformers import PreTrainedModel
 from transformers import initialization as init
@@ -39,6 +38,7 @@ from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_outputs import BaseModelOutputWithPast
 from transformers.utils import ModelOutput
 
+from dare.diffusion.packing import scaled_dot_product_attention
 from dare_sdar.cache import SDARCache
 from dare_sdar.configuration_sdar import SDARConfig
 from dare_sdar.errors import SDARInputError
@@ -203,7 +203,7 @@ class SDARAttention(nn.Module):
         q, k = _apply_rope(q, cos, sin), _apply_rope(k, cos, sin)
         if cache is not None:
             k, v = cache.append(self.layer_idx, k, v) if store_kv else cache.extend(self.layer_idx, k, v)
-        out = F.scaled_dot_product_attention(
+        out = scaled_dot_product_attention(
             q,
             k,
             v,

@@ -38,7 +38,7 @@ class SFTTrainer(DareTrainer):
         masked = bernoulli_mask(t, loss_mask, generator=gens)
         noisy = apply_mask(ids, masked, self.tokens.mask_id)
         model_attn = None if bool(attn.all()) else attn
-        logits = self.family.denoiser_logits(model, noisy, ids, model_attn)
+        logits = self.denoiser_logits(model, noisy, ids, model_attn)
         loss, _ = masked_diffusion_loss(logits, ids, masked, t, inputs["response_length"])
         if model.training:
             self.record(mask_ratio=float(t.mean()), masked_tokens=float(masked.sum()) / ids.shape[0])  # per example
