@@ -4,7 +4,10 @@ Both trainers run the same step on the same model (LLaDA architecture, the quick
 128, 4 layers) and the same Sudoku prompts: ``--prompts`` prompts x ``--group`` completions sampled
 with LLaDA's low-confidence decoder at temperature 1, scored with the Sudoku reward, and one optimizer
 step on d1's one-step estimator (completion fully masked, prompt masked with p = 0.15), token-level GRPO
-loss, mu = 1, beta = 0.
+loss, mu = 1, beta = 0, in the same precision (``--precision``, default fp32: trl's GRPOConfig defaults
+to bf16 autocast, which this benchmark turns off unless asked, because a bf16 baseline against an fp32
+candidate measures the CPU's bf16 support, 2-3x faster with AVX512-BF16 and slower without, not the
+trainers).
 
 The TRL baseline is the d1 design: ``GRPOTrainer`` with the generation replaced by LLaDA's vanilla
 decoder (``_generate_single_turn``: ``dare_llada.sampler.decode``, the official low-confidence schedule,
@@ -103,7 +106,8 @@ def run_dare(lm, rows, args, tmp) -> list[dict[str, float]]:
     objective = D1({"group_size": args.group})
     config = DareConfig(output_dir=os.path.join(tmp, "dare"), per_device_train_batch_size=args.prompts,
                         max_steps=args.steps + args.warmup, learning_rate=1e-4, logging_steps=10_000,
-                        logging_first_step=False, save_strategy="no", report_to="none", seed=0, disable_tqdm=True)
+                        logging_first_step=False, save_strategy="no", report_to="none", seed=0, disable_tqdm=True,
+                        bf16=args.precision == "bf16")
 
     class Timing(TrainerCallback):
         def on_step_begin(self, a, state, control, **kw):
@@ -209,7 +213,7 @@ def run_trl(lm, rows, args, tmp) -> list[dict[str, float]]:
                        num_generations=args.group, max_completion_length=SAMPLER["gen_length"], max_steps=args.steps + args.warmup,
                        learning_rate=1e-4, beta=0.0, loss_type="grpo", logging_steps=10_000, save_strategy="no",
                        report_to="none", use_cpu=True, seed=0, disable_tqdm=True, temperature=1.0,
-                       gradient_checkpointing=False)
+                       gradient_checkpointing=False, bf16=args.precision == "bf16")  # TRL defaults to bf16
     from transformers import GenerationConfig
 
     lm.model.generation_config = GenerationConfig(pad_token_id=tokens.pad_id, eos_token_id=tokens.eos_id)
@@ -272,6 +276,8 @@ def parse(argv=None) -> argparse.Namespace:
                     help="DARE's rollout KV cache (default: none; dual with --long)")
     ap.add_argument("--threshold", type=float, default=None,
                     help="DARE's rollout confidence threshold (default: off; 0.9 with --long; 0 = off)")
+    ap.add_argument("--precision", choices=("fp32", "bf16"), default="fp32",
+                    help="both trainers' compute precision (bf16: accelerate's autocast, trl's default; fp32: DARE's)")
     ap.add_argument("--model", default=None, help="a trained LLaDA checkpoint directory instead of a fresh model")
     args = ap.parse_args(argv)
     if args.rounds < MIN_ROUNDS:
@@ -327,7 +333,7 @@ def main(argv=None) -> int:
     print(f"\nd1, {'a trained model ' + args.model if args.model else 'fresh quickstart LLaDA'} "
           f"({args.prompts} prompts x {args.group} completions, gen {SAMPLER['gen_length']}, block "
           f"{SAMPLER['block_length']}, {SAMPLER['steps']} steps, temperature {SAMPLER['temperature']}; DARE rollouts: "
-          f"{accel}; TRL: vanilla decoder), {args.threads} thread(s), {args.rounds} alternating rounds x "
+          f"{accel}; TRL: vanilla decoder), {args.precision} both, {args.threads} thread(s), {args.rounds} alternating rounds x "
           f"{args.steps} timed step(s)")
     print(f"CPU: {cpu_model()}; load average before: {load_before}, after: {load_average()}")
     d = summary("DARE", dare_steps)
