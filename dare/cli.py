@@ -195,7 +195,7 @@ def profile(spec, steps, overrides, as_json):
 @click.option("--json", "as_json", is_flag=True, help="Print JSON with the trajectory and NFE.")
 def generate(model_path, run_dir, prompts, sampler_name, params, chat, dtype, seed, as_json):
     """Prompt in, text out: with --model (and --sampler/--param), or with everything a run used (--run DIR)."""
-    from dare.generate import GenerateSettings, generate as generate_texts, run_settings
+    from dare.generate import GenerateSettings, check_generate_options, generate as generate_texts, run_settings
     from dare.spec import parse_override_value
 
     if (model_path is None) == (run_dir is None):
@@ -223,32 +223,13 @@ def generate(model_path, run_dir, prompts, sampler_name, params, chat, dtype, se
     settings.dtype = dtype or settings.dtype
     settings.seed = settings.seed if seed is None else seed
     # the spec's checks (model directory, sampler params, sampler vs family) before loading any weights
-    sampler = _generate_checks(settings.model, settings.sampler, raw)
+    sampler = check_generate_options(settings.model, settings.sampler, raw)
     out = generate_texts(settings, sampler, texts, strict_chat=run_dir is not None and chat is None)
     if as_json:
         click.echo(json.dumps(out))
     else:
         for c in out["completions"]:
             click.echo(c)
-
-
-def _generate_checks(model_path: str, sampler: str | None, params: dict):
-    """``dare generate``'s input checks (:func:`dare.spec.resolve_generate`), problems named by the options.
-
-    :returns: the sampler component. :raises DareError: naming ``--model``, ``--sampler``, ``--param KEY``.
-    """
-    from dare.spec import resolve_generate
-
-    ctx = resolve_generate(model_path, sampler, params)
-    if not ctx.problems:
-        return ctx.sampler
-    names = {"model.path": "--model", "sampler.name": "--sampler", "sampler": "--sampler", "sampler.params": "--param"}
-    out = []
-    for loc, msg in ctx.problems:
-        if loc.startswith("sampler.params."):
-            loc = f"--param {loc[len('sampler.params.'):]}"
-        out.append(f"{names.get(loc, loc)}: {msg.replace('model.path', '--model')}")
-    raise DareError("; ".join(out))
 
 
 # --------------------------------------------------------------------------- validate / schema / plugins
@@ -306,7 +287,6 @@ def plugins(name, as_json, with_params, check):
     `dare plugins NAME` shows the component(s) called NAME (e.g. tracerl, llada) with their params:
     name, type, default and description; every key is what `params:` of that component accepts.
     """
-    from dare.errors import PluginError
     from dare.plugins import get_plugin_manager, reset
 
     reset()
@@ -319,45 +299,9 @@ def plugins(name, as_json, with_params, check):
 
         show_component(reg, name, as_json)
         return
-    conflicts = list(reg.conflicts)
-    if check or with_params:
-        reg.load_all()  # components whose module fails to import become failures
-    broken = {f.component for f in reg.failures if f.component}
-    rows = [
-        {"kind": e.kind, "name": e.name, "distribution": e.distribution, "version": e.version, "plugin": e.plugin,
-         "description": e.description,
-         **({"params": e.cls.Params.model_json_schema()} if with_params and f"{e.kind} {e.name}" not in broken else {})}
-        for e in reg.all()
-    ]
-    failures = [{"plugin": f.plugin, "distribution": f.distribution, "error": f.error,
-                 **({"component": f.component} if f.component else {})} for f in reg.failures]
-    if as_json:
-        click.echo(json.dumps({"components": rows, "failed": failures, "conflicts": conflicts}, indent=2))
-    else:
-        from rich.markup import escape
-        from rich.table import Table
+    from dare.cli_help import list_components
 
-        t = Table(title="DARE components")
-        for col in ("kind", "name", "distribution", "version"):
-            t.add_column(col)
-        for r in rows:
-            t.add_row(r["kind"], r["name"], r["distribution"], r["version"])
-        con = _console()
-        con.print(t)
-        if with_params:
-            from dare.cli_help import print_params
-
-            for e in reg.all():
-                print_params(con, e)
-        else:
-            con.print("params of a component: `dare plugins NAME` (all: `dare plugins --params`)")
-        for f in failures:
-            what = f"component {f['component']} of plugin" if "component" in f else "plugin"
-            con.print(f"[red]failed to load {what} {f['plugin']} ({f['distribution']}): {escape(f['error'])}[/red]")
-        for c in conflicts:
-            con.print(f"[red]conflict: {c}[/red]")
-    if conflicts:
-        raise PluginError("; ".join(conflicts))
+    list_components(reg, as_json, with_params, check, _console)
 
 
 # --------------------------------------------------------------------------- scaffolding

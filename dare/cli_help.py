@@ -9,7 +9,7 @@ import click
 
 from dare.errors import DareError
 
-__all__ = ["EPILOG", "CreateModelCommand", "print_params", "show_component"]
+__all__ = ["EPILOG", "CreateModelCommand", "list_components", "print_params", "show_component"]
 
 EPILOG = """\b
 Documentation (in the repository): README.md (quickstart),
@@ -109,3 +109,53 @@ def show_component(reg, name: str, as_json: bool) -> None:
     con = Console()
     for e in found:
         print_params(con, e)
+
+
+def list_components(reg, as_json: bool, with_params: bool, check: bool, console) -> None:
+    """``dare plugins`` without NAME: every component (kind, name, distribution, version), failures and
+    conflicts, as a table or JSON (``--params``: with each component's params).
+
+    :param reg: the plugin registry; :param console: a callable returning a rich console.
+    :raises PluginError: two plugins register the same name.
+    """
+    from dare.errors import PluginError
+
+    conflicts = list(reg.conflicts)
+    if check or with_params:
+        reg.load_all()  # components whose module fails to import become failures
+    broken = {f.component for f in reg.failures if f.component}
+    rows = [
+        {"kind": e.kind, "name": e.name, "distribution": e.distribution, "version": e.version, "plugin": e.plugin,
+         "description": e.description,
+         **({"params": e.cls.Params.model_json_schema()} if with_params and f"{e.kind} {e.name}" not in broken else {})}
+        for e in reg.all()
+    ]
+    failures = [{"plugin": f.plugin, "distribution": f.distribution, "error": f.error,
+                 **({"component": f.component} if f.component else {})} for f in reg.failures]
+    if as_json:
+        click.echo(json.dumps({"components": rows, "failed": failures, "conflicts": conflicts}, indent=2))
+    else:
+        from rich.markup import escape
+        from rich.table import Table
+
+        t = Table(title="DARE components")
+        for col in ("kind", "name", "distribution", "version"):
+            t.add_column(col)
+        for r in rows:
+            t.add_row(r["kind"], r["name"], r["distribution"], r["version"])
+        con = console()
+        con.print(t)
+        if with_params:
+            from dare.cli_help import print_params
+
+            for e in reg.all():
+                print_params(con, e)
+        else:
+            con.print("params of a component: `dare plugins NAME` (all: `dare plugins --params`)")
+        for f in failures:
+            what = f"component {f['component']} of plugin" if "component" in f else "plugin"
+            con.print(f"[red]failed to load {what} {f['plugin']} ({f['distribution']}): {escape(f['error'])}[/red]")
+        for c in conflicts:
+            con.print(f"[red]conflict: {c}[/red]")
+    if conflicts:
+        raise PluginError("; ".join(conflicts))

@@ -18,7 +18,7 @@ from typing import Any
 
 from dare.errors import DareError
 
-__all__ = ["GenerateSettings", "run_settings", "render_prompts", "generate"]
+__all__ = ["GenerateSettings", "run_settings", "render_prompts", "generate", "check_generate_options"]
 
 
 @dataclass
@@ -119,3 +119,22 @@ def generate(settings: GenerateSettings, sampler, texts: list[str], strict_chat:
     out = sampler.generate(lm.model, lm.family, lm.tokens, ids, attn, generator=gen)
     return {"completions": decode_completions(lm.tokenizer, out.completions, lm.tokens), "nfe": out.nfe,
             "unmask_step": out.unmask_step.tolist()}
+
+
+def check_generate_options(model_path: str, sampler: str | None, params: dict):
+    """``dare generate``'s input checks (:func:`dare.spec.resolve_generate`), problems named by the options.
+
+    :returns: the sampler component. :raises DareError: naming ``--model``, ``--sampler``, ``--param KEY``.
+    """
+    from dare.spec import resolve_generate
+
+    ctx = resolve_generate(model_path, sampler, params)
+    if not ctx.problems:
+        return ctx.sampler
+    names = {"model.path": "--model", "sampler.name": "--sampler", "sampler": "--sampler", "sampler.params": "--param"}
+    out = []
+    for loc, msg in ctx.problems:
+        if loc.startswith("sampler.params."):
+            loc = f"--param {loc[len('sampler.params.'):]}"
+        out.append(f"{names.get(loc, loc)}: {msg.replace('model.path', '--model')}")
+    raise DareError("; ".join(out))

@@ -16,8 +16,15 @@ EXAMPLES = sorted((Path(__file__).resolve().parents[1] / "examples").glob("*.yam
 def test_example_spec_validates(path, tmp_path, tiny_llada_dir):
     raw = yaml.safe_load(path.read_text())
     raw["output"]["dir"] = str(tmp_path / "run")
-    if path.name == "quickstart-rl.yaml":  # starts from the short SFT run's model: a tiny LLaDA stands in
-        raw["model"]["path"] = str(tiny_llada_dir)
+    model_path = str(raw.get("model", {}).get("path", ""))
+    if model_path.startswith("runs/"):  # starts from another example's run: a tiny model of its family stands in
+        family = next((f for f in ("dream", "sdar", "llada2") if f in path.name), "llada")
+        if family == "llada":
+            raw["model"]["path"] = str(tiny_llada_dir)
+        else:
+            from dare.testing import tiny_model
+
+            raw["model"]["path"] = str(tiny_model(family, tmp_path / "start").path)
     validate_spec(raw, source=str(path))
 
 

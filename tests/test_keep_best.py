@@ -88,7 +88,7 @@ def test_keep_best_ends_with_the_best_validation_weights(tmp_path, tiny_llada_di
 
     def fake_validate(self, model, limit=None):
         seen.append(limit)
-        return SimpleNamespace(accuracy=next(scores), mean_reward=0.0)
+        return SimpleNamespace(accuracy=next(scores), mean_reward=0.0, n=100)
 
     monkeypatch.setattr(Run, "validate", fake_validate)
     out = tmp_path / "run"
@@ -100,7 +100,7 @@ def test_keep_best_ends_with_the_best_validation_weights(tmp_path, tiny_llada_di
     best = json.loads((out / "checkpoints" / "best" / "best.json").read_text())
     assert best == {"step": 2, "metric": "validation/accuracy", "value": 0.5}
     assert result["train"]["best_step"] == 2 and result["train"]["best_validation_accuracy"] == 0.5
-    assert "final weights (train.keep_best): step 2, validation accuracy 0.5000" in (out / "report.md").read_text()
+    assert "Final weights (train.keep_best): step 2, validation accuracy 0.5000" in (out / "report.md").read_text()
 
     final = load_file(out / "model" / "model.safetensors")
     at2 = load_file(out / "checkpoints" / "checkpoint-2" / "model.safetensors")
@@ -144,7 +144,7 @@ def test_resume_does_not_evaluate_the_resumed_step(tmp_path, tiny_llada_dir, mon
     def fake_validate(self, model, limit=None):
         step = len(calls)
         calls.append(step)
-        return SimpleNamespace(accuracy=scripted.pop(0), mean_reward=0.0)
+        return SimpleNamespace(accuracy=scripted.pop(0), mean_reward=0.0, n=100)
 
     scripted = [scores[0], scores[3], scores[6]]
     monkeypatch.setattr(Run, "validate", fake_validate)

@@ -303,15 +303,17 @@ def test_first_party_registrations_match_their_classes():
         assert e.target == f"{e.cls.__module__}:{e.cls.__qualname__}"
     # nothing left out: every component class the built-in modules and the grpo plugin define is registered
     import dare.diffusion.estimators
-    from dare.builtins import benchmarks, rewards
+    from dare.builtins import benchmarks, multiple_choice, rewards
     from dare_grpo.objectives import EXTRA_OBJECTIVES, OBJECTIVES
 
     def defined(module):
         return {c for c in vars(module).values() if isinstance(c, type) and issubclass(c, Component) and c.name
                 and c.__module__.startswith(module.__name__)}
 
-    for module, kind in ((rewards, "reward"), (benchmarks, "evaluator"), (dare.diffusion.estimators, "estimator")):
-        assert {e.cls for e in reg.all() if e.plugin == "dare.builtins" and e.kind == kind} == defined(module), kind
+    for modules, kind in (((rewards, multiple_choice), "reward"), ((benchmarks, multiple_choice), "evaluator"),
+                          ((dare.diffusion.estimators,), "estimator")):
+        want = {c for m in modules for c in defined(m) if c.kind == kind}
+        assert {e.cls for e in reg.all() if e.plugin == "dare.builtins" and e.kind == kind} == want, kind
     assert {e.cls for e in reg.all() if e.plugin == "grpo" and e.kind == "objective"} == set(OBJECTIVES + EXTRA_OBJECTIVES)
 
 
@@ -347,8 +349,9 @@ except SystemExit as exc:
     assert not exc.code, exc.code
 heavy = sorted({m.split('.')[0] for m in sys.modules} & {'torch', 'transformers', 'pydantic', 'datasets', 'pandas',
                                                           'numpy', 'peft', 'accelerate', 'trl', 'math_verify'})
+# dare_lmeval._startup: imported by dare_lmeval.pth at interpreter start-up (standard library only, no component)
 plugin_modules = sorted(m for m in sys.modules if m.startswith('dare_') and not m.endswith('.plugin')
-                        and '.' in m)
+                        and '.' in m and m != 'dare_lmeval._startup')
 print('HEAVY', heavy, 'COMPONENTS', plugin_modules, file=sys.stderr)
 """
 

@@ -59,7 +59,8 @@ def test_run_end_to_end_and_resume(tmp_path, tiny_llada_dir):
     assert prov["spec"]["train"]["max_steps"] == 6
     assert prov["sampler"] == {"name": "llada", "params": {"gen_length": 17, "block_length": 17, "steps": 17, "temperature": 0.0,
                                                           "remasking": "low_confidence", "cfg_scale": 0.0,
-                                                          "logits_eos_inf": False, "confidence_eos_eot_inf": False}}
+                                                          "logits_eos_inf": False, "confidence_eos_eot_inf": False,
+                                                          "cache": "none", "threshold": None, "factor": None}}
     assert prov["seed"] == 0 and prov["versions"]["torch"] and "git_sha" in prov
     md = (out / "report.md").read_text()
     assert "| before | sudoku |" in md and "| after | sudoku |" in md

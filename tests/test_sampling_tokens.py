@@ -103,12 +103,20 @@ def test_dream_rule_matches_dare_dream_sample_tokens_for_every_setting():
 def test_non_finite_logits_are_refused_with_where_and_why(bad):
     logits = torch.zeros(2, 3, 5)
     require_finite_logits(logits, "completion block 0, denoising step 0")
-    logits[1, 2, 4] = bad
+    banned = logits.clone()
+    banned[..., 4] = -torch.inf  # a banned token (logits_eos_inf, top-k, a hook) is not an error
+    require_finite_logits(banned, "completion block 0, denoising step 0")
+    if bad == float("-inf"):
+        logits[1, 2, :] = bad  # no token of position (1, 2) can be chosen
+    else:
+        logits[1, 2, 4] = bad
     with pytest.raises(NonFiniteLogitsError) as err:
         require_finite_logits(logits, "completion block 3, denoising step 1 (0-based)")
     msg = str(err.value)
     assert isinstance(err.value, DareError)
     assert "non-finite logits at completion block 3, denoising step 1 (0-based)" in msg
-    assert ("1 NaN and 0 infinite" if math.isnan(bad) else "0 NaN and 1 infinite") in msg and "among 30" in msg
+    want = {"nan": "1 NaN and 0 infinite", "inf": "0 NaN and 1 infinite", "-inf": "0 NaN and 5 infinite"}[str(bad)]
+    assert want in msg and "among 30" in msg
+    assert ("1 position(s) without any finite logit" if bad == float("-inf") else "0 position(s)") in msg
     assert "diverged" in msg and "corrupted" in msg
     assert BLOCK_RULE.filter_order == "top_k_first"  # the default rule is the block decoders'

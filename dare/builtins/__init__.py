@@ -31,7 +31,8 @@ def register_rewards(register):
     register("dare.builtins.rewards:CodeReward", name="code",
              description="Program from the completion passes the sample's tests in the sandbox (1/0; format error 0).")
     register("dare.builtins.multiple_choice:ChoiceReward", name="choice",
-             description="1 when the completion is the gold choice's text (index into 'choices' or text), else 0.")
+             description="1 when the completion is the gold choice's text (gold: reward_model.ground_truth / ground_truth / "
+                         "answer, index into 'choices' or text), else 0.")
 
 
 @hookimpl
@@ -56,7 +57,8 @@ def register_evaluators(register):
              description="MBPP (500 test problems, 3-shot [BEGIN]/[DONE] prompts); pass@1 on the assert list, "
                          "sandboxed.")
     register("dare.builtins.multiple_choice:MultipleChoice", name="multiple-choice", aliases=("mc",),
-             description="Any multiple-choice data file: rows with 'choices' and the gold answer, scored by MC-ELBO.")
+             description="Any multiple-choice data file: rows with 'choices' and the gold answer (index or text), "
+                         "scored by MC-ELBO.")
     register("dare.builtins.multiple_choice:SudokuMC", name="sudoku-mc",
              description="4x4 Sudoku (500 test puzzles) as multiple choice: the solution vs three corrupted grids, "
                          "scored by MC-ELBO.")

@@ -153,23 +153,30 @@ class NonFiniteLogitsError(DareError):
 
 
 def require_finite_logits(logits: torch.Tensor, where: str) -> None:
-    """Refuse NaN/Inf logits before a decoder turns them into tokens.
+    """Refuse NaN/+Inf logits (and positions whose logits are all ``-inf``) before a decoder turns them
+    into tokens.
 
     ``argmax`` of a NaN row is token 0 and a multinomial over NaN probabilities fails or draws
-    garbage, so a diverged model would otherwise decode silently into nonsense.
+    garbage, so a diverged model would otherwise decode silently into nonsense. A ``-inf`` entry is a
+    banned token (``logits_eos_inf``, top-k filtering, a logits hook) and is accepted as long as some
+    token of the position stays finite.
 
     :param logits: ``[..., V]`` float, the logits a step is about to sample from.
     :param where: the decoding position for the message, e.g. ``"block 3, denoising step 2"``.
-    :raises NonFiniteLogitsError: any element is NaN or +-Inf.
+    :raises NonFiniteLogitsError: any element is NaN or +Inf, or every logit of a position is -Inf.
     """
     finite = torch.isfinite(logits)
     if bool(finite.all()):
         return
-    bad = int((~finite).sum())
     nan = int(torch.isnan(logits).sum())
+    pos_inf = int(torch.isposinf(logits).sum())
+    dead = int((~finite.any(dim=-1)).sum()) if logits.dim() else 0  # positions with no finite logit
+    if nan == 0 and pos_inf == 0 and dead == 0:
+        return
+    neg_inf = int(torch.isneginf(logits).sum())
     raise NonFiniteLogitsError(
-        f"the model produced non-finite logits at {where} ({nan} NaN and {bad - nan} infinite values among "
-        f"{logits.numel()}), so no token can be chosen. The checkpoint has most likely diverged in training or is "
-        "corrupted (check its weights for NaN/Inf and the training loss); an fp16 model can also overflow, then "
-        "load it in bf16 or fp32."
+        f"the model produced non-finite logits at {where} ({nan} NaN and {pos_inf + neg_inf} infinite values among "
+        f"{logits.numel()}; {dead} position(s) without any finite logit), so no token can be chosen. The checkpoint has "
+        "most likely diverged in training or is corrupted (check its weights for NaN/Inf and the training loss); an fp16 "
+        "model can also overflow, then load it in bf16 or fp32."
     )

@@ -131,6 +131,7 @@ def check_model(ctx, problems: Problems) -> None:
     ctx.family = entry.create()
     from transformers import AutoConfig
 
+    register_auto_classes()  # the families' config classes (idempotent)
     try:
         config = AutoConfig.from_pretrained(str(p))
     except Exception as exc:  # noqa: BLE001 - a config its own class refuses

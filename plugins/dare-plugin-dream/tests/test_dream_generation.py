@@ -26,7 +26,9 @@ def test_diffusion_generate_equals_the_dream_sampler_greedy(tiny, alg):
     got = tiny.diffusion_generate(PROMPTS, attention_mask=ATTN, max_new_tokens=8, steps=8, alg=alg)
     assert torch.equal(got, want) and got.shape == (2, 12)
     assert len(set(got[:, 4:].flatten().tolist())) > 1
-    assert torch.equal(got, diffusion_generate(tiny, PROMPTS, ATTN, max_new_tokens=8, steps=8, alg=alg))
+    # the drop-in function with the checkpoint's generation_config (top_k None), as the model's method uses it
+    assert torch.equal(got, diffusion_generate(tiny, PROMPTS, ATTN, max_new_tokens=8, steps=8, alg=alg,
+                                           generation_defaults="generation_config"))
     assert torch.equal(tiny.generate(PROMPTS, attention_mask=ATTN, max_new_tokens=8, steps=8, alg=alg), got)
 
 

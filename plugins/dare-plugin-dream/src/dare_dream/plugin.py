@@ -18,7 +18,7 @@ def register_model_families(register):
 @hookimpl
 def register_samplers(register):
     register("dare_dream.sampler:DreamSampler", name="dream",
-             description="Dream's diffusion_generate (origin / maskgit_plus / topk_margin / entropy), with trajectory.")
+             description="Dream's diffusion_generate (origin / maskgit_plus / topk_margin / entropy), with trajectory and Fast-dLLM")
 
 
 @hookimpl

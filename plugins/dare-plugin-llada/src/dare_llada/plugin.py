@@ -17,7 +17,7 @@ def register_model_families(register):
 @hookimpl
 def register_samplers(register):
     register("dare_llada.sampler:LLaDASampler", name="llada",
-             description="LLaDA semi-autoregressive low-confidence remasking (official generate.py), with trajectory.")
+             description="LLaDA semi-autoregressive low-confidence remasking (official generate.py), with trajectory and Fast-dLLM")
 
 
 @hookimpl
