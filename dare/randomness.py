@@ -95,7 +95,9 @@ class RowGenerators:
 
     def rand(self, shape: Sequence[int], device: str | torch.device | None = None, dtype=torch.float32) -> torch.Tensor:
         """``U[0, 1)`` of ``[B, *shape]``: row ``b`` from generator ``b``."""
-        out = torch.stack([torch.rand(tuple(shape), generator=g, device=g.device, dtype=dtype) for g in self.generators])
+        out = torch.empty((len(self.generators), *shape), dtype=dtype, device=self.device)
+        for row, g in zip(out, self.generators):  # each row drawn in place (no stacked copy)
+            torch.rand(tuple(shape), generator=g, dtype=dtype, device=g.device, out=row)
         return out.to(device) if device is not None else out
 
 

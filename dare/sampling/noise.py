@@ -24,8 +24,7 @@ def add_gumbel_noise(logits: torch.Tensor, temperature: float, generator: torch.
         return logits
     logits = logits.to(torch.float64)
     if isinstance(generator, RowGenerators):
-        noise = torch.stack([torch.rand(logits.shape[1:], dtype=torch.float64, generator=g, device=g.device)
-                             for g in generator.generators]).to(logits.device)
+        noise = generator.rand(logits.shape[1:], device=logits.device, dtype=torch.float64)
     else:
         noise = torch.rand(logits.shape, dtype=torch.float64, device=logits.device, generator=generator)
     gumbel = (-torch.log(noise)) ** temperature

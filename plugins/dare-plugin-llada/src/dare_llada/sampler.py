@@ -166,6 +166,30 @@ def _forward_for(logits_fn, cache: BlockKVCache | None, block: tuple[int, int], 
     return (lambda ids, am: cache.block_logits(ids, am, start, end, refresh)), (start, end)
 
 
+def _first_competing_column(x: torch.Tensor, prompt_length: int, o: _StepOptions) -> int:
+    """First column of ``x`` ``[B, L]`` whose logits an uncached step samples from.
+
+    The official decoder samples (Gumbel noise, argmax, softmax) over the whole sequence, prompt included,
+    although only masked positions can be committed. With per-row generators (:class:`RowGenerators`,
+    DARE's keyed rollouts) the draws are restricted to the completion, ``prompt_length``: each row then
+    draws ``[gen_length, V]`` values whatever the batch's padded prompt length (the contract of
+    :mod:`dare.randomness`), and the prompt's sampling work is skipped (about half of it for a prompt as long as
+    the completion). Tokens are unchanged in distribution; a prompt that contains the mask token keeps column 0
+    (its masked positions compete, as in the official code). With a ``torch.Generator`` or the global RNG the
+    official full-sequence draws are kept, so seeded results reproduce the official decoder.
+    """
+    if not isinstance(o.generator, RowGenerators) or prompt_length == 0:
+        return 0
+    return 0 if bool((x[:, :prompt_length] == o.mask_id).any()) else prompt_length
+
+
+def _uncached_region(logits_fn, c0: int, length: int):
+    """``(forward, region)`` of an uncached step whose proposals cover columns ``c0 .. length - 1``."""
+    if c0 == 0:
+        return logits_fn, (0, length)
+    return (lambda ids, am: logits_fn(ids, am)[:, c0:]), (c0, length)
+
+
 def _parallel_select(accel: _Acceleration, mask_id: int):
     """Fast-dLLM's rule: proposals of the mask token are never candidates (they would not make progress)."""
 
@@ -336,6 +360,7 @@ def _run_schedule(logits_fn, x: torch.Tensor, prompt_index: torch.Tensor, prompt
     attention_mask = _full_mask(attention_mask, B, gen_length, x.device)
     cache = None if accel.cache == "none" else BlockKVCache(accel.kv_logits, accel.cache)
     pos = torch.arange(L, device=x.device)[None]
+    c0 = _first_competing_column(x, Lp, opts)
     traj = Trajectory(B, gen_length, device=x.device)
     nfe = 0
     quota, first = None, 0
@@ -348,7 +373,8 @@ def _run_schedule(logits_fn, x: torch.Tensor, prompt_index: torch.Tensor, prompt
         forward, region = _forward_for(logits_fn, cache, (start, end), entering)
         k = quota[:, i - first]
         if region is None:
-            region, allowed = (0, L), pos < end
+            forward, region = _uncached_region(logits_fn, c0, L)
+            allowed = pos[:, c0:] < end
         else:
             allowed = torch.ones((1, end - start), dtype=torch.bool, device=x.device)
         committed, n = _denoise_step(forward, x, attention_mask, prompt_index, region, allowed,
@@ -384,6 +410,7 @@ def _run_parallel(logits_fn, x: torch.Tensor, prompt_index: torch.Tensor, prompt
     attention_mask = _full_mask(attention_mask, B, gen_length, x.device)
     cache = None if accel.cache == "none" else BlockKVCache(accel.kv_logits, accel.cache)
     pos = torch.arange(L, device=x.device)[None]
+    c0 = _first_competing_column(x, Lp, opts)
     select = _parallel_select(accel, opts.mask_id)
     traj = Trajectory(B, gen_length, device=x.device)
     nfe, step = 0, 0
@@ -394,7 +421,8 @@ def _run_parallel(logits_fn, x: torch.Tensor, prompt_index: torch.Tensor, prompt
                 break
             forward, region = _forward_for(logits_fn, cache, (start, end), i == 0)
             if region is None:
-                region, allowed = (0, L), (pos >= start) & (pos < end)
+                forward, region = _uncached_region(logits_fn, c0, L)
+                allowed = (pos[:, c0:] >= start) & (pos[:, c0:] < end)
             else:
                 allowed = torch.ones((1, end - start), dtype=torch.bool, device=x.device)
             committed, n = _denoise_step(forward, x, attention_mask, prompt_index, region, allowed, select, opts, step,
