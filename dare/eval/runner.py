@@ -3,14 +3,11 @@
 from __future__ import annotations
 
 import contextlib
-import os
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import Any
 
 from dare import distributed
 from dare.data import Prompter, load_rows
-from dare.errors import DataError
 from dare.eval.paths import benchmark_path, data_root
 from dare.sampling.text import generate_texts
 

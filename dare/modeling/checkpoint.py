@@ -20,7 +20,7 @@ import torch
 
 from dare.components import ModelFamily, SpecialTokens
 from dare.errors import CheckpointError, DareError
-from dare.io import atomic_dir, looks_local, resolve_path
+from dare.io import atomic_dir, resolve_path
 from dare.modeling.integrity import (
     ADAPTER_WEIGHTS,
     MIN_TOKENIZER_COVERAGE,
@@ -46,7 +46,7 @@ from dare.modeling.tokenizer import build_byte_tokenizer
 from dare.plugins import get_registry, register_auto_classes
 
 __all__ = [
-    "LoadedModel", "load_model", "create_model", "resolve_family", "checkpoint_shapes", "verify_checkpoint",
+    "LoadedModel", "load_model", "create_model", "resolve_family", "family_of", "checkpoint_shapes", "verify_checkpoint",
     "trained_model_dir", "one_line", "missing_local_path", "DTYPES", "ADAPTER_CONFIG", "ADAPTER_WEIGHTS",
     "adapter_base", "adapter_weights", "load_adapter_checkpoint",
     # re-exported from dare.modeling.integrity

@@ -35,21 +35,18 @@ weights; :class:`dare_llada.sampler.LLaDASampler` wraps it as a DARE ``Sampler``
 
 from __future__ import annotations
 
-from typing import Callable, Literal, NamedTuple
+from typing import Callable, NamedTuple
 
 import torch
 
-from dare.errors import DareError
 from dare.randomness import RowGenerators
 from dare.sampling import (
     CACHE_MODES,
     BlockKVCache,
     Trajectory,
     add_gumbel_noise,
-    completion_mask,
     confidence_scores,
     factor_transfer,
-    kv_logits_of,
     require_finite_logits,
     num_transfer_tokens,
     threshold_transfer,
