@@ -389,6 +389,23 @@ def test_validate_imports_only_what_the_spec_names(tmp_path):
     assert not {"transformers", "datasets", "pandas", "peft", "accelerate", "trl", "math_verify"} & set(eval(heavy))
 
 
+@pytest.mark.parametrize("example", ["quickstart.yaml", "dream-sft.yaml", "sdar-sft.yaml", "llada2-sft.yaml"])
+def test_validate_quickstart_imports_no_torch(example, tmp_path):
+    """`dare validate examples/quickstart.yaml` (model.new, no config overrides) builds no model, so it must not
+    import torch or transformers: the family, sampler and objective classes import them when they run, and
+    the core's checks only when a check builds a config or a meta-device model (issue 15: start-up < 1.5 s).
+    The same for the other families' SFT examples (their samplers keep the decoder in ``decoding.py``)."""
+    spec = Path(__file__).resolve().parent.parent / "examples" / example
+    env = dict(os.environ)
+    env.pop("DARE_LOAD_PLUGINS", None)
+    out = subprocess.run([sys.executable, "-c", _PROBE, "validate", str(spec), "--set", f"output.dir={tmp_path / 'run'}"],
+                         env=env, capture_output=True, text=True, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    line = next(l for l in out.stderr.splitlines() if l.startswith("HEAVY"))
+    heavy = eval(line[len("HEAVY "):].split(" COMPONENTS ")[0])
+    assert "torch" not in heavy and "transformers" not in heavy, heavy
+
+
 def test_core_modules_that_use_auto_classes_register_them_first():
     """get_registry() imports no family module, so transformers knows the families' model types only after
     dare.plugins.register_auto_classes(): every core module that calls an Auto class must call it."""

@@ -13,8 +13,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-import torch
-
 from dare.components import SpecialTokens
 
 __all__ = ["SupervisedExample", "tokenize_example", "SupervisedCollator"]
@@ -63,6 +61,8 @@ class SupervisedCollator:
         self.length = pad_to_length
 
     def __call__(self, batch: list[SupervisedExample]) -> dict[str, Any]:
+        import torch  # here, not at module level: supervised objectives are imported to validate a spec
+
         L = max([len(e.prompt_ids) + len(e.response_ids) for e in batch] + [self.length or 0])
         if self.multiple:
             L = -(-L // self.multiple) * self.multiple

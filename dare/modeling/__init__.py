@@ -1,17 +1,42 @@
-"""Checkpoints in the official format: loading, creating fresh models, tokenizers; gradient checkpointing."""
+"""Checkpoints in the official format: loading, creating fresh models, tokenizers; gradient checkpointing.
 
-from dare.modeling.block_family import BlockDiffusionFamily, block_decoder_problem, config_value
-from dare.modeling.checkpoint import create_model, load_model, LoadedModel
-from dare.modeling.gradient_checkpointing import enable_gradient_checkpointing
-from dare.modeling.tokenizer import build_byte_tokenizer
+The names below are imported from their submodules on first access (PEP 562), so importing a
+torch-free submodule (:mod:`dare.modeling.locate`, used by spec validation) does not import torch.
+"""
 
-__all__ = [
-    "create_model",
-    "load_model",
-    "LoadedModel",
-    "build_byte_tokenizer",
-    "enable_gradient_checkpointing",
-    "BlockDiffusionFamily",
-    "block_decoder_problem",
-    "config_value",
-]
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # pragma: no cover
+    from dare.modeling.block_family import BlockDiffusionFamily, block_decoder_problem, config_value
+    from dare.modeling.checkpoint import LoadedModel, create_model, load_model
+    from dare.modeling.gradient_checkpointing import enable_gradient_checkpointing
+    from dare.modeling.tokenizer import build_byte_tokenizer
+
+#: Public name -> the submodule that defines it.
+_HOME = {
+    "create_model": "checkpoint",
+    "load_model": "checkpoint",
+    "LoadedModel": "checkpoint",
+    "build_byte_tokenizer": "tokenizer",
+    "enable_gradient_checkpointing": "gradient_checkpointing",
+    "BlockDiffusionFamily": "block_family",
+    "block_decoder_problem": "block_family",
+    "config_value": "block_family",
+}
+
+__all__ = list(_HOME)
+
+
+def __getattr__(name: str):
+    if name not in _HOME:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{_HOME[name]}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_HOME))

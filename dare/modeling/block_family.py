@@ -31,12 +31,12 @@ protocol in docs/model-families.md §3.4 and §5.6):
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
-
-import torch
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from dare.components import ModelFamily
-from dare.diffusion.block import block_causal_mask, block_diffusion_inputs, leading_padding, roll_rows
+
+if TYPE_CHECKING:  # pragma: no cover - the forwards import torch; the family's facts (validation) need none
+    import torch
 
 __all__ = ["BlockDiffusionFamily", "config_value", "block_decoder_problem"]
 
@@ -91,6 +91,10 @@ class BlockDiffusionFamily(ModelFamily):
 
         :param input_ids: ``[B, L]`` int64. :param attention_mask: ``[B, L]`` 1 real / 0 left padding, or None.
         """
+        import torch
+
+        from dare.diffusion.block import block_causal_mask, leading_padding, roll_rows
+
         B, L = input_ids.shape
         shift = leading_padding(attention_mask, B, input_ids.device)
         mask = block_causal_mask(L, self.block_size(model.config), device=input_ids.device)[None, None]
@@ -116,6 +120,10 @@ class BlockDiffusionFamily(ModelFamily):
         :param noisy_ids: ``[B, L]`` int64 ``x_t``; :param clean_ids: ``[B, L]`` int64 ``x_0``;
         :param attention_mask: ``[B, L]`` valid tokens (1) vs padding (0), or None.
         """
+        import torch
+
+        from dare.diffusion.block import block_diffusion_inputs, leading_padding, roll_rows
+
         B, L = noisy_ids.shape
         shift = leading_padding(attention_mask, B, noisy_ids.device)
         valid = None if attention_mask is None else roll_rows(attention_mask, shift).to(torch.bool)
@@ -138,6 +146,8 @@ class BlockDiffusionFamily(ModelFamily):
         (default as :meth:`ModelFamily.packed_denoiser_logits`: one row, or the longest pair under gradient
         checkpointing). Returns the noisy half's logits in the padded layout ``[B, L, V]`` (zeros at
         padding), equal to :meth:`denoiser_logits` on valid positions up to float rounding."""
+        import torch
+
         from dare.diffusion.packing import Segments, needs_dense_mask, pack_layout, packed_segments
 
         valid = torch.ones_like(noisy_ids, dtype=torch.bool) if attention_mask is None else attention_mask.bool()

@@ -20,7 +20,7 @@ import torch
 
 from dare.components import ModelFamily, SpecialTokens
 from dare.errors import CheckpointError, DareError
-from dare.io import atomic_dir, looks_local, resolve_path
+from dare.io import atomic_dir, resolve_path
 from dare.modeling.integrity import (
     ADAPTER_WEIGHTS,
     MIN_TOKENIZER_COVERAGE,
@@ -32,20 +32,27 @@ from dare.modeling.integrity import (
     tokenizer_fit_problem,
     weight_files,
 )
+from dare.modeling.locate import (  # re-exported: the torch-free helpers of model directories
+    ADAPTER_CONFIG,
+    _hub_failure,
+    adapter_base,
+    family_of,
+    missing_local_path,
+    one_line,
+    resolve_family,
+    trained_model_dir,
+)
 from dare.modeling.tokenizer import build_byte_tokenizer
 from dare.plugins import get_registry, register_auto_classes
 
 __all__ = [
-    "LoadedModel", "load_model", "create_model", "resolve_family", "checkpoint_shapes", "verify_checkpoint",
+    "LoadedModel", "load_model", "create_model", "resolve_family", "family_of", "checkpoint_shapes", "verify_checkpoint",
     "trained_model_dir", "one_line", "missing_local_path", "DTYPES", "ADAPTER_CONFIG", "ADAPTER_WEIGHTS",
     "adapter_base", "adapter_weights", "load_adapter_checkpoint",
     # re-exported from dare.modeling.integrity
     "weight_files", "safetensors_header", "first_nonfinite_tensor", "check_finite", "embedding_rows",
     "tokenizer_fit_problem", "check_tokenizer_fits", "MIN_TOKENIZER_COVERAGE",
 ]
-
-ADAPTER_CONFIG = "adapter_config.json"
-
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -59,51 +66,6 @@ class LoadedModel:
     family: ModelFamily
     tokens: SpecialTokens
     path: Path | None = None
-
-
-def resolve_family(model_type: str | None, registry=None) -> ModelFamily:
-    """The installed family that loads ``model_type``.
-
-    :raises CheckpointError: no installed family loads it.
-    """
-    reg = registry or get_registry()
-    entry = reg.family_for_model_type(model_type) if model_type else None
-    if entry is None:
-        known = sorted(t for e in reg.entries["model_family"].values() for t in e.cls.model_types)
-        raise CheckpointError(
-            f"model_type {model_type!r} is not loaded by any installed model family (known: {', '.join(known)}); "
-            "install the family's plugin, e.g. pip install dare-plugin-llada"
-        )
-    return entry.create()
-
-
-def family_of(path: str | Path, registry=None) -> ModelFamily:
-    """The family of a local checkpoint directory from its ``config.json`` (no weights read).
-
-    :raises CheckpointError: no ``config.json`` or an unknown ``model_type``.
-    """
-    p = resolve_path(str(path))
-    if not p.exists() and (why := missing_local_path(path)) is not None:
-        raise CheckpointError(why)
-    if not p.exists():  # a hub id: ask the hub (or its cache) for config.json
-        from transformers import AutoConfig
-
-        register_auto_classes()
-        try:
-            return resolve_family(AutoConfig.from_pretrained(str(path)).model_type, registry)
-        except CheckpointError:
-            raise
-        except Exception as exc:  # noqa: BLE001
-            raise CheckpointError(f"could not load the config of {str(path)!r} (not a local directory; hub: "
-                                  f"{_hub_failure(str(path), exc)})") from None
-    cfg = p / "config.json"
-    if not cfg.is_file():
-        raise CheckpointError(f"{path} has no config.json; a model directory needs config.json, weights and tokenizer files")
-    try:
-        model_type = json.loads(cfg.read_text()).get("model_type")
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError, AttributeError) as exc:
-        raise CheckpointError(f"{cfg} is not valid JSON: {exc}") from None
-    return resolve_family(model_type, registry)
 
 
 def checkpoint_shapes(model_dir: str | Path) -> dict[str, tuple[int, ...]]:
@@ -152,39 +114,6 @@ def verify_checkpoint(model_dir: str | Path, model_class, config) -> None:
                 f"{model_dir}: unexpected tensor {name!r} (shape {list(have[name])}); it does not belong to a "
                 f"{config.model_type} model with this config"
             )
-
-
-def one_line(exc: BaseException | str) -> str:
-    """An exception's text (libraries' messages span lines) as one line, for a one-paragraph error."""
-    text = " ".join(str(exc).split())
-    return text or (type(exc).__name__ if isinstance(exc, BaseException) else "")
-
-
-def _hub_failure(repo_id: str, exc: BaseException) -> str:
-    """Why a hub id did not load: with ``HF_HUB_OFFLINE`` set (transformers then fails at once, without
-    retries) a plain statement that it is not in the local cache, else the library's message."""
-    from huggingface_hub import constants
-
-    if constants.HF_HUB_OFFLINE:
-        return (f"{repo_id} is not in the local hub cache ({constants.HF_HUB_CACHE}) and HF_HUB_OFFLINE is set; "
-                "download it first (hf download) or point at a local checkpoint directory")
-    return one_line(exc)
-
-
-def trained_model_dir(path: Path) -> Path:
-    """``path/model`` when ``path`` is a DARE run directory (``run.json``) holding a trained model, else ``path``."""
-    return path / "model" if (path / "run.json").is_file() and (path / "model" / "config.json").is_file() else path
-
-
-def missing_local_path(path: str | Path) -> str | None:
-    """Why ``path`` cannot be a model: it looks local (:func:`dare.io.looks_local`) but does not exist; else None.
-
-    Such a path is never sent to the hub: a typo in ``runs/my-run`` is a missing directory, not a repository.
-    """
-    if looks_local(str(path)) and not resolve_path(str(path)).exists():
-        return (f"no such local directory {str(path)!r}: it looks like a local path, so it is not looked up on the hub; "
-                "check the spelling (a hub id has the form org/name)")
-    return None
 
 
 def load_model(path: str | Path, dtype: str = "float32", registry=None, verify: bool = True) -> LoadedModel:
@@ -360,24 +289,6 @@ def new_config_problems(family: ModelFamily, preset: str, overrides: dict[str, A
 
 
 # =========================================================================== adapter directories
-def adapter_base(path: str | Path) -> str | None:
-    """The base model of an adapter directory (``base_model_name_or_path``), or None if ``path`` is not one.
-
-    :raises CheckpointError: ``adapter_config.json`` is unreadable or names no base model.
-    """
-    cfg_file = Path(path) / ADAPTER_CONFIG
-    if not cfg_file.is_file():
-        return None
-    try:
-        base = json.loads(cfg_file.read_text()).get("base_model_name_or_path")
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError, AttributeError) as exc:
-        raise CheckpointError(f"{cfg_file} is not a valid peft adapter config: {exc}") from None
-    if not base:
-        raise CheckpointError(f"{cfg_file} names no base model (base_model_name_or_path); set it to the base checkpoint "
-                              "directory the adapter was trained on")
-    return str(base)
-
-
 def load_adapter_checkpoint(path: str | Path, dtype: str = "float32", registry=None, verify: bool = True) -> LoadedModel:
     """Load an adapter directory as base + adapter, merged into a plain, trainable model of the family.
 

@@ -16,27 +16,18 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import torch
-
 from dare.data import dataset_columns, template_fields
 from dare.data.rows import dataset_rows
 from dare.errors import DareError, SpecError
-from dare.eval.runner import benchmark_path
+from dare.eval.paths import benchmark_path
 from dare.io import looks_local, resolve_path
-from dare.modeling.checkpoint import (
-    ADAPTER_CONFIG,
-    adapter_base,
-    adapter_weights,
-    check_tokenizer_fits,
-    new_config_problems,
-    one_line,
-    trained_model_dir,
-    verify_checkpoint,
-)
-from dare.modeling.lora import resolve_lora_targets
+from dare.modeling.locate import ADAPTER_CONFIG, adapter_base, one_line, trained_model_dir
 from dare.plugins import register_auto_classes
 from dare.rundir import plan_output_dir
 from dare.spec.models import BenchmarkSpec, DatasetSpec, RunSpec, spec_hash
+
+# torch and transformers (dare.modeling.checkpoint, dare.modeling.lora) are imported only by the checks that build
+# a config or a meta-device model, so validating a spec that needs neither does not import them.
 
 __all__ = [
     "check_model",
@@ -79,6 +70,8 @@ def check_model(ctx, problems: Problems) -> None:
         if new.tokenizer != "byte" and not (resolve_path(new.tokenizer) / "tokenizer_config.json").is_file():
             problems.append(("model.new.tokenizer", f"{new.tokenizer!r} is neither 'byte' nor a tokenizer directory"))
         elif new.preset in presets and new.config:  # build the config (and a meta-device model): no weights
+            from dare.modeling.checkpoint import new_config_problems
+
             tok = new.tokenizer if new.tokenizer == "byte" else str(resolve_path(new.tokenizer))
             for key, msg in new_config_problems(ctx.family, new.preset, new.config, tokenizer=tok):
                 problems.append((f"model.new.config.{key}" if key else "model.new.config", msg))
@@ -94,6 +87,7 @@ def check_model(ctx, problems: Problems) -> None:
                                        "id (org/name)"))
         return
     p = trained_model_dir(p)  # an earlier run's directory: its trained model/
+    from dare.modeling.checkpoint import adapter_weights, check_tokenizer_fits, verify_checkpoint
 
     try:
         base = adapter_base(p)
@@ -170,9 +164,12 @@ def check_lora(ctx, problems: Problems) -> None:
         return
     if ctx.family is None or ctx.model_config is None:
         return
-    try:
-        from transformers import AutoConfig
+    import torch
+    from transformers import AutoConfig
 
+    from dare.modeling.lora import resolve_lora_targets
+
+    try:
         register_auto_classes()
         raw = dict(ctx.model_config)
         model_type = raw.pop("model_type", None)

@@ -17,7 +17,7 @@ from pydantic import ValidationError
 from dare.components import Evaluator, ModelFamily, Objective, Reward, Sampler
 from dare.errors import DareError, PluginError, SpecError
 from dare.io import resolve_path
-from dare.modeling.checkpoint import adapter_base, family_of, trained_model_dir
+from dare.modeling.locate import adapter_base, family_of, trained_model_dir
 from dare.plugins import get_registry, register_auto_classes
 from dare.spec.checks import (
     check_benchmark_data,

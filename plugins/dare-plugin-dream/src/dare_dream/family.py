@@ -11,11 +11,12 @@ is the single place where that is undone (docs/model-families.md §2.3; DARE
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
-
-import torch
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from dare.components import ModelFamily, SpecialTokens
+
+if TYPE_CHECKING:  # pragma: no cover - torch is imported by the functions that run the model, not by validation
+    import torch
 
 __all__ = ["DreamFamily", "DREAM_CHAT_TEMPLATE", "shift_logits", "left_padding_inputs"]
 
@@ -74,6 +75,8 @@ def shift_logits(logits: torch.Tensor) -> torch.Tensor:
     :param logits: ``[B, L, V]`` raw model logits (position ``j`` predicts token ``j + 1``).
     :returns: ``[B, L, V]`` aligned logits, same dtype (a new tensor).
     """
+    import torch
+
     return torch.cat([logits[:, :1], logits[:, :-1]], dim=1)
 
 
@@ -87,6 +90,8 @@ def left_padding_inputs(attention_mask: torch.Tensor | None) -> tuple[torch.Tens
     """
     if attention_mask is None or not bool((attention_mask == 0).any()):
         return None, None
+    import torch
+
     keep = attention_mask.to(torch.bool)
     position_ids = attention_mask.long().cumsum(-1) - 1
     position_ids = position_ids.masked_fill(~keep, 1)
@@ -166,6 +171,8 @@ class DreamFamily(ModelFamily):
         positions and block-diagonal bool mask, then the shift of :func:`shift_logits` applied per segment (the
         first token of each example keeps its own output instead of the previous example's last one; Dream SFT
         shifts per sample, docs/algorithms.md §0 "Dream logit shift")."""
+        import torch
+
         raw = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids).logits
         return torch.where(segment_start[..., None], raw, shift_logits(raw))
 
@@ -185,6 +192,8 @@ class DreamFamily(ModelFamily):
         :returns: ``(logits [B, end - start, V] aligned, per-layer (k, v) cache (keys after RoPE) or None)``.
         :raises ValueError: ``past=None`` with a window other than the whole sequence.
         """
+        import torch
+
         B, L = input_ids.shape
         end = L if end is None else end
         mask, position_ids = left_padding_inputs(attention_mask)

@@ -1,101 +1,20 @@
-"""Dream's official masked-diffusion decoder (``diffusion_generate``), with Fast-dLLM acceleration.
+"""The ``dream`` sampler component: Dream's official masked-diffusion decoder (``diffusion_generate``) with
+Fast-dLLM acceleration, as a DARE ``Sampler`` (the algorithm and its sources: :mod:`dare_dream.decoding`).
 
-Source: HKUNLP Dream ``generation_utils.py`` (``DreamGenerationMixin._sample`` and ``sample_tokens``;
-Dream 7B, arXiv 2508.15487; docs/model-families.md §2.7; docs/algorithms.md §5.3). The completion starts as
-``max_new_tokens`` mask tokens after the prompt. With mask ratios ``t_i = linspace(1, eps, steps+1)``,
-step ``i`` (``t = t_i``, ``s = t_{i+1}``) runs the model on the whole sequence, takes the aligned
-logits of every masked position and
-
-* ``origin``: reveals each masked position independently with probability ``1 - s/t`` (1 at the last
-  step), sampling its token (the masked-diffusion reverse step with a linear schedule ``alpha_t = 1 - t``:
-  ``(alpha_s - alpha_t) / (1 - alpha_t) = 1 - s/t``; MDLM, arXiv 2406.07524);
-* ``maskgit_plus`` / ``topk_margin`` / ``entropy``: proposes a token per masked position with a
-  confidence (probability of the token; top-1 minus top-2 probability; negative entropy
-  ``sum p log p``) and commits ``n = int(num_mask * (1 - s/t))`` positions of each row
-  (``int(num_mask)`` at the last step; ``num_mask`` = the row's masked tokens): the ``n`` most
-  confident, or ``n`` drawn without replacement from ``softmax(confidence / alg_temp)`` when
-  ``alg_temp > 0`` (MaskGIT, arXiv 2202.04200).
-
-Tokens are drawn by ``sample_tokens``: logits / temperature (when > 0), top-p then top-k filtering
-(filled with ``finfo.min``), softmax, then a categorical draw (argmax at temperature 0).
-
-Per-row schedules (batch invariance). The release computes ``num_mask`` as the batch's *mean* mask
-count, so a row's tokens depend on which rows share its batch (evaluation scores then depend on
-``eval.batch_size``). DARE counts each row's own masks, so a row decodes the same at any batch size
-(greedy; draws from a shared generator follow the batch order); the release's coupling is kept under
-``release_quirks``. Batch size 1 is the same either way.
-
-Three behaviours of the release are reproduced only when ``release_quirks`` is on (always for
-:func:`diffusion_generate`, opt-in for :class:`DreamSampler`):
-
-1. the batch-mean count above;
-2. a row may commit non-masked positions, which then get the mask id: a row holding fewer masks
-   than ``n`` (possible once the model has proposed the mask token itself, which keeps that position
-   masked, or under the batch-mean count) still commits ``n`` positions via ``torch.topk``, and with
-   ``alg_temp`` a ``softmax(confidence / alg_temp)`` that underflows to fewer than ``n`` positive entries
-   lets ``torch.multinomial`` return zero-probability (non-masked) positions. Without quirks a row
-   commits only its own masked positions (underflowed draws are completed by confidence order);
-3. ``torch.distributions.Categorical`` validates its probabilities (simplex to 1e-6) and the
-   release's bare ``except`` then falls back to argmax for the whole step; in bf16 rounding alone can
-   fail the check, so temperature is silently ignored at such a step. Without quirks the draw
-   always happens.
-
-Generation defaults (top_k). The release builds its settings with
-``DreamGenerationConfig.from_model_config(model.config)``; under the transformers it pins (4.46.2)
-``PretrainedConfig`` still carries the legacy generation defaults ``temperature=1.0, top_k=50,
-top_p=1.0``, so every argument the caller omits takes those values, although the checkpoint's
-``generation_config.json`` says ``top_k: null, top_p: null`` (and no temperature, i.e. 0). The usual
-published call passes ``temperature`` and ``top_p`` but not ``top_k``, so the release decodes with
-``top_k=50``, which changes ``entropy`` and ``topk_margin`` confidences. DARE's choice:
-:func:`diffusion_generate`, a drop-in for the release, reproduces the release (``generation_defaults=
-"release"``: omitted arguments resolve as above; ``"generation_config"`` gives the file's values), while
-:class:`DreamSampler`, configured explicitly in a spec, defaults to the checkpoint's stated settings
-(greedy, ``top_k: null``); set ``top_k: 50`` there to match numbers produced with the release.
-
-Fast-dLLM (arXiv 2505.22618; NVlabs/Fast-dLLM ``dream/model/generation_utils_block.py``), as parameters:
-
-* ``block_length``: decode the completion in blocks left to right, ``steps / num_blocks`` steps each
-  with the schedule above inside the block (``t`` runs from 1 to ``eps`` in every block); ``None`` (the
-  default) is one block, the release's decoder.
-* ``cache: prefix | dual``: block-wise approximate KV cache (:mod:`dare.sampling.kv_cache`) through the
-  family's ``kv_logits`` (Dream's shifted logits are aligned exactly by running one extra position,
-  :meth:`dare_dream.family.DreamFamily.kv_logits`). The block's first step refreshes the cache and
-  commits like any step (Fast-dLLM's Dream code instead commits the block's first position there);
-  only the block's positions compete. Exact at refresh steps and for a 1-layer model.
-* ``threshold`` / ``factor``: confidence-aware parallel decoding (:mod:`dare.sampling.parallel`) ranked by
-  the proposal's probability (``alg: maskgit_plus``, Fast-dLLM's ``confidence_threshold``): each block is
-  denoised until it has no mask, every step committing the positions the rule picks (at least one).
-
-Without a cache and a parallel rule, masked positions before the block's end compete (for one block:
-the whole sequence, as in the release). NaN/Inf logits raise :class:`dare.sampling.NonFiniteLogitsError`.
-
-With ``generator=None`` every random draw uses torch's global RNG in the release's order, so
-:func:`diffusion_generate` returns the release's sequences for the same seed, not only at
-temperature 0.
+This module holds the ``alg`` values, the parameters and the component class, and imports torch only when a
+sampler decodes, so validating a spec imports no torch. The decoder's functions (``decode``,
+``diffusion_generate``, ``sample_tokens``, ...) are re-exported from :mod:`dare_dream.decoding` (imported on
+first access).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Callable, Literal
+from typing import Literal
 
-import torch
 from pydantic import Field, model_validator
 
 from dare.components import Params, Sampler, SamplerOutput
 from dare.errors import DareError
-from dare.randomness import RowGenerators, multinomial, row_generator
-from dare.sampling import (
-    CACHE_MODES,
-    BlockKVCache,
-    Trajectory,
-    completion_mask,
-    factor_transfer,
-    filter_top_k_top_p,
-    kv_logits_of,
-    require_finite_logits,
-    threshold_transfer,
-)
 
 __all__ = [
     "ALGORITHMS",
@@ -112,6 +31,28 @@ __all__ = [
     "DreamSamplerParams",
 ]
 
+#: Names defined by :mod:`dare_dream.decoding` (torch), re-exported here and imported on first access.
+_DECODING = (
+    "DreamSamplerError",
+    "sample_tokens",
+    "transfer_count",
+    "row_transfer_counts",
+    "select_positions",
+    "select_positions_per_row",
+    "RELEASE_CONFIG_DEFAULTS",
+    "decode",
+    "diffusion_generate",
+)
+
+
+def __getattr__(name: str):
+    if name in _DECODING:
+        from dare_dream import decoding
+
+        return getattr(decoding, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 Algorithm = Literal["origin", "maskgit_plus", "topk_margin", "entropy"]
 Confidence = Literal["probability", "margin", "neg_entropy"]
 
@@ -124,517 +65,6 @@ ALGORITHMS: dict[str, Confidence | None] = {
 }
 
 
-class DreamSamplerError(DareError, ValueError):
-    """An invalid argument of :func:`diffusion_generate` / :func:`decode` (the message names it)."""
-
-
-# --------------------------------------------------------------------------- token proposals
-def _categorical(probs: torch.Tensor, generator: torch.Generator | RowGenerators | None, validate: bool,
-                 rows: torch.Tensor | None = None) -> torch.Tensor:
-    """One draw per row of ``probs`` ``[N, V]``, as ``torch.distributions.Categorical(probs).sample()``.
-
-    Same normalisation and the same ``torch.multinomial`` call, so the global RNG advances exactly as
-    in the release. With ``validate`` the probabilities must pass ``Categorical``'s simplex check. With
-    :class:`dare.randomness.RowGenerators` row ``i`` of ``probs`` draws from generator ``rows[i]``.
-
-    :raises ValueError: ``validate`` and a row is not on the simplex to 1e-6.
-    """
-    p = probs / probs.sum(-1, keepdim=True)
-    if validate and not bool(((p >= 0).all(-1) & ((p.sum(-1) - 1).abs() < 1e-6)).all()):
-        raise ValueError("probabilities are not on the simplex")
-    if isinstance(generator, RowGenerators):
-        return multinomial(p.reshape(-1, p.shape[-1]), 1, generator, replacement=True, rows=rows).reshape(p.shape[:-1])
-    return torch.multinomial(p.reshape(-1, p.shape[-1]), 1, True, generator=generator).T.reshape(p.shape[:-1])
-
-
-def _row_rand(rows: torch.Tensor, generator, device) -> torch.Tensor:
-    """``U[0, 1)`` float32, one per entry of ``rows`` ``[N]``: from ``generator`` in one draw, or with
-    :class:`dare.randomness.RowGenerators` entry ``i`` from generator ``rows[i]`` (a row's values in order)."""
-    if not isinstance(generator, RowGenerators):
-        return torch.rand(rows.shape, device=device, generator=generator)
-    out = torch.empty(rows.shape, dtype=torch.float32)
-    rows = rows.cpu()
-    for r in rows.unique().tolist():
-        at = rows == r
-        g = generator.generators[r]
-        out[at] = torch.rand((int(at.sum()),), generator=g, device=g.device).cpu()
-    return out.to(device)
-
-
-def sample_tokens(
-    logits: torch.Tensor,
-    temperature: float = 0.0,
-    top_p: float | None = None,
-    top_k: int | None = None,
-    confidence: Confidence = "probability",
-    generator: torch.Generator | RowGenerators | None = None,
-    release_quirks: bool = False,
-    rows: torch.Tensor | None = None,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Propose a token and its confidence for each row (Dream ``generation_utils.sample_tokens``).
-
-    :param logits: ``[N, V]`` aligned logits of masked positions (any float dtype; kept).
-    :param temperature: ``> 0`` samples from ``softmax(logits / T)``; ``0`` takes the argmax.
-    :param top_p: nucleus mass (None or ``>= 1`` = off); :param top_k: None = off.
-    :param confidence: ``probability`` of the proposed token, ``margin`` top-1 minus top-2
-        probability, or ``neg_entropy`` ``sum p log(p + 1e-10)`` (all after filtering).
-    :param release_quirks: fall back to argmax when ``Categorical`` would reject the probabilities.
-    :param generator: a ``torch.Generator`` (None = the global RNG), or :class:`dare.randomness.RowGenerators`
-        with ``rows`` ``[N]``: the batch row (generator) of each of ``logits``' rows.
-    :returns: ``(confidence [N] logits dtype, tokens [N] int64)``.
-    """
-    if temperature > 0:
-        logits = logits / temperature
-    logits = filter_top_k_top_p(logits, top_k, top_p, fill=torch.finfo(logits.dtype).min)
-    probs = torch.softmax(logits, dim=-1)
-    if temperature > 0:
-        try:
-            x0 = _categorical(probs, generator, validate=release_quirks, rows=rows)
-            conf = torch.gather(probs, -1, x0.unsqueeze(-1)).squeeze(-1)
-        except ValueError:
-            conf, x0 = probs.max(dim=-1)
-    else:
-        conf, x0 = probs.max(dim=-1)
-    if confidence == "margin":
-        top2 = torch.topk(probs, 2, dim=-1).values
-        conf = top2[:, 0] - top2[:, 1]
-    elif confidence == "neg_entropy":
-        conf = torch.sum(probs * torch.log(probs + 1e-10), dim=-1)
-    return conf, x0
-
-
-# --------------------------------------------------------------------------- commit schedule
-def transfer_count(mask_index: torch.Tensor, t: torch.Tensor, s: torch.Tensor, last: bool) -> int:
-    """The release's count for every row at one step: ``int(num_mask * (1 - s/t))``, ``int(num_mask)`` at the last.
-
-    ``num_mask`` is the number of masks per row averaged over the batch (the batch coupling kept under
-    ``release_quirks``), and the product is computed in float32 like the release (so
-    ``7 * (1 - 0.75/0.875)`` rounds as it does there).
-
-    :param mask_index: ``[B, L]`` bool; :param t: ``[]`` float32 current ratio; :param s: ``[]``
-        float32 next ratio.
-    """
-    num_mask = mask_index.sum() / mask_index.shape[0]
-    return int(num_mask) if last else int(num_mask * (1 - s / t))
-
-
-def row_transfer_counts(mask_index: torch.Tensor, t: torch.Tensor, s: torch.Tensor, last: bool) -> torch.Tensor:
-    """Per-row counts: ``int(n_b * (1 - s/t))`` (``n_b`` at the last step), ``n_b`` = row ``b``'s masks.
-
-    The release's formula and float32 rounding applied to each row's own mask count, so a row's count
-    does not depend on the batch (for ``B = 1`` it equals :func:`transfer_count`).
-
-    :param mask_index: ``[B, L]`` bool; :param t: ``[]`` float32; :param s: ``[]`` float32.
-    :returns: ``[B]`` int64.
-    """
-    num_mask = mask_index.sum(dim=1).to(torch.float32)
-    if last:
-        return num_mask.to(torch.int64)
-    return torch.floor(num_mask * (1 - s / t)).to(torch.int64)
-
-
-def _draw_positions(probs: torch.Tensor, confidence: torch.Tensor, k: int, generator) -> torch.Tensor:
-    """``k`` distinct indices of one row drawn from ``probs`` ``[L]`` without replacement; when fewer
-    than ``k`` have positive probability (underflow of ``softmax(conf / alg_temp)``) the rest are the
-    most confident remaining finite positions (the ``alg_temp -> 0`` limit)."""
-    positive = int((probs > 0).sum())
-    if positive:
-        drawn = torch.multinomial(probs, min(k, positive), generator=generator)
-    else:
-        drawn = torch.empty(0, dtype=torch.long, device=probs.device)
-    if drawn.numel() == k:
-        return drawn
-    rest = confidence.clone()
-    rest[drawn] = -torch.inf
-    return torch.cat([drawn, torch.topk(rest, k - drawn.numel()).indices])
-
-
-def select_positions(
-    confidence: torch.Tensor,
-    n: int,
-    alg_temp: float | None,
-    generator: torch.Generator | None = None,
-    release_quirks: bool = False,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Which positions each row commits: ``(rows, cols)`` int64 index vectors.
-
-    :param confidence: ``[B, L]``, ``-inf`` at positions that are not masked.
-    :param n: positions per row (> 0). Top-``n`` confidence when ``alg_temp`` is None/0, else ``n``
-        draws without replacement from ``softmax(confidence / alg_temp)`` (one batched
-        ``torch.multinomial`` as the release when every row has ``n`` candidates).
-    :param release_quirks: keep the release's ``-inf`` picks of short rows (see module docstring);
-        otherwise a row commits at most its finite-confidence positions.
-    """
-    B = confidence.shape[0]
-    if alg_temp is None or alg_temp == 0:
-        cols = torch.topk(confidence, n).indices
-        rows = torch.arange(B, device=confidence.device)[:, None].expand_as(cols)
-        if not release_quirks:
-            keep = torch.isfinite(torch.gather(confidence, 1, cols))
-            rows, cols = rows[keep], cols[keep]
-        return rows.reshape(-1), cols.reshape(-1)
-    probs = torch.softmax(confidence / alg_temp, dim=-1)
-    if release_quirks or bool(((probs > 0).sum(dim=1) >= n).all()):
-        cols = multinomial(probs, n, generator)
-        rows = torch.arange(B, device=confidence.device)[:, None].expand_as(cols)
-        return rows.reshape(-1), cols.reshape(-1)
-    available = torch.isfinite(confidence).sum(dim=1)
-    picks = [_draw_positions(probs[b], confidence[b], min(n, int(available[b])), row_generator(generator, b))
-             for b in range(B)]
-    rows = torch.cat([torch.full_like(p, b) for b, p in enumerate(picks)])
-    return rows, torch.cat(picks)
-
-
-def select_positions_per_row(
-    confidence: torch.Tensor,
-    counts: torch.Tensor,
-    alg_temp: float | None,
-    generator: torch.Generator | None = None,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """:func:`select_positions` with a count per row (``counts`` ``[B]`` int64), each row on its own.
-
-    Row ``b`` commits ``min(counts[b], its finite positions)``: its top confidences, or (``alg_temp > 0``)
-    draws without replacement from ``softmax(confidence[b] / alg_temp)`` completed by confidence order on
-    underflow. Rows are handled one at a time, so a row's choice never depends on the others; with
-    :class:`dare.randomness.RowGenerators` row ``b`` draws from generator ``b`` over its finite positions only.
-
-    :returns: ``(rows, cols)`` int64 index vectors.
-    """
-    available = torch.isfinite(confidence).sum(dim=1)
-    rows, cols = [], []
-    for b in range(confidence.shape[0]):
-        n = min(int(counts[b]), int(available[b]))
-        if n <= 0:
-            continue
-        if alg_temp is None or alg_temp == 0:
-            picks = torch.topk(confidence[b], n).indices
-        elif isinstance(generator, RowGenerators):
-            # draw among the row's own candidates only: torch.multinomial consumes one value per entry, so the
-            # batch's padded length must not change which value lands on which position
-            cand = torch.isfinite(confidence[b]).nonzero().flatten()
-            conf = confidence[b, cand]
-            picks = cand[_draw_positions(torch.softmax(conf / alg_temp, dim=-1), conf, n, generator.generators[b])]
-        else:
-            picks = _draw_positions(torch.softmax(confidence[b] / alg_temp, dim=-1), confidence[b], n, generator)
-        rows.append(torch.full_like(picks, b))
-        cols.append(picks)
-    if not rows:
-        empty = torch.empty(0, dtype=torch.long, device=confidence.device)
-        return empty, empty
-    return torch.cat(rows), torch.cat(cols)
-
-
-# --------------------------------------------------------------------------- one denoising step
-@dataclass(frozen=True)
-class _Proposer:
-    """:func:`sample_tokens` with one call's sampling settings bound."""
-
-    temperature: float
-    top_p: float | None
-    top_k: int | None
-    generator: torch.Generator | None
-    release_quirks: bool
-
-    def __call__(self, logits: torch.Tensor, confidence: Confidence = "probability", rows: torch.Tensor | None = None):
-        return sample_tokens(logits, self.temperature, self.top_p, self.top_k, confidence, self.generator,
-                             self.release_quirks, rows)
-
-
-def _origin_step(x, mask_index, mask_logits, p_transfer, mask_id: int, propose: _Proposer) -> None:
-    """``origin``: each masked position reveals with probability ``p_transfer``; ``x`` is updated in place."""
-    x0 = torch.full((mask_logits.shape[0],), mask_id, dtype=torch.long, device=x.device)
-    rows = mask_index.nonzero(as_tuple=True)[0]
-    reveal = _row_rand(rows, propose.generator, x.device) < p_transfer
-    if bool(reveal.any()):
-        _, x0[reveal] = propose(mask_logits[reveal], rows=rows[reveal])
-    x[mask_index] = x0
-
-
-def _confidence_step(x, mask_index, mask_logits, counts: tuple, mask_id: int, alg: str, alg_temp, propose: _Proposer):
-    """``maskgit_plus`` / ``topk_margin`` / ``entropy``: commit the chosen proposals in place.
-
-    ``counts`` is ``(t, s, last)`` for :func:`row_transfer_counts` (:func:`transfer_count`, the batch
-    mean, under ``release_quirks``); proposals are drawn first, as in the release, so the RNG advances the
-    same way even at a step that commits nothing.
-    """
-    conf, x0 = propose(mask_logits, ALGORITHMS[alg], rows=mask_index.nonzero(as_tuple=True)[0])
-    full = torch.full(x.shape, -torch.inf, dtype=mask_logits.dtype, device=x.device)
-    full[mask_index] = conf
-    if propose.release_quirks:
-        n = transfer_count(mask_index, *counts)
-        if n <= 0:
-            return
-        rows, cols = select_positions(full, n, alg_temp, propose.generator, release_quirks=True)
-    else:
-        rows, cols = select_positions_per_row(full, row_transfer_counts(mask_index, *counts), alg_temp,
-                                              propose.generator)
-    proposal = torch.full_like(x, mask_id)
-    proposal[mask_index] = x0
-    x[rows, cols] = proposal[rows, cols]
-
-
-def _parallel_step(x, mask_index, mask_logits, mask_id: int, threshold, factor, propose: _Proposer) -> None:
-    """Fast-dLLM parallel decoding: propose tokens with their probabilities, commit what the rule picks
-    (:func:`dare.sampling.threshold_transfer` / :func:`~dare.sampling.factor_transfer`); proposals of the
-    mask token are never candidates."""
-    conf, x0 = propose(mask_logits, "probability", rows=mask_index.nonzero(as_tuple=True)[0])
-    full = torch.full(x.shape, -torch.inf, dtype=mask_logits.dtype, device=x.device)
-    full[mask_index] = conf
-    proposal = torch.full_like(x, mask_id)
-    proposal[mask_index] = x0
-    full = full.masked_fill(proposal == mask_id, -torch.inf)
-    transfer = threshold_transfer(full, threshold) if threshold is not None else factor_transfer(full, factor)
-    x[transfer] = proposal[transfer]
-
-
-def _check_args(steps: int, max_new_tokens: int, eps: float, alg: str, alg_temp, temperature, top_p, top_k,
-                block_length=None, cache="none", threshold=None, factor=None) -> None:
-    problems = []
-    if steps <= 0:
-        problems.append(f"steps must be positive (got {steps})")
-    if max_new_tokens <= 0:
-        problems.append(f"max_new_tokens must be positive (got {max_new_tokens})")
-    if not 0.0 <= eps < 1.0:
-        problems.append(f"eps must be in [0, 1) (got {eps})")
-    if alg not in ALGORITHMS:
-        problems.append(f"alg must be one of {', '.join(ALGORITHMS)} (got {alg!r})")
-    if alg_temp is not None and alg_temp < 0:
-        problems.append(f"alg_temp must be None or >= 0 (got {alg_temp})")
-    if temperature < 0:
-        problems.append(f"temperature must be >= 0 (got {temperature})")
-    if top_p is not None and not 0.0 < top_p <= 1.0:
-        problems.append(f"top_p must be None or in (0, 1] (got {top_p})")
-    if top_k is not None and top_k < 1:
-        problems.append(f"top_k must be None or >= 1 (got {top_k})")
-    if block_length is not None:
-        if block_length <= 0 or max_new_tokens % block_length:
-            problems.append(f"max_new_tokens ({max_new_tokens}) must be a multiple of block_length ({block_length})")
-        elif steps > 0 and steps % (max_new_tokens // block_length):
-            problems.append(f"steps ({steps}) must be a multiple of the number of blocks "
-                            f"({max_new_tokens // block_length})")
-    if cache not in CACHE_MODES:
-        problems.append(f"cache must be one of {', '.join(CACHE_MODES)} (got {cache!r})")
-    if threshold is not None and factor is not None:
-        problems.append("give at most one of threshold and factor")
-    if threshold is not None and not 0.0 < threshold <= 1.0:
-        problems.append(f"threshold must be in (0, 1] (got {threshold})")
-    if factor is not None and factor <= 0:
-        problems.append(f"factor must be > 0 (got {factor})")
-    if (threshold is not None or factor is not None) and (alg != "maskgit_plus" or alg_temp not in (None, 0)):
-        problems.append("threshold/factor rank positions by the proposal's probability (Fast-dLLM): use "
-                        f"alg='maskgit_plus' without alg_temp (got alg={alg!r}, alg_temp={alg_temp})")
-    if problems:
-        raise DreamSamplerError("; ".join(problems))
-
-
-# --------------------------------------------------------------------------- the loop
-@torch.no_grad()
-def decode(
-    logits_fn: Callable[[torch.Tensor, torch.Tensor | None], torch.Tensor],
-    input_ids: torch.Tensor,
-    attention_mask: torch.Tensor | None,
-    mask_id: int,
-    max_new_tokens: int = 512,
-    steps: int = 512,
-    eps: float = 1e-3,
-    alg: str = "origin",
-    alg_temp: float | None = None,
-    temperature: float = 0.0,
-    top_p: float | None = None,
-    top_k: int | None = None,
-    generator: torch.Generator | None = None,
-    release_quirks: bool = False,
-    block_length: int | None = None,
-    cache: str = "none",
-    kv_logits: Callable | None = None,
-    threshold: float | None = None,
-    factor: float | None = None,
-) -> tuple[torch.Tensor, torch.Tensor, int]:
-    """The decoding loop over an aligned-logits function (module docstring).
-
-    A block stops early once none of its positions is masked: later steps would change nothing and
-    draw nothing.
-
-    :param logits_fn: ``(x [B, L] int64, attention_mask [B, L] | None) -> [B, L, V]`` aligned logits
-        (position i scores token i), e.g. ``family.logits`` bound to a model.
-    :param input_ids: ``[B, Lp]`` int64 prompts, left-padded.
-    :param attention_mask: ``[B, Lp]`` (1 real, 0 pad) or None; extended with ones.
-    :param block_length: ``None`` = ``max_new_tokens`` (one block, the release).
-    :param cache: ``none``/``prefix``/``dual``; needs ``kv_logits`` ``(x, attention_mask, past, start, end,
-        use_cache) -> (logits, cache)`` (:mod:`dare.sampling.kv_cache`).
-    :param threshold: / :param factor: Fast-dLLM parallel decoding (at most one; ``alg="maskgit_plus"``).
-    :returns: ``(x [B, Lp + max_new_tokens] int64, unmask_step [B, max_new_tokens] int64, nfe)``;
-        ``unmask_step`` is the step that committed each completion token (-1: still masked); with
-        ``threshold``/``factor`` steps are numbered by forward pass.
-    :raises DreamSamplerError: an argument out of range (all problems in one message), or a cache
-        without ``kv_logits``.
-    :raises NonFiniteLogitsError: the model returned NaN/Inf logits.
-    """
-    _check_args(steps, max_new_tokens, eps, alg, alg_temp, temperature, top_p, top_k, block_length, cache, threshold,
-                factor)
-    if cache != "none" and kv_logits is None:
-        raise DreamSamplerError(f"cache={cache!r} needs kv_logits (the family's cached forward)")
-    B, Lp = input_ids.shape
-    x = torch.nn.functional.pad(input_ids, (0, max_new_tokens), value=mask_id)
-    if attention_mask is not None:
-        ones = torch.ones((B, max_new_tokens), dtype=attention_mask.dtype, device=attention_mask.device)
-        attention_mask = torch.cat([attention_mask, ones], dim=1)
-    block_length = max_new_tokens if block_length is None else block_length
-    num_blocks = max_new_tokens // block_length
-    spb = steps // num_blocks
-    parallel = threshold is not None or factor is not None
-    timesteps = torch.linspace(1, eps, spb + 1, device=x.device)
-    propose = _Proposer(temperature, top_p, top_k, generator, release_quirks)
-    kv = None if cache == "none" else BlockKVCache(kv_logits, cache)
-    traj = Trajectory(B, max_new_tokens, device=x.device)
-    nfe, run = 0, 0
-    for nb in range(num_blocks):
-        start, end = Lp + nb * block_length, Lp + (nb + 1) * block_length
-        lo = 0 if kv is None and not parallel else start  # which masked positions compete
-        for i in range(block_length if parallel else spb):
-            mask_index = x == mask_id
-            mask_index[:, :lo] = False
-            mask_index[:, end:] = False
-            if not bool(mask_index.any()):
-                break
-            step = run if parallel else nb * spb + i
-            if kv is None:
-                mask_logits = logits_fn(x, attention_mask)[mask_index]
-            else:
-                mask_logits = kv.block_logits(x, attention_mask, start, end, refresh=i == 0)[mask_index[:, start:end]]
-            nfe += 1
-            run += 1
-            require_finite_logits(mask_logits, f"denoising step {step} (sampler 'dream')")
-            if parallel:
-                _parallel_step(x, mask_index, mask_logits, mask_id, threshold, factor, propose)
-            else:
-                t, s, last = timesteps[i], timesteps[i + 1], i == spb - 1
-                if alg == "origin":
-                    _origin_step(x, mask_index, mask_logits, 1 if last else 1 - s / t, mask_id, propose)
-                else:
-                    _confidence_step(x, mask_index, mask_logits, (t, s, last), mask_id, alg, alg_temp, propose)
-            now_masked = (x == mask_id)[:, Lp:]
-            traj.unmask_step[now_masked & ~mask_index[:, Lp:]] = -1  # re-masked by a release quirk: decoded again
-            traj.record(mask_index[:, Lp:] & ~now_masked, step)
-    return x, traj.unmask_step, nfe
-
-
-class _Unset:
-    """Marker of an argument the caller did not pass (``None`` is a real value: "off")."""
-
-    def __repr__(self) -> str:
-        return "UNSET"
-
-
-UNSET = _Unset()
-
-#: What the release's ``DreamGenerationConfig.from_model_config(model.config)`` yields, under the
-#: transformers it pins (4.46.2), for sampling arguments the caller omits and ``config.json`` lacks:
-#: ``PretrainedConfig``'s legacy generation defaults (module docstring, "Generation defaults").
-RELEASE_CONFIG_DEFAULTS: dict[str, float | int | None] = {"temperature": 1.0, "top_p": 1.0, "top_k": 50}
-#: The values the checkpoint's ``generation_config.json`` states (no temperature key: DreamGenerationConfig's 0.0).
-GENERATION_CONFIG_DEFAULTS: dict[str, float | int | None] = {"temperature": 0.0, "top_p": None, "top_k": None}
-
-
-def resolve_generation_defaults(model, generation_defaults: str, **given) -> dict:
-    """``temperature``/``top_p``/``top_k`` for :func:`diffusion_generate`: the given value, else the default.
-
-    ``"release"``: ``model.config``'s attribute when it has one, else :data:`RELEASE_CONFIG_DEFAULTS`
-    (what the release does under transformers 4.46.2); ``"generation_config"``:
-    :data:`GENERATION_CONFIG_DEFAULTS`. A ``top_p`` of 1.0 means off.
-
-    :raises DreamSamplerError: an unknown ``generation_defaults``.
-    """
-    if generation_defaults == "release":
-        config = getattr(model, "config", None)
-        table = {k: getattr(config, k, v) for k, v in RELEASE_CONFIG_DEFAULTS.items()}
-    elif generation_defaults == "generation_config":
-        table = dict(GENERATION_CONFIG_DEFAULTS)
-    else:
-        raise DreamSamplerError(
-            f"generation_defaults must be 'release' or 'generation_config' (got {generation_defaults!r})"
-        )
-    return {k: table[k] if isinstance(v, _Unset) else v for k, v in given.items()}
-
-
-def diffusion_generate(
-    model,
-    input_ids: torch.Tensor,
-    attention_mask: torch.Tensor | None = None,
-    max_new_tokens: int = 512,
-    steps: int = 512,
-    eps: float = 1e-3,
-    alg: str = "origin",
-    alg_temp: float | None = None,
-    temperature: float | _Unset = UNSET,
-    top_p: float | None | _Unset = UNSET,
-    top_k: int | None | _Unset = UNSET,
-    mask_token_id: int | None = None,
-    generator: torch.Generator | None = None,
-    generation_defaults: Literal["release", "generation_config"] = "release",
-    block_length: int | None = None,
-    cache: str = "none",
-    threshold: float | None = None,
-    factor: float | None = None,
-) -> torch.Tensor:
-    """Drop-in for the release's ``model.diffusion_generate(input_ids, ...)``: returns the sequences.
-
-    Runs ``model(x, attention_mask=..., position_ids=...)`` (any Dream-architecture model, the
-    release's class included), shifts its logits (:func:`dare_dream.family.shift_logits`) and
-    decodes with ``release_quirks`` on, so the result is the release's token for token for the same
-    weights and seed (argmax at temperature 0; the global RNG otherwise, unless ``generator``).
-    ``alg="origin"``, ``steps=512`` and ``eps=1e-3`` are the release's defaults. ``temperature``,
-    ``top_p`` and ``top_k`` that are not passed resolve as the release resolves them under its pinned
-    transformers (``generation_defaults="release"``: temperature 1.0, top_p 1.0, top_k 50 unless
-    ``model.config`` has them), or as ``generation_config.json`` states them
-    (``"generation_config"``: temperature 0, no top-p, no top-k); see the module docstring. Pass
-    ``top_k=None`` explicitly to switch top-k off.
-
-    ``block_length``, ``cache``, ``threshold``, ``factor``: Fast-dLLM's block decoding, KV cache and
-    parallel decoding (module docstring; Fast-dLLM's ``diffusion_generate`` exposes them as
-    ``block_length``, ``dual_cache`` and ``threshold``); the defaults are the release's decoder.
-
-    :param input_ids: ``[B, Lp]`` int64 prompts (left-padded when ``attention_mask`` has zeros).
-    :param attention_mask: ``[B, Lp]`` 1/0 or None.
-    :param mask_token_id: default ``model.config.mask_token_id``.
-    :returns: ``[B, Lp + max_new_tokens]`` int64.
-    :raises DreamSamplerError: an argument out of range, or no mask token id.
-    """
-    from dare_dream.family import DreamFamily
-
-    if mask_token_id is None:
-        mask_token_id = getattr(getattr(model, "config", None), "mask_token_id", None)
-        if mask_token_id is None:
-            raise DreamSamplerError(
-                "mask_token_id is not given and model.config has no mask_token_id; pass mask_token_id="
-            )
-    sampling = resolve_generation_defaults(model, generation_defaults, temperature=temperature, top_p=top_p,
-                                           top_k=top_k)
-    family = DreamFamily()
-    x, _, _ = decode(
-        lambda ids, am: family.logits(model, ids, am),
-        input_ids,
-        attention_mask,
-        int(mask_token_id),
-        max_new_tokens=max_new_tokens,
-        steps=steps,
-        eps=eps,
-        alg=alg,
-        alg_temp=alg_temp,
-        generator=generator,
-        release_quirks=True,
-        block_length=block_length,
-        cache=cache,
-        kv_logits=lambda ids, am, past, start, end, use_cache: family.kv_logits(model, ids, am, past, start, end,
-                                                                                use_cache),
-        threshold=threshold,
-        factor=factor,
-        **sampling,
-    )
-    return x
-
-
-# --------------------------------------------------------------------------- the component
 class DreamSamplerParams(Params):
     """Parameters of :class:`DreamSampler`, named as the release's ``diffusion_generate`` arguments
     (``gen_length`` is its ``max_new_tokens``). Defaults follow the Dream README call (``alg="entropy"``,
@@ -729,6 +159,8 @@ class DreamSampler(Sampler):
         """
         if self.params.cache == "none":
             return None
+        from dare.sampling import kv_logits_of
+
         fn = kv_logits_of(family)
         if fn is None:
             raise DareError(
@@ -740,7 +172,11 @@ class DreamSampler(Sampler):
     def check(self, ctx, loc):
         problems = super().check(ctx, loc)
         fam = ctx.family
-        if fam is not None and self.params.cache != "none" and kv_logits_of(fam) is None:
+        if fam is None or self.params.cache == "none":
+            return problems
+        from dare.sampling import kv_logits_of
+
+        if kv_logits_of(fam) is None:
             problems.append((f"{loc}.params.cache", f"cache {self.params.cache!r} needs the model family's cached "
                              f"forward (kv_logits), which family {fam.name!r} does not provide; use cache: none"))
         return problems
@@ -753,6 +189,9 @@ class DreamSampler(Sampler):
             parallel rule); ``steps`` = the schedule's steps, or the steps run under ``threshold``/``factor``.
         :raises DareError: a cache the family cannot provide; :raises NonFiniteLogitsError: NaN/Inf logits.
         """
+        from dare.sampling import completion_mask
+        from dare_dream.decoding import decode
+
         p = self.params
         x, unmask_step, nfe = decode(
             lambda ids, am: family.logits(model, ids, am),

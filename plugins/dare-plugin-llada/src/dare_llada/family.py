@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
-
-import torch
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from dare.components import ModelFamily, SpecialTokens
+
+if TYPE_CHECKING:  # pragma: no cover - torch is imported by the methods that run the model, not by validation
+    import torch
 
 __all__ = ["LLaDAFamily", "LLADA_CHAT_TEMPLATE"]
 
@@ -140,6 +141,8 @@ class LLaDAFamily(ModelFamily):
         :returns: ``(logits [B, end - start, V] aligned, per-block (k, v) cache or None)``.
         :raises ValueError: ``past=None`` with a window other than the whole sequence.
         """
+        import torch
+
         B, L = input_ids.shape
         end = L if end is None else end
         if past is None:

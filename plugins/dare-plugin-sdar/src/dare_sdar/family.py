@@ -22,14 +22,15 @@ The inference and training forwards, left-padding handling and the block-size lo
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
-
-import torch
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from dare.components import SpecialTokens
 from dare.modeling.block_family import BlockDiffusionFamily, config_value
 
-from dare_sdar.cache import SDARCache
+if TYPE_CHECKING:  # pragma: no cover - torch is imported by the forwards, not by validation
+    import torch
+
+    from dare_sdar.cache import SDARCache
 
 __all__ = ["SDARFamily", "SDAR_CHAT_TEMPLATE", "DEFAULT_BLOCK_SIZE", "PRESETS"]
 
@@ -166,12 +167,16 @@ class SDARFamily(BlockDiffusionFamily):
         """As the base, with the LM head run on the first ``first`` positions only (``logits_to_keep``)."""
         if first is None:
             return super().forward_logits(model, input_ids, attention_mask, position_ids)
+        import torch
+
         keep = torch.arange(first, device=input_ids.device)
         return model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
                      logits_to_keep=keep).logits
 
     def new_cache(self, model) -> SDARCache:
         """An empty :class:`~dare_sdar.cache.SDARCache` (per-layer keys/values ``[B, nkv, T, hd]``, model dtype)."""
+        from dare_sdar.cache import SDARCache
+
         return SDARCache()
 
     def block_logits(self, model, input_ids, position_ids, attention_mask, cache=None, store_kv=False, logits_to_keep=0):
