@@ -33,7 +33,7 @@ __all__ = [
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)  # .inf/.nan in YAML: refused for every float
 
     @field_validator("*", mode="before")
     @classmethod

@@ -82,7 +82,7 @@ class TrainerObjective(Objective):
         """The :class:`dare.data.Prompter` of ``data.<split>`` (templates, chat template, system prompt)."""
         ds = self.dataset_spec(run, split)
         response = ds.response_template if with_response else None
-        return Prompter(run.tokenizer, ds.prompt_template, response, ds.chat_template, ds.system_prompt)
+        return Prompter(run.tokenizer, ds.prompt_template, response, ds.chat_template, ds.system_prompt, loc=f"data.{split}")
 
     # ------------------------------------------------------------------ the skeleton
     def train(self, run) -> dict[str, float]:
