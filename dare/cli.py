@@ -290,10 +290,9 @@ def plugins(name, as_json, with_params, check):
     `dare plugins NAME` shows the component(s) called NAME (e.g. tracerl, llada) with their params:
     name, type, default and description; every key is what `params:` of that component accepts.
     """
-    from dare.plugins import get_plugin_manager, reset
+    from dare.plugins import get_plugin_manager
 
-    reset()
-    get_plugin_manager()
+    get_plugin_manager()  # main() loaded them already (plugin commands); loading again would repeat every hook call
     from dare import plugins as P
 
     reg = P._registry

@@ -402,6 +402,8 @@ CASES: list[Case] = [
         "name": "dpo", "params": {"beta": float("inf")}}}), ("algorithm.params.beta", "finite number")),
     Case("spec-inf-sampler-param", _validate(lambda w, c: {**train_spec(w, str(w.model), "out"), "sampler": {
         "name": "llada", "params": {"temperature": float("-inf")}}}), ("sampler.params.temperature", "finite number")),
+    Case("spec-eval-steps-zero", _validate(lambda w, c: train_spec(w, str(w.model), "out", eval_steps=0)),
+         ("train.eval_steps", "must be greater than 0", "use null or leave it out to disable in-training evaluation")),
     Case("spec-bad-dtype", _validate(lambda w, c: {**train_spec(w, str(w.model), "out"),
                                                    "model": {"path": str(w.model), "dtype": "float64"}}), ("model.dtype",)),
     # ------------------------------------------------------------------ model paths

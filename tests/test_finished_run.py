@@ -187,3 +187,10 @@ def test_eval_takes_evaluation_only_overrides(finished):
     # `dare run` with an evaluation-only change is refused (it would retrain), pointing at `dare eval`
     code, _, err = _cli("run", spec, "--set", "eval.batch_size=2")
     assert code == 2 and "eval.batch_size (4 -> 2)" in err and "use `dare eval`" in err
+
+
+def test_the_trained_model_ships_no_pickle(finished):
+    """model/ (what a user receives) holds no ``training_args.bin`` nor any other pickle-based file."""
+    model = finished["dir"] / "model"
+    assert (model / "model.safetensors").is_file()
+    assert sorted(p.name for p in model.rglob("*") if p.suffix in (".bin", ".pt", ".pth", ".pkl", ".pickle")) == []

@@ -93,7 +93,10 @@ def test_top_level_help_points_to_docs_and_environment(run_cli):
     used = {m for p in files for m in re.findall(r"\"(DARE_[A-Z_]*[A-Z])\"", p.read_text())}
     assert {"DARE_DATA_DIR", "DARE_LOAD_PLUGINS", "DARE_TRACE_PLUGINS", "DARE_SHARED_DIR", "DARE_PROGRESS"} <= used
     code, out, _ = run_cli("--help")
-    assert code == 0 and "docs/run-spec.md" in out and "docs/plugins.md" in out
+    assert code == 0
+    for doc in ("README.md", "docs/run-spec.md", "docs/evaluation.md", "docs/scaling.md", "docs/plugins.md",
+                "docs/architecture.md"):
+        assert doc in out and (root / doc).is_file(), doc
     for name in used | {"DARE_SLOW"}:
         assert name in out, name
 
