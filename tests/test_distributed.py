@@ -226,5 +226,7 @@ def test_accelerate_cpu_launch_of_two_processes_is_refused(tmp_path):
     res = subprocess.run(cmd, env=_env(cpu_flag=False), capture_output=True, text=True, timeout=600, cwd=tmp_path)
     assert res.returncode != 0
     assert "starts ONE process" in res.stderr and "torchrun" in res.stderr, res.stderr[-2000:]
+    # DARE's process exits 2; the CalledProcessError traceback after the error is accelerate's (docs/scaling.md)
+    assert "returned non-zero exit status 2." in res.stderr, res.stderr[-2000:]
     assert "Traceback" not in res.stderr.split("starts ONE process")[0][-500:]
     assert not (tmp_path / "run" / "checkpoints").exists()  # refused before training
