@@ -58,6 +58,7 @@ def _two_processes(spec_path: Path, command: str = "run", cpu_flag: bool = True)
     assert proc.returncode == 0, (out[-2000:], "\n".join(line for line in err.splitlines() if "rank0" in line or "Error" in line)[-6000:])
     run_dir = spec_path.parent / spec_path.stem
     assert list((run_dir / "checkpoints").glob("checkpoint-*/rng_state_1.pth")), "the run did not use 2 processes"
+    assert "find_unused_parameters=True was specified" not in err  # dense models: DDP does not search for unused ones
     return run_dir
 
 
