@@ -87,7 +87,7 @@ def eval_cmd(spec, overrides):
     r = Run.from_file(spec, list(overrides))
     if r.spec.eval is None:
         raise DareError("the spec has no eval: section; add eval.benchmarks")
-    out = r.execute(train=False, evaluate=True)
+    out = _execute_resumably(r, train=False, evaluate=True)
     if _is_main():
         _print_stages(out["stages"])
         click.echo(f"report: {r.dir / 'report.md'}")
@@ -101,6 +101,9 @@ def _execute_resumably(r, **kwargs):
     """``r.execute(**kwargs)``; on Ctrl-C, say what was saved and that the same command resumes (exit 130)."""
     try:
         return r.execute(**kwargs)
+    except DareError:
+        r.discard_unused_dir()  # a refused run leaves no files
+        raise
     except KeyboardInterrupt:
         if _is_main():
             import shlex
@@ -287,10 +290,9 @@ def plugins(name, as_json, with_params, check):
     `dare plugins NAME` shows the component(s) called NAME (e.g. tracerl, llada) with their params:
     name, type, default and description; every key is what `params:` of that component accepts.
     """
-    from dare.plugins import get_plugin_manager, reset
+    from dare.plugins import get_plugin_manager
 
-    reset()
-    get_plugin_manager()
+    get_plugin_manager()  # main() loaded them already (plugin commands); loading again would repeat every hook call
     from dare import plugins as P
 
     reg = P._registry

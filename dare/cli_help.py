@@ -13,9 +13,11 @@ __all__ = ["EPILOG", "CreateModelCommand", "list_components", "print_params", "s
 
 EPILOG = """\b
 Documentation (in the repository): README.md (quickstart),
-docs/run-spec.md (every spec field), docs/plugins.md (writing a plugin,
-RL objectives), docs/architecture.md. `dare COMMAND --help` for one
-command; `dare plugins NAME` for a component's params.
+docs/run-spec.md (every spec field), docs/evaluation.md (dare eval,
+lm-evaluation-harness, OpenCompass), docs/scaling.md (several GPUs
+or nodes), docs/plugins.md (writing a plugin, RL objectives),
+docs/architecture.md. `dare COMMAND --help` for one command;
+`dare plugins NAME` for a component's params.
 
 \b
 Environment variables:

@@ -38,7 +38,8 @@ from dare.modeling import create_model, enable_gradient_checkpointing, load_mode
 from dare.modeling.checkpoint import DTYPES
 from dare.modeling.lora import apply_lora
 from dare.rewards import WeightedReward
-from dare.rundir import clear_run_dir, format_differences, plan_output_dir, spec_differences, stored_spec
+from dare.rundir import (clear_run_dir, discard_new_run_dir, first_missing, format_differences, plan_output_dir,
+                         spec_differences, stored_spec)
 from dare.spec import ResolvedBenchmark, ResolvedSpec, RunSpec, load_spec, resolve_spec, spec_hash
 from dare.trainers.checkpoints import checkpoint_step, last_complete_checkpoint, read_best
 
@@ -64,6 +65,7 @@ class Run:
         self.objective = self.resolved.objective
         self.reward = self._weighted(self.resolved.rewards)
         self.hash = spec_hash(spec)
+        self.stage: str | None = None  # the stage execute() is in (before, train, after, eval): interrupted_message
         #: extra ``transformers.TrainerCallback``s given to the trainer (e.g. ``dare profile``'s step timer)
         self.callbacks: list = []
         #: the spec hash of the run that owns the directory (differs from ``hash`` only for ``dare eval`` with
@@ -110,6 +112,7 @@ class Run:
         dump = self.spec.model_dump(mode="json")
         action, problems = plan_output_dir(self.dir, self.hash, self.spec.output.overwrite, resume=resume, train=train,
                                            spec=dump)
+        self.created_dir = first_missing(self.dir) if action == "use" else None  # for discard_unused_dir
         distributed.barrier()  # every process decided before the main one changes anything
         if problems:
             raise SpecError(problems, source=self.source)
@@ -127,10 +130,20 @@ class Run:
                       file=sys.stderr)
             if action in ("replace", "replace-unfinished"):
                 clear_run_dir(self.dir)
-            self.dir.mkdir(parents=True, exist_ok=True)
+            try:
+                self.dir.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:  # validation probed it; a race or an odd filesystem may still refuse
+                raise SpecError([("output.dir", f"{str(self.dir)!r} cannot be created: {exc.strerror}")],
+                                source=self.source) from None
             atomic_write_json(self.dir / "run.json", {"spec_hash": self.hash, "source": self.source,
                                                       "spec": self.spec.model_dump(mode="json")})
         distributed.barrier()
+
+    def discard_unused_dir(self) -> None:
+        """After a refusal (:class:`DareError`): remove ``output.dir`` if this command created it and nothing was
+        trained or measured in it yet (:func:`dare.rundir.discard_new_run_dir`), so a refused run leaves no files."""
+        if distributed.is_main() and getattr(self, "created_dir", None) is not None:
+            discard_new_run_dir(self.dir, self.created_dir)
 
     # ------------------------------------------------------------------ model
     @cached_property
@@ -317,6 +330,7 @@ class Run:
                            + (f", resuming from step {resumed_from}" if resumed_from else "")
                            + f"; checkpoints every {self.spec.train.save_steps} steps in {self.checkpoint_dir}")
             t0 = time.perf_counter()
+            self.stage = "train"
             train_metrics = self.train() or {}
             train_seconds = round(time.perf_counter() - t0, 1)
             if self.spec.train.keep_best:
@@ -363,6 +377,7 @@ class Run:
         return {"stages": {k: [r.to_dict(with_samples=False) for r in v] for k, v in stages.items()}, "train": train_metrics}
 
     def _timed_evaluate(self, label: str, stage_seconds: dict[str, float]) -> list[BenchmarkResult]:
+        self.stage = label  # for interrupted_message
         what = {"before": "before training", "after": "after training", "eval": "the model"}[label]
         progress.stage("evaluate", f"{what}: " + ", ".join(b.evaluator.name for b in self.resolved.benchmarks))
         t0 = time.perf_counter()

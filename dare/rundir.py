@@ -26,10 +26,11 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import tempfile
 from pathlib import Path
 from typing import Any
 
-__all__ = ["plan_output_dir", "clear_run_dir", "is_unfinished_run", "writable_problem", "spec_differences",
+__all__ = ["plan_output_dir", "clear_run_dir", "first_missing", "discard_new_run_dir", "is_unfinished_run", "writable_problem", "spec_differences",
            "format_differences", "stored_spec", "RUN_ENTRIES", "EVAL_ONLY_KEYS"]
 
 #: top-level entries DARE writes in a run directory (temporary siblings start with ``.<entry>.``)
@@ -128,6 +129,12 @@ def writable_problem(out: str | Path) -> str | None:
         where = "it" if probe == out.absolute() else f"its parent {str(probe)!r}"
         return (f"{str(out)!r} is not writable: {where} is read-only for this user (permissions or a read-only mount); "
                 "choose an output.dir you can write, e.g. under your home or working directory")
+    try:  # os.access passes where the kernel still refuses (root; /proc, /sys): create and remove a directory
+        os.rmdir(tempfile.mkdtemp(prefix=".dare-write-probe-", dir=probe))
+    except OSError as exc:
+        return (f"{str(out)!r} cannot be created: {str(probe)!r} does not accept new directories ({exc.strerror}; e.g. "
+                "/proc and /sys are kernel filesystems); choose an output.dir you can write, e.g. under your home or "
+                "working directory")
     return None
 
 
@@ -249,3 +256,31 @@ def clear_run_dir(out: Path) -> None:
             shutil.rmtree(p)
         else:
             p.unlink()
+
+
+def first_missing(out: Path) -> Path | None:
+    """The outermost directory of ``out`` (itself or a parent) that does not exist yet, or None."""
+    top = None
+    for p in [out.absolute(), *out.absolute().parents]:
+        if os.path.lexists(p):
+            break
+        top = p
+    return top
+
+
+#: what a run writes before it trains or measures anything (a refused run's directory holds only these)
+_BEFORE_ANY_RESULT = {"run.json", "init-model"}
+
+
+def discard_new_run_dir(out: Path, created: Path | None) -> bool:
+    """Remove the run directory ``out`` that this command created (``created``: :func:`first_missing` before)
+    when it holds nothing but :data:`_BEFORE_ANY_RESULT`, with the parents it created; so a run refused
+    after it created ``output.dir`` (weights, data) leaves no files. Returns whether it removed it."""
+    if created is None or not out.is_dir() or not {p.name for p in out.iterdir()} <= _BEFORE_ANY_RESULT:
+        return False
+    shutil.rmtree(out, ignore_errors=True)
+    for p in out.absolute().parents:  # the parents this command created, while empty
+        if not p.is_relative_to(created) or not p.is_dir() or any(p.iterdir()):
+            break
+        p.rmdir()
+    return True

@@ -92,17 +92,35 @@ def run_info(run, train_metrics: dict[str, Any], train_seconds: float | None, re
 
 
 def interrupted_message(run, command: str) -> str:
-    """What an interrupted command (Ctrl-C) saved in ``run.dir`` and how to resume, as one paragraph."""
-    ckpt = last_complete_checkpoint(run.checkpoint_dir)
+    """What an interrupted command (Ctrl-C) saved in ``run.dir`` and what re-running it does, as one paragraph.
+
+    ``run.stage`` (set by :meth:`dare.run.Run.execute`) says where it stopped: ``before``/``after``/``eval``
+    (an evaluation), ``train``, or None (before any stage began)."""
+    stage = getattr(run, "stage", None)
+    where = {"before": " during the evaluation before training", "train": " during training",
+             "after": " during the evaluation after training", "eval": " during the evaluation"}.get(stage, "")
+    trains = run.spec.train is not None and stage != "eval"
+    ckpt = last_complete_checkpoint(run.checkpoint_dir) if trains else None
+    step = checkpoint_step(ckpt) if ckpt is not None else None
     saved = []
     if ckpt is not None:
-        max_steps = run.spec.train.max_steps if run.spec.train is not None else "?"
-        saved.append(f"the last checkpoint is {ckpt} (step {checkpoint_step(ckpt)} of {max_steps})")
-    else:
-        saved.append("no checkpoint yet (the first is written at step train.save_steps), so training restarts from step 0")
-    best = read_best(run.checkpoint_dir)
+        saved.append(f"the checkpoint of step {step} of {run.spec.train.max_steps} ({ckpt})")
+    best = read_best(run.checkpoint_dir) if trains else None
     if best is not None:
-        saved.append(f"the best weights so far are in {run.checkpoint_dir / 'best'} (step {best['step']})")
-    if run.cached_eval("before", run.run_hash):
-        saved.append(f"the evaluation before training is kept ({run.dir / 'eval' / 'before.json'}) and not repeated")
-    return f"interrupted: {'; '.join(saved)}. Re-running the same command resumes: {command}"
+        saved.append(f"the best weights so far (step {best['step']}, {run.checkpoint_dir / 'best'})")
+    kept = trains and bool(run.cached_eval("before", run.run_hash))
+    if kept:
+        saved.append(f"the evaluation before training ({run.dir / 'eval' / 'before.json'})")
+    text = f"interrupted{where}: " + (f"saved {'; '.join(saved)}" if saved else "nothing was saved")
+    if stage == "train" and ckpt is None:
+        text += f" (no checkpoint yet: the first is written at step {run.spec.train.save_steps}, train.save_steps)"
+    reuse = ", reusing the saved evaluation before training" if kept else ""
+    if not trains:
+        then = "evaluates again"
+    elif step is not None:
+        then = f"resumes training from step {step}{reuse}"
+    elif stage == "train" or kept:
+        then = f"starts training from step 0{reuse}"
+    else:
+        then = "starts over"
+    return f"{text}. Re-running the same command {then}: {command}"

@@ -365,6 +365,16 @@ def _optimizer_pickle(ckpt: Path) -> None:
     torch.save({"state": {0: _Payload(ckpt / "PWNED")}, "param_groups": []}, ckpt / "optimizer.pt")
 
 
+def _later_row_lacks_field(w: World, c: Path) -> list[str]:
+    """`dare train` of a JSONL file whose row 0 fits the template (validation renders it) but row 1 lacks the field:
+    refused at run time, naming the spec field, with nothing left in output.dir."""
+    rows = [{"extra_info": {"puzzle": "12"}, "answer": "3"}, {"extra_info": {"grid": "12"}, "answer": "3"}]
+    (c / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    spec = train_spec(w, str(w.model), "out/run")  # a parent the run creates, removed with it
+    spec["data"]["train"].update(path="train.jsonl", response_template="{{ answer }}")
+    return ["train", write_spec(c, spec)]
+
+
 CASES: list[Case] = [
     # ------------------------------------------------------------------ spec files
     Case("spec-missing-file", lambda w, c: ["validate", "nope.yaml"], ("nope.yaml", "does not exist")),
@@ -381,6 +391,19 @@ CASES: list[Case] = [
                                             "train.max_steps"], ("train.max_steps", "must look like")),
     Case("spec-unknown-objective", _validate(lambda w, c: {**train_spec(w, str(w.model), "out"),
                                                            "algorithm": {"name": "stf"}}), ("algorithm.name",)),
+    Case("spec-inf-learning-rate", lambda w, c: ["train", write_spec(c, train_spec(w, str(w.model), "out",
+                                                                                   learning_rate=float("inf")))],
+         ("train.learning_rate", "finite number", "(got inf)")),
+    Case("spec-inf-max-grad-norm", _validate(lambda w, c: train_spec(w, str(w.model), "out", max_grad_norm=float("inf"))),
+         ("train.max_grad_norm", "finite number")),
+    Case("spec-nan-lora-alpha", _validate(lambda w, c: {**train_spec(w, str(w.model), "out"), "model": {
+        "path": str(w.model), "lora": {"alpha": float("nan")}}}), ("model.lora.alpha", "finite number")),
+    Case("spec-inf-objective-param", _validate(lambda w, c: {**train_spec(w, str(w.model), "out"), "algorithm": {
+        "name": "dpo", "params": {"beta": float("inf")}}}), ("algorithm.params.beta", "finite number")),
+    Case("spec-inf-sampler-param", _validate(lambda w, c: {**train_spec(w, str(w.model), "out"), "sampler": {
+        "name": "llada", "params": {"temperature": float("-inf")}}}), ("sampler.params.temperature", "finite number")),
+    Case("spec-eval-steps-zero", _validate(lambda w, c: train_spec(w, str(w.model), "out", eval_steps=0)),
+         ("train.eval_steps", "must be greater than 0", "use null or leave it out to disable in-training evaluation")),
     Case("spec-bad-dtype", _validate(lambda w, c: {**train_spec(w, str(w.model), "out"),
                                                    "model": {"path": str(w.model), "dtype": "float64"}}), ("model.dtype",)),
     # ------------------------------------------------------------------ model paths
@@ -391,8 +414,7 @@ CASES: list[Case] = [
     Case("model-path-is-a-file", lambda w, c: (c.joinpath("weights.bin").write_bytes(b"x"),
                                                ["validate", write_spec(c, train_spec(w, "weights.bin", "out"))])[1],
          ("model.path", "'weights.bin' is a file")),
-    Case("model-hub-id-offline-not-cached", _hub_not_cached, ("some-org/not-a-cached-model", "HF_HUB_OFFLINE"),
-         staging="out"),
+    Case("model-hub-id-offline-not-cached", _hub_not_cached, ("some-org/not-a-cached-model", "HF_HUB_OFFLINE"),),
     Case("model-no-config", _model_case(lambda m: (m / "config.json").unlink()), ("model.path", "has no config.json")),
     Case("model-config-not-json", _model_case(lambda m: (m / "config.json").write_text("{")),
          ("model.path", "config.json is not valid JSON")),
@@ -419,9 +441,9 @@ CASES: list[Case] = [
          ("model.path", "model-00002-of-00002.safetensors", "is missing")),
     Case("weights-index-not-json", _model_case(_bad_index), ("model.path", "model.safetensors.index.json is not a readable")),
     Case("weights-nan-run", _model_case(lambda m: edit_tensors(m, poison), cmd="run"),
-         ("model.safetensors", "'model.transformer.blocks.0.q_proj.weight'", "NaN or infinite"), staging="out"),
+         ("model.safetensors", "'model.transformer.blocks.0.q_proj.weight'", "NaN or infinite")),
     Case("weights-inf-train", _model_case(lambda m: edit_tensors(m, lambda s: poison(s, float("inf"))), cmd="train"),
-         ("model.safetensors", "'model.transformer.blocks.0.q_proj.weight'", "NaN or infinite"), staging="out"),
+         ("model.safetensors", "'model.transformer.blocks.0.q_proj.weight'", "NaN or infinite")),
     Case("weights-nan-generate", _generate("model", lambda w, c: edit_tensors(copy_model(w, c), poison)),
          ("model.safetensors", "'model.transformer.blocks.0.q_proj.weight'", "NaN or infinite")),
     Case("weights-truncated-generate", _generate("model", lambda w, c: damage(copy_model(w, c) / "model.safetensors",
@@ -432,7 +454,7 @@ CASES: list[Case] = [
          ("model.path", "model.safetensors is not a safetensors file")),
     Case("weights-nan-eval", lambda w, c: (edit_tensors(copy_model(w, c), poison),
                                            ["eval", write_spec(c, eval_spec(w, "model", "out"))])[1],
-         ("model.safetensors", "NaN or infinite"), staging="out"),
+         ("model.safetensors", "NaN or infinite")),
     Case("run-trained-model-nan-eval", lambda w, c: _nan_trained_model(w, c),
          ("out/model/model.safetensors", "NaN or infinite"), staging="out"),
     Case("generate-run-dir-typo", _generate("runs/quickstart-sft-shrt", lambda w, c: (c / "runs").mkdir()),
@@ -466,7 +488,7 @@ CASES: list[Case] = [
     Case("adapter-weights-missing", _adapter_case(lambda a: (a / "adapter_model.safetensors").unlink()),
          ("model.path", "has no adapter_model.safetensors")),
     Case("adapter-weights-nan-train", _adapter_case(lambda a: _poison_adapter(a), cmd="train"),
-         ("adapter_model.safetensors", "NaN or infinite", "adapter"), staging="out"),
+         ("adapter_model.safetensors", "NaN or infinite", "adapter")),
     Case("adapter-weights-random-generate", _adapter_case(lambda a: damage(a / "adapter_model.safetensors", "random"),
                                                           cmd="generate"),
          ("--model", "adapter_model.safetensors is not a safetensors file")),
@@ -490,6 +512,17 @@ CASES: list[Case] = [
          ("data.train.path", "unsupported file type '.csv'")),
     Case("data-missing-column", _validate(lambda w, c: _with(train_spec(w, str(w.model), "out"), "data.train.prompt_template",
                                                               "{{ puzle }}")), ("data.train.prompt_template", "'puzle'")),
+    Case("data-missing-nested-field", _validate(lambda w, c: _with(train_spec(w, str(w.model), "out"),
+                                                                   "data.train.prompt_template", "{{ extra_info.puzle }}")),
+         ("data.train.prompt_template", "row 0 of", "has no field 'extra_info.puzle'")),
+    Case("data-missing-nested-field-response", _validate(lambda w, c: _with(
+        train_spec(w, str(w.model), "out"), "data.train.response_template", "{{ reward_model['truth'] }}")),
+         ("data.train.response_template", "has no field 'reward_model.truth'")),
+    Case("data-later-row-missing-field", _later_row_lacks_field, ("data.train.prompt_template", "'extra_info.puzzle'")),
+    Case("benchmark-missing-nested-field", lambda w, c: ["validate", write_spec(c, _with(
+        eval_spec(w, str(w.model), "out"), "eval.benchmarks", [{**eval_spec(w, "", "")["eval"]["benchmarks"][0],
+                                                                "prompt_template": "{{ extra_info.puzle }}"}]))],
+         ("eval.benchmarks[0].prompt_template", "has no field 'extra_info.puzle'")),
     Case("data-offset-past-end", _validate(lambda w, c: _with(train_spec(w, str(w.model), "out"), "data.train.offset", 8)),
          ("data.train.offset", "skips every row")),
     Case("benchmark-zero-rows", lambda w, c: (_empty_parquet(c / "bench.parquet"),
@@ -501,6 +534,12 @@ CASES: list[Case] = [
     Case("output-holds-another-run", _output_case(_different_run), ("output.dir", "different run")),
     Case("output-parent-is-a-file", _spec_with_output("parent/out"), ("output.dir", "'parent/out' cannot be created",
                                                                       "is a file")),
+    Case("output-in-proc", _validate(lambda w, c: train_spec(w, str(w.model), "/proc/dare-out")),
+         ("output.dir", "'/proc/dare-out' cannot be created", "does not accept new directories")),
+    Case("output-in-sys-run", lambda w, c: ["run", write_spec(c, train_spec(w, str(w.model), "/sys/dare-out"))],
+         ("output.dir", "'/sys/dare-out' cannot be created")),
+    Case("output-in-proc-train", lambda w, c: ["train", write_spec(c, train_spec(w, str(w.model), "/proc/a/b"))],
+         ("output.dir", "'/proc/a/b' cannot be created")),
     Case("output-read-only-validate", _readonly_output("validate"), ("output.dir", "is not writable", "read-only"),
          unprivileged=True),
     Case("output-read-only-train", _readonly_output("train"), ("output.dir", "is not writable", "read-only"),

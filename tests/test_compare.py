@@ -91,3 +91,40 @@ def test_rl_runs_plot_reward_with_spread_each_on_its_own_axis(tmp_path):
     assert "| RL | sudoku | 0.4500 | 0.8000 | 500 | tracerl | 60 | 2m 05s |" in text
     assert "- **accuracy**: fraction of rows the benchmark counts as solved" in text
     assert "- benchmark **sudoku**: 4x4 Sudoku (500 test puzzles); accuracy = exact solves" in text
+
+
+def test_plots_show_zero_integer_steps_and_distinct_series(tmp_path, monkeypatch):
+    """The training curve's y axis includes 0 and one step still shows (a marker); step ticks are integers;
+    every evaluation series of plot.png has its own (colour, marker, line style)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from dare.eval.report import draw_training_curve, plot_training
+
+    fig, ax = plt.subplots()
+    draw_training_curve(ax, "loss", [(1, 7.3, None)])
+    fig.canvas.draw()
+    lo, hi = ax.get_xlim()
+    assert ax.get_ylim()[0] == 0.0 and ax.lines[0].get_marker() == "o"
+    assert [t for t in ax.get_xticks() if lo <= t <= hi] == [0.0, 1.0]
+    plt.close(fig)
+
+    recs = [{"step": s, "loss": 3.0 - 0.2 * s} for s in range(1, 8)]
+    for r in recs[2::3]:
+        r.update({"eval/validation/accuracy": 0.1, "eval/validation/mean_reward": 0.2, "eval/sudoku/accuracy": 0.05,
+                  "eval/gsm8k/accuracy": 0.3})
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
+    figs = []
+    monkeypatch.setattr(plt, "close", figs.append)
+    assert plot_training(tmp_path / "metrics.jsonl", tmp_path / "plot.png", before={"sudoku": {"accuracy": 0.0}},
+                         after={"sudoku": {"accuracy": 0.3}}) is not None
+    loss_ax, eval_ax = figs[0].axes
+    styles = [(ln.get_color(), ln.get_marker(), ln.get_linestyle()) for ln in eval_ax.lines]
+    assert len(eval_ax.lines) == 6 and len(set(styles)) == 6
+    assert len({(c, m) for c, m, ls in styles if ls != "None"}) == 3  # one (colour, marker) per in-training set
+    for a in (loss_ax, eval_ax):
+        lo, hi = a.get_xlim()
+        assert all(float(t).is_integer() for t in a.get_xticks() if lo <= t <= hi)
+        assert a.get_ylim()[0] <= 0.0

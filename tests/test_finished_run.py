@@ -160,8 +160,13 @@ def test_interrupted_message_names_what_was_saved(finished):
 
     run = Run.from_file(str(finished["spec"]))
     msg = run.interrupted_message("dare run s.yaml")
-    assert f"the last checkpoint is {finished['dir'] / 'checkpoints' / 'checkpoint-4'} (step 4 of 4)" in msg
-    assert "the evaluation before training is kept" in msg and msg.endswith("resumes: dare run s.yaml")
+    d = finished["dir"]
+    assert msg == (f"interrupted: saved the checkpoint of step 4 of 4 ({d / 'checkpoints' / 'checkpoint-4'}); the evaluation "
+                   f"before training ({d / 'eval' / 'before.json'}). Re-running the same command resumes training from "
+                   "step 4, reusing the saved evaluation before training: dare run s.yaml")
+    run.stage = "eval"  # `dare eval` interrupted: no checkpoint talk
+    assert run.interrupted_message("dare eval s.yaml") == ("interrupted during the evaluation: nothing was saved. "
+                                                            "Re-running the same command evaluates again: dare eval s.yaml")
 
 
 def test_eval_takes_evaluation_only_overrides(finished):
@@ -182,3 +187,10 @@ def test_eval_takes_evaluation_only_overrides(finished):
     # `dare run` with an evaluation-only change is refused (it would retrain), pointing at `dare eval`
     code, _, err = _cli("run", spec, "--set", "eval.batch_size=2")
     assert code == 2 and "eval.batch_size (4 -> 2)" in err and "use `dare eval`" in err
+
+
+def test_the_trained_model_ships_no_pickle(finished):
+    """model/ (what a user receives) holds no ``training_args.bin`` nor any other pickle-based file."""
+    model = finished["dir"] / "model"
+    assert (model / "model.safetensors").is_file()
+    assert sorted(p.name for p in model.rglob("*") if p.suffix in (".bin", ".pt", ".pth", ".pkl", ".pickle")) == []

@@ -93,7 +93,10 @@ def test_top_level_help_points_to_docs_and_environment(run_cli):
     used = {m for p in files for m in re.findall(r"\"(DARE_[A-Z_]*[A-Z])\"", p.read_text())}
     assert {"DARE_DATA_DIR", "DARE_LOAD_PLUGINS", "DARE_TRACE_PLUGINS", "DARE_SHARED_DIR", "DARE_PROGRESS"} <= used
     code, out, _ = run_cli("--help")
-    assert code == 0 and "docs/run-spec.md" in out and "docs/plugins.md" in out
+    assert code == 0
+    for doc in ("README.md", "docs/run-spec.md", "docs/evaluation.md", "docs/scaling.md", "docs/plugins.md",
+                "docs/architecture.md"):
+        assert doc in out and (root / doc).is_file(), doc
     for name in used | {"DARE_SLOW"}:
         assert name in out, name
 
@@ -148,5 +151,35 @@ def test_ctrl_c_says_what_was_saved_and_how_to_resume(run_cli, tmp_path, tiny_ll
     (tmp_path / "s.yaml").write_text(yaml.safe_dump(spec))
     code, _, err = run_cli("train", str(tmp_path / "s.yaml"), "--set", "train.seed=0")
     assert code == 130
-    assert "interrupted: no checkpoint yet (the first is written at step train.save_steps)" in err
-    assert err.rstrip().endswith(f"Re-running the same command resumes: dare train {tmp_path / 's.yaml'} --set train.seed=0")
+    assert err.rstrip().endswith(
+        "interrupted during training: nothing was saved (no checkpoint yet: the first is written at step 5, "
+        "train.save_steps). Re-running the same command starts training from step 0: "
+        f"dare train {tmp_path / 's.yaml'} --set train.seed=0")
+
+
+def test_ctrl_c_during_the_evaluation_before_training(run_cli, tmp_path, tiny_llada_dir, monkeypatch):
+    """Interrupted before training started: no checkpoint or resume talk, the same command starts over."""
+    import yaml
+
+    from dare.run import Run
+
+    real = Run.evaluate
+
+    def interrupt(self, stage, *args, **kwargs):
+        if stage == "before":
+            raise KeyboardInterrupt
+        return real(self, stage, *args, **kwargs)
+
+    monkeypatch.setattr(Run, "evaluate", interrupt)
+    spec = {"model": {"path": str(tiny_llada_dir)}, "algorithm": {"name": "sft"},
+            "data": {"train": {"path": "dare://sudoku/train.parquet", "limit": 4, "chat_template": False,
+                               "prompt_template": "{{ extra_info.puzzle }}", "response_template": "{{ reward_model.ground_truth }}"}},
+            "sampler": {"name": "llada", "params": {"gen_length": 4, "block_length": 4, "steps": 4}},
+            "eval": {"benchmarks": [{"name": "sudoku", "limit": 2, "chat_template": False,
+                                     "prompt_template": "{{ extra_info.puzzle }}"}]},
+            "train": {"learning_rate": 1e-3, "max_steps": 10, "save_steps": 5}, "output": {"dir": str(tmp_path / "run")}}
+    (tmp_path / "s.yaml").write_text(yaml.safe_dump(spec))
+    code, _, err = run_cli("run", str(tmp_path / "s.yaml"))
+    assert code == 130
+    assert err.rstrip().endswith("interrupted during the evaluation before training: nothing was saved. Re-running the "
+                                 f"same command starts over: dare run {tmp_path / 's.yaml'}")

@@ -12,7 +12,7 @@ __all__ = ["Params", "NoParams", "Component"]
 class Params(BaseModel):
     """Base for every component's ``Params`` model: unknown keys are errors, values are validated."""
 
-    model_config = ConfigDict(extra="forbid", validate_assignment=True, frozen=False)
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, frozen=False, allow_inf_nan=False)
 
 
 class NoParams(Params):

@@ -16,7 +16,7 @@ from typing import Any
 from dare.errors import DataError
 from dare.io import resolve_path
 
-__all__ = ["load_rows", "dataset_columns", "dataset_rows", "to_python"]
+__all__ = ["load_rows", "dataset_columns", "dataset_rows", "first_row", "to_python"]
 
 _SUFFIXES = (".parquet", ".jsonl", ".json")
 _SAVED = ("dataset_info.json", "state.json", "dataset_dict.json")  # what save_to_disk writes
@@ -141,6 +141,29 @@ def dataset_rows(path: str, at_most: int | None = None) -> int | None:
     except Exception:  # noqa: BLE001 - unreadable files are reported by dataset_columns
         return None
     return None
+
+
+def first_row(path: str, split: str = "train", offset: int = 0) -> dict | None:
+    """Row ``offset`` of a local dataset (a parquet file: only the row group holding it is read), or None
+    (hub ids, past the end, unreadable: :func:`dataset_columns` reports those)."""
+    p = _local(path)
+    if p is None:
+        return None
+    try:
+        if p.is_file() and p.suffix == ".parquet":
+            import pyarrow.parquet as pq
+
+            pf = pq.ParquetFile(p)
+            for i in range(pf.num_row_groups):
+                n = pf.metadata.row_group(i).num_rows
+                if offset < n:
+                    return to_python(pf.read_row_group(i).slice(offset, 1).to_pylist()[0])
+                offset -= n
+            return None
+        rows = load_rows(path, limit=1, split=split, offset=offset)
+    except Exception:  # noqa: BLE001
+        return None
+    return rows[0] if rows else None
 
 
 def load_rows(

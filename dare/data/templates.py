@@ -6,7 +6,7 @@ from functools import lru_cache
 from typing import Any
 
 import jinja2
-from jinja2 import meta
+from jinja2 import meta, nodes
 
 from dare.errors import DataError
 
@@ -40,7 +40,32 @@ def render(template: str, row: dict[str, Any]) -> str:
     try:
         return _compile(template).render(**row)
     except jinja2.UndefinedError as exc:
-        raise DataError(f"template {template!r}: {exc.message} (row keys: {', '.join(row)})") from None
+        path = _missing_field(template, row)
+        what = f"the row has no field {path!r} ({exc.message})" if path else exc.message
+        raise DataError(f"template {template!r}: {what}; row keys: {', '.join(row)}") from None
+
+
+def _missing_field(template: str, row: dict[str, Any]) -> str | None:
+    """The first dotted field (``extra_info.puzle``) the template reads that ``row`` lacks, or None."""
+    ast = _env.parse(template)
+    fields = meta.find_undeclared_variables(ast)  # not loop variables or {% set %} names
+    for node in ast.find_all((nodes.Getattr, nodes.Getitem, nodes.Name)):
+        keys, n = [], node
+        while isinstance(n, (nodes.Getattr, nodes.Getitem)) and (isinstance(n, nodes.Getattr) or isinstance(n.arg, nodes.Const)):
+            keys.append(n.attr if isinstance(n, nodes.Getattr) else n.arg.value)
+            n = n.node
+        if not isinstance(n, nodes.Name) or n.name not in fields:
+            continue
+        if n.name not in row:
+            return n.name
+        value, path = row[n.name], n.name
+        for k in reversed(keys):
+            path += f".{k}" if isinstance(k, str) else f"[{k!r}]"
+            try:
+                value = value[k]
+            except (KeyError, IndexError, TypeError):
+                return path
+    return None
 
 
 class Prompter:
@@ -59,16 +84,27 @@ class Prompter:
         response_template: str | None = None,
         chat_template: bool = True,
         system_prompt: str | None = None,
+        loc: str | None = None,
     ):
+        """``loc``: the spec section of these templates (e.g. ``data.train``), named by render errors."""
+        self.loc = loc
         self.tokenizer = tokenizer
         self.prompt_template = prompt_template
         self.response_template = response_template
         self.chat_template = chat_template
         self.system_prompt = system_prompt
 
+    def _render(self, field: str, row: dict[str, Any]) -> str:
+        try:
+            return render(getattr(self, field), row)
+        except DataError as exc:
+            if self.loc is None:
+                raise
+            raise DataError(f"{self.loc}.{field}: {exc}") from None
+
     def messages(self, row: dict[str, Any]) -> list[dict[str, str]]:
         if self.prompt_template is not None:
-            msgs = [{"role": "user", "content": render(self.prompt_template, row)}]
+            msgs = [{"role": "user", "content": self._render("prompt_template", row)}]
         else:
             if "prompt" not in row:
                 raise DataError(f"row has no 'prompt' column and no prompt_template is set (keys: {', '.join(row)})")
@@ -90,7 +126,7 @@ class Prompter:
     def response(self, row: dict[str, Any]) -> str:
         """The target response text (supervised data)."""
         if self.response_template is not None:
-            return render(self.response_template, row)
+            return self._render("response_template", row)
         for key in ("response", "completion", "answer"):
             if key in row and isinstance(row[key], str):
                 return row[key]

@@ -194,7 +194,7 @@ def _plot(parsed, out_png: Path, title: str, rows=()) -> Path | None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from dare.eval.report import draw_training_curve
+    from dare.eval.report import SERIES_MARKERS, draw_training_curve, step_axis
 
     panels = _panels(parsed, rows)
     runs = panels["runs"]
@@ -228,19 +228,21 @@ def _plot(parsed, out_png: Path, title: str, rows=()) -> Path | None:
         ax1.set_title(f"{label}: training {kind} ({obj or '?'}, {steps} steps)", fontsize=9)
         ax1.legend(fontsize=7)
         ax2 = fig.add_subplot(grid[r0 + k, 1])
-        for prefix, series in sorted(evals.items()):
+        for n, (prefix, series) in enumerate(sorted(evals.items())):
             name = sets.get(prefix, prefix)
             color = None
             for metric, style in (("accuracy", "-"), ("mean_reward", "--")):
                 pts = sorted(series.get(metric, []))
                 if pts:
-                    line = ax2.plot([s for s, _ in pts], [v for _, v in pts], style, marker="o", markersize=4, color=color,
+                    line = ax2.plot([s for s, _ in pts], [v for _, v in pts], style, marker=SERIES_MARKERS[n % len(SERIES_MARKERS)],
+                                    markersize=4, color=color,
                                     label=f"{name}: {metric.replace('_', ' ')}")[0]
                     color = line.get_color()
         ax2.set_xlabel("optimizer step")
         ax2.set_ylabel("score (fraction of rows / mean reward)")
         ax2.set_ylim(0, 1.02)
         ax2.set_xlim(-0.03 * max(steps, 1), 1.05 * max(steps, 1))
+        step_axis(ax2)
         ax2.set_title(f"{label}: in-training evaluation", fontsize=9)
         if ax2.lines:
             ax2.legend(fontsize=6.5)

@@ -110,7 +110,8 @@ def evaluate_multiple_choice(
     p = evaluator.params
     path = benchmark_path(evaluator, bspec)
     rows = load_rows(str(path), limit=limit or bspec.limit, offset=bspec.offset)
-    prompter = Prompter(tokenizer, bspec.prompt_template, None, bspec.chat_template, bspec.system_prompt)
+    prompter = Prompter(tokenizer, bspec.prompt_template, None, bspec.chat_template, bspec.system_prompt,
+                        loc=f"eval.benchmarks[{bspec.name}]")
     max_len = max_context_length(model.config)
     mine = distributed.shard(len(rows))  # with several processes: a contiguous slice of the rows each
     contexts, choice_lists, golds, requests, keys = [], [], [], [], []

@@ -329,18 +329,37 @@ def draw_training_curve(ax, kind: str, points, label: str | None = None, color=N
     """The training curve on ``ax``: reward with a ±1 std band (spread over the step's completions), or loss."""
     steps = [s for s, _, _ in points]
     values = [v for _, v, _ in points]
-    line = ax.plot(steps, values, color=color, label=label or ("mean reward per step" if kind == "reward" else "training loss"))[0]
+    line = ax.plot(steps, values, color=color, marker="o" if len(points) <= 40 else None, markersize=3,
+                   label=label or ("mean reward per step" if kind == "reward" else "training loss"))[0]
+    lows = values
     if kind == "reward":
         spread = [(s, v, d) for s, v, d in points if d is not None]
         if spread:
+            lows = lows + [v - d for _, v, d in spread]
             ax.fill_between([s for s, _, _ in spread], [v - d for _, v, d in spread], [v + d for _, v, d in spread],
                             color=line.get_color(), alpha=0.2, label="± 1 std over the step's completions" if label is None else None)
+    if kind == "reward":
         ax.set_ylabel("reward (mean over completions)")
         ax.set_title("training reward")
     else:
         ax.set_ylabel("loss")
         ax.set_title("training loss")
     ax.set_xlabel("optimizer step")
+    ax.set_ylim(bottom=min([0.0, *lows]))  # 0 on the axis: a loss of 7.3 -> 7.0 is not a collapse
+    last = max(steps, default=1)
+    ax.set_xlim(-0.03 * max(last, 1), 1.05 * max(last, 1))  # the steps of the evaluation panel beside it
+    step_axis(ax)
+
+
+def step_axis(ax) -> None:
+    """Integer ticks on an optimizer-step x axis (never 0.96, 0.98, ...)."""
+    from matplotlib.ticker import MaxNLocator
+
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+
+
+#: markers of the evaluation series of one axis (with the colours: every series looks different)
+SERIES_MARKERS = "osD^vP<>Xh"
 
 
 def _metric_of(result, key: str):
@@ -384,13 +403,13 @@ def plot_training(metrics_file: str | Path, out_png: str | Path, before: dict[st
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     i = 0
     for prefix, series in sorted(evals.items()):
-        color = colors[i % len(colors)]
+        color, marker = colors[i % len(colors)], SERIES_MARKERS[i % len(SERIES_MARKERS)]
         i += 1
         name = labels.get(prefix, prefix)
         for metric, style in (("accuracy", "-"), ("mean_reward", "--")):
             pts = sorted(series.get(metric, []))
             if pts:
-                ax2.plot([s for s, _ in pts], [v for _, v in pts], style, marker="o", markersize=4, color=color,
+                ax2.plot([s for s, _ in pts], [v for _, v in pts], style, marker=marker, markersize=4, color=color,
                          label=f"{name}: {metric.replace('_', ' ')}")
     for stage, results in (("before", before), ("after", after)):
         for bname, res in (results or {}).items():
@@ -409,6 +428,7 @@ def plot_training(metrics_file: str | Path, out_png: str | Path, before: dict[st
     ax2.set_ylabel("score (fraction of rows / mean reward)")
     ax2.set_ylim(0, 1.02)
     ax2.set_xlim(-0.03 * max(last_step, 1), 1.05 * max(last_step, 1))
+    step_axis(ax2)
     ax2.set_title("evaluation (measured points only)")
     if ax2.lines:  # below the axes: the labels name the rows, which makes them long
         ax2.legend(fontsize=6.5, loc="upper center", bbox_to_anchor=(0.5, -0.13), ncol=1, frameon=False)

@@ -93,7 +93,8 @@ def evaluate_benchmark(
         return own(model, family, tokens, tokenizer, bspec, reward, batch_size=batch_size, seed=seed, limit=limit)
     path = benchmark_path(evaluator, bspec)
     rows = load_rows(str(path), limit=limit or bspec.limit, offset=bspec.offset)
-    prompter = Prompter(tokenizer, bspec.prompt_template, None, bspec.chat_template, bspec.system_prompt)
+    prompter = Prompter(tokenizer, bspec.prompt_template, None, bspec.chat_template, bspec.system_prompt,
+                        loc=f"eval.benchmarks[{bspec.name}]")
     mine = distributed.shard(len(rows))
     prompts = [prompter.prompt(rows[i]) for i in mine]
     world = distributed.world_size()

@@ -17,7 +17,8 @@ import json
 from pathlib import Path
 
 from dare.data import dataset_columns, template_fields
-from dare.data.rows import dataset_rows
+from dare.data.rows import dataset_rows, first_row
+from dare.data.templates import render
 from dare.errors import DareError, SpecError
 from dare.eval.paths import benchmark_path
 from dare.io import looks_local, resolve_path
@@ -228,9 +229,22 @@ def check_dataset(ds: DatasetSpec, loc: str, problems: Problems, need_prompt: bo
                 problems.append((f"{loc}.{tname}", str(exc)))
     if ds.prompt_template is None and need_prompt:
         needed.setdefault("prompt", f"{loc}.path")
+    missing = False
     for col, where in needed.items():
         if col not in cols:
+            missing = True
             problems.append((where, f"{ds.path} has no column {col!r}; its columns are: {', '.join(cols)}"))
+    row = None if missing else first_row(ds.path, ds.split, ds.offset)
+    for tname in ("prompt_template", "response_template"):  # nested fields ({{ extra_info.x }}): render row 1
+        tmpl = getattr(ds, tname)
+        if row is not None and tmpl is not None:
+            try:
+                render(tmpl, row)
+            except DareError as exc:
+                problems.append((f"{loc}.{tname}", f"row {ds.offset} of {ds.path}: {exc}"))
+            except Exception as exc:  # noqa: BLE001 - e.g. a filter applied to the wrong type
+                problems.append((f"{loc}.{tname}", f"template {tmpl!r} fails on row {ds.offset} of {ds.path}: "
+                                                   f"{type(exc).__name__}: {exc}"))
     n = dataset_rows(ds.path, at_most=ds.offset + 1)
     if n == 0:
         problems.append((f"{loc}.path", f"{ds.path} has no rows; point {loc}.path at a file with data"))

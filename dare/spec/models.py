@@ -33,7 +33,7 @@ __all__ = [
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)  # .inf/.nan in YAML: refused for every float
 
     @field_validator("*", mode="before")
     @classmethod
@@ -179,6 +179,16 @@ class TrainSpec(_Strict):
         None, gt=0, description="Tokens per packed row (block families count both halves of a pair); default the whole "
         "micro-batch in one row (with model.gradient_checkpointing: the longest example). Only with train.packing.",
     )
+
+    @field_validator("eval_steps", "eval_limit", "save_total_limit", "max_length", mode="before")
+    @classmethod
+    def _null_disables(cls, value, info):
+        """0 or less for an optional count: say that null (or leaving the key out) is how to turn it off."""
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and value <= 0:
+            off = {"eval_steps": "disable in-training evaluation", "eval_limit": "use every row",
+                   "save_total_limit": "keep every checkpoint", "max_length": "keep sequences of any length"}
+            raise ValueError(f"must be greater than 0; use null or leave it out to {off[info.field_name]}")
+        return value
 
 
 class BenchmarkSpec(_Strict):

@@ -292,8 +292,14 @@ class DareTrainer(Trainer):
 
     def save_final(self, model_dir: str | os.PathLike) -> None:
         """Write the trained model to ``model_dir`` in the official format (a LoRA run: merged, with the
-        adapter in ``adapter/``): staged, renamed by the main process, never with non-finite weights."""
-        self._publish(model_dir, "the final model", lambda staged: self.save_model(staged))
+        adapter in ``adapter/``): staged, renamed by the main process, never with non-finite weights, and without
+        ``Trainer``'s ``training_args.bin`` (a pickle: never shipped with a model)."""
+        def write(staged: str) -> None:
+            self.save_model(staged)
+            for p in Path(staged).rglob("training_args.bin") if distributed.is_main() else ():
+                p.unlink(missing_ok=True)
+
+        self._publish(model_dir, "the final model", write)
 
     # ------------------------------------------------------------------ best weights
     def _maybe_save_best(self, raw: dict[str, float]) -> None:

@@ -82,7 +82,7 @@ class TrainerObjective(Objective):
         """The :class:`dare.data.Prompter` of ``data.<split>`` (templates, chat template, system prompt)."""
         ds = self.dataset_spec(run, split)
         response = ds.response_template if with_response else None
-        return Prompter(run.tokenizer, ds.prompt_template, response, ds.chat_template, ds.system_prompt)
+        return Prompter(run.tokenizer, ds.prompt_template, response, ds.chat_template, ds.system_prompt, loc=f"data.{split}")
 
     # ------------------------------------------------------------------ the skeleton
     def train(self, run) -> dict[str, float]:
@@ -95,8 +95,13 @@ class TrainerObjective(Objective):
 
         spec = run.spec
         datasets = self.build_datasets(run)
+        # DDP: only a mixture-of-experts model leaves parameters (unrouted experts) out of a step's graph; searching
+        # for them in a dense model costs a graph traversal per step and a warning on every rank
+        moe = any(getattr(run.model.config, k, None) for k in ("num_experts", "num_local_experts", "n_routed_experts"))
+        overrides = {"ddp_find_unused_parameters": bool(moe) and not spec.model.gradient_checkpointing,
+                     **self.config_overrides(run)}
         config = config_from_spec(spec.train, str(run.checkpoint_dir), metrics_file=str(run.dir / "metrics.jsonl"),
-                                  tensorboard_dir=str(run.dir / "tensorboard"), **self.config_overrides(run))
+                                  tensorboard_dir=str(run.dir / "tensorboard"), **overrides)
         trainer = self.trainer_class()(
             model=run.model,
             args=config,
