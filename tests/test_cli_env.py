@@ -38,3 +38,37 @@ def test_train_help_says_in_training_eval_still_runs():
     out = CliRunner().invoke(cli, ["train", "--help"]).output
     assert "no evaluation" not in out
     assert "skips the before/after evaluations" in out and "train.eval_steps" in out
+
+
+# ---------------------------------------------------------------- spec messages (missing run model, --set, missing file)
+def test_missing_run_model_suggests_running_its_spec(tmp_path, monkeypatch):
+    from pathlib import Path
+
+    from dare.modeling.locate import run_first_hint
+
+    monkeypatch.chdir(Path(__file__).resolve().parents[1])
+    assert run_first_hint("runs/quickstart-sft-short/model").endswith(
+        "or run the spec that produces it first (e.g. dare run examples/quickstart-sft-short.yaml)")
+    assert run_first_hint("runs/some-run/model") == " or run the spec whose output.dir is 'runs/some-run' first"
+    assert run_first_hint("./typo-dir") == ""
+
+
+def test_set_typo_names_the_override():
+    from dare.errors import SpecError
+    from dare.spec import load_spec
+
+    from pathlib import Path
+
+    with pytest.raises(SpecError) as exc:
+        load_spec(Path(__file__).resolve().parents[1] / "examples/quickstart.yaml", ["train.max_stepz=3"], check=False)
+    assert "train.max_stepz: unknown key" in str(exc.value)
+    assert str(exc.value).endswith("(set by --set train.max_stepz=3)")
+
+
+def test_missing_spec_file_has_no_root_prefix(tmp_path):
+    from dare.errors import SpecError
+    from dare.spec import load_spec
+
+    with pytest.raises(SpecError) as exc:
+        load_spec(tmp_path / "nonexist.yaml")
+    assert str(exc.value) == f"invalid run spec: spec file {str(tmp_path / 'nonexist.yaml')!r} does not exist"
