@@ -111,7 +111,18 @@ def interrupted_message(run, command: str) -> str:
     kept = trains and bool(run.cached_eval("before", run.run_hash))
     if kept:
         saved.append(f"the evaluation before training ({run.dir / 'eval' / 'before.json'})")
-    text = f"interrupted{where}: " + (f"saved {'; '.join(saved)}" if saved else "nothing was saved")
+    model = run.dir / "model"
+    if stage == "after" and (model / "config.json").is_file():  # training finished; only the last evaluation is lost
+        text = (f"interrupted{where}: training finished and the trained model is in {model}"
+                + (f"; the evaluation before training is saved ({run.dir / 'eval' / 'before.json'})" if kept else ""))
+        return f"{text}. Re-running the same command evaluates the trained model again (no retraining): {command}"
+    if saved:
+        text = f"interrupted{where}: saved {'; '.join(saved)}"
+    elif stage in ("before", "eval") and (run.dir / "run.json").is_file() and not (model / "config.json").is_file():
+        held = "the run's spec (run.json)" + (" and starting model (init-model/)" if (run.dir / "init-model").is_dir() else "")
+        text = f"interrupted{where}: no results were saved; {run.dir} holds only {held}"
+    else:
+        text = f"interrupted{where}: nothing was saved"
     if stage == "train" and ckpt is None:
         text += f" (no checkpoint yet: the first is written at step {run.spec.train.save_steps}, train.save_steps)"
     reuse = ", reusing the saved evaluation before training" if kept else ""

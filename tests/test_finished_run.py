@@ -167,6 +167,11 @@ def test_interrupted_message_names_what_was_saved(finished):
     run.stage = "eval"  # `dare eval` interrupted: no checkpoint talk
     assert run.interrupted_message("dare eval s.yaml") == ("interrupted during the evaluation: nothing was saved. "
                                                             "Re-running the same command evaluates again: dare eval s.yaml")
+    run.stage = "after"  # training finished, model/ saved: no checkpoint or resume talk
+    assert run.interrupted_message("dare run s.yaml") == (
+        f"interrupted during the evaluation after training: training finished and the trained model is in {d / 'model'}; "
+        f"the evaluation before training is saved ({d / 'eval' / 'before.json'}). Re-running the same command evaluates "
+        "the trained model again (no retraining): dare run s.yaml")
 
 
 def test_eval_takes_evaluation_only_overrides(finished):
