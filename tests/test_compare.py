@@ -128,3 +128,13 @@ def test_plots_show_zero_integer_steps_and_distinct_series(tmp_path, monkeypatch
         lo, hi = a.get_xlim()
         assert all(float(t).is_integer() for t in a.get_xticks() if lo <= t <= hi)
         assert a.get_ylim()[0] <= 0.0
+
+
+def test_keep_best_run_names_the_kept_step(tmp_path):
+    d = tmp_path / "rl"
+    _fake_run(d, "after", 0.2, 0.5, [{"step": 1, "reward": 0.4}, {"step": 4, "reward": 0.5}])
+    (d / "report.json").write_text(json.dumps({"run": {"objective": {"name": "tracerl"}, "steps": 4},
+                                               "train_metrics": {"best_step": 0, "best_validation_accuracy": 0.2}}))
+    md, js, _ = compare_runs([f"RL={d}"], tmp_path / "out")
+    assert "| tracerl | 4 (weights of step 0, keep_best) |" in md.read_text()
+    assert json.loads(js.read_text())["rows"][0]["weights_step"] == 0

@@ -72,12 +72,15 @@ def _report(run_dir: Path) -> dict[str, Any]:
 
 def _context(run_dir: Path, stage: str) -> dict[str, Any]:
     """What produced an entry's numbers: objective, steps and training wall time (``before``: the untrained start)."""
-    info = _report(run_dir).get("run") or {}
+    rep = _report(run_dir)
+    info = rep.get("run") or {}
     if stage == "before":
         return {"objective": "none (the starting model)", "steps": 0, "train_seconds": None}
     obj = info.get("objective") or {}
+    tm = rep.get("train_metrics")
+    kept = tm.get("best_step") if isinstance(tm, dict) else None  # train.keep_best: model/ holds that step's weights
     return {"objective": obj.get("name", "?") if obj else "?", "steps": info.get("steps"),
-            "train_seconds": info.get("train_seconds")}
+            "train_seconds": info.get("train_seconds"), **({"weights_step": kept} if kept is not None else {})}
 
 
 def compare_runs(entries: list[str], out_dir: str | Path, title: str = "DARE comparison") -> tuple[Path, Path, Path | None]:
@@ -109,13 +112,16 @@ def compare_runs(entries: list[str], out_dir: str | Path, title: str = "DARE com
     for r in rows:
         wall = format_seconds(r["train_seconds"]) if isinstance(r["train_seconds"], (int, float)) else "-"
         steps = r["steps"] if r["steps"] is not None else "?"
+        if r.get("weights_step") is not None:
+            steps = f"{steps} (weights of step {r['weights_step']}, keep_best)"
         md.append(f"| {r['label']} | {r['name']} | {r['accuracy']:.4f} | {r['mean_reward']:.4f} | {r['n']} | "
                   f"{r['objective']} | {steps} | {wall} | {r['run']} | {r['stage']} |")
     evaluators = {}
     for r in rows:
         evaluators.setdefault(r["name"], _evaluator_description(r["name"]))
     md += ["", "What the columns mean:\n", *[c for c in column_notes(evaluators) if not c.startswith(("- **NFE", "- **tokens/s"))],
-           "- **objective**, **steps**: what trained the evaluated model (a `before` entry is the run's starting model)",
+           "- **objective**, **steps**: what trained the evaluated model (a `before` entry is the run's starting model; "
+           "with train.keep_best, the weights of the step it kept)",
            "- **train wall time**: the training command's wall time (the last command, when a run was resumed); "
            "it depends on the machine and its load"]
     seen: set[Path] = set()
