@@ -352,6 +352,9 @@ class Run:
                     if isinstance(old.get("run"), dict):  # the training facts are the run's, not this command's
                         extra["run"] = {**old["run"], "stage_seconds": {**old["run"].get("stage_seconds", {}),
                                                                         **stage_seconds}}
+                    if isinstance(old.get("provenance"), dict):  # keep the run's machine; record this command's apart
+                        prov = {**old["provenance"], "evaluated_later": {k: prov.get(k) for k in (
+                            "created", "machine", "sampler", "seed", "git_sha", "versions")}}
                 except (OSError, json.JSONDecodeError, AttributeError):
                     pass
             if trained:

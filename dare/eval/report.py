@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from dare.io import atomic_write_json, atomic_write_text
+from dare.runinfo import evaluated_later_lines
 
 __all__ = ["provenance", "machine_info", "write_report", "markdown_table", "column_notes", "run_lines", "machine_lines",
            "read_metrics", "training_curve", "eval_series", "draw_training_curve", "plot_training", "COLUMNS"]
@@ -254,8 +255,7 @@ def write_report(out_dir: str | Path, stages: dict[str, list], prov: dict[str, A
     for s, rs in stages.items():
         for r in rs:
             atomic_write_json(out_dir / "samples" / f"{s}-{r.name}.json", r.samples)
-    md = out_dir / f"{name}.md"
-    p = prov
+    md, p = out_dir / f"{name}.md", prov
     title = extra.get("run_dir")
     body = [f"# DARE report{': ' + str(title) if title else ''}\n", markdown_table(stages), "What the columns mean:\n"]
     body += column_notes(evaluators)
@@ -271,7 +271,7 @@ def write_report(out_dir: str | Path, stages: dict[str, list], prov: dict[str, A
                     f"{tm.get('best_validation_accuracy', float('nan')):.4f}; the `after` row evaluates them.")
     if extra.get("eval_overrides"):
         body.append(f"\nThe `eval` row was measured with other evaluation settings than the run's: {extra['eval_overrides']}.")
-    body += ["", "## Machine and provenance\n", *machine_lines(p.get("machine")),
+    body += ["", "## Machine and provenance\n", *machine_lines(p.get("machine")), *evaluated_later_lines(p),
              f"- sampler: `{json.dumps(p.get('sampler'))}`",
              f"- seed: {p.get('seed')}",
              f"- git SHA: {p.get('git_sha')}",
