@@ -374,7 +374,7 @@ class Run:
                 after=flat(stages.get("after", [])) or None,
                 title=self._plot_title(train_metrics),
                 labels=self.eval_set_labels(stages),
-                after_step=train_metrics.get("best_step"),
+                after_step=train_metrics.get("best_step"), max_step=self.spec.train.max_steps,
             )
         distributed.barrier()
         return {"stages": {k: [r.to_dict(with_samples=False) for r in v] for k, v in stages.items()}, "train": train_metrics}

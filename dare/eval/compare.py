@@ -161,14 +161,15 @@ def _curve_label(run_dir: Path, parsed) -> str:
 
 
 def _panels(parsed, rows) -> dict[str, Any]:
-    """Plot content: ``accuracy``: ``(entry label, {benchmark: accuracy})`` for every entry, in order; ``rows``:
+    """Plot content: ``accuracy`` / ``mean_reward``: ``(entry label, {benchmark: value})`` for every entry, in order; ``rows``:
     ``{benchmark: sorted row counts}``; ``runs``: one ``(curve label, kind, curve points, eval series,
     set labels, steps, objective)`` per run directory that trained (:func:`dare.eval.report.training_curve`)."""
     from dare.eval.report import eval_series, read_metrics, training_curve
 
-    panels: dict[str, Any] = {"accuracy": [], "rows": {}, "runs": []}
+    panels: dict[str, Any] = {"accuracy": [], "mean_reward": [], "rows": {}, "runs": []}
     for label, _, _ in parsed:
         panels["accuracy"].append((label, {r["name"]: r["accuracy"] for r in rows if r["label"] == label}))
+        panels["mean_reward"].append((label, {r["name"]: r["mean_reward"] for r in rows if r["label"] == label}))
     for r in rows:
         panels["rows"].setdefault(r["name"], set()).add(r["n"])
     panels["rows"] = {k: sorted(v) for k, v in panels["rows"].items()}
@@ -200,7 +201,8 @@ def _plot(parsed, out_png: Path, title: str, rows=()) -> Path | None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from dare.eval.report import SERIES_MARKERS, draw_training_curve, step_axis
+    from dare.eval.plotstyle import reward_marker, step_axis
+    from dare.eval.report import draw_training_curve
 
     panels = _panels(parsed, rows)
     runs = panels["runs"]
@@ -211,26 +213,33 @@ def _plot(parsed, out_png: Path, title: str, rows=()) -> Path | None:
     fig = plt.figure(figsize=(12, 3.9 * nrows))
     grid = fig.add_gridspec(nrows, 2)
     r0 = 0
-    if have_bars:  # one group of bars per entry, one bar per benchmark, each labelled with its value
+    if have_bars:  # one group of bars per entry: accuracy (filled) and mean reward (hatched) per benchmark, with values
         ax = fig.add_subplot(grid[0, :])
-        lines = panels["accuracy"]
+        lines, rewards = panels["accuracy"], dict(panels["mean_reward"])
         benches = sorted({b for _, accs in lines for b in accs})
-        width = 0.8 / max(len(benches), 1)
-        for j, bench in enumerate(benches):
-            xs = [i + (j - (len(benches) - 1) / 2) * width for i in range(len(lines))]
-            bars = ax.bar(xs, [accs.get(bench, 0.0) for _, accs in lines], width, label=_bar_title(bench, panels["rows"][bench]))
+        bars_per_entry = [(b, m) for b in benches for m in ("accuracy", "mean_reward")]
+        width = 0.8 / max(len(bars_per_entry), 1)
+        colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+        values = []
+        for j, (bench, metric) in enumerate(bars_per_entry):
+            xs = [i + (j - (len(bars_per_entry) - 1) / 2) * width for i in range(len(lines))]
+            vals = [(accs if metric == "accuracy" else rewards.get(lab, {})).get(bench, 0.0) or 0.0 for lab, accs in lines]
+            values += vals
+            what = "accuracy" if metric == "accuracy" else "mean reward"
+            bars = ax.bar(xs, vals, width, color=colors[benches.index(bench) % len(colors)],
+                          hatch=None if metric == "accuracy" else "//", alpha=1.0 if metric == "accuracy" else 0.55,
+                          label=f"{_bar_title(bench, panels['rows'][bench])}: {what}")
             ax.bar_label(bars, fmt="%.3f", fontsize=8, padding=2)
         ax.set_xticks(range(len(lines)), [lab for lab, _ in lines], fontsize=8)
-        ax.set_ylabel("accuracy (fraction of rows solved)")
-        ax.set_ylim(0, 1.1)
+        ax.set_ylabel("accuracy (fraction of rows solved) / mean reward")
+        ax.set_ylim(min([0.0, *values]) * 1.15, max([1.0, *values]) * 1.12)
         names = ", ".join(_bar_title(b, panels["rows"][b]) for b in benches)
-        ax.set_title(f"accuracy per model on {names}")
-        if len(benches) > 1:
-            ax.legend(fontsize=7)
+        ax.set_title(f"accuracy and mean reward per model on {names}")
+        ax.legend(fontsize=7)
         r0 = 1
     for k, (label, kind, curve, evals, sets, steps, obj) in enumerate(runs):
         ax1 = fig.add_subplot(grid[r0 + k, 0])
-        draw_training_curve(ax1, kind, curve)
+        draw_training_curve(ax1, kind, curve, max_step=steps)
         ax1.set_title(f"{label}: training {kind} ({obj or '?'}, {steps} steps)", fontsize=9)
         ax1.legend(fontsize=7)
         ax2 = fig.add_subplot(grid[r0 + k, 1])
@@ -240,9 +249,8 @@ def _plot(parsed, out_png: Path, title: str, rows=()) -> Path | None:
             for metric, style in (("accuracy", "-"), ("mean_reward", "--")):
                 pts = sorted(series.get(metric, []))
                 if pts:
-                    line = ax2.plot([s for s, _ in pts], [v for _, v in pts], style, marker=SERIES_MARKERS[n % len(SERIES_MARKERS)],
-                                    markersize=4, color=color,
-                                    label=f"{name}: {metric.replace('_', ' ')}")[0]
+                    line = ax2.plot([s for s, _ in pts], [v for _, v in pts], style, **reward_marker(metric, n), color=color,
+                                    label=f"{name}: {metric.replace('_', ' ')}", clip_on=False)[0]
                     color = line.get_color()
         ax2.set_xlabel("optimizer step")
         ax2.set_ylabel("score (fraction of rows / mean reward)")
