@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from dare.io import atomic_write_json, atomic_write_text
-from dare.eval.plotstyle import SERIES_MARKERS, reward_marker, step_axis
+from dare.eval.plotstyle import SERIES_MARKERS, reward_marker, step_axis  # noqa: F401 - SERIES_MARKERS re-exported
 from dare.runinfo import evaluated_later_lines
 
 __all__ = ["provenance", "machine_info", "write_report", "markdown_table", "column_notes", "run_lines", "machine_lines",
@@ -394,7 +394,7 @@ def plot_training(metrics_file: str | Path, out_png: str | Path, before: dict[st
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     i = 0
     for prefix, series in sorted(evals.items()):
-        color, marker = colors[i % len(colors)], SERIES_MARKERS[i % len(SERIES_MARKERS)]
+        color = colors[i % len(colors)]
         i += 1
         name = labels.get(prefix, prefix)
         for metric, style in (("accuracy", "-"), ("mean_reward", "--")):

@@ -105,7 +105,7 @@ def missing_local_path(path: str | Path) -> str | None:
 
 
 def run_first_hint(path: str | Path) -> str:
-    """``" or run the spec that produces it first (e.g. dare run examples/X.yaml)"`` when the missing ``path``
+    """``" or run the spec that produces it first (e.g. dare run examples/<run>.yaml)"`` when the missing ``path``
     looks like (the model of) a run directory: it ends in ``/model``, its parent holds ``run.json``, or its
     run folder is named like an ``examples/*.yaml`` spec; else ``""``."""
     p = Path(str(path).rstrip("/\\"))
