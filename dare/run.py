@@ -76,7 +76,14 @@ class Run:
     @classmethod
     def from_file(cls, path: str, overrides: list[str] | None = None) -> Run:
         spec = load_spec(path, overrides=overrides, check=False)
-        return cls(spec, source=str(path))
+        try:
+            return cls(spec, source=str(path))
+        except SpecError as exc:  # a semantic problem of a --set value: say where it came from
+            if not overrides:
+                raise
+            from dare.spec.problems import mark_overrides
+
+            raise SpecError(mark_overrides(exc.problems, overrides), source=exc.source) from None
 
     @staticmethod
     def _weighted(pairs):

@@ -72,3 +72,16 @@ def test_missing_spec_file_has_no_root_prefix(tmp_path):
     with pytest.raises(SpecError) as exc:
         load_spec(tmp_path / "nonexist.yaml")
     assert str(exc.value) == f"invalid run spec: spec file {str(tmp_path / 'nonexist.yaml')!r} does not exist"
+
+
+def test_semantic_problem_of_a_set_value_names_the_override(tmp_path):
+    from pathlib import Path
+
+    from dare.errors import SpecError
+    from dare.run import Run
+
+    spec = Path(__file__).resolve().parents[1] / "examples/quickstart-rl.yaml"
+    with pytest.raises(SpecError) as exc:
+        Run.from_file(str(spec), [f"model.path={tmp_path}/gone/model", f"output.dir={tmp_path}/out"])
+    assert f"(set by --set model.path={tmp_path}/gone/model)" in str(exc.value)
+    assert f"or run the spec whose output.dir is '{tmp_path}/gone' first" in str(exc.value)
