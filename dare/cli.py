@@ -17,18 +17,13 @@ from pathlib import Path
 
 import click
 
-from dare.cli_help import EPILOG, CreateModelCommand
+from dare.cli_help import EPILOG, CreateModelCommand, wide_console as _console
+from dare.progress import check_environment as check_progress_environment
 from dare.errors import DareError
 
 __all__ = ["main", "cli"]
 
 _OVERRIDE_HELP = "Override a spec value, e.g. --set train.max_steps=10 (repeatable)."
-
-
-def _console():
-    from rich.console import Console
-
-    return Console()
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]}, epilog=EPILOG)
@@ -61,7 +56,8 @@ def run(spec, overrides):
 @click.argument("spec", type=click.Path(dir_okay=False))
 @click.option("--set", "overrides", multiple=True, help=_OVERRIDE_HELP)
 def train(spec, overrides):
-    """Train only (no evaluation); resumes from the last checkpoint of the same spec."""
+    """Train only: skips the before/after evaluations (in-training evaluation, train.eval_steps, still runs);
+    resumes from the last checkpoint of the same spec."""
     from dare.run import Run
 
     r = Run.from_file(spec, list(overrides))
@@ -410,6 +406,7 @@ def main(argv: list[str] | None = None) -> None:
     _quiet_libraries()
     _load_plugin_commands()
     try:
+        check_progress_environment()
         cli.main(args=argv, standalone_mode=False)
         _leave_process_group()
     except click.exceptions.Abort:

@@ -106,9 +106,7 @@ def show_component(reg, name: str, as_json: bool) -> None:
                                 "rows": [dict(zip(("param", "type", "default", "description"), r))
                                          for r in param_rows(e.cls.Params)]} for e in found], indent=2))
         return
-    from rich.console import Console
-
-    con = Console()
+    con = wide_console()
     for e in found:
         print_params(con, e)
 
@@ -161,3 +159,17 @@ def list_components(reg, as_json: bool, with_params: bool, check: bool, console)
             con.print(f"[red]conflict: {c}[/red]")
     if conflicts:
         raise PluginError("; ".join(conflicts))
+
+
+def wide_console():
+    """A rich console for stdout; 200 columns wide when stdout is not a terminal, so piped tables keep
+    names whole instead of wrapping at rich's default 80."""
+    import sys
+
+    from rich.console import Console
+
+    try:
+        tty = sys.stdout.isatty()
+    except (AttributeError, ValueError):
+        tty = False
+    return Console() if tty else Console(width=200)

@@ -21,7 +21,7 @@ class SpecError(DareError):
         self.problems = list(problems)
         self.source = source
         where = f" in {source}" if source else ""
-        lines = "; ".join(f"{loc or '<root>'}: {msg}" for loc, msg in self.problems)
+        lines = "; ".join(f"{loc}: {msg}" if loc else msg for loc, msg in self.problems)
         super().__init__(f"invalid run spec{where}: {lines}")
 
 

@@ -52,6 +52,24 @@ def _interval() -> float:
         return 30.0
 
 
+def check_environment() -> None:
+    """Refuse a ``DARE_PROGRESS`` other than rich/plain/off and a non-numeric or negative
+    ``DARE_PROGRESS_INTERVAL`` (:class:`dare.errors.DareError`, one line naming the variable)."""
+    from dare.errors import DareError
+
+    chosen = os.environ.get(_ENV_STYLE)
+    if chosen is not None and chosen.strip().lower() not in ("", "rich", "plain", "off"):
+        raise DareError(f"{_ENV_STYLE}={chosen!r} is not one of rich, plain, off (or leave it unset)")
+    interval = os.environ.get(_ENV_INTERVAL)
+    if interval is not None and interval.strip():
+        try:
+            ok = float(interval) >= 0
+        except ValueError:
+            ok = False
+        if not ok:
+            raise DareError(f"{_ENV_INTERVAL}={interval!r} must be a number of seconds >= 0 (default 30)")
+
+
 def format_seconds(seconds: float) -> str:
     """``"45s"``, ``"3m 05s"``, ``"2h 04m"``."""
     s = int(round(max(0.0, seconds)))

@@ -76,7 +76,14 @@ class Run:
     @classmethod
     def from_file(cls, path: str, overrides: list[str] | None = None) -> Run:
         spec = load_spec(path, overrides=overrides, check=False)
-        return cls(spec, source=str(path))
+        try:
+            return cls(spec, source=str(path))
+        except SpecError as exc:  # a semantic problem of a --set value: say where it came from
+            if not overrides:
+                raise
+            from dare.spec.problems import mark_overrides
+
+            raise SpecError(mark_overrides(exc.problems, overrides), source=exc.source) from None
 
     @staticmethod
     def _weighted(pairs):
@@ -352,6 +359,9 @@ class Run:
                     if isinstance(old.get("run"), dict):  # the training facts are the run's, not this command's
                         extra["run"] = {**old["run"], "stage_seconds": {**old["run"].get("stage_seconds", {}),
                                                                         **stage_seconds}}
+                    if isinstance(old.get("provenance"), dict):  # keep the run's machine; record this command's apart
+                        prov = {**old["provenance"], "evaluated_later": {k: prov.get(k) for k in (
+                            "created", "machine", "sampler", "seed", "git_sha", "versions")}}
                 except (OSError, json.JSONDecodeError, AttributeError):
                     pass
             if trained:
@@ -371,7 +381,7 @@ class Run:
                 after=flat(stages.get("after", [])) or None,
                 title=self._plot_title(train_metrics),
                 labels=self.eval_set_labels(stages),
-                after_step=train_metrics.get("best_step"),
+                after_step=train_metrics.get("best_step"), max_step=self.spec.train.max_steps,
             )
         distributed.barrier()
         return {"stages": {k: [r.to_dict(with_samples=False) for r in v] for k, v in stages.items()}, "train": train_metrics}

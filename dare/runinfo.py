@@ -13,7 +13,8 @@ from typing import Any
 
 from dare.trainers.checkpoints import checkpoint_step, last_complete_checkpoint, read_best
 
-__all__ = ["describe_rows", "eval_set_labels", "run_info", "interrupted_message", "logged_rows"]
+__all__ = ["describe_rows", "eval_set_labels", "run_info", "interrupted_message", "logged_rows",
+           "evaluated_later_lines"]
 
 
 def describe_rows(bench, n: int | None = None) -> str:
@@ -111,7 +112,18 @@ def interrupted_message(run, command: str) -> str:
     kept = trains and bool(run.cached_eval("before", run.run_hash))
     if kept:
         saved.append(f"the evaluation before training ({run.dir / 'eval' / 'before.json'})")
-    text = f"interrupted{where}: " + (f"saved {'; '.join(saved)}" if saved else "nothing was saved")
+    model = run.dir / "model"
+    if stage == "after" and (model / "config.json").is_file():  # training finished; only the last evaluation is lost
+        text = (f"interrupted{where}: training finished and the trained model is in {model}"
+                + (f"; the evaluation before training is saved ({run.dir / 'eval' / 'before.json'})" if kept else ""))
+        return f"{text}. Re-running the same command evaluates the trained model again (no retraining): {command}"
+    if saved:
+        text = f"interrupted{where}: saved {'; '.join(saved)}"
+    elif stage in ("before", "eval") and (run.dir / "run.json").is_file() and not (model / "config.json").is_file():
+        held = "the run's spec (run.json)" + (" and starting model (init-model/)" if (run.dir / "init-model").is_dir() else "")
+        text = f"interrupted{where}: no results were saved; {run.dir} holds only {held}"
+    else:
+        text = f"interrupted{where}: nothing was saved"
     if stage == "train" and ckpt is None:
         text += f" (no checkpoint yet: the first is written at step {run.spec.train.save_steps}, train.save_steps)"
     reuse = ", reusing the saved evaluation before training" if kept else ""
@@ -124,3 +136,16 @@ def interrupted_message(run, command: str) -> str:
     else:
         then = "starts over"
     return f"{text}. Re-running the same command {then}: {command}"
+
+
+def evaluated_later_lines(prov: dict[str, Any]) -> list[str]:
+    """Markdown bullets for a ``dare eval`` of a finished run (``prov["evaluated_later"]``): when and on what
+    machine (and load) the ``eval`` row was measured; the report's machine line stays the training run's."""
+    later = prov.get("evaluated_later") if isinstance(prov, dict) else None
+    if not isinstance(later, dict):
+        return []
+    from dare.eval.report import machine_lines
+
+    m = machine_lines(later.get("machine"))
+    where = m[0].replace("- machine: ", "on ", 1).replace("when the run started", "when it started") if m else ""
+    return [f"- evaluated later (the `eval` row, `dare eval`): {later.get('created')}" + (f", {where}" if where else "")]

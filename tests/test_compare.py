@@ -110,6 +110,10 @@ def test_plots_show_zero_integer_steps_and_distinct_series(tmp_path, monkeypatch
     assert ax.get_ylim()[0] == 0.0 and ax.lines[0].get_marker() == "o"
     assert [t for t in ax.get_xticks() if lo <= t <= hi] == [0.0, 1.0]
     plt.close(fig)
+    fig, ax = plt.subplots()  # only step 1 logged of 4: the axis still spans the run's steps
+    draw_training_curve(ax, "reward", [(1, 0.3, 0.1)], max_step=4)
+    assert ax.get_xlim()[1] == pytest.approx(4.2)
+    plt.close(fig)
 
     recs = [{"step": s, "loss": 3.0 - 0.2 * s} for s in range(1, 8)]
     for r in recs[2::3]:
@@ -123,8 +127,40 @@ def test_plots_show_zero_integer_steps_and_distinct_series(tmp_path, monkeypatch
     loss_ax, eval_ax = figs[0].axes
     styles = [(ln.get_color(), ln.get_marker(), ln.get_linestyle()) for ln in eval_ax.lines]
     assert len(eval_ax.lines) == 6 and len(set(styles)) == 6
-    assert len({(c, m) for c, m, ls in styles if ls != "None"}) == 3  # one (colour, marker) per in-training set
+    # one colour per in-training set; accuracy and mean reward of a set differ in marker (mean reward hollow)
+    assert len({(c, m) for c, m, ls in styles if ls != "None"}) == 4
+    val = [ln for ln in eval_ax.lines if ln.get_label().startswith("validation:")]
+    assert len({ln.get_marker() for ln in val}) == 2 and [ln.get_markerfacecolor() for ln in val][1] == "none"
+    assert not any(ln.get_clip_on() for ln in eval_ax.lines)  # markers at step 0 / y=0 are not half-clipped
+    before = [ln for ln in eval_ax.lines if "before training" in ln.get_label()][0]
+    assert before.get_markerfacecolor() == "none" and before.get_zorder() < val[0].get_zorder()
     for a in (loss_ax, eval_ax):
         lo, hi = a.get_xlim()
         assert all(float(t).is_integer() for t in a.get_xticks() if lo <= t <= hi)
         assert a.get_ylim()[0] <= 0.0
+
+
+def test_keep_best_run_names_the_kept_step(tmp_path):
+    d = tmp_path / "rl"
+    _fake_run(d, "after", 0.2, 0.5, [{"step": 1, "reward": 0.4}, {"step": 4, "reward": 0.5}])
+    (d / "report.json").write_text(json.dumps({"run": {"objective": {"name": "tracerl"}, "steps": 4},
+                                               "train_metrics": {"best_step": 0, "best_validation_accuracy": 0.2}}))
+    md, js, _ = compare_runs([f"RL={d}"], tmp_path / "out")
+    assert "| tracerl | 4 (weights of step 0, keep_best) |" in md.read_text()
+    assert json.loads(js.read_text())["rows"][0]["weights_step"] == 0
+
+
+def test_comparison_bars_show_accuracy_and_mean_reward(tmp_path, monkeypatch):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    _fake_run(tmp_path / "a", "after", 0.25, 0.75, [])
+    figs = []
+    monkeypatch.setattr(plt, "close", figs.append)
+    compare_runs([f"A={tmp_path / 'a'}"], tmp_path / "out")
+    bars = figs[0].axes[0]
+    assert sorted(round(p.get_height(), 3) for p in bars.patches) == [0.25, 0.75]
+    assert sorted(t.get_text() for t in bars.texts) == ["0.250", "0.750"]
+    assert [t.get_text() for t in bars.get_legend().get_texts()] == ["sudoku: 500 rows: accuracy", "sudoku: 500 rows: mean reward"]

@@ -167,11 +167,17 @@ def test_interrupted_message_names_what_was_saved(finished):
     run.stage = "eval"  # `dare eval` interrupted: no checkpoint talk
     assert run.interrupted_message("dare eval s.yaml") == ("interrupted during the evaluation: nothing was saved. "
                                                             "Re-running the same command evaluates again: dare eval s.yaml")
+    run.stage = "after"  # training finished, model/ saved: no checkpoint or resume talk
+    assert run.interrupted_message("dare run s.yaml") == (
+        f"interrupted during the evaluation after training: training finished and the trained model is in {d / 'model'}; "
+        f"the evaluation before training is saved ({d / 'eval' / 'before.json'}). Re-running the same command evaluates "
+        "the trained model again (no retraining): dare run s.yaml")
 
 
 def test_eval_takes_evaluation_only_overrides(finished):
     d, spec = finished["dir"], str(finished["spec"])
     run_json = (d / "run.json").read_text()
+    run_prov = json.loads((d / "report.json").read_text())["provenance"]
     code, out, err = _cli("eval", spec, "--set", "eval.benchmarks.0.limit=4", "--set", "eval.batch_size=2")
     assert code == 0, err
     assert "other evaluation settings: eval.benchmarks[0].limit (8 -> 4), eval.batch_size (4 -> 2)" in err
@@ -180,6 +186,11 @@ def test_eval_takes_evaluation_only_overrides(finished):
     assert "The `eval` row was measured with other evaluation settings than the run's: eval.benchmarks[0].limit (8 -> 4)" in md
     report = json.loads((d / "report.json").read_text())
     assert report["results"]["eval"][0]["n"] == 4 and report["train_metrics"]["global_step"] == 4
+    # the training run's machine and time stay; the evaluation's are recorded apart
+    assert report["provenance"]["machine"] == run_prov["machine"] and report["provenance"]["created"] == run_prov["created"]
+    later = report["provenance"]["evaluated_later"]
+    assert set(later) == {"created", "machine", "sampler", "seed", "git_sha", "versions"} and "load_average" in later["machine"]
+    assert md.count("when the run started") == 1 and f"- evaluated later (the `eval` row, `dare eval`): {later['created']}, on " in md
     assert (d / "run.json").read_text() == run_json  # the directory still belongs to the run
     # training keys are not evaluation settings: refused, naming the key
     code, _, err = _cli("eval", spec, "--set", "train.max_steps=5")

@@ -181,5 +181,6 @@ def test_ctrl_c_during_the_evaluation_before_training(run_cli, tmp_path, tiny_ll
     (tmp_path / "s.yaml").write_text(yaml.safe_dump(spec))
     code, _, err = run_cli("run", str(tmp_path / "s.yaml"))
     assert code == 130
-    assert err.rstrip().endswith("interrupted during the evaluation before training: nothing was saved. Re-running the "
+    assert err.rstrip().endswith(f"interrupted during the evaluation before training: no results were saved; {tmp_path / 'run'} "
+                                 "holds only the run's spec (run.json). Re-running the "
                                  f"same command starts over: dare run {tmp_path / 's.yaml'}")

@@ -208,10 +208,10 @@ def test_boolean_for_an_integer_is_refused(tmp_path, tiny_llada_dir):
     path = write(tmp_path, base_spec(tiny_llada_dir, tmp_path / "out"))
     with pytest.raises(SpecError) as exc:
         load_spec(path, overrides=["train.max_steps=true"], check=False)
-    assert exc.value.problems == [("train.max_steps", "expected an integer, not a boolean (got True)")]
+    assert exc.value.problems == [("train.max_steps", "expected an integer, not a boolean (got True) (set by --set train.max_steps=true)")]
     with pytest.raises(SpecError) as exc:
         load_spec(path, overrides=["train.learning_rate=false"], check=False)
-    assert exc.value.problems == [("train.learning_rate", "expected a number, not a boolean (got False)")]
+    assert exc.value.problems == [("train.learning_rate", "expected a number, not a boolean (got False) (set by --set train.learning_rate=false)")]
 
 
 def test_union_errors_show_only_the_mapping_branch(tmp_path, tiny_llada_dir):

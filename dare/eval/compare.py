@@ -72,12 +72,15 @@ def _report(run_dir: Path) -> dict[str, Any]:
 
 def _context(run_dir: Path, stage: str) -> dict[str, Any]:
     """What produced an entry's numbers: objective, steps and training wall time (``before``: the untrained start)."""
-    info = _report(run_dir).get("run") or {}
+    rep = _report(run_dir)
+    info = rep.get("run") or {}
     if stage == "before":
         return {"objective": "none (the starting model)", "steps": 0, "train_seconds": None}
     obj = info.get("objective") or {}
+    tm = rep.get("train_metrics")
+    kept = tm.get("best_step") if isinstance(tm, dict) else None  # train.keep_best: model/ holds that step's weights
     return {"objective": obj.get("name", "?") if obj else "?", "steps": info.get("steps"),
-            "train_seconds": info.get("train_seconds")}
+            "train_seconds": info.get("train_seconds"), **({"weights_step": kept} if kept is not None else {})}
 
 
 def compare_runs(entries: list[str], out_dir: str | Path, title: str = "DARE comparison") -> tuple[Path, Path, Path | None]:
@@ -109,13 +112,16 @@ def compare_runs(entries: list[str], out_dir: str | Path, title: str = "DARE com
     for r in rows:
         wall = format_seconds(r["train_seconds"]) if isinstance(r["train_seconds"], (int, float)) else "-"
         steps = r["steps"] if r["steps"] is not None else "?"
+        if r.get("weights_step") is not None:
+            steps = f"{steps} (weights of step {r['weights_step']}, keep_best)"
         md.append(f"| {r['label']} | {r['name']} | {r['accuracy']:.4f} | {r['mean_reward']:.4f} | {r['n']} | "
                   f"{r['objective']} | {steps} | {wall} | {r['run']} | {r['stage']} |")
     evaluators = {}
     for r in rows:
         evaluators.setdefault(r["name"], _evaluator_description(r["name"]))
     md += ["", "What the columns mean:\n", *[c for c in column_notes(evaluators) if not c.startswith(("- **NFE", "- **tokens/s"))],
-           "- **objective**, **steps**: what trained the evaluated model (a `before` entry is the run's starting model)",
+           "- **objective**, **steps**: what trained the evaluated model (a `before` entry is the run's starting model; "
+           "with train.keep_best, the weights of the step it kept)",
            "- **train wall time**: the training command's wall time (the last command, when a run was resumed); "
            "it depends on the machine and its load"]
     seen: set[Path] = set()
@@ -155,14 +161,15 @@ def _curve_label(run_dir: Path, parsed) -> str:
 
 
 def _panels(parsed, rows) -> dict[str, Any]:
-    """Plot content: ``accuracy``: ``(entry label, {benchmark: accuracy})`` for every entry, in order; ``rows``:
+    """Plot content: ``accuracy`` / ``mean_reward``: ``(entry label, {benchmark: value})`` for every entry, in order; ``rows``:
     ``{benchmark: sorted row counts}``; ``runs``: one ``(curve label, kind, curve points, eval series,
     set labels, steps, objective)`` per run directory that trained (:func:`dare.eval.report.training_curve`)."""
     from dare.eval.report import eval_series, read_metrics, training_curve
 
-    panels: dict[str, Any] = {"accuracy": [], "rows": {}, "runs": []}
+    panels: dict[str, Any] = {"accuracy": [], "mean_reward": [], "rows": {}, "runs": []}
     for label, _, _ in parsed:
         panels["accuracy"].append((label, {r["name"]: r["accuracy"] for r in rows if r["label"] == label}))
+        panels["mean_reward"].append((label, {r["name"]: r["mean_reward"] for r in rows if r["label"] == label}))
     for r in rows:
         panels["rows"].setdefault(r["name"], set()).add(r["n"])
     panels["rows"] = {k: sorted(v) for k, v in panels["rows"].items()}
@@ -194,7 +201,8 @@ def _plot(parsed, out_png: Path, title: str, rows=()) -> Path | None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from dare.eval.report import SERIES_MARKERS, draw_training_curve, step_axis
+    from dare.eval.plotstyle import reward_marker, step_axis
+    from dare.eval.report import draw_training_curve
 
     panels = _panels(parsed, rows)
     runs = panels["runs"]
@@ -205,26 +213,33 @@ def _plot(parsed, out_png: Path, title: str, rows=()) -> Path | None:
     fig = plt.figure(figsize=(12, 3.9 * nrows))
     grid = fig.add_gridspec(nrows, 2)
     r0 = 0
-    if have_bars:  # one group of bars per entry, one bar per benchmark, each labelled with its value
+    if have_bars:  # one group of bars per entry: accuracy (filled) and mean reward (hatched) per benchmark, with values
         ax = fig.add_subplot(grid[0, :])
-        lines = panels["accuracy"]
+        lines, rewards = panels["accuracy"], dict(panels["mean_reward"])
         benches = sorted({b for _, accs in lines for b in accs})
-        width = 0.8 / max(len(benches), 1)
-        for j, bench in enumerate(benches):
-            xs = [i + (j - (len(benches) - 1) / 2) * width for i in range(len(lines))]
-            bars = ax.bar(xs, [accs.get(bench, 0.0) for _, accs in lines], width, label=_bar_title(bench, panels["rows"][bench]))
+        bars_per_entry = [(b, m) for b in benches for m in ("accuracy", "mean_reward")]
+        width = 0.8 / max(len(bars_per_entry), 1)
+        colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+        values = []
+        for j, (bench, metric) in enumerate(bars_per_entry):
+            xs = [i + (j - (len(bars_per_entry) - 1) / 2) * width for i in range(len(lines))]
+            vals = [(accs if metric == "accuracy" else rewards.get(lab, {})).get(bench, 0.0) or 0.0 for lab, accs in lines]
+            values += vals
+            what = "accuracy" if metric == "accuracy" else "mean reward"
+            bars = ax.bar(xs, vals, width, color=colors[benches.index(bench) % len(colors)],
+                          hatch=None if metric == "accuracy" else "//", alpha=1.0 if metric == "accuracy" else 0.55,
+                          label=f"{_bar_title(bench, panels['rows'][bench])}: {what}")
             ax.bar_label(bars, fmt="%.3f", fontsize=8, padding=2)
         ax.set_xticks(range(len(lines)), [lab for lab, _ in lines], fontsize=8)
-        ax.set_ylabel("accuracy (fraction of rows solved)")
-        ax.set_ylim(0, 1.1)
+        ax.set_ylabel("accuracy (fraction of rows solved) / mean reward")
+        ax.set_ylim(min([0.0, *values]) * 1.15, max([1.0, *values]) * 1.12)
         names = ", ".join(_bar_title(b, panels["rows"][b]) for b in benches)
-        ax.set_title(f"accuracy per model on {names}")
-        if len(benches) > 1:
-            ax.legend(fontsize=7)
+        ax.set_title(f"accuracy and mean reward per model on {names}")
+        ax.legend(fontsize=7)
         r0 = 1
     for k, (label, kind, curve, evals, sets, steps, obj) in enumerate(runs):
         ax1 = fig.add_subplot(grid[r0 + k, 0])
-        draw_training_curve(ax1, kind, curve)
+        draw_training_curve(ax1, kind, curve, max_step=steps)
         ax1.set_title(f"{label}: training {kind} ({obj or '?'}, {steps} steps)", fontsize=9)
         ax1.legend(fontsize=7)
         ax2 = fig.add_subplot(grid[r0 + k, 1])
@@ -234,9 +249,8 @@ def _plot(parsed, out_png: Path, title: str, rows=()) -> Path | None:
             for metric, style in (("accuracy", "-"), ("mean_reward", "--")):
                 pts = sorted(series.get(metric, []))
                 if pts:
-                    line = ax2.plot([s for s, _ in pts], [v for _, v in pts], style, marker=SERIES_MARKERS[n % len(SERIES_MARKERS)],
-                                    markersize=4, color=color,
-                                    label=f"{name}: {metric.replace('_', ' ')}")[0]
+                    line = ax2.plot([s for s, _ in pts], [v for _, v in pts], style, **reward_marker(metric, n), color=color,
+                                    label=f"{name}: {metric.replace('_', ' ')}", clip_on=False)[0]
                     color = line.get_color()
         ax2.set_xlabel("optimizer step")
         ax2.set_ylabel("score (fraction of rows / mean reward)")

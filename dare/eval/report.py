@@ -19,6 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from dare.io import atomic_write_json, atomic_write_text
+from dare.eval.plotstyle import SERIES_MARKERS, reward_marker, step_axis  # noqa: F401 - SERIES_MARKERS re-exported
+from dare.runinfo import evaluated_later_lines
 
 __all__ = ["provenance", "machine_info", "write_report", "markdown_table", "column_notes", "run_lines", "machine_lines",
            "read_metrics", "training_curve", "eval_series", "draw_training_curve", "plot_training", "COLUMNS"]
@@ -254,8 +256,7 @@ def write_report(out_dir: str | Path, stages: dict[str, list], prov: dict[str, A
     for s, rs in stages.items():
         for r in rs:
             atomic_write_json(out_dir / "samples" / f"{s}-{r.name}.json", r.samples)
-    md = out_dir / f"{name}.md"
-    p = prov
+    md, p = out_dir / f"{name}.md", prov
     title = extra.get("run_dir")
     body = [f"# DARE report{': ' + str(title) if title else ''}\n", markdown_table(stages), "What the columns mean:\n"]
     body += column_notes(evaluators)
@@ -271,7 +272,7 @@ def write_report(out_dir: str | Path, stages: dict[str, list], prov: dict[str, A
                     f"{tm.get('best_validation_accuracy', float('nan')):.4f}; the `after` row evaluates them.")
     if extra.get("eval_overrides"):
         body.append(f"\nThe `eval` row was measured with other evaluation settings than the run's: {extra['eval_overrides']}.")
-    body += ["", "## Machine and provenance\n", *machine_lines(p.get("machine")),
+    body += ["", "## Machine and provenance\n", *machine_lines(p.get("machine")), *evaluated_later_lines(p),
              f"- sampler: `{json.dumps(p.get('sampler'))}`",
              f"- seed: {p.get('seed')}",
              f"- git SHA: {p.get('git_sha')}",
@@ -325,8 +326,9 @@ def eval_series(recs: list[dict[str, Any]]) -> dict[str, dict[str, list[tuple[in
     return out
 
 
-def draw_training_curve(ax, kind: str, points, label: str | None = None, color=None) -> None:
-    """The training curve on ``ax``: reward with a ±1 std band (spread over the step's completions), or loss."""
+def draw_training_curve(ax, kind: str, points, label: str | None = None, color=None, max_step: int | None = None) -> None:
+    """The training curve on ``ax``: reward with a ±1 std band (spread over the step's completions), or loss;
+    the x axis spans 0..``max_step`` (the run's steps) when given, else 0..the last logged step."""
     steps = [s for s, _, _ in points]
     values = [v for _, v, _ in points]
     line = ax.plot(steps, values, color=color, marker="o" if len(points) <= 40 else None, markersize=3,
@@ -346,20 +348,9 @@ def draw_training_curve(ax, kind: str, points, label: str | None = None, color=N
         ax.set_title("training loss")
     ax.set_xlabel("optimizer step")
     ax.set_ylim(bottom=min([0.0, *lows]))  # 0 on the axis: a loss of 7.3 -> 7.0 is not a collapse
-    last = max(steps, default=1)
+    last = max([*steps, max_step or 0], default=1)
     ax.set_xlim(-0.03 * max(last, 1), 1.05 * max(last, 1))  # the steps of the evaluation panel beside it
     step_axis(ax)
-
-
-def step_axis(ax) -> None:
-    """Integer ticks on an optimizer-step x axis (never 0.96, 0.98, ...)."""
-    from matplotlib.ticker import MaxNLocator
-
-    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-
-
-#: markers of the evaluation series of one axis (with the colours: every series looks different)
-SERIES_MARKERS = "osD^vP<>Xh"
 
 
 def _metric_of(result, key: str):
@@ -368,7 +359,7 @@ def _metric_of(result, key: str):
 
 def plot_training(metrics_file: str | Path, out_png: str | Path, before: dict[str, Any] | None = None,
                   after: dict[str, Any] | None = None, title: str = "", labels: dict[str, str] | None = None,
-                  after_step: int | None = None) -> Path | None:
+                  after_step: int | None = None, max_step: int | None = None) -> Path | None:
     """PNG of one run: its training curve and its evaluations against the optimizer step.
 
     * left: RL runs (records with ``reward``) plot the mean reward per step with a ±1 std band (the spread
@@ -395,22 +386,22 @@ def plot_training(metrics_file: str | Path, out_png: str | Path, before: dict[st
     labels = labels or {}
     kind, curve = training_curve(recs)
     evals = eval_series(recs)
-    last_step = max(r["step"] for r in recs)
+    last_step = max([r["step"] for r in recs] + [max_step or 0])  # max_step: the run's steps (0..max_steps on x)
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 5.6))
     if curve:
-        draw_training_curve(ax1, kind, curve)
+        draw_training_curve(ax1, kind, curve, max_step=last_step)
         ax1.legend(fontsize=7)
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     i = 0
     for prefix, series in sorted(evals.items()):
-        color, marker = colors[i % len(colors)], SERIES_MARKERS[i % len(SERIES_MARKERS)]
+        color = colors[i % len(colors)]
         i += 1
         name = labels.get(prefix, prefix)
         for metric, style in (("accuracy", "-"), ("mean_reward", "--")):
             pts = sorted(series.get(metric, []))
-            if pts:
-                ax2.plot([s for s, _ in pts], [v for _, v in pts], style, marker=marker, markersize=4, color=color,
-                         label=f"{name}: {metric.replace('_', ' ')}")
+            if pts:  # on top of the before/after markers; mean reward hollow, with its own marker
+                ax2.plot([s for s, _ in pts], [v for _, v in pts], style, **reward_marker(metric, i - 1), color=color,
+                         label=f"{name}: {metric.replace('_', ' ')}", zorder=5, clip_on=False)
     for stage, results in (("before", before), ("after", after)):
         for bname, res in (results or {}).items():
             color = colors[i % len(colors)]
@@ -421,8 +412,9 @@ def plot_training(metrics_file: str | Path, out_png: str | Path, before: dict[st
                 f"after training (weights of step {after_step}, train.keep_best)" if after_step is not None else "after training")
             for metric, marker in (("accuracy", "*"), ("mean_reward", "P")):
                 v = _metric_of(res, metric)
-                if isinstance(v, (int, float)):
-                    ax2.plot([step], [v], linestyle="none", marker=marker, markersize=11, color=color,
+                if isinstance(v, (int, float)):  # before: large and hollow, so an `after` at the same step shows inside
+                    ax2.plot([step], [v], linestyle="none", marker=marker, markersize=15 if stage == "before" else 9, color=color,
+                             mfc="none" if stage == "before" else color, mew=1.6, clip_on=False, zorder=3,
                              label=f"{name}, {when}: {metric.replace('_', ' ')} {v:.3f}")
     ax2.set_xlabel("optimizer step")
     ax2.set_ylabel("score (fraction of rows / mean reward)")

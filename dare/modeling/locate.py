@@ -20,6 +20,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from dare.components import ModelFamily
 
 __all__ = ["ADAPTER_CONFIG", "resolve_family", "family_of", "one_line", "trained_model_dir", "missing_local_path",
+           "run_first_hint",
            "adapter_base"]
 
 ADAPTER_CONFIG = "adapter_config.json"
@@ -99,8 +100,25 @@ def missing_local_path(path: str | Path) -> str | None:
     """
     if looks_local(str(path)) and not resolve_path(str(path)).exists():
         return (f"no such local directory {str(path)!r}: it looks like a local path, so it is not looked up on the hub; "
-                "check the spelling (a hub id has the form org/name)")
+                f"check the spelling{run_first_hint(path)} (a hub id has the form org/name)")
     return None
+
+
+def run_first_hint(path: str | Path) -> str:
+    """``" or run the spec that produces it first (e.g. dare run examples/<run>.yaml)"`` when the missing ``path``
+    looks like (the model of) a run directory: it ends in ``/model``, its parent holds ``run.json``, or its
+    run folder is named like an ``examples/*.yaml`` spec; else ``""``."""
+    p = Path(str(path).rstrip("/\\"))
+    run_dir = p.parent if p.name == "model" else p
+    candidates = [run_dir.name, p.parent.name]
+    for examples in (Path("examples"), Path(__file__).resolve().parents[2] / "examples"):
+        for stem in candidates:
+            if stem and (examples / f"{stem}.yaml").is_file():
+                shown = Path("examples") / f"{stem}.yaml" if examples == Path("examples") else examples / f"{stem}.yaml"
+                return f" or run the spec that produces it first (e.g. dare run {shown})"
+    if p.name == "model" or (resolve_path(str(p.parent)) / "run.json").is_file():
+        return f" or run the spec whose output.dir is {str(run_dir)!r} first"
+    return ""
 
 
 def adapter_base(path: str | Path) -> str | None:

@@ -40,7 +40,7 @@ from dare.spec.models import (
     spec_hash,
 )
 from dare.spec.overrides import parse_override_value, read_spec_file
-from dare.spec.problems import pydantic_problems
+from dare.spec.problems import mark_overrides, pydantic_problems
 from dare.spec.resolve import ResolvedBenchmark, ResolvedSpec, SpecContext, resolve_generate, resolve_spec
 from dare.spec.schema import json_schema
 
@@ -100,4 +100,9 @@ def load_spec(path: str | os.PathLike, overrides: list[str] | None = None, check
 
     :raises SpecError: listing every problem with its YAML path.
     """
-    return validate_spec(read_spec_file(path, overrides), source=str(path), check=check)
+    try:
+        return validate_spec(read_spec_file(path, overrides), source=str(path), check=check)
+    except SpecError as exc:
+        if not overrides:
+            raise
+        raise SpecError(mark_overrides(exc.problems, overrides), source=exc.source) from None

@@ -22,7 +22,7 @@ from dare.data.templates import render
 from dare.errors import DareError, SpecError
 from dare.eval.paths import benchmark_path
 from dare.io import looks_local, resolve_path
-from dare.modeling.locate import ADAPTER_CONFIG, adapter_base, one_line, trained_model_dir
+from dare.modeling.locate import ADAPTER_CONFIG, adapter_base, one_line, run_first_hint, trained_model_dir
 from dare.plugins import register_auto_classes
 from dare.rundir import plan_output_dir
 from dare.spec.models import BenchmarkSpec, DatasetSpec, RunSpec, spec_hash
@@ -83,7 +83,8 @@ def check_model(ctx, problems: Problems) -> None:
         return  # hub id: checked when loading
     if not p.is_dir():
         what = f"{path!r} is a file, not a directory" if p.exists() else \
-            f"no such directory {path!r} (a local path, so it is not looked up on the hub; check the spelling)"
+            f"no such directory {path!r} (a local path, so it is not looked up on the hub; check the spelling" \
+            f"{run_first_hint(path)})"
         problems.append(("model.path", f"{what}: model.path takes a checkpoint, run or LoRA adapter directory, or a hub "
                                        "id (org/name)"))
         return

@@ -14,7 +14,7 @@ from typing import Any, Union
 
 from pydantic import BaseModel, ValidationError
 
-__all__ = ["pydantic_problems", "loc_str"]
+__all__ = ["pydantic_problems", "loc_str", "mark_overrides"]
 
 
 def loc_str(loc: tuple) -> str:
@@ -125,3 +125,21 @@ def _strip_union_tags(root_cls: type[BaseModel], loc: tuple) -> tuple[tuple, Any
             ann = None
         out.append(part)
     return tuple(out), branch, has_model
+
+
+def mark_overrides(problems: list[tuple[str, str]], overrides: list[str]) -> list[tuple[str, str]]:
+    """``problems`` with ``" (set by --set KEY=VALUE)"`` added to each one whose YAML path is (inside, or
+    holds) a key given with ``--set``, so a typo on the command line is not looked for in the file."""
+
+    def norm(key: str) -> str:
+        return re.sub(r"\[(\w*)\]", r".\1", key.strip())
+
+    sets = [(norm(ov.split("=", 1)[0]), ov.strip()) for ov in overrides if "=" in ov]
+    out = []
+    for loc, msg in problems:
+        n = norm(loc)
+        hit = [ov for key, ov in sets if n and (n == key or n.startswith(key + ".") or key.startswith(n + "."))]
+        if hit and not loc.startswith("--set"):
+            msg = f"{msg} (set by --set {hit[-1]})"
+        out.append((loc, msg))
+    return out
