@@ -13,8 +13,7 @@ from typing import Any
 
 from dare.trainers.checkpoints import checkpoint_step, last_complete_checkpoint, read_best
 
-__all__ = ["describe_rows", "eval_set_labels", "run_info", "interrupted_message", "logged_rows",
-           "evaluated_later_lines"]
+__all__ = ["describe_rows", "eval_set_labels", "run_info", "interrupted_message", "logged_rows"]
 
 
 def describe_rows(bench, n: int | None = None) -> str:
@@ -136,16 +135,3 @@ def interrupted_message(run, command: str) -> str:
     else:
         then = "starts over"
     return f"{text}. Re-running the same command {then}: {command}"
-
-
-def evaluated_later_lines(prov: dict[str, Any]) -> list[str]:
-    """Markdown bullets for a ``dare eval`` of a finished run (``prov["evaluated_later"]``): when and on what
-    machine (and load) the ``eval`` row was measured; the report's machine line stays the training run's."""
-    later = prov.get("evaluated_later") if isinstance(prov, dict) else None
-    if not isinstance(later, dict):
-        return []
-    from dare.eval.report import machine_lines
-
-    m = machine_lines(later.get("machine"))
-    where = m[0].replace("- machine: ", "on ", 1).replace("when the run started", "when it started") if m else ""
-    return [f"- evaluated later (the `eval` row, `dare eval`): {later.get('created')}" + (f", {where}" if where else "")]

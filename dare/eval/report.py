@@ -20,7 +20,6 @@ from typing import Any
 
 from dare.io import atomic_write_json, atomic_write_text
 from dare.eval.plotstyle import SERIES_MARKERS, reward_marker, step_axis  # noqa: F401 - SERIES_MARKERS re-exported
-from dare.runinfo import evaluated_later_lines
 
 __all__ = ["provenance", "machine_info", "write_report", "markdown_table", "column_notes", "run_lines", "machine_lines",
            "read_metrics", "training_curve", "eval_series", "draw_training_curve", "plot_training", "COLUMNS"]
@@ -215,6 +214,17 @@ def run_lines(info: dict[str, Any], stages: dict[str, list] | None = None) -> li
         if shown:
             rows.append((f"{stage} rows", "; ".join(shown)))
     return [f"| {k} | {v} |" for k, v in rows]
+
+
+def evaluated_later_lines(prov: dict[str, Any]) -> list[str]:
+    """Markdown bullets for a ``dare eval`` of a finished run (``prov["evaluated_later"]``): when and on what
+    machine (and load) the ``eval`` row was measured; the report's machine line stays the training run's."""
+    later = prov.get("evaluated_later") if isinstance(prov, dict) else None
+    if not isinstance(later, dict):
+        return []
+    m = machine_lines(later.get("machine"))
+    where = m[0].replace("- machine: ", "on ", 1).replace("when the run started", "when it started") if m else ""
+    return [f"- evaluated later (the `eval` row, `dare eval`): {later.get('created')}" + (f", {where}" if where else "")]
 
 
 def machine_lines(machine: dict[str, Any] | None) -> list[str]:
