@@ -249,6 +249,14 @@ class Run:
             atomic_write_json(self.dir / "eval" / f"{stage}.json", {"spec_hash": self.hash, "results": [r.to_dict() for r in results]})
         return results
 
+    def _earlier_report(self) -> dict[str, Any] | None:
+        """``report.json`` of an earlier command of this run (dict with ``run`` and ``provenance``), else None."""
+        try:
+            old = json.loads((self.dir / "report.json").read_text())
+        except (OSError, json.JSONDecodeError):
+            return None
+        return old if isinstance(old, dict) and isinstance(old.get("run"), dict) else None
+
     def cached_eval(self, stage: str, spec_hash: str | None = None):
         """Results of an earlier evaluation of this exact spec (``spec_hash``, default this one's) at ``stage``
         (resume), else None."""
@@ -330,11 +338,14 @@ class Run:
                 stages[label] = self._timed_evaluate(label, stage_seconds)
         train_metrics: dict[str, float] = {}
         train_seconds = resumed_from = None
+        finished = False
         if do_train:
             ckpt = last_complete_checkpoint(self.checkpoint_dir) if self.spec.train.resume else None
             resumed_from = checkpoint_step(ckpt) if ckpt else None
+            finished = resumed_from is not None and resumed_from >= self.spec.train.max_steps
             progress.stage("train", f"{self.objective.name}, {self.spec.train.max_steps} steps"
-                           + (f", resuming from step {resumed_from}" if resumed_from else "")
+                           + (" already trained: nothing to train" if finished
+                              else f", resuming from step {resumed_from}" if resumed_from else "")
                            + f"; checkpoints every {self.spec.train.save_steps} steps in {self.checkpoint_dir}")
             t0 = time.perf_counter()
             self.stage = "train"
@@ -344,11 +355,20 @@ class Run:
                 best = read_best(self.checkpoint_dir)
                 if best is not None:
                     train_metrics = {**train_metrics, "best_step": best["step"], "best_validation_accuracy": best["value"]}
+        # the same finished run, run again: its after-training results and report facts stay as they were
+        rerun = finished and self._earlier_report()
+        cached = self.cached_eval("after") if rerun and do_eval else None
         if do_eval and do_train:
-            stages["after"] = self._timed_evaluate("after", stage_seconds)
+            if cached:
+                progress.stage("evaluate", f"after: kept from {self.dir / 'eval' / 'after.json'}")
+            stages["after"] = cached or self._timed_evaluate("after", stage_seconds)
+        rerun = rerun if (cached or not do_eval) else None
         prov = provenance(self.spec, self.sampler, self.spec.eval.seed if self.spec.eval else None, machine=machine)
         info = runinfo.run_info(self, train_metrics, train_seconds, resumed_from, stage_seconds)
         extra = {"train_metrics": train_metrics, "run_dir": str(self.dir), "run": info}
+        if rerun:  # nothing was trained or evaluated again: the report keeps the run's own facts
+            extra.update(train_metrics=rerun.get("train_metrics", train_metrics), run=rerun.get("run", info))
+            prov = rerun.get("provenance", prov)
         if do_eval and not do_train:  # `dare eval` after `dare run`: keep the run's before/after rows
             earlier = {s: rs for s in ("before", "after") if (rs := self.cached_eval(s, self.run_hash))}
             if earlier:

@@ -174,6 +174,22 @@ def test_interrupted_message_names_what_was_saved(finished):
         "the trained model again (no retraining): dare run s.yaml")
 
 
+def test_running_a_finished_run_again_changes_nothing(finished):
+    """The same `dare run` of a finished run: nothing trained or evaluated again, the report's facts stay."""
+    d, spec = finished["dir"], str(finished["spec"])
+    before = json.loads((d / "report.json").read_text())
+    after_json = (d / "eval" / "after.json").read_bytes()
+    weights = (d / "model" / "model.safetensors").read_bytes()
+    code, out, err = _cli("run", spec)
+    assert code == 0, err[-3000:]
+    assert "== train: sft, 4 steps already trained: nothing to train" in err and "resuming from step" not in err
+    assert "== evaluate: after: kept from " in err and "after: sudoku:" not in err
+    now = json.loads((d / "report.json").read_text())
+    assert now["run"] == before["run"] and now["provenance"] == before["provenance"]
+    assert now["train_metrics"] == before["train_metrics"] and now["results"] == before["results"]
+    assert (d / "eval" / "after.json").read_bytes() == after_json
+    assert (d / "model" / "model.safetensors").read_bytes() == weights
+
 def test_eval_takes_evaluation_only_overrides(finished):
     d, spec = finished["dir"], str(finished["spec"])
     run_json = (d / "run.json").read_text()
