@@ -162,8 +162,8 @@ def list_components(reg, as_json: bool, with_params: bool, check: bool, console)
 
 
 def wide_console():
-    """A rich console for stdout; 200 columns wide when stdout is not a terminal, so piped tables keep
-    names whole instead of wrapping at rich's default 80."""
+    """A rich console for stdout; when stdout is not a terminal, ``$COLUMNS`` wide if set, else 200 columns, so
+    piped tables keep names whole instead of wrapping at rich's default 80."""
     import sys
 
     from rich.console import Console
@@ -172,4 +172,9 @@ def wide_console():
         tty = sys.stdout.isatty()
     except (AttributeError, ValueError):
         tty = False
-    return Console() if tty else Console(width=200)
+    if tty:
+        return Console()
+    import os
+
+    columns = os.environ.get("COLUMNS", "")
+    return Console(width=int(columns) if columns.isdigit() and int(columns) > 0 else 200)  # COLUMNS wins

@@ -28,10 +28,15 @@ def test_good_progress_environment_is_accepted(monkeypatch):
         check_environment()
 
 
-def test_piped_console_is_wide():
+def test_piped_console_is_wide(monkeypatch):
     from dare.cli_help import wide_console
 
+    monkeypatch.delenv("COLUMNS", raising=False)
     assert wide_console().width == 200  # pytest's stdout is not a terminal
+    monkeypatch.setenv("COLUMNS", "90")
+    assert wide_console().width == 90  # the user's COLUMNS wins
+    monkeypatch.setenv("COLUMNS", "wide")
+    assert wide_console().width == 200
 
 
 def test_train_help_says_in_training_eval_still_runs():
