@@ -6,8 +6,9 @@ while spec validation imports only the torch-free :mod:`dare.eval.paths`.
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING
+
+from dare.lazy import lazy_exports
 
 if TYPE_CHECKING:  # pragma: no cover
     from dare.eval.paths import benchmark_path
@@ -26,13 +27,4 @@ _HOME = {
 __all__ = list(_HOME)
 
 
-def __getattr__(name: str):
-    if name not in _HOME:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{_HOME[name]}"), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_HOME))
+__getattr__, __dir__ = lazy_exports(__name__, {name: f"{__name__}.{sub}" for name, sub in _HOME.items()})

@@ -6,8 +6,9 @@ torch-free submodule (:mod:`dare.modeling.locate`, used by spec validation) does
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING
+
+from dare.lazy import lazy_exports
 
 if TYPE_CHECKING:  # pragma: no cover
     from dare.modeling.block_family import BlockDiffusionFamily, block_decoder_problem, config_value
@@ -30,13 +31,4 @@ _HOME = {
 __all__ = list(_HOME)
 
 
-def __getattr__(name: str):
-    if name not in _HOME:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{_HOME[name]}"), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_HOME))
+__getattr__, __dir__ = lazy_exports(__name__, {name: f"{__name__}.{sub}" for name, sub in _HOME.items()})

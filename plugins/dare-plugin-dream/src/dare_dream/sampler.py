@@ -15,6 +15,7 @@ from pydantic import Field, model_validator
 
 from dare.components import Params, Sampler, SamplerOutput
 from dare.errors import DareError
+from dare.lazy import lazy_exports
 
 __all__ = [
     "ALGORITHMS",
@@ -44,13 +45,7 @@ _DECODING = (
     "diffusion_generate",
 )
 
-
-def __getattr__(name: str):
-    if name in _DECODING:
-        from dare_dream import decoding
-
-        return getattr(decoding, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__, __dir__ = lazy_exports(__name__, dict.fromkeys(_DECODING, "dare_dream.decoding"))
 
 
 Algorithm = Literal["origin", "maskgit_plus", "topk_margin", "entropy"]

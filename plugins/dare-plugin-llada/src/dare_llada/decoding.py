@@ -227,8 +227,8 @@ def decode(
     :param cache: ``none``, ``prefix`` or ``dual`` (:mod:`dare.sampling.kv_cache`); needs ``kv_logits``,
         ``(x, attention_mask, past, start, end, use_cache) -> (logits, cache)`` (a family's ``kv_logits``
         bound to a model).
-    :param threshold: confidence threshold of parallel decoding (:func:`dare.sampling.threshold_transfer`);
-        :param factor: Fast-dLLM's factor rule (:func:`dare.sampling.factor_transfer`). At most one.
+    :param threshold: confidence threshold of parallel decoding (:func:`dare.sampling.threshold_transfer`).
+    :param factor: Fast-dLLM's factor rule (:func:`dare.sampling.factor_transfer`). At most one.
     :returns: ``(x [B, Lp + gen_length], unmask_step [B, gen_length] int64, nfe)``.
     :raises ValueError: ``gen_length % block_length != 0``, ``steps % num_blocks != 0``, an unknown cache,
         a cache without ``kv_logits``, or both ``threshold`` and ``factor``.

@@ -14,18 +14,13 @@ from pydantic import Field, model_validator
 
 from dare.components import Params, Sampler, SamplerOutput
 from dare.errors import DareError
+from dare.lazy import lazy_exports
 
 __all__ = ["generate", "decode", "denoise_steps", "LLaDASampler", "LLaDASamplerParams"]
 
 _DECODING = ("generate", "decode", "denoise_steps")
 
-
-def __getattr__(name: str):
-    if name in _DECODING:
-        from dare_llada import decoding
-
-        return getattr(decoding, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__, __dir__ = lazy_exports(__name__, dict.fromkeys(_DECODING, "dare_llada.decoding"))
 
 
 class LLaDASamplerParams(Params):

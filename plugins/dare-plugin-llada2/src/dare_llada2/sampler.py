@@ -16,6 +16,7 @@ from pydantic import Field, field_validator, model_validator
 
 from dare.components import Params, Sampler, SamplerOutput
 from dare.errors import DareError
+from dare.lazy import lazy_exports
 from dare.modeling.block_family import block_decoder_problem
 
 __all__ = ["decode", "BlockDecoding", "generate", "generate_v21", "LLaDA2Sampler", "LLaDA2SamplerParams"]
@@ -23,13 +24,7 @@ __all__ = ["decode", "BlockDecoding", "generate", "generate_v21", "LLaDA2Sampler
 #: Names defined by :mod:`dare_llada2.decoding` (torch), re-exported here and imported on first access.
 _DECODING = ("decode", "BlockDecoding", "generate", "generate_v21")
 
-
-def __getattr__(name: str):
-    if name in _DECODING:
-        from dare_llada2 import decoding
-
-        return getattr(decoding, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__, __dir__ = lazy_exports(__name__, dict.fromkeys(_DECODING, "dare_llada2.decoding"))
 
 
 # =========================================================================== the DARE sampler

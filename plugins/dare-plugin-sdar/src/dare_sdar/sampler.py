@@ -14,6 +14,7 @@ from typing import Literal
 from pydantic import Field, model_validator
 
 from dare.components import Params, Sampler, SamplerOutput
+from dare.lazy import lazy_exports
 from dare.modeling.block_family import block_decoder_problem
 
 from dare_sdar.errors import SDARInputError
@@ -31,13 +32,7 @@ __all__ = [
 #: Names defined by :mod:`dare_sdar.decoding` (torch), re-exported here and imported on first access.
 _DECODING = ("BlockDecodeResult", "select_transfer", "block_decode", "block_diffusion_generate")
 
-
-def __getattr__(name: str):
-    if name in _DECODING:
-        from dare_sdar import decoding
-
-        return getattr(decoding, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__, __dir__ = lazy_exports(__name__, dict.fromkeys(_DECODING, "dare_sdar.decoding"))
 
 
 REMASKING_STRATEGIES = ("low_confidence_dynamic", "low_confidence_static", "sequential")
