@@ -98,3 +98,77 @@ def test_sft_trainer_loss_replays_by_hand(tiny_llada_dir, tmp_path):
     assert math.isclose(got.item(), (sum(per) / 2).item(), rel_tol=1e-5)
     torch.manual_seed(123)
     assert torch.equal(torch.get_rng_state(), state)  # the loss never drew from the global RNG
+
+
+def test_blockwise_mask_by_hand():
+    """One active block per row (clean prefix, masked loss positions inside it, hidden suffix), by hand."""
+    from dare.diffusion import blockwise_mask
+    from dare.randomness import RowGenerators
+
+    # row 0: prompt 2, response 7 tokens -> blocks of 3: [2-4], [5-7], [8]; row 1: prompt 1, response 3: one block
+    eligible = torch.tensor([[0, 0, 1, 1, 1, 1, 1, 1, 1], [0, 1, 1, 1, 0, 0, 0, 0, 0]], dtype=torch.bool)
+    t = torch.tensor([0.5, 0.9])
+    gens = RowGenerators.keyed(0, "sft", 0, [0, 1])
+    masked, hidden, size = blockwise_mask(t, eligible, 3, generator=gens)
+    # replay the draws: block index from one uniform, then L uniforms for the Bernoulli masks
+    rows = []
+    for r, n_blocks in ((0, 3), (1, 1)):
+        g = RowGenerators.keyed(0, "sft", 0, [r]).generators[0]
+        b = int(torch.rand(1, generator=g)[0] * n_blocks)
+        rows.append((b, torch.rand(9, generator=g)))
+    b0, u0 = rows[0]
+    start = 2 + 3 * b0
+    block = torch.zeros(9, dtype=torch.bool)
+    block[start:min(start + 3, 9)] = True
+    assert masked[0].tolist() == ((u0 < 0.5) & block).tolist()
+    assert hidden[0].tolist() == [j >= start + 3 for j in range(9)]
+    assert size.tolist() == [int(block.sum()), 3]
+    assert rows[1][0] == 0 and not hidden[1].any()
+    assert masked[1].tolist() == ((rows[1][1] < 0.9) & eligible[1]).tolist()
+    # every block gets drawn: over many rows the active block index covers 0, 1, 2 evenly
+    many = RowGenerators.keyed(1, "sft", 0, range(3000))
+    m, h, s = blockwise_mask(torch.ones(3000), eligible[:1].expand(3000, -1), 3, generator=many)
+    first = (m | h).float().argmax(dim=1)  # first corrupted position = the active block's start
+    counts = torch.bincount(first, minlength=9)[[2, 5, 8]]
+    assert counts.sum() == 3000 and counts.min() > 900
+    assert ((m & h).sum() == 0) and bool((s == torch.where(first == 8, 1, 3)).all())
+
+
+def test_blockwise_sft_loss_replays_by_hand(tiny_llada_dir, tmp_path):
+    """With block_length, SFTTrainer's loss = CE/t over the active block's masked tokens / the block's tokens, the
+    suffix masked in the input and never scored."""
+    from dare.modeling import load_model
+    from dare.randomness import STREAMS, key_seed
+    from dare.trainers import DareConfig
+    from dare_sft.objective import SFT
+    from dare_sft.trainer import SFTTrainer
+
+    lm = load_model(tiny_llada_dir)
+    eos = lm.tokens.eos_id
+    c = SupervisedCollator(lm.tokens, lm.family.pad_in_response)
+    batch = c([SupervisedExample([10, 11], [20, 21, 22, 23, 24, eos], index=2),
+               SupervisedExample([10], [22, eos], index=5)])
+    args = DareConfig(output_dir=str(tmp_path), report_to="none", seed=3)
+    trainer = SFTTrainer(model=lm.model, args=args, train_dataset=[], data_collator=c, family=lm.family, tokens=lm.tokens,
+                         objective=SFT(mask_eps=0.2, block_length=2))
+    trainer.state.global_step = 1
+    got = trainer.compute_loss(lm.model, batch)
+    ids, resp = batch["input_ids"], batch["loss_mask"]
+    L = ids.shape[1]
+    noisy, per = ids.clone(), []
+    scored = []
+    for row, index in enumerate((2, 5)):
+        g = torch.Generator().manual_seed(key_seed(3, STREAMS["sft"], 1, index))
+        t = 0.8 * torch.rand(1, generator=g)[0] + 0.2
+        pos = resp[row].nonzero().flatten().tolist()
+        blocks = [pos[i:i + 2] for i in range(0, len(pos), 2)]
+        b = int(torch.rand(1, generator=g)[0] * len(blocks))
+        u = torch.rand(L, generator=g)
+        m = [j for j in blocks[b] if u[j] < t]
+        for j in m + [j for blk in blocks[b + 1:] for j in blk]:
+            noisy[row, j] = lm.tokens.mask_id
+        scored.append((m, t, len(blocks[b])))
+    with torch.no_grad():
+        logp = torch.log_softmax(lm.model(noisy).logits.float(), -1).gather(-1, ids[..., None])[..., 0]
+    per = [-(logp[r, m].sum() / t) / n for r, (m, t, n) in enumerate(scored)]
+    assert math.isclose(got.item(), (sum(per) / 2).item(), rel_tol=1e-5)

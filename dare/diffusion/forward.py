@@ -6,7 +6,7 @@ import torch
 
 from dare.randomness import rand
 
-__all__ = ["sample_mask_ratio", "bernoulli_mask", "apply_mask"]
+__all__ = ["sample_mask_ratio", "bernoulli_mask", "blockwise_mask", "apply_mask"]
 
 
 def sample_mask_ratio(batch: int, eps: float = 1e-3, generator=None, device="cpu") -> torch.Tensor:
@@ -37,6 +37,42 @@ def bernoulli_mask(t: torch.Tensor, eligible: torch.Tensor, generator=None) -> t
     else:
         u = rand(eligible.shape, generator, device=eligible.device)
     return (u < t[:, None]) & eligible
+
+
+def blockwise_mask(t: torch.Tensor, eligible: torch.Tensor, block_length: int,
+                   generator=None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Blockwise SFT corruption: one active block per example, clean prefix, hidden suffix.
+
+    Source: Sun et al., "Blockwise SFT for Diffusion Language Models" (arXiv 2508.19529 §3; official code
+    Bowen-Sun-0728/Blockwise-SFT ``train_blockwise.py``, ``two_phase_mask_at_block`` with its defaults: no
+    prefix noise, suffix fully masked). The response (the ``eligible`` positions of a row, in order) is cut
+    into blocks of ``block_length`` tokens from its first token, as semi-autoregressive decoding cuts the
+    completion; one block ``b`` is drawn uniformly among the row's blocks; its positions are masked
+    independently with probability ``t`` (they are the loss positions), every later response position is
+    masked (hidden, never in the loss) and earlier ones stay clean. This is the state a block decoder
+    (LLaDA's ``block_length``, Dream's blocks) sees while it decodes block ``b``, which classic SFT's
+    whole-response masking (:func:`bernoulli_mask`) almost never produces for long responses.
+
+    Draws, per row, after ``t``: one uniform for the block index, then :func:`bernoulli_mask`'s ``L``
+    uniforms (so with :class:`dare.randomness.RowGenerators` a row's masks do not depend on the batch).
+
+    :param t: ``[B]`` float mask ratios. :param eligible: ``[B, L]`` bool response positions (contiguous per
+        row). :param block_length: tokens per block (>= 1).
+    :returns: ``(masked, hidden, block_tokens)``: ``[B, L]`` bool masked positions of the active block (the
+        loss positions), ``[B, L]`` bool hidden suffix positions (masked, not in the loss), ``[B]`` int64
+        response tokens in the active block (the loss normaliser; 0 for a row without response).
+    :raises ValueError: ``block_length < 1``.
+    """
+    if block_length < 1:
+        raise ValueError(f"block_length must be >= 1, got {block_length}")
+    offset = eligible.long().cumsum(dim=1) - 1  # response offset of each eligible position
+    num_blocks = (eligible.sum(dim=1) + block_length - 1) // block_length
+    u = torch.rand(t.shape[0], device=t.device) if generator is None else rand((t.shape[0],), generator, device=t.device)
+    active_block = torch.minimum((u * num_blocks).long(), (num_blocks - 1).clamp(min=0))
+    block = offset // block_length
+    active = eligible & (block == active_block[:, None])
+    hidden = eligible & (block > active_block[:, None])
+    return bernoulli_mask(t, active, generator=generator), hidden, active.sum(dim=1)
 
 
 def apply_mask(input_ids: torch.Tensor, mask: torch.Tensor, mask_id: int) -> torch.Tensor:

@@ -12,10 +12,16 @@ __all__ = ["SFT", "SFTParams"]
 
 class SFTParams(Params):
     mask_eps: float = Field(1e-3, ge=0.0, lt=1.0, description="Smallest mask ratio: t = (1 - eps) u + eps.")
+    block_length: int | None = Field(
+        None, ge=1,
+        description="Blockwise SFT (arXiv 2508.19529): per example one active response block of this many tokens is "
+                    "masked with ratio t, earlier blocks stay clean, later ones are hidden (masked, not in the loss); "
+                    "set it to the sampler's block_length. None: classic LLaDA SFT (the whole response masked).")
 
 
 class SFT(SupervisedObjective):
-    """Masked-diffusion SFT (LLaDA, arXiv 2502.09992): CE/t on masked response tokens / response length."""
+    """Masked-diffusion SFT (LLaDA, arXiv 2502.09992): CE/t on masked response tokens / response length;
+    with ``block_length``, Blockwise SFT (arXiv 2508.19529): the same on one active block / its length."""
 
     name = "sft"
     Params = SFTParams

@@ -7,6 +7,13 @@ masked count); mean over the batch. Which tokens are "response" (EOS padding or 
 are obtained (full attention, Dream's shift, block diffusion's ``[x_t ; x_0]`` input) come from the
 model family, so this file never names a family.
 
+Blockwise SFT (``block_length`` set; Sun et al., arXiv 2508.19529 §3, :func:`dare.diffusion.blockwise_mask`):
+the response is cut into blocks of ``block_length`` tokens, one block per example is drawn uniformly and
+masked with probability ``t``, earlier blocks stay clean and later ones are masked but not scored, so
+training sees the states semi-autoregressive decoding visits. ``loss = (1 / |block|) Σ_{masked in block}
+CE / t`` (the same ELBO weighting on the active block; the official ``train_blockwise.py`` averages the
+plain CE over the masked tokens instead).
+
 Randomness (:mod:`dare.randomness`): example ``i`` (its dataset index) at optimizer step ``s`` draws its
 ``t`` and its masks from a generator keyed by ``(seed, "sft", s, i)``, so the loss of a step does not
 depend on the process count or on how the global batch is split into micro-batches, and a resumed run
@@ -15,7 +22,7 @@ recomputes the same masks.
 
 from __future__ import annotations
 
-from dare.diffusion import apply_mask, bernoulli_mask, masked_diffusion_loss, sample_mask_ratio
+from dare.diffusion import apply_mask, bernoulli_mask, blockwise_mask, masked_diffusion_loss, sample_mask_ratio
 from dare.randomness import RowGenerators
 from dare.trainers.base import DareTrainer
 
@@ -35,11 +42,16 @@ class SFTTrainer(DareTrainer):
         attn = inputs["attention_mask"]
         gens = RowGenerators.keyed(self.args.seed, "sft", self.state.global_step, inputs["index"])
         t = sample_mask_ratio(ids.shape[0], self.objective.params.mask_eps, generator=gens, device=ids.device)
-        masked = bernoulli_mask(t, loss_mask, generator=gens)
-        noisy = apply_mask(ids, masked, self.tokens.mask_id)
+        block_length = self.objective.params.block_length
+        if block_length is None:
+            masked = bernoulli_mask(t, loss_mask, generator=gens)
+            noisy, normaliser = apply_mask(ids, masked, self.tokens.mask_id), inputs["response_length"]
+        else:
+            masked, hidden, normaliser = blockwise_mask(t, loss_mask, block_length, generator=gens)
+            noisy = apply_mask(ids, masked | hidden, self.tokens.mask_id)
         model_attn = None if bool(attn.all()) else attn
         logits = self.denoiser_logits(model, noisy, ids, model_attn)
-        loss, _ = masked_diffusion_loss(logits, ids, masked, t, inputs["response_length"])
+        loss, _ = masked_diffusion_loss(logits, ids, masked, t, normaliser)
         if model.training:
             self.record(mask_ratio=float(t.mean()), masked_tokens=float(masked.sum()) / ids.shape[0])  # per example
         return (loss, {"logits": logits}) if return_outputs else loss
