@@ -20,8 +20,10 @@ class SFTParams(Params):
 
 
 class SFT(SupervisedObjective):
-    """Masked-diffusion SFT (LLaDA, arXiv 2502.09992): CE/t on masked response tokens / response length;
-    with ``block_length``, Blockwise SFT (arXiv 2508.19529): the same on one active block / its length."""
+    """Masked-diffusion SFT (LLaDA, arXiv 2502.09992): CE/t on masked response tokens / response length.
+
+    With ``block_length``, Blockwise SFT (arXiv 2508.19529): the same on one active response block per
+    example, divided by that block's length (:mod:`dare_sft.trainer`)."""
 
     name = "sft"
     Params = SFTParams
