@@ -172,3 +172,22 @@ def test_blockwise_sft_loss_replays_by_hand(tiny_llada_dir, tmp_path):
         logp = torch.log_softmax(lm.model(noisy).logits.float(), -1).gather(-1, ids[..., None])[..., 0]
     per = [-(logp[r, m].sum() / t) / n for r, (m, t, n) in enumerate(scored)]
     assert math.isclose(got.item(), (sum(per) / 2).item(), rel_tol=1e-5)
+
+
+def test_blockwise_sft_refused_for_block_diffusion_families(tmp_path):
+    """block_length names the field and the fix for SDAR/LLaDA2 (their blocks sit on an absolute grid)."""
+    import pytest
+
+    from dare.errors import SpecError
+    from dare.spec import validate_spec
+
+    spec = {"model": {"new": {"family": "sdar", "preset": "tiny"}},
+            "data": {"train": {"path": "dare://sudoku/train.parquet", "prompt_template": "{{ extra_info.puzzle }}",
+                               "response_template": "{{ reward_model.ground_truth }}", "chat_template": False}},
+            "algorithm": {"name": "sft", "params": {"block_length": 4}}, "train": {"max_steps": 1, "learning_rate": 1.0e-4},
+            "output": {"dir": str(tmp_path / "run")}}
+    with pytest.raises(SpecError) as exc:
+        validate_spec(spec)
+    assert "algorithm.params.block_length" in str(exc.value) and "Remove block_length" in str(exc.value)
+    spec["algorithm"]["params"] = {}
+    validate_spec(spec)  # the same spec without block_length is valid

@@ -28,6 +28,16 @@ class SFT(SupervisedObjective):
     name = "sft"
     Params = SFTParams
 
+    def check(self, ctx, loc: str) -> list[tuple[str, str]]:
+        problems = super().check(ctx, loc)
+        fam = ctx.family
+        if self.params.block_length is not None and fam is not None and fam.attention == "block":
+            problems.append((f"{loc}.params.block_length",
+                             f"Blockwise SFT is for full-attention families decoded in blocks (LLaDA, Dream); model "
+                             f"family {fam.name!r} is block diffusion: its [x_t ; x_0] training already scores every "
+                             "block against a clean prefix on its own block grid. Remove block_length"))
+        return problems
+
     def trainer_class(self) -> type:
         from dare_sft.trainer import SFTTrainer  # the trainer stack loads only when training
 
