@@ -239,3 +239,19 @@ def test_new_model_config_is_built_during_validation(tmp_path, tiny_llada_dir, f
     assert list(p) == [loc] and needle in p[loc]
     s["model"]["new"]["config"] = {"d_model": 128} if family == "llada" else {"topk_group": 2}
     load_spec(write(tmp_path, s))  # a consistent override passes
+
+
+def test_run_record_reads_as_the_spec_it_ran(tmp_path, tiny_llada_dir):
+    """A run directory's run.json (spec_hash, source, spec) is accepted where a spec file is: same hash."""
+    out = tmp_path / "out"
+    spec = load_spec(write(tmp_path, base_spec(tiny_llada_dir, out)))
+    out.mkdir()
+    record = {"spec_hash": spec_hash(spec), "source": "spec.yaml", "spec": spec.model_dump(mode="json")}
+    (out / "run.json").write_text(json.dumps(record))
+    again = load_spec(out / "run.json", overrides=["eval.batch_size=3"])
+    assert again.eval.batch_size == 3 and again.train.max_steps == 2
+    assert spec_hash(load_spec(out / "run.json")) == spec_hash(spec)
+    # any other mapping with a "spec" key is still read as a spec (and refused naming the unknown keys)
+    (tmp_path / "other.json").write_text(json.dumps({"spec": record["spec"], "note": 1}))
+    with pytest.raises(SpecError, match="spec: unknown key"):
+        load_spec(tmp_path / "other.json")
