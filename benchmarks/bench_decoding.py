@@ -1,12 +1,13 @@
 """Fast-dLLM decoding (KV cache, parallel decoding) vs vanilla low-confidence decoding, LLaDA and Dream.
 
 The issue-11 acceptance benchmark. Two tiny models (d 64, 2 layers) are trained with DARE (``dare run``) on
-the packaged real 4x4 Sudoku puzzles, in two stages each: the quickstart's compact SFT
+the packaged real 4x4 Sudoku puzzles, in stages: the quickstart's compact SFT
 (``examples/bench-decoding-{llada,dream}-warmup.yaml``, 33-token sequences, cheap; Dream, which learns the
-puzzles more slowly, continues it in ``examples/bench-decoding-dream-warmup2.yaml``), then SFT with the
-responses EOS-padded to 256 tokens as LLaDA pads (``examples/bench-decoding-{llada,dream}.yaml``). The run
-directories (``runs/bench-decoding-*``) are reused, so a second run of this script does not retrain
-(``--retrain`` forces it). Then, in this process, with
+puzzles more slowly, continues it in ``examples/bench-decoding-dream-warmup2.yaml``), then Blockwise SFT
+(arXiv 2508.19529) with the responses EOS-padded to 256 tokens as LLaDA pads
+(``examples/bench-decoding-{llada,dream}.yaml``; LLaDA continues it in
+``examples/bench-decoding-llada-continue.yaml``). The run directories (``runs/<spec stem>``) are reused, so a
+second run of this script does not retrain (``--retrain`` forces it). Then, in this process, with
 the same weights and ``torch`` threads pinned (``--threads``), every decoder generates 256 tokens (blocks of
 32, 256 steps for the fixed schedule, greedy) for the same prompts:
 
@@ -43,9 +44,10 @@ import torch
 REPO = Path(__file__).resolve().parent.parent
 GEN_LENGTH, BLOCK_LENGTH, STEPS = 256, 32, 256
 
-#: the two training stages of each model (run directories: runs/<spec stem>)
+#: the training stages of each model, in order (run directories: runs/<spec stem>)
 SPECS = {
-    "llada": ("examples/bench-decoding-llada-warmup.yaml", "examples/bench-decoding-llada.yaml"),
+    "llada": ("examples/bench-decoding-llada-warmup.yaml", "examples/bench-decoding-llada.yaml",
+              "examples/bench-decoding-llada-continue.yaml"),
     "dream": ("examples/bench-decoding-dream-warmup.yaml", "examples/bench-decoding-dream-warmup2.yaml",
               "examples/bench-decoding-dream.yaml"),
 }
@@ -64,9 +66,9 @@ DECODERS = {
 
 
 def trained_model(family: str, retrain: bool) -> tuple[Path, float, bool]:
-    """``(model dir, training seconds, reused)``: the two ``dare run`` stages of ``family`` unless done.
+    """``(model dir, training seconds, reused)``: the ``dare run`` stages of ``family`` (:data:`SPECS`) unless done.
 
-    Stage 1 (``*-warmup.yaml``) is the compact Sudoku SFT, stage 2 continues with 256-token EOS-padded
+    The ``*-warmup*.yaml`` stages are the compact Sudoku SFT, the later ones continue with 256-token EOS-padded
     responses; each stage is skipped when its run directory already holds a final model. The wall time of
     each ``dare run`` call (training plus its small in-run evaluation) is stored next to the run directory
     (``<run dir>.train-seconds.json``), so reused runs still report it.
