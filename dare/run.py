@@ -39,7 +39,7 @@ from dare.modeling.checkpoint import DTYPES
 from dare.modeling.lora import apply_lora
 from dare.rewards import WeightedReward
 from dare.rundir import (clear_run_dir, discard_new_run_dir, first_missing, format_differences, plan_output_dir,
-                         spec_differences, stored_spec)
+                         run_record, spec_differences, stored_spec)
 from dare.spec import ResolvedBenchmark, ResolvedSpec, RunSpec, load_spec, resolve_spec, spec_hash
 from dare.trainers.checkpoints import checkpoint_step, last_complete_checkpoint, read_best
 
@@ -142,8 +142,8 @@ class Run:
             except OSError as exc:  # validation probed it; a race or an odd filesystem may still refuse
                 raise SpecError([("output.dir", f"{str(self.dir)!r} cannot be created: {exc.strerror}")],
                                 source=self.source) from None
-            atomic_write_json(self.dir / "run.json", {"spec_hash": self.hash, "source": self.source,
-                                                      "spec": self.spec.model_dump(mode="json")})
+            atomic_write_json(self.dir / "run.json",
+                              run_record(self.hash, self.source, self.spec.model_dump(mode="json")))
         distributed.barrier()
 
     def discard_unused_dir(self) -> None:

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 __all__ = ["plan_output_dir", "clear_run_dir", "first_missing", "discard_new_run_dir", "is_unfinished_run", "writable_problem", "spec_differences",
-           "format_differences", "stored_spec", "RUN_ENTRIES", "EVAL_ONLY_KEYS"]
+           "format_differences", "stored_spec", "run_record", "is_run_record", "RUN_ENTRIES", "EVAL_ONLY_KEYS"]
 
 #: top-level entries DARE writes in a run directory (temporary siblings start with ``.<entry>.``)
 RUN_ENTRIES = frozenset({"run.json", "init-model", "checkpoints", "model", "metrics.jsonl", "tensorboard", "eval",
@@ -73,6 +73,17 @@ def format_differences(diffs: list[tuple[str, Any, Any]], most: int = 6) -> str:
     shown = [f"{k} ({short(a)} -> {short(b)})" for k, a, b in diffs[:most]]
     more = len(diffs) - most
     return ", ".join(shown) + (f" and {more} more" if more > 0 else "")
+
+
+def run_record(spec_hash: str, source: str | None, spec: dict) -> dict:
+    """The mapping ``dare run`` stores as ``run.json``: the spec hash, the spec file it came from and the spec
+    dump (``RunSpec.model_dump(mode="json")``, overrides applied)."""
+    return {"spec_hash": spec_hash, "source": source, "spec": spec}
+
+
+def is_run_record(raw: Any) -> bool:
+    """Whether ``raw`` (a parsed JSON/YAML document) is a :func:`run_record`, i.e. a ``run.json``."""
+    return isinstance(raw, dict) and set(raw) == {"spec_hash", "source", "spec"} and isinstance(raw["spec"], dict)
 
 
 def stored_spec(out: str | Path) -> dict | None:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import math
 
+import pytest
+
 import torch
 
 from dare.components import SpecialTokens
@@ -176,8 +178,6 @@ def test_blockwise_sft_loss_replays_by_hand(tiny_llada_dir, tmp_path):
 
 def test_blockwise_sft_refused_for_block_diffusion_families(tmp_path):
     """block_length names the field and the fix for SDAR/LLaDA2 (their blocks sit on an absolute grid)."""
-    import pytest
-
     from dare.errors import SpecError
     from dare.spec import validate_spec
 

@@ -11,6 +11,7 @@ import pytest
 import yaml
 
 from dare.errors import SpecError
+from dare.rundir import run_record
 from dare.spec import load_spec, spec_hash
 
 
@@ -246,7 +247,7 @@ def test_run_record_reads_as_the_spec_it_ran(tmp_path, tiny_llada_dir):
     out = tmp_path / "out"
     spec = load_spec(write(tmp_path, base_spec(tiny_llada_dir, out)))
     out.mkdir()
-    record = {"spec_hash": spec_hash(spec), "source": "spec.yaml", "spec": spec.model_dump(mode="json")}
+    record = run_record(spec_hash(spec), "spec.yaml", spec.model_dump(mode="json"))  # what dare run writes
     (out / "run.json").write_text(json.dumps(record))
     again = load_spec(out / "run.json", overrides=["eval.batch_size=3"])
     assert again.eval.batch_size == 3 and again.train.max_steps == 2

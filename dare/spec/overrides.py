@@ -15,19 +15,16 @@ from typing import Any
 import yaml
 
 from dare.errors import SpecError
+from dare.rundir import is_run_record
 
 __all__ = ["read_spec_file", "apply_override", "parse_override_value"]
-
-
-#: the keys of a run directory's ``run.json`` (written by dare.run.Run)
-RUN_RECORD_KEYS = {"spec_hash", "source", "spec"}
 
 
 def read_spec_file(path: str | os.PathLike, overrides: list[str] | None = None) -> dict[str, Any]:
     """The YAML mapping of the spec file at ``path`` with ``overrides`` (``dotted.key=value``) applied.
 
-    A run directory's ``run.json`` (written by ``dare run``: ``{"spec_hash", "source", "spec"}``) is read as
-    the spec it holds, so ``dare eval runs/x/run.json`` evaluates that run as it was specified.
+    A run directory's ``run.json`` (:func:`dare.rundir.run_record`, written by ``dare run``) is read as the
+    spec it holds, so ``dare eval runs/x/run.json`` evaluates that run as it was specified.
 
     :raises SpecError: the file is missing, not YAML, not a mapping, or an override is malformed.
     """
@@ -40,7 +37,7 @@ def read_spec_file(path: str | os.PathLike, overrides: list[str] | None = None) 
         raise SpecError([("", f"not valid YAML: {_yaml_error(exc)}")], source=str(path)) from None
     if not isinstance(raw, dict):
         raise SpecError([("", "the spec must be a mapping with sections model, data, algorithm, ...")], source=str(path))
-    if set(raw) == RUN_RECORD_KEYS and isinstance(raw["spec"], dict):
+    if is_run_record(raw):
         raw = raw["spec"]
     for ov in overrides or []:
         apply_override(raw, ov)
