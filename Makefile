@@ -22,15 +22,17 @@ install: $(STAMP)
 
 DARE := $(VENV)/bin/dare
 
-# The quickstart, then SFT -> RL: a short SFT run (the RL start), online RL on real Sudoku puzzles,
-# and one report with untrained, SFT and RL scores side by side (runs/demo/comparison.{md,png}).
+# The quickstart, then SFT -> RL: online RL on real Sudoku puzzles from the quickstart's step-250
+# checkpoint (the same weights examples/quickstart-sft-short.yaml ends with: same spec, constant
+# learning rate, so the demo does not train those 250 steps twice), and one report with untrained, SFT
+# and RL scores side by side (runs/demo/comparison.{md,png}).
+RL_START := runs/quickstart/checkpoints/checkpoint-250
 demo: install
 	$(DARE) run examples/quickstart.yaml
-	$(DARE) run examples/quickstart-sft-short.yaml
-	$(DARE) run examples/quickstart-rl.yaml
+	$(DARE) run examples/quickstart-rl.yaml --set model.path=$(RL_START)
 	$(DARE) compare -o runs/demo --title "DARE demo: 4x4 Sudoku (untrained, SFT, SFT + RL)" \
 	  "untrained=runs/quickstart:before" \
-	  "SFT 250 steps (RL start)=runs/quickstart-sft-short:after" \
+	  "SFT 250 steps (RL start)=runs/quickstart-rl:before" \
 	  "SFT 250 steps + RL=runs/quickstart-rl:after" \
 	  "SFT 750 steps=runs/quickstart:after"
 

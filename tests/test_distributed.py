@@ -132,6 +132,19 @@ def test_sft_and_evaluation_on_two_processes_equal_one(tmp_path):
     assert _layout(two)[-1] == "1 event files"
 
 
+def test_blockwise_sft_on_two_processes_equals_one(tmp_path):
+    """Blockwise SFT (one active block per example, keyed draws) trains the same on 2 processes as on 1."""
+    spec = _sft_spec()
+    spec.pop("eval")
+    spec.pop("sampler")
+    spec["algorithm"] = {"name": "sft", "params": {"block_length": 4}}
+    one = _one_process(_write(tmp_path, "one", spec), evaluate=False)
+    spec["train"] |= {"per_device_batch_size": 8}
+    two = _two_processes(_write(tmp_path, "two", spec), command="train")
+    _assert_same_losses(one, two)
+    _assert_same_weights(one, two)
+
+
 def test_gradient_accumulation_equals_one_big_batch(tmp_path):
     spec = _sft_spec()
     spec.pop("eval")

@@ -94,3 +94,13 @@ def test_reported_nfe_is_per_prompt_whatever_the_batch_size(tmp_path):
     nfes = [evaluate_benchmark(lm.model, lm.family, lm.tokens, lm.tokenizer, sampler, evaluator, bspec, reward,
                                batch_size=b).nfe for b in (1, 2, 5)]
     assert nfes == [6, 6, 6]
+
+
+def test_the_last_step_is_logged_when_max_steps_is_not_a_multiple_of_logging_steps(tmp_path, tiny_llada_dir):
+    spec = _spec(tiny_llada_dir, tmp_path / "run", steps=5)
+    spec["train"] |= {"logging_steps": 2, "eval_steps": None, "save_steps": 5}
+    spec.pop("eval")
+    (tmp_path / "s.yaml").write_text(yaml.safe_dump(spec))
+    Run(load_spec(tmp_path / "s.yaml", check=False), source=str(tmp_path / "s.yaml")).execute(train=True, evaluate=False)
+    recs = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in recs if "loss" in r] == [1, 2, 4, 5]

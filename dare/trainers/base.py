@@ -49,7 +49,7 @@ from dare import distributed
 from dare.errors import DareError
 from dare.io import describe_write_error, replace_dir
 from dare.modeling.lora import is_peft_model, save_merged
-from dare.trainers.callbacks import JsonlMetricsCallback, ProgressCallback, TensorBoardMetricsCallback
+from dare.trainers.callbacks import JsonlMetricsCallback, LogFinalStepCallback, ProgressCallback, TensorBoardMetricsCallback
 from dare.trainers.checkpoints import (
     BEST_DIR,
     STAGING_DIR,
@@ -117,7 +117,7 @@ class DareTrainer(Trainer):
         if eval_fn is not None and targs.eval_steps:
             targs.eval_strategy = "steps"
             kwargs.setdefault("eval_dataset", [0])  # placeholder: evaluate() is ours
-        callbacks = list(kwargs.pop("callbacks", None) or [])
+        callbacks = [LogFinalStepCallback(), *(kwargs.pop("callbacks", None) or [])]
         callbacks.append(JsonlMetricsCallback(targs.metrics_file or os.path.join(targs.output_dir, "metrics.jsonl")))
         callbacks.append(TensorBoardMetricsCallback(targs.tensorboard_dir or os.path.join(targs.output_dir, "tensorboard")))
         self._progress_callback = ProgressCallback()

@@ -10,11 +10,25 @@ from pathlib import Path
 import torch
 from transformers import TrainerCallback
 
-__all__ = ["JsonlMetricsCallback", "TensorBoardMetricsCallback", "ProgressCallback", "format_log_line"]
+__all__ = ["LogFinalStepCallback", "JsonlMetricsCallback", "TensorBoardMetricsCallback", "ProgressCallback", "format_log_line"]
 
 
 def _jsonable(v):
     return v.item() if isinstance(v, torch.Tensor) else v
+
+
+class LogFinalStepCallback(TrainerCallback):
+    """Log the last optimizer step even when ``max_steps`` is not a multiple of ``logging_steps``.
+
+    transformers logs every ``logging_steps`` steps only, so the steps after the last multiple (their mean
+    loss, reward, ...) never reached ``metrics.jsonl``, TensorBoard or the plot. Must run after transformers'
+    ``DefaultFlowCallback`` (which decides ``should_log`` and ``should_training_stop`` on each step end).
+    """
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if state.max_steps and state.global_step >= state.max_steps:
+            control.should_log = True
+        return control
 
 
 class JsonlMetricsCallback(TrainerCallback):
