@@ -52,9 +52,18 @@ def _launch(spec_path: Path, command: str = "run", cpu_flag: bool = True) -> sub
                             text=True, start_new_session=True)
 
 
-def _two_processes(spec_path: Path, command: str = "run", cpu_flag: bool = True) -> Path:
+def _two_processes(spec_path: Path, command: str = "run", cpu_flag: bool = True, timeout: float = 900) -> Path:
     proc = _launch(spec_path, command, cpu_flag)
-    out, err = proc.communicate(timeout=900)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.terminate()  # torchrun stops its workers on SIGTERM (after a SIGKILL they live on, holding the pipes)
+        try:
+            err = proc.communicate(timeout=60)[1]
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            err = ""
+        pytest.fail(f"the 2-process run did not finish within {timeout} s: {err[-3000:]}")
     assert proc.returncode == 0, (out[-2000:], "\n".join(line for line in err.splitlines() if "rank0" in line or "Error" in line)[-6000:])
     run_dir = spec_path.parent / spec_path.stem
     assert list((run_dir / "checkpoints").glob("checkpoint-*/rng_state_1.pth")), "the run did not use 2 processes"
@@ -208,6 +217,46 @@ def test_online_rl_on_two_processes_equals_one(tmp_path, objective):
     _assert_same_weights(one, two)
     rewards = [[json.loads(x).get("reward") for x in (d / "metrics.jsonl").read_text().splitlines()] for d in (one, two)]
     assert rewards[0] == pytest.approx(rewards[1], abs=1e-6)  # the same completions were rolled out
+
+
+@pytest.fixture(scope="module")
+def digit_model(tmp_path_factory) -> Path:
+    """A tiny LLaDA after 40 SFT steps on Sudoku: it writes digits (rewards ~0.26 with a spread, so RL has
+    gradients) with uneven confidence (threshold decoding takes row-dependent step counts)."""
+    tmp = tmp_path_factory.mktemp("digits")
+    spec = _sft_spec(learning_rate=3e-3, max_steps=40, per_device_batch_size=64, logging_steps=10, save_steps=40)
+    spec["data"]["train"]["limit"] = 2000
+    spec.pop("eval")
+    return _one_process(_write(tmp, "sft", spec), evaluate=False) / "model"
+
+
+@pytest.mark.parametrize("iterations", [1, 2])
+def test_trajectory_replay_of_threshold_rollouts_on_two_processes_equals_one(tmp_path, digit_model, iterations):
+    """Threshold rollouts take a different number of denoising steps on each process, so trajectory replay
+    has a different number of passes (backwards) per process: the 2-process run used to wait forever in the
+    first update (DDP all-reduces at every backward). 4 rollouts of 4 prompts x 4 completions, threshold 0.3.
+    (CJ-GRPO replays the same way but its per-step token normaliser is per process then: docs/scaling.md.)"""
+    spec = {
+        "model": {"path": str(digit_model)},
+        "data": {"train": {"path": "dare://sudoku/train.parquet", "limit": 64, **SUDOKU}},
+        "algorithm": {"name": "tracerl", "params": {"group_size": 4, "num_iterations": iterations}},
+        "sampler": {"name": "llada", "params": {"gen_length": 17, "block_length": 17, "steps": 17, "temperature": 1.0,
+                                                "threshold": 0.3}},
+        "rewards": [{"name": "sudoku", "params": {"require_answer_tags": False}}],
+        "train": {"learning_rate": 1e-4, "max_steps": 4 * iterations, "per_device_batch_size": 4, "logging_steps": 1,
+                  "save_steps": 4 * iterations, "num_threads": 1, "seed": 0},
+    }
+    one = _one_process(_write(tmp_path, "one", spec), evaluate=False)
+    spec["train"]["per_device_batch_size"] = 2
+    two = _two_processes(_write(tmp_path, "two", spec), "train", timeout=300)
+    _assert_same_losses(one, two)
+    _assert_same_weights(one, two)
+    start, end = load_file(digit_model / "model.safetensors"), load_file(one / "model" / "model.safetensors")
+    moved = max(float((start[k] - end[k]).abs().max()) for k in start)
+    assert moved > 1e-4, f"RL barely changed the weights ({moved}): the comparison would be vacuous"
+    nfe = [json.loads(x)["nfe/rollout"] for x in (two / "metrics.jsonl").read_text().splitlines() if "nfe/rollout" in x]
+    # the mean over the processes' own step counts: a fraction when they differed (the case under test)
+    assert any(n != int(n) for n in nfe), f"the processes took the same number of denoising steps every time: {nfe}"
 
 
 def test_sigkill_on_two_processes_then_resume_is_bit_exact(tmp_path):

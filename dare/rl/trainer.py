@@ -27,7 +27,8 @@ from ``(seed, "rl-passes", step, (i * G + j) * num_iterations + k)``. So 1 and N
 completions and masks, nothing random needs checkpointing, and a resumed run recomputes the same keys.
 A checkpoint never falls inside a rollout's inner iterations (a save due there is deferred to the end of
 the rollout, :class:`RolloutBoundarySaves`), so no rollout buffer is saved either. Loss normalisers (scored tokens,
-rows) are summed over processes (:meth:`GRPOTrainer._normalisers`).
+rows) are summed over processes (:meth:`GRPOTrainer._normalisers`), and every process runs the same number of
+backwards per update (zero-gradient pads where its rows need fewer passes: :meth:`GRPOTrainer._backward_pads`).
 
 Metrics (logged every ``logging_steps``, means over the steps since the last log): ``reward``,
 ``reward_std``, ``reward/<name>``(+``_std``), ``reward_errors``, ``advantage_mean``/``_std``/``_abs``,
@@ -223,10 +224,12 @@ class GRPOTrainer(DareTrainer):
         fn = self._logits_fn(model)
         lengths = batch.response_lengths
         num_tokens, num_sequences, response_tokens, world = self._normalisers(passes, batch)
+        chunks = self._row_chunks(batch.num_rows)
+        pads = self._backward_pads(len(passes) * len(chunks))
         total, metrics, forwards = 0.0, {}, 0
         entropy_sum, entropy_count = 0.0, 0.0
         for p, pas in enumerate(passes):
-            for r in self._row_chunks(batch.num_rows):
+            for r in chunks:
                 with self.compute_loss_context_manager():
                     current = score_pass(fn, batch.rows(r), pas.rows(r), self.likelihood_temperature, with_entropy=True)
                 old = rollout.old[iteration][p][r] if rollout.old is not None else current.token.detach()
@@ -243,6 +246,7 @@ class GRPOTrainer(DareTrainer):
                 entropy_sum += float((current.entropy * current.scored).sum())
                 entropy_count += float(current.scored.sum())
                 forwards += int((pas.weight[:, r] != 0).flatten(1).any(dim=1).sum())
+        self._pad_backward(pads, self._first_row_loss(fn, batch, passes))
         metrics["nfe/update"] = float(forwards)
         metrics["entropy"] = entropy_sum / max(entropy_count, 1.0)
         return total, metrics
@@ -268,13 +272,16 @@ class GRPOTrainer(DareTrainer):
         )
         (grad,) = torch.autograd.grad(terms.loss, proxy)
         fn = self._logits_fn(model)
+        chunks = self._row_chunks(batch.num_rows)
+        pads = self._backward_pads(len(passes) * len(chunks))
         forwards = 0
         for pas in passes:
-            for r in self._row_chunks(batch.num_rows):
+            for r in chunks:
                 with self.compute_loss_context_manager():
                     seq = score_pass(fn, batch.rows(r), pas.rows(r), self.likelihood_temperature).sequence
                 self._backward((seq * grad[r]).sum() / P)
                 forwards += int((pas.weight[:, r] != 0).flatten(1).any(dim=1).sum())
+        self._pad_backward(pads, self._first_row_loss(fn, batch, passes))
         metrics: dict[str, float] = {}
         self._accumulate(metrics, terms)
         metrics["nfe/update"] = float(2 * forwards)
@@ -302,6 +309,34 @@ class GRPOTrainer(DareTrainer):
 
     def _backward(self, loss: torch.Tensor) -> None:
         self.accelerator.backward(loss / self.current_gradient_accumulation_steps)
+
+    # ------------------------------------------------------------------ the same number of backwards everywhere
+    def _backward_pads(self, num_backwards: int) -> int:
+        """How many zero-gradient forward/backward jobs this process must add to its ``num_backwards`` so that
+        every process runs as many as the busiest one. Collective: every process calls it once per update,
+        before its first backward.
+
+        Under DDP every ``backward`` all-reduces the gradients (and under FSDP every forward gathers the
+        weights), so the processes must run the same number of them. Trajectory replay has one pass per
+        denoising step present in the process's own rows, and with confidence-threshold rollouts (or any
+        decoder whose step count depends on the rows) that number differs between processes; without the
+        pads the 2-process run waits forever in the first update (``tests/test_distributed.py``).
+        """
+        counts = distributed.gather(int(num_backwards))
+        return max(counts) - int(num_backwards)
+
+    def _pad_backward(self, n: int, loss_fn) -> None:
+        """``n`` forward/backward jobs whose gradient is exactly zero: ``0 * loss_fn()``, ``loss_fn`` a
+        differentiable scalar computed through the (wrapped) model (see :meth:`_backward_pads`)."""
+        for _ in range(n):
+            with self.compute_loss_context_manager():
+                loss = loss_fn()
+            self._backward(loss * 0.0)
+
+    def _first_row_loss(self, fn, batch: ScoringBatch, passes: list[Pass]):
+        """A pad job's loss (:meth:`_pad_backward`): the first row's token scores under the first pass."""
+        first = slice(0, 1)
+        return lambda: score_pass(fn, batch.rows(first), passes[0].rows(first), self.likelihood_temperature).token.sum()
 
     @staticmethod
     def _accumulate(metrics: dict[str, float], terms: LossTerms) -> None:

@@ -174,7 +174,9 @@ class MDPOTrainer(GRPOTrainer):
         num_tokens = float(rollout.step_mask.sum())
         total, metrics, forwards = 0.0, {}, 0
         entropy_sum = 0.0
-        for r in self._row_chunks(batch.num_rows):
+        chunks = self._row_chunks(batch.num_rows)
+        pads = self._backward_pads(len(chunks))
+        for r in chunks:
             with self.compute_loss_context_manager():
                 cur = score_pass(fn, batch.rows(r), pas.rows(r), self.likelihood_temperature, with_entropy=True)
             old = rollout.step_old[r] if rollout.step_old is not None else cur.token.detach()
@@ -189,6 +191,7 @@ class MDPOTrainer(GRPOTrainer):
             self._accumulate(metrics, terms)
             entropy_sum += float((cur.entropy * cur.scored).sum())
             forwards += int(cur.scored.any(dim=1).sum())
+        self._pad_backward(pads, self._first_row_loss(fn, batch, [pas]))
         metrics["nfe/update"] = float(forwards)
         metrics["entropy"] = entropy_sum / max(num_tokens, 1.0)
         return total, metrics

@@ -45,8 +45,10 @@ class SPGTrainer(GRPOTrainer):
         metrics: dict[str, float] = {}
         total, forwards = 0.0, 0
         entropy_sum, entropy_count = 0.0, 0.0
+        chunks = self._row_chunks(batch.num_rows)
+        pads = self._backward_pads(len(passes) * len(chunks))
         if len(passes) == 1:
-            for r in self._row_chunks(batch.num_rows):
+            for r in chunks:
                 with self.compute_loss_context_manager():
                     cur = score_pass(fn, batch.rows(r), passes[0].rows(r), T, with_entropy=True)
                 inp = self._joint_input(cur.token[None], cur.scored[None], rollout, r)
@@ -67,7 +69,7 @@ class SPGTrainer(GRPOTrainer):
             total = float(terms.loss.detach())
             self._accumulate(metrics, terms)
             for m, pas in enumerate(passes):
-                for r in self._row_chunks(batch.num_rows):
+                for r in chunks:
                     with self.compute_loss_context_manager():
                         cur = score_pass(fn, batch.rows(r), pas.rows(r), T)
                     self._backward((cur.token * grad[m, r]).sum())
@@ -75,6 +77,7 @@ class SPGTrainer(GRPOTrainer):
             for s in scores:
                 entropy_sum += float((s.entropy * s.scored).sum())
                 entropy_count += float(s.scored.sum())
+        self._pad_backward(pads, self._first_row_loss(fn, batch, passes))
         metrics["nfe/update"] = float(forwards)
         metrics["entropy"] = entropy_sum / max(entropy_count, 1.0)
         return total, metrics

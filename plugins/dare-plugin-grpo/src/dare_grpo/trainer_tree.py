@@ -193,7 +193,9 @@ class DTreeRPOTrainer(GRPOTrainer):
         progress = self.state.global_step / max(self.state.max_steps, 1)
         num_edges = int(rollout.edge_parent.numel())
         total, metrics, forwards, entropy = 0.0, {}, 0, 0.0
-        for r in self._row_chunks(rollout.parent_ids.shape[0]):
+        chunks = self._row_chunks(rollout.parent_ids.shape[0])
+        pads = self._backward_pads(len(chunks))
+        for r in chunks:
             with self.compute_loss_context_manager():
                 token, edges, ent = self._edge_logps(model, rollout, r, with_entropy=True)
             old = rollout.edge_old[edges] if rollout.edge_old is not None else token.detach()
@@ -209,6 +211,7 @@ class DTreeRPOTrainer(GRPOTrainer):
             self._accumulate(metrics, terms)
             forwards += r.stop - r.start
             entropy += ent
+        self._pad_backward(pads, lambda: self._edge_logps(model, rollout, slice(0, 1))[0].sum())
         metrics["nfe/update"] = float(forwards)
         metrics["entropy"] = entropy / max(float(rollout.active.sum()), 1.0)
         return total, metrics
