@@ -230,16 +230,20 @@ def digit_model(tmp_path_factory) -> Path:
     return _one_process(_write(tmp, "sft", spec), evaluate=False) / "model"
 
 
-@pytest.mark.parametrize("iterations", [1, 2])
-def test_trajectory_replay_of_threshold_rollouts_on_two_processes_equals_one(tmp_path, digit_model, iterations):
+@pytest.mark.parametrize("iterations,micro_batch_size", [(1, None), (2, None), (1, 3)])
+def test_trajectory_replay_of_threshold_rollouts_on_two_processes_equals_one(tmp_path, digit_model, iterations,
+                                                                             micro_batch_size):
     """Threshold rollouts take a different number of denoising steps on each process, so trajectory replay
     has a different number of passes (backwards) per process: the 2-process run used to wait forever in the
     first update (DDP all-reduces at every backward). 4 rollouts of 4 prompts x 4 completions, threshold 0.3.
+    With ``micro_batch_size`` 3 a row chunk can have no token committed at a step: its loss has no graph,
+    which used to raise in ``backward`` (now a zero-gradient pad job keeps the backward count).
     (CJ-GRPO replays the same way but its per-step token normaliser is per process then: docs/scaling.md.)"""
     spec = {
         "model": {"path": str(digit_model)},
         "data": {"train": {"path": "dare://sudoku/train.parquet", "limit": 64, **SUDOKU}},
-        "algorithm": {"name": "tracerl", "params": {"group_size": 4, "num_iterations": iterations}},
+        "algorithm": {"name": "tracerl", "params": {"group_size": 4, "num_iterations": iterations,
+                                                    "micro_batch_size": micro_batch_size}},
         "sampler": {"name": "llada", "params": {"gen_length": 17, "block_length": 17, "steps": 17, "temperature": 1.0,
                                                 "threshold": 0.3}},
         "rewards": [{"name": "sudoku", "params": {"require_answer_tags": False}}],

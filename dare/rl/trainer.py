@@ -226,6 +226,7 @@ class GRPOTrainer(DareTrainer):
         num_tokens, num_sequences, response_tokens, world = self._normalisers(passes, batch)
         chunks = self._row_chunks(batch.num_rows)
         pads = self._backward_pads(len(passes) * len(chunks))
+        pad_loss = self._first_row_loss(fn, batch, passes)
         total, metrics, forwards = 0.0, {}, 0
         entropy_sum, entropy_count = 0.0, 0.0
         for p, pas in enumerate(passes):
@@ -240,13 +241,13 @@ class GRPOTrainer(DareTrainer):
                                   num_tokens=num_tokens[p], num_sequences=num_sequences,
                                   total_response_tokens=response_tokens),
                 )
-                self._backward(terms.loss * world)
+                self._backward_or_pad(terms.loss * world, pad_loss)
                 total += float(terms.loss.detach()) * world
                 self._accumulate(metrics, terms)
                 entropy_sum += float((current.entropy * current.scored).sum())
                 entropy_count += float(current.scored.sum())
                 forwards += int((pas.weight[:, r] != 0).flatten(1).any(dim=1).sum())
-        self._pad_backward(pads, self._first_row_loss(fn, batch, passes))
+        self._pad_backward(pads, pad_loss)
         metrics["nfe/update"] = float(forwards)
         metrics["entropy"] = entropy_sum / max(entropy_count, 1.0)
         return total, metrics
@@ -274,14 +275,15 @@ class GRPOTrainer(DareTrainer):
         fn = self._logits_fn(model)
         chunks = self._row_chunks(batch.num_rows)
         pads = self._backward_pads(len(passes) * len(chunks))
+        pad_loss = self._first_row_loss(fn, batch, passes)
         forwards = 0
         for pas in passes:
             for r in chunks:
                 with self.compute_loss_context_manager():
                     seq = score_pass(fn, batch.rows(r), pas.rows(r), self.likelihood_temperature).sequence
-                self._backward((seq * grad[r]).sum() / P)
+                self._backward_or_pad((seq * grad[r]).sum() / P, pad_loss)
                 forwards += int((pas.weight[:, r] != 0).flatten(1).any(dim=1).sum())
-        self._pad_backward(pads, self._first_row_loss(fn, batch, passes))
+        self._pad_backward(pads, pad_loss)
         metrics: dict[str, float] = {}
         self._accumulate(metrics, terms)
         metrics["nfe/update"] = float(2 * forwards)
@@ -332,6 +334,16 @@ class GRPOTrainer(DareTrainer):
             with self.compute_loss_context_manager():
                 loss = loss_fn()
             self._backward(loss * 0.0)
+
+    def _backward_or_pad(self, loss: torch.Tensor, pad_loss) -> None:
+        """``loss``'s backward, or a pad job (:meth:`_pad_backward`) when ``loss`` has no graph: no row of the
+        chunk is scored by the pass (``score_pass`` skips that forward; with ``micro_batch_size`` and trajectory
+        replay a chunk can have no token committed at a step), which would otherwise raise in ``backward`` and,
+        skipped, leave this process one backward short of the others."""
+        if loss.requires_grad:
+            self._backward(loss)
+        else:
+            self._pad_backward(1, pad_loss)
 
     def _first_row_loss(self, fn, batch: ScoringBatch, passes: list[Pass]):
         """A pad job's loss (:meth:`_pad_backward`): the first row's token scores under the first pass."""

@@ -176,6 +176,7 @@ class MDPOTrainer(GRPOTrainer):
         entropy_sum = 0.0
         chunks = self._row_chunks(batch.num_rows)
         pads = self._backward_pads(len(chunks))
+        pad_loss = self._first_row_loss(fn, batch, [pas])
         for r in chunks:
             with self.compute_loss_context_manager():
                 cur = score_pass(fn, batch.rows(r), pas.rows(r), self.likelihood_temperature, with_entropy=True)
@@ -186,12 +187,12 @@ class MDPOTrainer(GRPOTrainer):
                               confidence=rollout.confidence[r], advantages=rollout.step_advantages[r],
                               completion_length=batch.completion_length, num_tokens=num_tokens),
             )
-            self._backward(terms.loss)
+            self._backward_or_pad(terms.loss, pad_loss)
             total += float(terms.loss.detach())
             self._accumulate(metrics, terms)
             entropy_sum += float((cur.entropy * cur.scored).sum())
             forwards += int(cur.scored.any(dim=1).sum())
-        self._pad_backward(pads, self._first_row_loss(fn, batch, [pas]))
+        self._pad_backward(pads, pad_loss)
         metrics["nfe/update"] = float(forwards)
         metrics["entropy"] = entropy_sum / max(num_tokens, 1.0)
         return total, metrics

@@ -47,13 +47,14 @@ class SPGTrainer(GRPOTrainer):
         entropy_sum, entropy_count = 0.0, 0.0
         chunks = self._row_chunks(batch.num_rows)
         pads = self._backward_pads(len(passes) * len(chunks))
+        pad_loss = self._first_row_loss(fn, batch, passes)
         if len(passes) == 1:
             for r in chunks:
                 with self.compute_loss_context_manager():
                     cur = score_pass(fn, batch.rows(r), passes[0].rows(r), T, with_entropy=True)
                 inp = self._joint_input(cur.token[None], cur.scored[None], rollout, r)
                 terms = self.objective.joint_loss(inp)
-                self._backward(terms.loss)
+                self._backward_or_pad(terms.loss, pad_loss)
                 total += float(terms.loss.detach())
                 self._accumulate(metrics, terms)
                 entropy_sum += float((cur.entropy * cur.scored).sum())
@@ -72,12 +73,12 @@ class SPGTrainer(GRPOTrainer):
                 for r in chunks:
                     with self.compute_loss_context_manager():
                         cur = score_pass(fn, batch.rows(r), pas.rows(r), T)
-                    self._backward((cur.token * grad[m, r]).sum())
+                    self._backward_or_pad((cur.token * grad[m, r]).sum(), pad_loss)
                     forwards += 2 * int((pas.weight[:, r] != 0).flatten(1).any(dim=1).sum())
             for s in scores:
                 entropy_sum += float((s.entropy * s.scored).sum())
                 entropy_count += float(s.scored.sum())
-        self._pad_backward(pads, self._first_row_loss(fn, batch, passes))
+        self._pad_backward(pads, pad_loss)
         metrics["nfe/update"] = float(forwards)
         metrics["entropy"] = entropy_sum / max(entropy_count, 1.0)
         return total, metrics
