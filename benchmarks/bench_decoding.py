@@ -4,10 +4,10 @@ The issue-11 acceptance benchmark. Two tiny models (d 64, 2 layers) are trained 
 the packaged real 4x4 Sudoku puzzles, in stages: the quickstart's compact SFT
 (``examples/bench-decoding-{llada,dream}-warmup.yaml``, 33-token sequences, cheap; Dream, which learns the
 puzzles more slowly, continues it in ``examples/bench-decoding-dream-warmup2.yaml``), then Blockwise SFT
-(arXiv 2508.19529) with the responses EOS-padded to 256 tokens as LLaDA pads
-(``examples/bench-decoding-{llada,dream}.yaml``; LLaDA continues it in
-``examples/bench-decoding-llada-continue.yaml``). The run directories (``runs/<spec stem>``) are reused, so a
-second run of this script does not retrain (``--retrain`` forces it). Then, in this process, with
+(arXiv 2508.19529) with the responses EOS-padded to 256 tokens as LLaDA pads, drawing the blocks that hold only
+EOS with weight 0.1 (``padding_block_weight``; ``examples/bench-decoding-{llada,dream}.yaml``; Dream continues
+it in ``examples/bench-decoding-dream-continue.yaml``). The run directories (``runs/<spec stem>``) are reused,
+so a second run of this script does not retrain (``--retrain`` forces it). Then, in this process, with
 the same weights and ``torch`` threads pinned (``--threads``), every decoder generates 256 tokens (blocks of
 32, 256 steps for the fixed schedule, greedy) for the same prompts:
 
@@ -46,10 +46,9 @@ GEN_LENGTH, BLOCK_LENGTH, STEPS = 256, 32, 256
 
 #: the training stages of each model, in order (run directories: runs/<spec stem>)
 SPECS = {
-    "llada": ("examples/bench-decoding-llada-warmup.yaml", "examples/bench-decoding-llada.yaml",
-              "examples/bench-decoding-llada-continue.yaml"),
+    "llada": ("examples/bench-decoding-llada-warmup.yaml", "examples/bench-decoding-llada.yaml"),
     "dream": ("examples/bench-decoding-dream-warmup.yaml", "examples/bench-decoding-dream-warmup2.yaml",
-              "examples/bench-decoding-dream.yaml"),
+              "examples/bench-decoding-dream.yaml", "examples/bench-decoding-dream-continue.yaml"),
 }
 BASE = {
     "llada": ("llada", {"gen_length": GEN_LENGTH, "block_length": BLOCK_LENGTH, "steps": STEPS, "temperature": 0.0}),

@@ -136,9 +136,62 @@ def test_blockwise_mask_by_hand():
     assert ((m & h).sum() == 0) and bool((s == torch.where(first == 8, 1, 3)).all())
 
 
-def test_blockwise_sft_loss_replays_by_hand(tiny_llada_dir, tmp_path):
+def test_blockwise_mask_draws_padding_blocks_with_their_weight():
+    """padding_block_weight w: blocks made only of padding are drawn with weight w, content blocks with 1 (replayed
+    by hand from the row's uniform); w = 1 is the uniform draw bit for bit."""
+    from dare.diffusion import blockwise_mask
+    from dare.randomness import RowGenerators
+
+    # prompt 2, response 9 in blocks of 3: [c c P] [P P P] [P P P] (c content, P padding); weights 1, w, w
+    eligible = torch.tensor([[0, 0] + [1] * 9], dtype=torch.bool)
+    padding = torch.tensor([[0, 0, 0, 0] + [1] * 7], dtype=torch.bool)
+    n, w = 3000, 0.25
+    rows = eligible.expand(n, -1)
+    gens = RowGenerators.keyed(4, "sft", 0, range(n))
+    m, h, s = blockwise_mask(torch.ones(n), rows, 3, generator=gens, padding=padding.expand(n, -1),
+                             padding_block_weight=w)
+    first = (m | h).float().argmax(dim=1)
+    drawn = torch.tensor([{2: 0, 5: 1, 8: 2}[int(f)] for f in first])
+    u = torch.stack([torch.rand(1, generator=g)[0] for g in RowGenerators.keyed(4, "sft", 0, range(n)).generators])
+    by_hand = torch.where(u * 1.5 < 1.0, 0, torch.where(u * 1.5 < 1.25, 1, 2))  # cumulative weights 1, 1.25, 1.5
+    assert torch.equal(drawn, by_hand)
+    share = torch.bincount(drawn, minlength=3).float() / n
+    assert abs(share[0] - 2 / 3) < 0.03 and abs(share[1] - 1 / 6) < 0.03 and abs(share[2] - 1 / 6) < 0.03
+    # a row whose blocks are all content ignores the weight; w = 1 reproduces the uniform draw
+    plain = blockwise_mask(torch.ones(n), rows, 3, generator=RowGenerators.keyed(4, "sft", 0, range(n)))
+    unit = blockwise_mask(torch.ones(n), rows, 3, generator=RowGenerators.keyed(4, "sft", 0, range(n)),
+                          padding=padding.expand(n, -1), padding_block_weight=1.0)
+    none_pad = blockwise_mask(torch.ones(n), rows, 3, generator=RowGenerators.keyed(4, "sft", 0, range(n)),
+                              padding=torch.zeros_like(rows), padding_block_weight=w)
+    for a, b in zip(plain, unit):
+        assert torch.equal(a, b)
+    for a, b in zip(plain, none_pad):
+        assert torch.equal(a, b)
+    with pytest.raises(ValueError, match="padding_block_weight"):
+        blockwise_mask(torch.ones(1), eligible, 3, padding=padding, padding_block_weight=0.0)
+
+
+def test_padding_block_weight_needs_block_length(tmp_path):
+    """padding_block_weight without block_length names the field and the fix."""
+    from dare.errors import SpecError
+    from dare.spec import validate_spec
+
+    spec = {"model": {"new": {"family": "llada", "preset": "tiny"}},
+            "data": {"train": {"path": "dare://sudoku/train.parquet", "prompt_template": "{{ extra_info.puzzle }}",
+                               "response_template": "{{ reward_model.ground_truth }}", "chat_template": False}},
+            "algorithm": {"name": "sft", "params": {"padding_block_weight": 0.1}},
+            "train": {"max_steps": 1, "learning_rate": 1.0e-4}, "output": {"dir": str(tmp_path / "run")}}
+    with pytest.raises(SpecError) as exc:
+        validate_spec(spec)
+    assert "algorithm.params.padding_block_weight" in str(exc.value) and "block_length" in str(exc.value)
+    spec["algorithm"]["params"]["block_length"] = 4
+    validate_spec(spec)
+
+
+@pytest.mark.parametrize("weight", [1.0, 0.3])
+def test_blockwise_sft_loss_replays_by_hand(tiny_llada_dir, tmp_path, weight):
     """With block_length, SFTTrainer's loss = CE/t over the active block's masked tokens / the block's tokens, the
-    suffix masked in the input and never scored."""
+    suffix masked in the input and never scored; with padding_block_weight, blocks of EOS only drawn with it."""
     from dare.modeling import load_model
     from dare.randomness import STREAMS, key_seed
     from dare.trainers import DareConfig
@@ -148,11 +201,11 @@ def test_blockwise_sft_loss_replays_by_hand(tiny_llada_dir, tmp_path):
     lm = load_model(tiny_llada_dir)
     eos = lm.tokens.eos_id
     c = SupervisedCollator(lm.tokens, lm.family.pad_in_response)
-    batch = c([SupervisedExample([10, 11], [20, 21, 22, 23, 24, eos], index=2),
+    batch = c([SupervisedExample([10, 11], [20, 21, 22, eos, eos, eos, eos, eos], index=2),
                SupervisedExample([10], [22, eos], index=5)])
-    args = DareConfig(output_dir=str(tmp_path), report_to="none", seed=3)
+    args = DareConfig(output_dir=str(tmp_path), report_to="none", seed=6)
     trainer = SFTTrainer(model=lm.model, args=args, train_dataset=[], data_collator=c, family=lm.family, tokens=lm.tokens,
-                         objective=SFT(mask_eps=0.2, block_length=2))
+                         objective=SFT(mask_eps=0.2, block_length=2, padding_block_weight=weight))
     trainer.state.global_step = 1
     got = trainer.compute_loss(lm.model, batch)
     ids, resp = batch["input_ids"], batch["loss_mask"]
@@ -160,11 +213,15 @@ def test_blockwise_sft_loss_replays_by_hand(tiny_llada_dir, tmp_path):
     noisy, per = ids.clone(), []
     scored = []
     for row, index in enumerate((2, 5)):
-        g = torch.Generator().manual_seed(key_seed(3, STREAMS["sft"], 1, index))
+        g = torch.Generator().manual_seed(key_seed(6, STREAMS["sft"], 1, index))
         t = 0.8 * torch.rand(1, generator=g)[0] + 0.2
         pos = resp[row].nonzero().flatten().tolist()
         blocks = [pos[i:i + 2] for i in range(0, len(pos), 2)]
-        b = int(torch.rand(1, generator=g)[0] * len(blocks))
+        weights = [1.0 if any(int(ids[row, j]) != eos for j in blk) else weight for blk in blocks]
+        total, below = sum(weights), torch.rand(1, generator=g)[0]
+        # seed 6: row 2 draws block 1 with w = 0.3 where the uniform draw gives block 2
+        b = int(below * len(blocks)) if weight == 1.0 else sum(sum(weights[:k + 1]) <= below * total
+                                                                for k in range(len(blocks)))
         u = torch.rand(L, generator=g)
         m = [j for j in blocks[b] if u[j] < t]
         for j in m + [j for blk in blocks[b + 1:] for j in blk]:

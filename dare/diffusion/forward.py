@@ -39,8 +39,9 @@ def bernoulli_mask(t: torch.Tensor, eligible: torch.Tensor, generator=None) -> t
     return (u < t[:, None]) & eligible
 
 
-def blockwise_mask(t: torch.Tensor, eligible: torch.Tensor, block_length: int,
-                   generator=None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def blockwise_mask(t: torch.Tensor, eligible: torch.Tensor, block_length: int, generator=None,
+                   padding: torch.Tensor | None = None,
+                   padding_block_weight: float = 1.0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Blockwise SFT corruption: one active block per example, clean prefix, hidden suffix.
 
     Source: Sun et al., "Blockwise SFT for Diffusion Language Models" (arXiv 2508.19529 §3; official code
@@ -55,23 +56,47 @@ def blockwise_mask(t: torch.Tensor, eligible: torch.Tensor, block_length: int,
     (LLaDA's ``block_length``, Dream's blocks) sees while it decodes block ``b``, which classic SFT's
     whole-response masking (:func:`bernoulli_mask`) almost never produces for long responses.
 
-    Draws, per row, after ``t``: one uniform for the block index, then :func:`bernoulli_mask`'s ``L``
-    uniforms (so with :class:`dare.randomness.RowGenerators` a row's masks do not depend on the batch).
+    Padding blocks: with ``padding`` (``[B, L]`` bool, e.g. the response's EOS tokens of LLaDA-style
+    EOS-padded SFT data) and ``padding_block_weight`` ``w < 1``, a block whose response tokens are all
+    padding is drawn with weight ``w`` and every other block with weight 1 (so a 256-token response made of
+    16 content tokens and 240 EOS, blocks of 32, draws its content block with probability ``1 / (1 + 7 w)``
+    instead of ``1 / 8``). The official Blockwise SFT data never has such blocks (its padding lies outside
+    the answer and is never drawn); ``w`` keeps them in training at a lower rate. The loss weighting of a
+    drawn block is unchanged, so ``w < 1`` re-weights the objective towards content blocks; ``w = 1`` is the
+    uniform draw above, bit for bit.
+
+    Draws, per row, after ``t``: one uniform for the block index (inverse CDF over the block weights), then
+    :func:`bernoulli_mask`'s ``L`` uniforms (so with :class:`dare.randomness.RowGenerators` a row's masks do
+    not depend on the batch).
 
     :param t: ``[B]`` float mask ratios. :param eligible: ``[B, L]`` bool response positions (contiguous per
-        row). :param block_length: tokens per block (>= 1).
+        row). :param block_length: tokens per block (>= 1). :param padding: ``[B, L]`` bool padding
+        positions, or None (no block is padding). :param padding_block_weight: ``w`` in ``(0, 1]``.
     :returns: ``(masked, hidden, block_tokens)``: ``[B, L]`` bool masked positions of the active block (the
         loss positions), ``[B, L]`` bool hidden suffix positions (masked, not in the loss), ``[B]`` int64
         response tokens in the active block (the loss normaliser; 0 for a row without response).
-    :raises ValueError: ``block_length < 1``.
+    :raises ValueError: ``block_length < 1``, or ``padding_block_weight`` outside ``(0, 1]``.
     """
     if block_length < 1:
         raise ValueError(f"block_length must be >= 1, got {block_length}")
+    if not 0.0 < padding_block_weight <= 1.0:
+        raise ValueError(f"padding_block_weight must be in (0, 1], got {padding_block_weight}")
     offset = eligible.long().cumsum(dim=1) - 1  # response offset of each eligible position
     num_blocks = (eligible.sum(dim=1) + block_length - 1) // block_length
     u = torch.rand(t.shape[0], device=t.device) if generator is None else rand((t.shape[0],), generator, device=t.device)
-    active_block = torch.minimum((u * num_blocks).long(), (num_blocks - 1).clamp(min=0))
     block = offset // block_length
+    if padding is None or padding_block_weight == 1.0:
+        active_block = torch.minimum((u * num_blocks).long(), (num_blocks - 1).clamp(min=0))
+    else:
+        width = max(int(num_blocks.max()), 1)
+        index = torch.where(eligible, block, width).clamp(max=width)  # non-response positions: a spare column
+        content = torch.zeros(eligible.shape[0], width + 1, dtype=torch.long, device=eligible.device)
+        content.scatter_add_(1, index, (eligible & ~padding).long())
+        weight = torch.where(content[:, :width] > 0, 1.0, padding_block_weight)
+        weight = weight * (torch.arange(width, device=eligible.device)[None, :] < num_blocks[:, None])
+        cdf = weight.cumsum(dim=1)
+        below = (cdf <= u[:, None] * cdf[:, -1:]).sum(dim=1)  # blocks whose cumulative weight is <= u * total
+        active_block = torch.minimum(below, (num_blocks - 1).clamp(min=0))
     active = eligible & (block == active_block[:, None])
     hidden = eligible & (block > active_block[:, None])
     return bernoulli_mask(t, active, generator=generator), hidden, active.sum(dim=1)

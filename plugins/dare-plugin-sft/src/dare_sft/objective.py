@@ -17,6 +17,12 @@ class SFTParams(Params):
         description="Blockwise SFT (arXiv 2508.19529): per example one active response block of this many tokens is "
                     "masked with ratio t, earlier blocks stay clean, later ones are hidden (masked, not in the loss); "
                     "set it to the sampler's block_length. None: classic LLaDA SFT (the whole response masked).")
+    padding_block_weight: float = Field(
+        1.0, gt=0.0, le=1.0,
+        description="Blockwise SFT only: relative probability of drawing, as the active block, a block whose response "
+                    "tokens are all end-of-sequence padding (EOS/EOT, as in LLaDA's EOS-padded SFT data); other "
+                    "blocks have weight 1. 1: uniform over blocks (the paper). Below 1, long EOS-padded responses "
+                    "spend more steps on their content blocks and still train the padding blocks.")
 
 
 class SFT(SupervisedObjective):
@@ -36,6 +42,11 @@ class SFT(SupervisedObjective):
                              f"Blockwise SFT is for full-attention families decoded in blocks (LLaDA, Dream); model "
                              f"family {fam.name!r} is block diffusion: its [x_t ; x_0] training already scores every "
                              "block against a clean prefix on its own block grid. Remove block_length"))
+        if self.params.padding_block_weight != 1.0 and self.params.block_length is None:
+            problems.append((f"{loc}.params.padding_block_weight",
+                             "padding_block_weight weights the active-block draw of Blockwise SFT, but block_length "
+                             "is not set (classic SFT masks the whole response). Set block_length to the sampler's "
+                             "block length, or remove padding_block_weight"))
         return problems
 
     def trainer_class(self) -> type:

@@ -12,7 +12,8 @@ the response is cut into blocks of ``block_length`` tokens, one block per exampl
 masked with probability ``t``, earlier blocks stay clean and later ones are masked but not scored, so
 training sees the states semi-autoregressive decoding visits. ``loss = (1 / |block|) Σ_{masked in block}
 CE / t`` (the same ELBO weighting on the active block; the official ``train_blockwise.py`` averages the
-plain CE over the masked tokens instead).
+plain CE over the masked tokens instead). ``padding_block_weight`` < 1 draws blocks made only of EOS/EOT
+padding less often (:func:`dare.diffusion.blockwise_mask`).
 
 Randomness (:mod:`dare.randomness`): example ``i`` (its dataset index) at optimizer step ``s`` draws its
 ``t`` and its masks from a generator keyed by ``(seed, "sft", s, i)``, so the loss of a step does not
@@ -21,6 +22,8 @@ recomputes the same masks.
 """
 
 from __future__ import annotations
+
+import torch
 
 from dare.diffusion import apply_mask, bernoulli_mask, blockwise_mask, masked_diffusion_loss, sample_mask_ratio
 from dare.randomness import RowGenerators
@@ -47,7 +50,10 @@ class SFTTrainer(DareTrainer):
             masked = bernoulli_mask(t, loss_mask, generator=gens)
             noisy, normaliser = apply_mask(ids, masked, self.tokens.mask_id), inputs["response_length"]
         else:
-            masked, hidden, normaliser = blockwise_mask(t, loss_mask, block_length, generator=gens)
+            weight = self.objective.params.padding_block_weight
+            padding = None if weight == 1.0 else torch.isin(ids, torch.tensor(self.tokens.stop_ids, device=ids.device))
+            masked, hidden, normaliser = blockwise_mask(t, loss_mask, block_length, generator=gens, padding=padding,
+                                                        padding_block_weight=weight)
             noisy = apply_mask(ids, masked | hidden, self.tokens.mask_id)
         model_attn = None if bool(attn.all()) else attn
         logits = self.denoiser_logits(model, noisy, ids, model_attn)
