@@ -169,6 +169,12 @@ def test_blockwise_mask_draws_padding_blocks_with_their_weight():
         assert torch.equal(a, b)
     with pytest.raises(ValueError, match="padding_block_weight"):
         blockwise_mask(torch.ones(1), eligible, 3, padding=padding, padding_block_weight=0.0)
+    # a tiny positive w (below float32's smallest) still draws the blocks of an all-padding row uniformly
+    pad_rows = torch.ones(n, 6, dtype=torch.bool)
+    m, h, s = blockwise_mask(torch.ones(n), pad_rows, 2, generator=RowGenerators.keyed(4, "sft", 0, range(n)),
+                             padding=pad_rows, padding_block_weight=1e-50)
+    counts = torch.bincount((m | h).float().argmax(dim=1), minlength=6)[[0, 2, 4]]
+    assert counts.sum() == n and counts.min() > 900
 
 
 def test_padding_block_weight_needs_block_length(tmp_path):

@@ -92,10 +92,12 @@ def blockwise_mask(t: torch.Tensor, eligible: torch.Tensor, block_length: int, g
         index = torch.where(eligible, block, width).clamp(max=width)  # non-response positions: a spare column
         content = torch.zeros(eligible.shape[0], width + 1, dtype=torch.long, device=eligible.device)
         content.scatter_add_(1, index, (eligible & ~padding).long())
-        weight = torch.where(content[:, :width] > 0, 1.0, padding_block_weight)
+        # float64: a tiny positive w (down to 5e-324) stays positive, so padding blocks keep a nonzero chance
+        one = torch.ones((), dtype=torch.float64, device=eligible.device)
+        weight = torch.where(content[:, :width] > 0, one, one * padding_block_weight)
         weight = weight * (torch.arange(width, device=eligible.device)[None, :] < num_blocks[:, None])
         cdf = weight.cumsum(dim=1)
-        below = (cdf <= u[:, None] * cdf[:, -1:]).sum(dim=1)  # blocks whose cumulative weight is <= u * total
+        below = (cdf <= u.double()[:, None] * cdf[:, -1:]).sum(dim=1)  # blocks whose cumulative weight is <= u * total
         active_block = torch.minimum(below, (num_blocks - 1).clamp(min=0))
     active = eligible & (block == active_block[:, None])
     hidden = eligible & (block > active_block[:, None])
