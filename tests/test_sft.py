@@ -224,10 +224,10 @@ def test_blockwise_sft_loss_replays_by_hand(tiny_llada_dir, tmp_path, weight):
         pos = resp[row].nonzero().flatten().tolist()
         blocks = [pos[i:i + 2] for i in range(0, len(pos), 2)]
         weights = [1.0 if any(int(ids[row, j]) != eos for j in blk) else weight for blk in blocks]
-        total, below = sum(weights), torch.rand(1, generator=g)[0]
+        total, u_block = sum(weights), torch.rand(1, generator=g)[0]
         # seed 6: row 2 draws block 1 with w = 0.3 where the uniform draw gives block 2
-        b = int(below * len(blocks)) if weight == 1.0 else sum(sum(weights[:k + 1]) <= below * total
-                                                                for k in range(len(blocks)))
+        b = int(u_block * len(blocks)) if weight == 1.0 else sum(sum(weights[:k + 1]) <= u_block * total
+                                                                  for k in range(len(blocks)))
         u = torch.rand(L, generator=g)
         m = [j for j in blocks[b] if u[j] < t]
         for j in m + [j for blk in blocks[b + 1:] for j in blk]:
