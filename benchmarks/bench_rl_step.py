@@ -14,6 +14,11 @@ decoder (``_generate_single_turn``: ``dare_llada.sampler.decode``, the official 
 one token per step) and the log-prob computation replaced by the one-step masked forward
 (``_get_per_token_logps_and_entropies``); everything else is TRL's.
 
+DARE's update skips the rows of groups whose rewards all tie (advantage exactly 0, so exactly zero gradient:
+``skip_zero_advantage``, on by default); TRL runs them. ``--baseline dare-every-row`` replaces the TRL
+baseline by DARE's own trainer with that switched off, which measures what the skip alone saves (no trl needed).
+On a fresh random model every reward is 0, so every group ties: use ``--model`` for a realistic mix.
+
 Settings:
 
 * default: gen_length 17, one block, 17 steps, 16 prompts x 8 completions, both trainers with the vanilla
@@ -87,7 +92,7 @@ def bench_model(tmp: str, args):
 
 
 # ============================================================================ DARE
-def run_dare(lm, rows, args, tmp) -> list[dict[str, float]]:
+def run_dare(lm, rows, args, tmp, skip_zero_advantage: bool = True) -> list[dict[str, float]]:
     import dare.rl.trainer as trainer_mod
     from dare.data import Prompter
     from dare.rewards import WeightedReward
@@ -103,7 +108,7 @@ def run_dare(lm, rows, args, tmp) -> list[dict[str, float]]:
     prompter = Prompter(lm.tokenizer, "{{ extra_info.puzzle }}", None, chat_template=False)
     dataset = PromptDataset.from_rows(rows, prompter, lm.tokenizer, None, SAMPLER["gen_length"])
     sampler = LLaDASampler({**SAMPLER, **args.accel})
-    objective = D1({"group_size": args.group})
+    objective = D1({"group_size": args.group, "skip_zero_advantage": skip_zero_advantage})
     config = DareConfig(output_dir=os.path.join(tmp, "dare"), per_device_train_batch_size=args.prompts,
                         max_steps=args.steps + args.warmup, learning_rate=1e-4, logging_steps=10_000,
                         logging_first_step=False, save_strategy="no", report_to="none", seed=0, disable_tqdm=True,
@@ -279,6 +284,9 @@ def parse(argv=None) -> argparse.Namespace:
     ap.add_argument("--precision", choices=("fp32", "bf16"), default="fp32",
                     help="both trainers' compute precision (bf16: accelerate's autocast, trl's default; fp32: DARE's)")
     ap.add_argument("--model", default=None, help="a trained LLaDA checkpoint directory instead of a fresh model")
+    ap.add_argument("--baseline", choices=("trl", "dare-every-row"), default="trl",
+                    help="the baseline: the TRL subclass, or DARE's own trainer running every row "
+                         "(skip_zero_advantage false: what skipping tied groups' rows saves)")
     args = ap.parse_args(argv)
     if args.rounds < MIN_ROUNDS:
         ap.error(f"--rounds {args.rounds}: at least {MIN_ROUNDS} alternating rounds are needed for a median "
@@ -302,7 +310,7 @@ def main(argv=None) -> int:
     os.environ["MKL_NUM_THREADS"] = str(args.threads)
     import importlib.util
 
-    if importlib.util.find_spec("trl") is None:
+    if args.baseline == "trl" and importlib.util.find_spec("trl") is None:
         print("bench_rl_step.py: the TRL baseline needs trl, which DARE does not install; pip install -e '.[bench]'",
               file=sys.stderr)
         return 2
@@ -317,30 +325,33 @@ def main(argv=None) -> int:
     dare_steps, trl_steps, ratios = [], [], []
     with tempfile.TemporaryDirectory() as tmp:
         for r in range(args.rounds):
-            order = [("DARE", run_dare), ("TRL", run_trl)]
+            order = [("DARE", run_dare), ("TRL", run_trl)] if args.baseline == "trl" else \
+                [("DARE", run_dare), ("DARE every row", lambda *a: run_dare(*a, skip_zero_advantage=False))]
+            base = order[1][0]
             if r % 2:
                 order.reverse()
             got = {}
             for name, fn in order:
                 got[name] = fn(bench_model(f"{tmp}/{name}{r}", args), rows, args, f"{tmp}/{name}{r}")
             dare_steps += got["DARE"]
-            trl_steps += got["TRL"]
+            trl_steps += got[base]
             d = statistics.median(s["total"] for s in got["DARE"])
-            t = statistics.median(s["total"] for s in got["TRL"])
+            t = statistics.median(s["total"] for s in got[base])
             ratios.append(t / d)
-            print(f"round {r + 1}/{args.rounds} ({' then '.join(n for n, _ in order)}): DARE {d:.3f} s, TRL {t:.3f} s, "
-                  f"TRL / DARE {t / d:.2f}", flush=True)
+            print(f"round {r + 1}/{args.rounds} ({' then '.join(n for n, _ in order)}): DARE {d:.3f} s, {base} {t:.3f} s, "
+                  f"{base} / DARE {t / d:.2f}", flush=True)
     print(f"\nd1, {'a trained model ' + args.model if args.model else 'fresh quickstart LLaDA'} "
           f"({args.prompts} prompts x {args.group} completions, gen {SAMPLER['gen_length']}, block "
           f"{SAMPLER['block_length']}, {SAMPLER['steps']} steps, temperature {SAMPLER['temperature']}; DARE rollouts: "
-          f"{accel}; TRL: vanilla decoder), {args.precision} both, {args.threads} thread(s), {args.rounds} alternating rounds x "
+          f"{accel}; {'TRL: vanilla decoder' if args.baseline == 'trl' else 'baseline: the same, every row'}), {args.precision} both, {args.threads} thread(s), {args.rounds} alternating rounds x "
           f"{args.steps} timed step(s)")
     print(f"CPU: {cpu_model()}; load average before: {load_before}, after: {load_average()}")
     d = summary("DARE", dare_steps)
-    t = summary("TRL", trl_steps)
-    print(f"per-round ratio TRL / DARE  min / median / max: {min(ratios):.2f} / {statistics.median(ratios):.2f} / "
+    base = "TRL" if args.baseline == "trl" else "DARE every row"
+    t = summary(base, trl_steps)
+    print(f"per-round ratio {base} / DARE  min / median / max: {min(ratios):.2f} / {statistics.median(ratios):.2f} / "
           f"{max(ratios):.2f}")
-    print(f"ratio TRL / DARE (median step): {t / d:.2f}")
+    print(f"ratio {base} / DARE (median step): {t / d:.2f}")
     return 0
 
 

@@ -50,6 +50,13 @@ class RLParams(Params):
     )
     rollout_batch_size: int | None = Field(None, gt=0, description="Completions per sampler call (null = all at once).")
     micro_batch_size: int | None = Field(None, gt=0, description="Completions per likelihood forward/backward (null = all).")
+    skip_zero_advantage: bool = Field(
+        True,
+        description="Skip the update's forward/backward of rows that add exactly zero gradient: advantage 0 (a group "
+        "of equal rewards) when the objective's loss vanishes there and beta = 0, or dL/dscore = 0 for pass-mean "
+        "objectives. Same loss and gradient (normalisers count every row), less compute; entropy then averages "
+        "the rows run. false = run every row.",
+    )
 
 
 

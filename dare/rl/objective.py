@@ -57,6 +57,11 @@ class OnlineRLObjective(TrainerObjective):
     stage = "online_rl"
     Params = RLParams
     score_reduction: ClassVar[Literal["per_pass", "pass_mean"]] = "per_pass"
+    #: True when, with ``beta = 0``, a row of advantage exactly 0 has a per-pass loss identically 0 (so
+    #: exactly zero gradient) whatever the weights: e.g. the clipped surrogate ``-A * clip(rho)``. The
+    #: trainer then skips those rows' forwards/backwards (``params.skip_zero_advantage``). Leave False when
+    #: a row's loss has a term without the advantage (an entropy bonus, self-distillation, ...).
+    zero_advantage_rows_vanish: ClassVar[bool] = False
 
     # ------------------------------------------------------------------ hooks
     def make_estimator(self, family, model_config, sampler) -> Estimator | None:

@@ -122,7 +122,7 @@ class GRPOTrainer(DareTrainer):
         return lambda noisy, clean, attn: self.denoiser_logits(model, noisy, clean, attn)
 
     def _row_chunks(self, n: int) -> list[slice]:
-        step = self.params.micro_batch_size or n
+        step = self.params.micro_batch_size or max(n, 1)
         return [slice(i, min(i + step, n)) for i in range(0, n, step)]
 
     @torch.no_grad()
@@ -135,6 +135,21 @@ class GRPOTrainer(DareTrainer):
                      for r in self._row_chunks(batch.num_rows)]
             entropy = torch.cat([x.entropy for x in parts]) if with_entropy else None
             out.append(PassScore(torch.cat([x.token for x in parts]), pas.scored, entropy))
+        return out
+
+    @torch.no_grad()
+    def _score_rows(self, model, batch: ScoringBatch, passes: list[Pass], rows: torch.Tensor | None) -> list[torch.Tensor]:
+        """``[N, G]`` token scores of every pass under ``model`` (no gradient), computed for ``rows`` only (all
+        when None) and 0 elsewhere: the old-policy scores of the rows the update runs (:meth:`_trained_rows`)."""
+        if rows is None:
+            return [x.token for x in self._score_all(model, batch, passes)]
+        fn = self._logits_fn(model)
+        out = []
+        for pas in passes:
+            token = torch.zeros(pas.weight.shape[1:], dtype=torch.float32, device=pas.weight.device)
+            for r in (rows[c] for c in self._row_chunks(len(rows))):
+                token[r] = score_pass(fn, batch.rows(r), pas.rows(r), self.likelihood_temperature).token
+            out.append(token)
         return out
 
     # ------------------------------------------------------------------ per-example randomness
@@ -182,7 +197,8 @@ class GRPOTrainer(DareTrainer):
         model.eval()
         try:
             if a.num_iterations > 1:
-                rollout.old = [[x.token for x in self._score_all(model, batch, passes)] for passes in rollout.passes]
+                rows = self._trained_rows(rollout)
+                rollout.old = [self._score_rows(model, batch, passes, rows) for passes in rollout.passes]
             if self.reference is not None:
                 with self.reference.model() as ref_model:
                     rollout.ref = [[x.token for x in self._score_all(ref_model, batch, passes)] for passes in rollout.passes]
@@ -215,8 +231,41 @@ class GRPOTrainer(DareTrainer):
         return stats
 
     # ------------------------------------------------------------------ update
+    def _trained_rows(self, rollout: Rollout) -> torch.Tensor | None:
+        """``[n]`` int64 indices of the rows the update must run, or None for every row.
+
+        With ``params.skip_zero_advantage``, an objective whose per-row loss is identically 0 at advantage 0
+        (``OnlineRLObjective.zero_advantage_rows_vanish``) and ``beta = 0`` (no KL term), a row whose
+        advantage is exactly 0 (every row of a group of equal rewards, :mod:`dare.rl.advantages`) adds exactly
+        zero gradient, so its forward and backward are skipped. The normalisers still count it (computed from
+        the whole batch), so the loss and the gradient are those of the whole batch.
+        """
+        a = self.params
+        if not (a.skip_zero_advantage and self.objective.zero_advantage_rows_vanish and a.beta == 0):
+            return None
+        return torch.nonzero(rollout.advantages != 0).flatten()
+
+    def _jobs(self, passes: list[Pass], rows: torch.Tensor | None, num_rows: int) -> list[tuple[int, Any]]:
+        """``(pass index, row index)`` of every forward/backward job of an update: each pass over row chunks
+        of ``rows`` (all rows when None; ``micro_batch_size`` rows per chunk), without the jobs whose rows
+        the pass does not score (their loss would be a constant)."""
+        if rows is None:
+            chunks = self._row_chunks(num_rows)
+        else:
+            chunks = [rows[c] for c in self._row_chunks(len(rows))]
+        return [(p, r) for p, pas in enumerate(passes) for r in chunks if bool((pas.weight[:, r] != 0).any())]
+
+    def _run_pads(self, num_jobs: int) -> int:
+        """The zero-gradient pad jobs to add to ``num_jobs`` real ones (:meth:`_backward_pads`), at least one when
+        there is no real job, so every parameter still gets a (zero) gradient and the optimizer steps exactly
+        as it would over rows that all add zero gradient (Adam's moments, weight decay)."""
+        return self._backward_pads(max(num_jobs, 1)) + (1 if num_jobs == 0 else 0)
+
     def _update_per_pass(self, model, rollout: Rollout, iteration: int) -> tuple[float, dict[str, float]]:
         """Sum of the objective's per-pass losses, one backward per pass and row chunk.
+
+        Rows of advantage 0 are skipped where that is exact (:meth:`_trained_rows`); ``entropy`` and
+        ``nfe/update`` then cover the rows run.
 
         :returns: ``(loss of the whole batch, summed metric contributions)``; gradients are accumulated.
         """
@@ -224,29 +273,29 @@ class GRPOTrainer(DareTrainer):
         fn = self._logits_fn(model)
         lengths = batch.response_lengths
         num_tokens, num_sequences, response_tokens, world = self._normalisers(passes, batch)
-        chunks = self._row_chunks(batch.num_rows)
-        pads = self._backward_pads(len(passes) * len(chunks))
+        jobs = self._jobs(passes, self._trained_rows(rollout), batch.num_rows)
+        pads = self._run_pads(len(jobs))
         pad_loss = self._first_row_loss(fn, batch, passes)
         total, metrics, forwards = 0.0, {}, 0
         entropy_sum, entropy_count = 0.0, 0.0
-        for p, pas in enumerate(passes):
-            for r in chunks:
-                with self.compute_loss_context_manager():
-                    current = score_pass(fn, batch.rows(r), pas.rows(r), self.likelihood_temperature, with_entropy=True)
-                old = rollout.old[iteration][p][r] if rollout.old is not None else current.token.detach()
-                ref = rollout.ref[iteration][p][r] if rollout.ref is not None else None
-                terms = self.objective.pass_loss(
-                    PassLossInput(current=current, old=old, ref=ref, advantages=rollout.advantages[r],
-                                  response_lengths=lengths[r], pass_index=p, num_passes=len(passes),
-                                  num_tokens=num_tokens[p], num_sequences=num_sequences,
-                                  total_response_tokens=response_tokens),
-                )
-                self._backward_or_pad(terms.loss * world, pad_loss)
-                total += float(terms.loss.detach()) * world
-                self._accumulate(metrics, terms)
-                entropy_sum += float((current.entropy * current.scored).sum())
-                entropy_count += float(current.scored.sum())
-                forwards += int((pas.weight[:, r] != 0).flatten(1).any(dim=1).sum())
+        for p, r in jobs:
+            pas = passes[p]
+            with self.compute_loss_context_manager():
+                current = score_pass(fn, batch.rows(r), pas.rows(r), self.likelihood_temperature, with_entropy=True)
+            old = rollout.old[iteration][p][r] if rollout.old is not None else current.token.detach()
+            ref = rollout.ref[iteration][p][r] if rollout.ref is not None else None
+            terms = self.objective.pass_loss(
+                PassLossInput(current=current, old=old, ref=ref, advantages=rollout.advantages[r],
+                              response_lengths=lengths[r], pass_index=p, num_passes=len(passes),
+                              num_tokens=num_tokens[p], num_sequences=num_sequences,
+                              total_response_tokens=response_tokens),
+            )
+            self._backward_or_pad(terms.loss * world, pad_loss)
+            total += float(terms.loss.detach()) * world
+            self._accumulate(metrics, terms)
+            entropy_sum += float((current.entropy * current.scored).sum())
+            entropy_count += float(current.scored.sum())
+            forwards += int((pas.weight[:, r] != 0).flatten(1).any(dim=1).sum())
         self._pad_backward(pads, pad_loss)
         metrics["nfe/update"] = float(forwards)
         metrics["entropy"] = entropy_sum / max(entropy_count, 1.0)
@@ -257,7 +306,8 @@ class GRPOTrainer(DareTrainer):
 
         ``z = mean_p s_p`` is computed without gradient, ``g = dL/dz`` on a leaf copy of ``z``, then
         every pass is replayed with gradient and ``sum_n s_p[n] g[n] / P`` backpropagated: by the
-        chain rule this is exactly ``dL/dtheta``. Costs one extra forward per pass.
+        chain rule this is exactly ``dL/dtheta``. Costs one extra forward per pass. With
+        ``params.skip_zero_advantage`` the replay skips the rows whose ``g`` is exactly 0 (exact for any loss).
         """
         batch, passes = rollout.batch, rollout.passes[iteration]
         P = len(passes)
@@ -273,20 +323,24 @@ class GRPOTrainer(DareTrainer):
         )
         (grad,) = torch.autograd.grad(terms.loss, proxy)
         fn = self._logits_fn(model)
-        chunks = self._row_chunks(batch.num_rows)
-        pads = self._backward_pads(len(passes) * len(chunks))
+        # a row with dL/dz = 0 (advantage 0, a clipped sequence ratio, ...) adds exactly zero gradient
+        rows = torch.nonzero(grad != 0).flatten() if self.params.skip_zero_advantage else None
+        jobs = self._jobs(passes, rows, batch.num_rows)
+        pads = self._run_pads(len(jobs))
         pad_loss = self._first_row_loss(fn, batch, passes)
         forwards = 0
-        for pas in passes:
-            for r in chunks:
-                with self.compute_loss_context_manager():
-                    seq = score_pass(fn, batch.rows(r), pas.rows(r), self.likelihood_temperature).sequence
-                self._backward_or_pad((seq * grad[r]).sum() / P, pad_loss)
-                forwards += int((pas.weight[:, r] != 0).flatten(1).any(dim=1).sum())
+        for p, r in jobs:
+            pas = passes[p]
+            with self.compute_loss_context_manager():
+                seq = score_pass(fn, batch.rows(r), pas.rows(r), self.likelihood_temperature).sequence
+            self._backward_or_pad((seq * grad[r]).sum() / P, pad_loss)
+            forwards += int((pas.weight[:, r] != 0).flatten(1).any(dim=1).sum())
         self._pad_backward(pads, pad_loss)
         metrics: dict[str, float] = {}
         self._accumulate(metrics, terms)
-        metrics["nfe/update"] = float(2 * forwards)
+        scoring = sum(int((passes[p].weight[:, r] != 0).flatten(1).any(dim=1).sum())
+                      for p, r in self._jobs(passes, None, batch.num_rows))
+        metrics["nfe/update"] = float(scoring + forwards)
         scored = torch.stack([s.scored for s in scores]).float()
         metrics["entropy"] = float((torch.stack([s.entropy for s in scores]) * scored).sum() / scored.sum().clamp(min=1.0))
         return float(terms.loss.detach()), metrics

@@ -291,3 +291,116 @@ def test_tracerl_trains_on_fast_dllm_rollouts_from_the_spec(tmp_path, tiny_llada
         assert bool((unmask_step[:, :4].max(dim=1).values < unmask_step[:, 4:].min(dim=1).values).all())
     changed = [k for k, v in run.model.state_dict().items() if not torch.equal(v, before[k])]
     assert changed  # the policy trained on the accelerated rollouts
+
+
+def tied_group_rollout(lm, trainer, rewards=(1.0, 0.0, 0.5, 0.5)):
+    """Two prompts x two completions; with the default rewards the second group ties (advantages exactly 0)."""
+    tok = lm.tokenizer
+    eos = lm.tokens.eos_id
+    prompts = [tok(p, add_special_tokens=False)["input_ids"] for p in ("12", "34")]
+    comps = [tok("ab", add_special_tokens=False)["input_ids"] + [eos] * 2, tok("xyzw", add_special_tokens=False)["input_ids"],
+             tok("pq", add_special_tokens=False)["input_ids"] + [eos] * 2, tok("rs1", add_special_tokens=False)["input_ids"] + [eos]]
+    ids = torch.tensor([prompts[i // 2] + c for i, c in enumerate(comps)])
+    batch = ScoringBatch(ids, torch.ones_like(ids), torch.ones(4, 4, dtype=torch.bool), 2, lm.tokens.mask_id,
+                         torch.tensor([[0, 1, 2, 3], [3, 2, 1, 0], [1, 0, 3, 2], [0, 0, 1, 1]]))
+    rewards = torch.tensor(rewards)
+    return Rollout(batch=batch, texts=["ab", "xyzw", "pq", "rs1"], rewards=rewards, reward_parts={},
+                   advantages=group_advantages(rewards, 2), passes=[trainer._draw_passes(batch)])
+
+
+def update_grads(lm, trainer, rollout, skip: bool):
+    """Gradients, loss and metrics of one update of ``rollout`` with ``skip_zero_advantage = skip``."""
+    trainer.params.skip_zero_advantage = skip
+    update = trainer._update_pass_mean if trainer.objective.score_reduction == "pass_mean" else trainer._update_per_pass
+    lm.model.zero_grad(set_to_none=True)
+    rows, original = [], trainer.denoiser_logits
+    trainer.denoiser_logits = lambda model, noisy, *a: rows.append(noisy.shape[0]) or original(model, noisy, *a)
+    try:
+        loss, metrics = update(lm.model, rollout, 0)
+    finally:
+        trainer.denoiser_logits = original
+    metrics["rows_run"] = sum(rows)
+    return {n: p.grad.clone() for n, p in lm.model.named_parameters() if p.grad is not None}, loss, metrics
+
+
+@pytest.mark.parametrize("objective", [D1(), CoupledGRPO(), BGPO({"mc_num": 2}), CJGRPO(), TraceRL({"shrink": 2}),
+                                       ESPO({"mc_num": 2})], ids=lambda o: o.name)
+def test_skipping_zero_advantage_rows_keeps_the_gradient(tmp_path, tiny_llada_dir, objective):
+    """The rows of a tied group add exactly zero gradient, so skipping them (the default) gives the gradient and
+    the loss of the whole batch, with fewer forwards; the policy ratio is made != 1 so the clip branches matter."""
+    lm = load_model(tiny_llada_dir)
+    trainer = make_trainer(lm, objective, tmp_path)
+    trainer.current_gradient_accumulation_steps = 1
+    rollout = tied_group_rollout(lm, trainer)
+    assert rollout.advantages[2:].eq(0).all() and rollout.advantages[:2].ne(0).all()
+    # an old policy 1 % off the current one (as after an inner iteration), so ratios differ from 1
+    rollout.old = [[s.token * 1.01 for s in trainer._score_all(lm.model, rollout.batch, rollout.passes[0])]]
+    full, full_loss, full_metrics = update_grads(lm, trainer, rollout, skip=False)
+    skipped, skip_loss, skip_metrics = update_grads(lm, trainer, rollout, skip=True)
+    assert full.keys() == skipped.keys() and len(full) > 0
+    for n in full:
+        assert torch.allclose(full[n], skipped[n], rtol=1e-5, atol=1e-8), (n, (full[n] - skipped[n]).abs().max())
+    assert skip_loss == pytest.approx(full_loss, rel=1e-6, abs=1e-9)
+    assert 0 < skip_metrics["rows_run"] < full_metrics["rows_run"]
+    assert max(g.abs().max() for g in full.values()) > 1e-4  # a real gradient, not a vacuous comparison
+
+
+def test_a_rollout_of_tied_groups_still_steps_the_optimizer(tmp_path, tiny_llada_dir):
+    """Every group tied: no row is run, but one zero-gradient job gives every parameter a zero gradient, so the
+    optimizer steps exactly as over rows that all add zero gradient (AdamW's weight decay and moments)."""
+    lm = load_model(tiny_llada_dir)
+    trainer = make_trainer(lm, D1(), tmp_path)
+    trainer.current_gradient_accumulation_steps = 1
+    rollout = tied_group_rollout(lm, trainer, rewards=(0.5, 0.5, 1.0, 1.0))
+    full, _, full_metrics = update_grads(lm, trainer, rollout, skip=False)
+    skipped, loss, metrics = update_grads(lm, trainer, rollout, skip=True)
+    assert skipped.keys() == full.keys() and len(full) > 0
+    assert all(float(g.abs().max()) == 0.0 for g in skipped.values())
+    assert all(float(g.abs().max()) == 0.0 for g in full.values())
+    assert loss == 0.0 and metrics["nfe/update"] == 0 and full_metrics["nfe/update"] > 0
+    assert metrics["rows_run"] == 1  # the zero-gradient job's one row
+
+
+def test_skip_zero_advantage_is_off_where_the_loss_does_not_vanish(tmp_path, tiny_llada_dir):
+    """With a KL term (beta > 0) a tied row still has a gradient, so every row runs."""
+    lm = load_model(tiny_llada_dir)
+    trainer = make_trainer(lm, D1(), tmp_path)
+    rollout = tied_group_rollout(lm, trainer)
+    assert trainer._trained_rows(rollout).tolist() == [0, 1]
+    trainer.params.beta = 0.1
+    assert trainer._trained_rows(rollout) is None
+    trainer.params.beta = 0.0
+    trainer.params.skip_zero_advantage = False
+    assert trainer._trained_rows(rollout) is None
+
+
+class Cycle:
+    """Test reward: 1, 1, 1, 0, 1, 1, 1, 0, ... in call order: in groups of 2, one tied group and one with spread."""
+
+    name = "cycle"
+
+    def __init__(self):
+        self.calls = 0
+
+    def score(self, completion, sample):
+        self.calls += 1
+        return float(self.calls % 4 != 0)
+
+
+@pytest.mark.parametrize("objective", [D1(), TraceRL()], ids=lambda o: o.name)
+def test_training_with_skipped_rows_equals_training_every_row(tmp_path, tiny_llada_dir, objective):
+    """Two inner iterations per rollout (old-policy scores, ratios != 1 in the second), AdamW with weight decay:
+    the weights after 4 steps with and without skipping the tied group's rows agree to float rounding."""
+    weights = []
+    for skip in (False, True):
+        lm = load_model(tiny_llada_dir)
+        trainer = make_trainer(lm, objective, tmp_path / str(skip), num_iterations=2, max_steps=4,
+                               per_device_train_batch_size=2, weight_decay=0.1, skip_zero_advantage=skip)
+        trainer.reward = WeightedReward([(Cycle(), 1.0)])
+        trainer.train()
+        weights.append({n: p.detach().clone() for n, p in lm.model.named_parameters()})
+    start = load_model(tiny_llada_dir).model.state_dict()
+    moved = max(float((weights[0][n] - start[n]).abs().max()) for n in weights[0])
+    assert moved > 1e-3
+    for n in weights[0]:
+        assert torch.allclose(weights[0][n], weights[1][n], rtol=1e-5, atol=1e-6), (n, (weights[0][n] - weights[1][n]).abs().max())

@@ -45,6 +45,7 @@ class BGPO(OnlineRLObjective):
 
     name = "bgpo"
     Params = BGPOParams
+    zero_advantage_rows_vanish = True  # loss -A * clip(rho): identically 0 at A = 0
 
     def make_estimator(self, family, model_config, sampler):
         return StratifiedELBOEstimator(mc_num=self.params.mc_num)

@@ -44,6 +44,7 @@ class CJGRPO(OnlineRLObjective):
 
     name = "cj-grpo"
     Params = CJGRPOParams
+    zero_advantage_rows_vanish = True  # loss -A * clip(rho): identically 0 at A = 0
 
     def make_estimator(self, family, model_config, sampler):
         shrink = steps_per_block(sampler) if self.params.step_merge else 1

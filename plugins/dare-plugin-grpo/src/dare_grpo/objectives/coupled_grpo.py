@@ -36,6 +36,7 @@ class CoupledGRPO(OnlineRLObjective):
 
     name = "coupled-grpo"
     Params = CoupledGRPOParams
+    zero_advantage_rows_vanish = True  # loss -A * clip(rho): identically 0 at A = 0
 
     def make_estimator(self, family, model_config, sampler):
         p = self.params

@@ -29,6 +29,7 @@ class D1(OnlineRLObjective):
     name = "d1"
     aliases = ("diffu-grpo",)
     Params = D1Params
+    zero_advantage_rows_vanish = True  # loss -A * clip(rho): identically 0 at A = 0
 
     def make_estimator(self, family, model_config, sampler):
         return OneStepEstimator(p_mask_prompt=self.params.p_mask_prompt)

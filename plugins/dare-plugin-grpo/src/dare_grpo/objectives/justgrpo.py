@@ -110,6 +110,7 @@ class JustGRPO(OnlineRLObjective):
 
     name = "justgrpo"
     Params = JustGRPOParams
+    zero_advantage_rows_vanish = True  # loss -A * clip(rho): identically 0 at A = 0
 
     def make_estimator(self, family, model_config, sampler):
         return AutoregressiveEstimator(chunk_size=self.params.chunk_size)

@@ -36,6 +36,7 @@ class TraceRL(OnlineRLObjective):
 
     name = "tracerl"
     Params = TraceRLParams
+    zero_advantage_rows_vanish = True  # loss -A * clip(rho): identically 0 at A = 0
 
     def make_estimator(self, family, model_config, sampler):
         return TrajectoryEstimator(shrink=self.params.shrink)
