@@ -36,6 +36,19 @@ def lm(tiny_llada_dir):
                                          {"batch_size": 2, "device": "cuda:0", "max_batch_size": None})
 
 
+def test_unknown_sampler_parameter_is_named(tiny_llada_dir):
+    """lm-eval's ``--model_args`` string as the CLI hands it over (``create_from_arg_string``): a misspelt sampler
+    parameter is refused by name, with the allowed ones listed (was a 45 s ``lm_eval run`` subprocess test)."""
+    from dare.errors import DareError
+    from dare_lmeval.model import DareLM
+
+    with pytest.raises(DareError) as err:
+        DareLM.create_from_arg_string(f"model={tiny_llada_dir},sampler=llada,block_length=17,temprature=0.5",
+                                      {"batch_size": 1, "device": "cpu"})
+    assert "unknown model argument 'temprature'" in str(err.value)
+    assert "temperature" in str(err.value).split("temprature", 1)[1]  # the allowed sampler parameters are listed
+
+
 def _req(kind, args, doc_id=0, idx=0):
     return Instance(request_type=kind, doc={}, arguments=args, idx=idx, metadata=("t", doc_id, 1))
 
