@@ -204,7 +204,9 @@ def test_online_rl_on_two_processes_equals_one(tmp_path, objective):
     spec = {
         "model": {"new": {"family": "llada", "preset": "tiny"}},
         "data": {"train": {"path": "dare://sudoku/train.parquet", "limit": 64, **SUDOKU}},
-        "algorithm": {"name": objective, "params": {"group_size": 4}},
+        # a fresh model's rewards all tie: run every row so the update is really exercised (the skip on two
+        # processes is covered by the threshold-rollout test below, whose trained model has reward spread)
+        "algorithm": {"name": objective, "params": {"group_size": 4, "skip_zero_advantage": False}},
         "sampler": {"name": "llada", "params": {"gen_length": 8, "block_length": 8, "steps": 8, "temperature": 1.0}},
         "rewards": [{"name": "sudoku", "params": {"require_answer_tags": False}}],
         "train": {"learning_rate": 1e-3, "max_steps": 3, "per_device_batch_size": 4, "logging_steps": 1, "save_steps": 3,

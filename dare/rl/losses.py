@@ -23,7 +23,8 @@ from dare.rl.aggregation import Aggregation, aggregate
 from dare.rl.kl import kl_estimate
 from dare.rl.policy_loss import clipped_policy_loss, ratio_from_log
 
-__all__ = ["RLParams", "PassLossInput", "SequenceLossInput", "LossTerms", "clipped_token_loss"]
+__all__ = ["RLParams", "PassLossInput", "SequenceLossInput", "LossTerms", "clipped_token_loss",
+           "vanishes_at_zero_advantage"]
 
 
 class RLParams(Params):
@@ -54,8 +55,9 @@ class RLParams(Params):
         True,
         description="Skip the update's forward/backward of rows that add exactly zero gradient: advantage 0 (a group "
         "of equal rewards) when the objective's loss vanishes there and beta = 0, or dL/dscore = 0 for pass-mean "
-        "objectives. Same loss and gradient (normalisers count every row), less compute; entropy then averages "
-        "the rows run. false = run every row.",
+        "objectives. Same loss and gradient (normalisers count every row) up to float summation order, less "
+        "compute; entropy then averages the rows run. With dropout (e.g. LoRA dropout) fewer forwards draw "
+        "other dropout masks, so runs agree in distribution only. false = run every row.",
     )
 
 
@@ -66,7 +68,8 @@ class PassLossInput:
 
     * ``current``: the pass scored by the policy being trained (differentiable);
     * ``old``: ``[n, G]`` float32 token scores under the rollout policy (no gradient; equal to
-      ``current.token.detach()`` when ``num_iterations == 1``);
+      ``current.token.detach()`` when ``num_iterations == 1``; only rows the update runs are passed: rows
+      skipped by ``skip_zero_advantage`` have no old scores, docs/algorithms.md §9.6b);
     * ``ref``: ``[n, G]`` float32 under the reference policy, or None when ``beta == 0``;
     * ``advantages``: ``[n]`` float32; ``response_lengths``: ``[n]`` int64 (``|y|``);
     * ``pass_index``/``num_passes``: this pass and how many the estimate has;
@@ -157,3 +160,14 @@ def clipped_token_loss(
         loss = loss + params.beta * kl
         metrics["kl"] = kl.detach()
     return LossTerms(loss=loss, metrics=metrics)
+
+
+def vanishes_at_zero_advantage(objective) -> bool:
+    """Whether ``objective``'s own class declares ``zero_advantage_rows_vanish = True`` (with ``beta = 0`` a row
+    of advantage exactly 0 has a loss identically 0, so the trainer may skip it: docs/algorithms.md §9.6b).
+
+    Read from the class itself, not inherited: a subclass that adds a term without the advantage (an entropy
+    bonus, ...) must not be skipped on its parent's word, so it re-declares the flag when its loss still
+    vanishes. ``objective``: an :class:`~dare.rl.objective.OnlineRLObjective` instance.
+    """
+    return bool(type(objective).__dict__.get("zero_advantage_rows_vanish", False))

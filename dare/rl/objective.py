@@ -60,7 +60,8 @@ class OnlineRLObjective(TrainerObjective):
     #: True when, with ``beta = 0``, a row of advantage exactly 0 has a per-pass loss identically 0 (so
     #: exactly zero gradient) whatever the weights: e.g. the clipped surrogate ``-A * clip(rho)``. The
     #: trainer then skips those rows' forwards/backwards (``params.skip_zero_advantage``). Leave False when
-    #: a row's loss has a term without the advantage (an entropy bonus, self-distillation, ...).
+    #: a row's loss has a term without the advantage (an entropy bonus, self-distillation, ...). Not
+    #: inherited (:func:`dare.rl.losses.vanishes_at_zero_advantage`): each class declares it for its own loss.
     zero_advantage_rows_vanish: ClassVar[bool] = False
 
     # ------------------------------------------------------------------ hooks

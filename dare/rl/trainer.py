@@ -12,8 +12,9 @@ One optimizer step = one call of :meth:`GRPOTrainer.training_step` per gradient-
    (docs/algorithms.md §9.2).
 2. **update** (inner iteration ``i``): the objective's loss over the passes of iteration ``i``, one
    backward per pass and row chunk (``micro_batch_size``), or the scalar-proxy replay for objectives
-   whose loss depends on the pass mean (see :mod:`dare.rl.objective`). ``transformers.Trainer``
-   then clips gradients (``max_grad_norm``) and steps the optimizer.
+   whose loss depends on the pass mean (see :mod:`dare.rl.objective`); rows that add exactly zero gradient
+   (advantage 0 in a group of tied rewards) are skipped (``skip_zero_advantage``, :meth:`GRPOTrainer._trained_rows`).
+   ``transformers.Trainer`` then clips gradients (``max_grad_norm``) and steps the optimizer.
 
 The ``num_iterations`` inner iterations reuse the rollout (the prompt sampler repeats each rollout
 batch, :class:`~dare.rl.prompts.RepeatChunkSampler`). Reference policy (``beta > 0``, through
@@ -52,7 +53,7 @@ from dare.diffusion.estimators import Pass, PassScore, ScoringBatch, score_pass
 from dare.modeling.lora import ReferencePolicy
 from dare.randomness import STREAMS, RowGenerators, key_seed
 from dare.rl.advantages import group_advantages, zero_std_groups
-from dare.rl.losses import LossTerms, PassLossInput, SequenceLossInput
+from dare.rl.losses import LossTerms, PassLossInput, SequenceLossInput, vanishes_at_zero_advantage
 from dare.rl.prompts import RepeatChunkSampler, collate_prompts
 from dare.rl.rollout import Rollout, sample_completions, score_completions
 from dare.trainers.base import DareTrainer
@@ -241,7 +242,7 @@ class GRPOTrainer(DareTrainer):
         the whole batch), so the loss and the gradient are those of the whole batch.
         """
         a = self.params
-        if not (a.skip_zero_advantage and self.objective.zero_advantage_rows_vanish and a.beta == 0):
+        if not (a.skip_zero_advantage and vanishes_at_zero_advantage(self.objective) and a.beta == 0):
             return None
         return torch.nonzero(rollout.advantages != 0).flatten()
 
@@ -298,7 +299,8 @@ class GRPOTrainer(DareTrainer):
             forwards += int((pas.weight[:, r] != 0).flatten(1).any(dim=1).sum())
         self._pad_backward(pads, pad_loss)
         metrics["nfe/update"] = float(forwards)
-        metrics["entropy"] = entropy_sum / max(entropy_count, 1.0)
+        if entropy_count > 0:  # nothing run (every row skipped): no entropy to report, not an entropy of 0
+            metrics["entropy"] = entropy_sum / entropy_count
         return total, metrics
 
     def _update_pass_mean(self, model, rollout: Rollout, iteration: int) -> tuple[float, dict[str, float]]:

@@ -359,6 +359,7 @@ def test_a_rollout_of_tied_groups_still_steps_the_optimizer(tmp_path, tiny_llada
     assert all(float(g.abs().max()) == 0.0 for g in full.values())
     assert loss == 0.0 and metrics["nfe/update"] == 0 and full_metrics["nfe/update"] > 0
     assert metrics["rows_run"] == 1  # the zero-gradient job's one row
+    assert "entropy" not in metrics and full_metrics["entropy"] > 0  # nothing run: no entropy, not an entropy of 0
 
 
 def test_skip_zero_advantage_is_off_where_the_loss_does_not_vanish(tmp_path, tiny_llada_dir):
@@ -372,6 +373,26 @@ def test_skip_zero_advantage_is_off_where_the_loss_does_not_vanish(tmp_path, tin
     trainer.params.beta = 0.0
     trainer.params.skip_zero_advantage = False
     assert trainer._trained_rows(rollout) is None
+
+
+def test_a_subclass_does_not_inherit_the_zero_advantage_flag(tmp_path, tiny_llada_dir):
+    """A plugin subclassing D1 to add a term without the advantage must not have its tied rows skipped on D1's
+    word: the flag counts only where the objective's own class declares it."""
+
+    class D1WithBonus(D1):
+        name = "d1-with-bonus"
+
+    class D1Declared(D1):
+        name = "d1-declared"
+        zero_advantage_rows_vanish = True
+
+    lm = load_model(tiny_llada_dir)
+    rows = {}
+    for cls in (D1, D1WithBonus, D1Declared):
+        trainer = make_trainer(lm, cls(), tmp_path / cls.name)
+        rows[cls.name] = trainer._trained_rows(tied_group_rollout(lm, trainer))
+    assert rows["d1"].tolist() == [0, 1] and rows["d1-declared"].tolist() == [0, 1]
+    assert rows["d1-with-bonus"] is None
 
 
 class Cycle:
