@@ -22,17 +22,18 @@ pytest.importorskip("dare_llada")
 from dare_llada.sampler import LLaDASampler  # noqa: E402
 
 
-class Alternating:
-    """Test reward: 1, 0, 1, 0, ... in call order, so every group of 2 has advantages (+a, -a)."""
+class Cycle:
+    """Test reward: ``pattern`` repeated in call order (default 1, 0, 1, 0, ...: every group of 2 has
+    advantages (+a, -a))."""
 
-    name = "alternating"
+    name = "cycle"
 
-    def __init__(self):
-        self.calls = 0
+    def __init__(self, pattern=(1.0, 0.0)):
+        self.pattern, self.calls = pattern, 0
 
     def score(self, completion, sample):
         self.calls += 1
-        return float(self.calls % 2)
+        return float(self.pattern[(self.calls - 1) % len(self.pattern)])
 
 
 class Raising:
@@ -55,7 +56,7 @@ def make_trainer(lm, objective, out, **cfg):
         model=lm.model, args=args, train_dataset=PromptDataset(["12", "34", "56", "78"], [{}] * 4),
         processing_class=lm.tokenizer, family=lm.family, tokens=lm.tokens, objective=objective,
         estimator=objective.make_estimator(lm.family, lm.model.config, sampler), sampler=sampler,
-        reward=WeightedReward([(Alternating(), 1.0)]),
+        reward=WeightedReward([(Cycle(), 1.0)]),
     )
 
 
@@ -143,7 +144,7 @@ def test_a_raising_reward_scores_zero_and_is_counted(tiny_llada_dir):
     lm = load_model(tiny_llada_dir)
     ids = torch.tensor([[50, 51, 97, 98, lm.tokens.eos_id], [50, 51, 99, lm.tokens.eos_id, lm.tokens.eos_id]])
     batch = ScoringBatch(ids, torch.ones_like(ids), torch.ones(2, 3, dtype=torch.bool), 2, lm.tokens.mask_id)
-    reward = WeightedReward([(Raising(), 1.0), (Alternating(), 2.0)])
+    reward = WeightedReward([(Raising(), 1.0), (Cycle(), 2.0)])
     texts, rewards, parts, stats = score_completions(batch, lm.tokenizer, lm.tokens, reward, [{"data_source": "x"}], 2)
     assert texts == [lm.tokenizer.decode([97, 98]), lm.tokenizer.decode([99])]
     assert rewards.tolist() == [2.0, 0.0] and parts["raising"].tolist() == [0.0, 0.0]
@@ -158,7 +159,7 @@ def test_reference_policy_kl_and_metrics(tmp_path, tiny_llada_dir):
     recs = [json.loads(x) for x in (tmp_path / "metrics.jsonl").read_text().splitlines() if '"loss"' in x]
     assert recs[0]["kl"] == pytest.approx(0.0, abs=1e-7)  # reference == policy before the first step
     assert recs[1]["kl"] > 0 and recs[0]["grad_norm"] > 0
-    for key in ("reward", "reward/alternating", "advantage_std", "clip_fraction", "entropy", "completion_length",
+    for key in ("reward", "reward/cycle", "advantage_std", "clip_fraction", "entropy", "completion_length",
                 "nfe/rollout", "time/rollout", "time/score", "time/update", "reward_errors"):
         assert key in recs[0], key
 
@@ -395,19 +396,6 @@ def test_a_subclass_does_not_inherit_the_zero_advantage_flag(tmp_path, tiny_llad
     assert rows["d1-with-bonus"] is None
 
 
-class Cycle:
-    """Test reward: 1, 1, 1, 0, 1, 1, 1, 0, ... in call order: in groups of 2, one tied group and one with spread."""
-
-    name = "cycle"
-
-    def __init__(self):
-        self.calls = 0
-
-    def score(self, completion, sample):
-        self.calls += 1
-        return float(self.calls % 4 != 0)
-
-
 @pytest.mark.parametrize("objective", [D1(), TraceRL()], ids=lambda o: o.name)
 def test_training_with_skipped_rows_equals_training_every_row(tmp_path, tiny_llada_dir, objective):
     """Two inner iterations per rollout (old-policy scores, ratios != 1 in the second), AdamW with weight decay:
@@ -417,7 +405,7 @@ def test_training_with_skipped_rows_equals_training_every_row(tmp_path, tiny_lla
         lm = load_model(tiny_llada_dir)
         trainer = make_trainer(lm, objective, tmp_path / str(skip), num_iterations=2, max_steps=4,
                                per_device_train_batch_size=2, weight_decay=0.1, skip_zero_advantage=skip)
-        trainer.reward = WeightedReward([(Cycle(), 1.0)])
+        trainer.reward = WeightedReward([(Cycle((1.0, 1.0, 1.0, 0.0)), 1.0)])  # one tied group, one not
         trainer.train()
         weights.append({n: p.detach().clone() for n, p in lm.model.named_parameters()})
     start = load_model(tiny_llada_dir).model.state_dict()
