@@ -87,6 +87,11 @@ def _losses(run_dir: Path) -> list[tuple[int, float]]:
     return [(r["step"], r["loss"]) for r in recs if "loss" in r]
 
 
+def _metric(run_dir: Path, key: str) -> list[tuple[int, float]]:
+    recs = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    return [(r["step"], r[key]) for r in recs if key in r]
+
+
 def _assert_same_losses(a: Path, b: Path, tol: float = 1e-5) -> None:
     la, lb = _losses(a), _losses(b)
     assert [s for s, _ in la] == [s for s, _ in lb] and la
@@ -232,20 +237,24 @@ def digit_model(tmp_path_factory) -> Path:
     return _one_process(_write(tmp, "sft", spec), evaluate=False) / "model"
 
 
-@pytest.mark.parametrize("iterations,micro_batch_size", [(1, None), (2, None), (1, 3)])
-def test_trajectory_replay_of_threshold_rollouts_on_two_processes_equals_one(tmp_path, digit_model, iterations,
-                                                                             micro_batch_size):
+@pytest.mark.parametrize("objective,iterations,micro_batch_size",
+                         [("tracerl", 1, None), ("tracerl", 2, None), ("cj-grpo", 1, 3)])
+def test_trajectory_replay_of_threshold_rollouts_on_two_processes_equals_one(tmp_path, digit_model, objective,
+                                                                             iterations, micro_batch_size):
     """Threshold rollouts take a different number of denoising steps on each process, so trajectory replay
     has a different number of passes (backwards) per process: the 2-process run used to wait forever in the
     first update (DDP all-reduces at every backward). 4 rollouts of 4 prompts x 4 completions, threshold 0.3.
     With ``micro_batch_size`` 3 a row chunk can have no token committed at a step: its loss has no graph,
     which used to raise in ``backward`` (now a zero-gradient pad job keeps the backward count).
-    (CJ-GRPO replays the same way but its per-step token normaliser is per process then: docs/scaling.md.)"""
+    CJ-GRPO normalises each step by the tokens committed at that step over the whole batch and averages over the
+    batch's steps: the processes hold different sets of steps, so the trainer matches passes by step
+    (``Pass.key``; before stop 23 its normalisers were per process and 2 processes only approximated 1)."""
     spec = {
         "model": {"path": str(digit_model)},
         "data": {"train": {"path": "dare://sudoku/train.parquet", "limit": 64, **SUDOKU}},
-        "algorithm": {"name": "tracerl", "params": {"group_size": 4, "num_iterations": iterations,
-                                                    "micro_batch_size": micro_batch_size}},
+        "algorithm": {"name": objective, "params": {"group_size": 4, "num_iterations": iterations,
+                                                   "micro_batch_size": micro_batch_size,
+                                                   **({"step_merge": False} if objective == "cj-grpo" else {})}},
         "sampler": {"name": "llada", "params": {"gen_length": 17, "block_length": 17, "steps": 17, "temperature": 1.0,
                                                 "threshold": 0.3}},
         "rewards": [{"name": "sudoku", "params": {"require_answer_tags": False}}],
@@ -263,6 +272,13 @@ def test_trajectory_replay_of_threshold_rollouts_on_two_processes_equals_one(tmp
     nfe = [json.loads(x)["nfe/rollout"] for x in (two / "metrics.jsonl").read_text().splitlines() if "nfe/rollout" in x]
     # the mean over the processes' own step counts: a fraction when they differed (the case under test)
     assert any(n != int(n) for n in nfe), f"the processes took the same number of denoising steps every time: {nfe}"
+    # the loss's metrics and the entropy are the whole batch's on 2 processes (they read 1/2 before stop 23)
+    for key in ("entropy", "approx_kl"):
+        a, b = _metric(one, key), _metric(two, key)
+        assert [s for s, _ in a] == [s for s, _ in b] and a, key
+        assert [v for _, v in b] == pytest.approx([v for _, v in a], rel=1e-3, abs=1e-12), key
+    if iterations > 1:  # the second inner iteration's ratios differ from 1
+        assert max(v for _, v in _metric(one, "approx_kl")) > 1e-9
 
 
 def test_sigkill_on_two_processes_then_resume_is_bit_exact(tmp_path):

@@ -174,6 +174,12 @@ def test_trajectory_passes_by_hand_with_merging():
     assert torch.equal(total, torch.tensor([[1.0, 1, 1, 1, 0], [1, 1, 1, 1, 0]]))  # each token scored once
     merged = TrajectoryEstimator(shrink=2).draw(batch)
     assert len(merged) == 2
+    assert [p.key for p in passes] == [0, 1, 2, 3] and [p.key for p in merged] == [0, 1]  # matched across processes
+    assert passes[2].rows(slice(0, 1)).key == 2
+    # rows whose steps skip a transition: the keys name the transitions present, not list positions
+    sparse = TrajectoryEstimator(shrink=1).draw(make_batch(N=1, P=1, G=3, prompt_pad=(0,),
+                                                           unmask_step=torch.tensor([[0, 4, 2]])))
+    assert [p.key for p in sparse] == [0, 2, 4]
     assert merged[1].mask[0, :, 1:].int().tolist() == [[0, 1, 0, 1, 1], [0, 0, 1, 1, 0]]
     assert merged[0].weight[0].int().tolist() == [[1, 0, 1, 0, 0], [1, 1, 0, 0, 0]]
     with pytest.raises(ValueError, match="unmask_step"):

@@ -72,7 +72,9 @@ class PassLossInput:
       skipped by ``skip_zero_advantage`` have no old scores, docs/algorithms.md §9.6b);
     * ``ref``: ``[n, G]`` float32 under the reference policy, or None when ``beta == 0``;
     * ``advantages``: ``[n]`` float32; ``response_lengths``: ``[n]`` int64 (``|y|``);
-    * ``pass_index``/``num_passes``: this pass and how many the estimate has;
+    * ``pass_index``/``num_passes``: this pass's position in this process's list, and how many passes the
+      estimate has over the *whole* batch (trajectory replay: distinct denoising steps over every process's
+      rows, so it can exceed this process's own pass count);
     * ``num_tokens``: tokens this pass scores in the *whole* rollout batch; ``num_sequences``: rows
       of the whole batch; ``total_response_tokens``: ``sum |y|`` over the whole batch (global
       normalisers, so chunk losses add up to the batch loss).

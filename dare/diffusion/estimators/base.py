@@ -111,11 +111,15 @@ class Pass:
 
     * ``mask``: ``[K, N, S]`` bool, positions replaced by the mask token in copy ``k``;
     * ``weight``: ``[K, N, G]`` float32, weight of ``log p(x0_g | copy k)`` in the token score
-      (0 = not scored by that copy).
+      (0 = not scored by that copy);
+    * ``key``: the pass's identity across processes where the passes depend on the rows (trajectory replay:
+      the transition index, so each process holds the steps present in its own rows); ``None``: the pass is
+      identified by its position in the list, which is the same on every process.
     """
 
     mask: torch.Tensor
     weight: torch.Tensor
+    key: int | None = None
 
     def __post_init__(self):
         if self.mask.ndim != 3 or self.weight.ndim != 3 or self.mask.shape[:2] != self.weight.shape[:2]:
@@ -129,7 +133,7 @@ class Pass:
 
     def rows(self, index) -> Pass:
         """The same pass restricted to rows ``index``."""
-        return Pass(mask=self.mask[:, index], weight=self.weight[:, index])
+        return Pass(mask=self.mask[:, index], weight=self.weight[:, index], key=self.key)
 
 
 @dataclass

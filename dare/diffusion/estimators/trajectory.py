@@ -47,7 +47,7 @@ def transition_ids(unmask_step: torch.Tensor, valid: torch.Tensor, shrink: int =
 
 
 def trajectory_passes(batch: ScoringBatch, shrink: int = 1) -> list[Pass]:
-    """One pass per transition (module docstring); each pass has ``K = 1``.
+    """One pass per transition (module docstring); each pass has ``K = 1`` and ``key`` = its transition index.
 
     :raises ValueError: the batch has no ``unmask_step`` or no token was ever committed.
     """
@@ -63,7 +63,7 @@ def trajectory_passes(batch: ScoringBatch, shrink: int = 1) -> list[Pass]:
     passes = []
     for s in steps:
         masked = (trans >= s) | never
-        passes.append(Pass(mask=torch.cat([no_prompt, masked], 1)[None], weight=(trans == s).float()[None]))
+        passes.append(Pass(mask=torch.cat([no_prompt, masked], 1)[None], weight=(trans == s).float()[None], key=int(s)))
     return passes
 
 
