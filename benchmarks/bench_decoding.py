@@ -13,7 +13,9 @@ the same weights and ``torch`` threads pinned (``--threads``), every decoder gen
 
 * ``vanilla``: the samplers' default decoder, one token per step (LLaDA: low-confidence remasking;
   Dream: ``alg: maskgit_plus``, its low-confidence rule, in blocks of 32);
-* ``prefix cache``, ``dual cache`` (``cache``), ``threshold 0.9`` (``threshold``), ``dual + threshold``.
+* ``prefix cache``, ``dual cache`` (``cache``), ``threshold 0.9`` (``threshold``), ``dual + threshold``;
+* the same rule at a stricter threshold (``--extra-threshold``, default 0.99): ``threshold 0.99``,
+  ``prefix + threshold 0.99``, ``dual + threshold 0.99``, to show what a stricter rule buys back.
 
 Each of ``--rounds`` rounds takes the next ``--batch`` test puzzles and decodes them with every decoder in
 turn (the order rotates between rounds), so the ratio of a round compares decoders on the same prompts at
@@ -22,10 +24,17 @@ nearly the same time; the round's ratio is vanilla seconds / decoder seconds, wh
 rounds, NFE per prompt batch (mean), and exact-solve accuracy over all ``rounds x batch`` puzzles. Greedy
 decoding is deterministic, so accuracy differences come from the decoders, not from chance.
 
-The last line summarises the dual cache + threshold decoder over both models, conservatively: the smaller
-of the two median speedups and the accuracy change (in points, vs vanilla) of larger magnitude.
+After the table, each model's calibration at the answer block's first step (:func:`first_step_calibration`):
+the blank cells of the answer by the confidence of the greedy proposal, and how many of them are wrong. The
+threshold rule commits every cell above the threshold in that step; a calibrated model is wrong on about
+``1 - confidence`` of them, and one wrong cell loses the puzzle.
 
-Run: ``python benchmarks/bench_decoding.py [--rounds 5] [--batch 32] [--threads 1] [--families llada dream]``.
+The line before the last summarises the ``--extra-threshold`` rows; the last line summarises the dual cache +
+threshold 0.9 decoder over both models, conservatively: the smaller of the two median speedups and the
+accuracy change (in points, vs vanilla) of larger magnitude.
+
+Run: ``python benchmarks/bench_decoding.py [--rounds 5] [--batch 32] [--threads 1] [--families llada dream]
+[--extra-threshold 0.99]``.
 """
 
 from __future__ import annotations
@@ -62,6 +71,18 @@ DECODERS = {
     "threshold 0.9": {"threshold": 0.9},
     "dual + threshold 0.9": {"cache": "dual", "threshold": 0.9},
 }
+#: confidence bins of the calibration table (upper bound of the last one is inclusive)
+BINS = (0.0, 0.5, 0.9, 0.95, 0.99, 0.999, 1.0)
+
+
+def decoders(extra_threshold: float | None) -> dict[str, dict]:
+    """:data:`DECODERS`, plus threshold / prefix + threshold / dual + threshold at ``extra_threshold`` if given."""
+    out = dict(DECODERS)
+    if extra_threshold is not None:
+        t = extra_threshold
+        out.update({f"threshold {t:g}": {"threshold": t}, f"prefix + threshold {t:g}": {"cache": "prefix", "threshold": t},
+                    f"dual + threshold {t:g}": {"cache": "dual", "threshold": t}})
+    return out
 
 
 def trained_model(family: str, retrain: bool) -> tuple[Path, float, bool]:
@@ -113,6 +134,38 @@ def exact_solves(texts: list[str], rows: list[dict]) -> int:
     )
 
 
+def first_step_calibration(lm, chunks, gen_length: int) -> list[tuple[float, float, int, int]]:
+    """How often the answer's confident proposals are wrong where threshold decoding commits most tokens at once.
+
+    For each puzzle: one exact forward with the whole completion masked (the first step of the answer block,
+    the state in which threshold decoding commits most tokens at once), the family's position-aligned logits
+    (``ModelFamily.logits``), and for each of the 16 answer positions whose puzzle cell is blank, the greedy
+    proposal's probability (the confidence the threshold rule compares) and whether the proposal differs from
+    the solution. :returns: ``[(low, high, cells, wrong)]`` per bin of :data:`BINS` (``low <= conf < high``, the
+    last bin closed). A calibrated model is wrong on about ``1 - conf`` of the cells of a bin; every such cell
+    committed in parallel is a puzzle lost, while the one-token-per-step decoder first commits the surest cell
+    and re-predicts the rest.
+    """
+    tokens, tokenizer = lm.tokens, lm.tokenizer
+    conf_all, wrong_all = [], []
+    for part, ids, am in chunks:
+        x = torch.cat([ids, torch.full((ids.shape[0], gen_length), tokens.mask_id, dtype=ids.dtype)], 1)
+        attn = torch.cat([am, torch.ones(ids.shape[0], gen_length, dtype=am.dtype)], 1)
+        probs = lm.family.logits(lm.model, x, attn)[:, ids.shape[1]:ids.shape[1] + 16].float().softmax(-1)
+        conf, proposal = probs.max(-1)
+        for j, row in enumerate(part):
+            solution = torch.tensor(tokenizer.encode(str(row["reward_model"]["ground_truth"]), add_special_tokens=False)[:16])
+            blank = torch.tensor([c == "0" for c in str(row["extra_info"]["puzzle"])[:16]])
+            conf_all.append(conf[j][blank])
+            wrong_all.append((proposal[j] != solution)[blank])
+    conf, wrong = torch.cat(conf_all), torch.cat(wrong_all)
+    out = []
+    for k, (lo, hi) in enumerate(zip(BINS[:-1], BINS[1:])):
+        sel = (conf >= lo) & ((conf <= hi) if k == len(BINS) - 2 else (conf < hi))
+        out.append((lo, hi, int(sel.sum()), int((wrong & sel).sum())))
+    return out
+
+
 def bench_family(family: str, args) -> dict:
     from dare.modeling import load_model
     from dare.plugins import get_registry
@@ -123,7 +176,8 @@ def bench_family(family: str, args) -> dict:
     model, fam, tokens, tokenizer = lm.model.eval(), lm.family, lm.tokens, lm.tokenizer
     sampler_name, base = BASE[family]
     sampler_cls = get_registry().get("sampler", sampler_name).cls
-    samplers = {name: sampler_cls({**base, **extra}) for name, extra in DECODERS.items()}
+    names = decoders(args.extra_threshold)
+    samplers = {name: sampler_cls({**base, **extra}) for name, extra in names.items()}
     rows = test_puzzles(args.rounds * args.batch)
     chunks = []
     for r in range(args.rounds):
@@ -131,13 +185,13 @@ def bench_family(family: str, args) -> dict:
         ids, am = encode_prompts(tokenizer, [str(x["extra_info"]["puzzle"]) for x in part], tokens.pad_id)
         chunks.append((part, ids, am))
 
-    seconds = {name: [] for name in DECODERS}
-    nfe = {name: [] for name in DECODERS}
-    solved = {name: 0 for name in DECODERS}
+    seconds = {name: [] for name in names}
+    nfe = {name: [] for name in names}
+    solved = {name: 0 for name in names}
     with torch.no_grad():
         for name, smp in samplers.items():  # warm-up: allocator, kernels, RoPE tables
             smp.generate(model, fam, tokens, chunks[0][1][:2], chunks[0][2][:2])
-        names = list(DECODERS)
+        names = list(names)  # the rotation order of the rounds
         for r, (part, ids, am) in enumerate(chunks):
             for name in names[r % len(names) :] + names[: r % len(names)]:
                 t0 = time.perf_counter()
@@ -147,9 +201,11 @@ def bench_family(family: str, args) -> dict:
                 solved[name] += exact_solves(decode_completions(tokenizer, out.completions, tokens), part)
             print(f"  {family} round {r + 1}/{args.rounds}: vanilla {seconds['vanilla'][-1]:.1f} s, "
                   f"dual + threshold {seconds['dual + threshold 0.9'][-1]:.2f} s", flush=True)
+        calibration = first_step_calibration(lm, chunks, GEN_LENGTH)
     n = len(rows)
-    result = {"family": family, "train_seconds": train_seconds, "reused": reused, "prompts": n, "decoders": {}}
-    for name in DECODERS:
+    result = {"family": family, "train_seconds": train_seconds, "reused": reused, "prompts": n, "decoders": {},
+              "calibration": calibration}
+    for name in names:
         ratios = [v / s for v, s in zip(seconds["vanilla"], seconds[name])]
         result["decoders"][name] = {
             "ratio": (min(ratios), statistics.median(ratios), max(ratios)),
@@ -172,6 +228,10 @@ def report(res: dict, args) -> None:
         change = 100 * (d["accuracy"] - vanilla)
         print(f"  {name:<22} {lo:9.2f}x {mid:9.2f}x {hi:9.2f}x {d['tokens_per_s']:9.1f} {d['nfe']:10.1f} "
               f"{d['accuracy']:8.3f} ({change:+.1f} pt)")
+    print("  first step of the answer block (exact forward, every answer token masked), blank cells by the "
+          "confidence of the greedy proposal:")
+    print("    " + "   ".join(f"[{lo:g}, {hi:g}{']' if hi == 1.0 else ')'}: {wrong}/{cells} wrong"
+                               for lo, hi, cells, wrong in res["calibration"]))
 
 
 def main() -> int:
@@ -181,7 +241,14 @@ def main() -> int:
     parser.add_argument("--batch", type=int, default=32, help="prompts decoded together (one batch per round)")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--retrain", action="store_true", help="train again even if a finished run exists")
+    parser.add_argument("--extra-threshold", type=float, default=0.99,
+                        help="also time threshold / prefix + threshold / dual + threshold at this threshold "
+                             "(default 0.99; a value <= 0 turns the extra rows off)")
     args = parser.parse_args()
+    if args.extra_threshold is not None and args.extra_threshold <= 0:
+        args.extra_threshold = None
+    elif args.extra_threshold is not None and (args.extra_threshold >= 1 or args.extra_threshold == 0.9):
+        raise SystemExit(f"--extra-threshold must lie in (0, 1) and differ from 0.9, got {args.extra_threshold}")
     if args.rounds < 5:
         raise SystemExit("--rounds must be at least 5 (ratios are reported as min/median/max over rounds)")
     torch.set_num_threads(args.threads)
@@ -197,6 +264,14 @@ def main() -> int:
     speedup = min(d["ratio"][1] for d in best)
     changes = [100 * (d["accuracy"] - v) for d, v in zip(best, vanilla)]
     change = max(changes, key=abs)
+    if args.extra_threshold is not None:
+        t = args.extra_threshold
+        parts = []
+        for name in (f"dual + threshold {t:g}", f"threshold {t:g}"):
+            rows = [res["decoders"][name] for res in results]
+            worst = max((100 * (d["accuracy"] - v) for d, v in zip(rows, vanilla)), key=abs)
+            parts.append(f"{name} {min(d['ratio'][1] for d in rows):.2f}x, accuracy change {worst:+.1f} pt")
+        print(f"at threshold {t:g} (smaller speedup, larger change of the models): " + "; ".join(parts))
     print(f"decoding speedup (dual+threshold vs vanilla): {speedup:.2f}x, accuracy change: {change:+.1f} pt")
     return 0
 
