@@ -27,9 +27,10 @@ per row: ``Sampler.supports_row_generators``) and its likelihood-estimator passe
 from ``(seed, "rl-passes", step, (i * G + j) * num_iterations + k)``. So 1 and N processes draw the same
 completions and masks, nothing random needs checkpointing, and a resumed run recomputes the same keys.
 A checkpoint never falls inside a rollout's inner iterations (a save due there is deferred to the end of
-the rollout, :class:`RolloutBoundarySaves`), so no rollout buffer is saved either. Loss normalisers (scored tokens,
-rows) are summed over processes (:meth:`GRPOTrainer._normalisers`), and every process runs the same number of
-backwards per update (zero-gradient pads where its rows need fewer passes: :meth:`GRPOTrainer._backward_pads`).
+the rollout, :class:`RolloutBoundarySaves`), so no rollout buffer is saved either. Loss normalisers (scored
+tokens, rows) are summed over processes (:func:`dare.rl.batch_totals.whole_batch_normalisers`), and every process
+runs the same number of backwards per update (zero-gradient pads where its rows need fewer passes:
+:meth:`GRPOTrainer._backward_pads`).
 
 Metrics (logged every ``logging_steps``, means over the steps since the last log): ``reward``,
 ``reward_std``, ``reward/<name>``(+``_std``), ``reward_errors``, ``advantage_mean``/``_std``/``_abs``,
@@ -38,7 +39,7 @@ trajectory replay cannot represent), ``clip_fraction`` (+``_low``/``_high``), ``
 ``approx_kl`` (vs old), ``kl`` (vs reference), ``entropy``, ``completion_length``, ``nfe/rollout``,
 ``nfe/update``, ``time/rollout``, ``time/score``, ``time/old_ref``, ``time/update`` (seconds). The per-pass
 update's loss metrics (clip fractions, ``approx_kl``, ``kl``) and ``entropy`` are the whole batch's on any number
-of processes (:meth:`GRPOTrainer._whole_batch_metrics`); the rollout statistics are means over processes, which
+of processes (:func:`dare.rl.batch_totals.whole_batch_metrics`); the rollout statistics are means over processes, which
 hold equal numbers of groups.
 """
 
@@ -56,6 +57,7 @@ from dare.diffusion.estimators import Pass, PassScore, ScoringBatch, score_pass
 from dare.modeling.lora import ReferencePolicy
 from dare.randomness import STREAMS, RowGenerators, key_seed
 from dare.rl.advantages import group_advantages, zero_std_groups
+from dare.rl.batch_totals import whole_batch_metrics, whole_batch_normalisers
 from dare.rl.losses import LossTerms, PassLossInput, SequenceLossInput, vanishes_at_zero_advantage
 from dare.rl.prompts import RepeatChunkSampler, collate_prompts
 from dare.rl.rollout import Rollout, sample_completions, score_completions
@@ -276,7 +278,7 @@ class GRPOTrainer(DareTrainer):
         batch, passes = rollout.batch, rollout.passes[iteration]
         fn = self._logits_fn(model)
         lengths = batch.response_lengths
-        num_tokens, num_sequences, response_tokens, world, num_passes = self._normalisers(passes, batch)
+        num_tokens, num_sequences, response_tokens, world, num_passes = whole_batch_normalisers(passes, batch)
         jobs = self._jobs(passes, self._trained_rows(rollout), batch.num_rows)
         pads = self._run_pads(len(jobs))
         pad_loss = self._first_row_loss(fn, batch, passes)
@@ -301,7 +303,7 @@ class GRPOTrainer(DareTrainer):
             entropy_count += float(current.scored.sum())
             forwards += int((pas.weight[:, r] != 0).flatten(1).any(dim=1).sum())
         self._pad_backward(pads, pad_loss)
-        metrics, entropy_sum, entropy_count = self._whole_batch_metrics(metrics, entropy_sum, entropy_count)
+        metrics, entropy_sum, entropy_count = whole_batch_metrics(metrics, entropy_sum, entropy_count)
         metrics["nfe/update"] = float(forwards)
         if entropy_count > 0:  # nothing run (every row skipped): no entropy to report, not an entropy of 0
             metrics["entropy"] = entropy_sum / entropy_count
@@ -351,35 +353,6 @@ class GRPOTrainer(DareTrainer):
         metrics["entropy"] = float((torch.stack([s.entropy for s in scores]) * scored).sum() / scored.sum().clamp(min=1.0))
         return float(terms.loss.detach()), metrics
 
-    def _normalisers(self, passes: list[Pass], batch: ScoringBatch) -> tuple[list[float], int, float, int, int]:
-        """The loss normalisers of the whole rollout batch over every process: scored tokens of each pass, rows,
-        response tokens, the world size and the number of passes of the whole batch.
-
-        Each process's loss uses the global normalisers and is multiplied by the world size (DDP averages
-        gradients over processes), so the gradient equals the one-process gradient of the whole batch. Passes
-        that depend on the rows (trajectory replay: one pass per denoising step present in the process's rows)
-        carry a ``key`` (the transition index): a pass's token count is summed over the processes' passes of the
-        same key and the pass count is the number of distinct keys, exactly what one process holding every row
-        would have. Passes without a key are matched by position; only if their number differs between processes
-        (a third-party estimator whose pass count depends on the rows) does each pass's token normaliser stay
-        per process (scaled by the world size).
-        """
-        counts = [float(p.scored.sum()) for p in passes]
-        keys = [p.key for p in passes]
-        parts = distributed.gather((keys, counts, batch.num_rows, float(batch.response_lengths.sum())))
-        world = len(parts)
-        rows, response_tokens = sum(n for _, _, n, _ in parts), sum(t for _, _, _, t in parts)
-        if all(k is not None for ks, _, _, _ in parts for k in ks):
-            totals: dict[int, float] = {}
-            for ks, cs, _, _ in parts:
-                for k, c in zip(ks, cs):
-                    totals[k] = totals.get(k, 0.0) + c
-            return [totals[k] for k in keys], rows, response_tokens, world, len(totals)
-        if all(len(cs) == len(counts) for _, cs, _, _ in parts):
-            tokens = [sum(cs[p] for _, cs, _, _ in parts) for p in range(len(counts))]
-            return tokens, rows, response_tokens, world, len(counts)
-        return [c * world for c in counts], rows, response_tokens, world, len(counts)
-
     def _backward(self, loss: torch.Tensor) -> None:
         self.accelerator.backward(loss / self.current_gradient_accumulation_steps)
 
@@ -420,27 +393,6 @@ class GRPOTrainer(DareTrainer):
         """A pad job's loss (:meth:`_pad_backward`): the first row's token scores under the first pass."""
         first = slice(0, 1)
         return lambda: score_pass(fn, batch.rows(first), passes[0].rows(first), self.likelihood_temperature).token.sum()
-
-    @staticmethod
-    def _whole_batch_metrics(metrics: dict[str, float], entropy_sum: float,
-                             entropy_count: float) -> tuple[dict[str, float], float, float]:
-        """The whole batch's loss metrics from every process's share: ``(metrics, entropy sum, entropy count)``.
-
-        A per-pass loss term divides by the whole batch's normalisers (:meth:`_normalisers`), so each process
-        holds its rows' share of ``clip_fraction``, ``approx_kl``, ``kl``, ...: the batch's value is the sum over
-        processes, as the loss is (each process's loss times the world size, averaged by DDP). A process that ran
-        no row (every row skipped) adds nothing. Entropy sums and token counts are summed likewise, so the logged
-        token-mean entropy is the whole batch's. One small ``all_gather_object`` per update; with one process the
-        values are returned unchanged. Without this, N processes logged 1/N of these metrics.
-        """
-        parts = distributed.gather((metrics, entropy_sum, entropy_count))
-        if len(parts) == 1:
-            return metrics, entropy_sum, entropy_count
-        total: dict[str, float] = {}
-        for part, _, _ in parts:
-            for k, v in part.items():
-                total[k] = total.get(k, 0.0) + v
-        return total, sum(p[1] for p in parts), sum(p[2] for p in parts)
 
     @staticmethod
     def _accumulate(metrics: dict[str, float], terms: LossTerms) -> None:
