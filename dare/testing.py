@@ -6,6 +6,7 @@
 * :class:`LogitsStub`: a fake model with scripted logits, for exact sampler tests.
 * :func:`decode_batched_and_alone`: a sampler's batch vs one prompt at a time with the same keyed
   per-row generators (batch invariance of sampled decoding).
+* :func:`check_parallel_block_steps`: the per-block ``unmask_step`` numbering of parallel decoding.
 """
 
 from __future__ import annotations
@@ -16,7 +17,8 @@ from typing import Callable
 
 import torch
 
-__all__ = ["shared_path", "tiny_model", "LogitsStub", "repo_root", "left_pad", "decode_batched_and_alone", "step_ranks"]
+__all__ = ["shared_path", "tiny_model", "LogitsStub", "repo_root", "left_pad", "decode_batched_and_alone",
+           "check_parallel_block_steps"]
 
 
 def repo_root() -> Path:
@@ -100,11 +102,27 @@ def decode_batched_and_alone(sampler, model, family, tokens, prompts: list[torch
     return batched, alone
 
 
-def step_ranks(unmask_step: torch.Tensor) -> torch.Tensor:
-    """Dense ranks of a row's ``unmask_step`` ``[G]`` (-1 stays -1): the order and grouping of its commits
-    without the step numbers. Parallel decoders number steps by the batch's forward passes (a row whose block
-    is done waits), so a row's steps in a batch are a monotone relabelling of its steps alone."""
-    out = torch.full_like(unmask_step, -1)
-    done = unmask_step >= 0
-    out[done] = torch.unique(unmask_step[done], return_inverse=True)[1]
-    return out
+def check_parallel_block_steps(unmask_step: torch.Tensor, block_length: int, nfe: int) -> None:
+    """Assert the ``unmask_step`` numbering of a Fast-dLLM parallel block decoder (``threshold``/``factor``).
+
+    :param unmask_step: ``[B, G]`` int64 from ``SamplerOutput``, ``G`` a multiple of ``block_length``.
+    :param nfe: forward passes the decoder reported (no CFG).
+    :raises AssertionError: a token never committed; a token numbered outside its own block's range
+        ``[nb * block_length, (nb + 1) * block_length)`` (committed outside the current block); a row's numbers
+        in a block that are not ``nb * block_length + 0, 1, ..., k - 1`` (a step that committed nothing while
+        the row's block still had a mask); or ``nfe`` other than the sum over blocks of the most steps a row took.
+    """
+    B, G = unmask_step.shape
+    assert bool((unmask_step >= 0).all()), "a completion token was never committed"
+    own_block = (torch.arange(G, device=unmask_step.device) // block_length).expand(B, G)
+    assert torch.equal(unmask_step // block_length, own_block), "a step committed outside its block"
+    forwards = 0
+    for nb in range(G // block_length):
+        local = unmask_step[:, nb * block_length : (nb + 1) * block_length] - nb * block_length
+        counts = []
+        for r in range(B):
+            used = sorted(set(local[r].tolist()))
+            assert used == list(range(len(used))), f"row {r}, block {nb}: steps {used} skip a step"
+            counts.append(len(used))
+        forwards += max(counts)
+    assert nfe == forwards, f"nfe {nfe}, but the blocks took {forwards} steps"

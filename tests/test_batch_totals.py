@@ -6,7 +6,7 @@ import torch
 
 from dare.diffusion.estimators import Pass, ScoringBatch
 from dare.rl import batch_totals
-from dare.rl.batch_totals import whole_batch_metrics, whole_batch_normalisers
+from dare.rl.batch_totals import whole_batch_metrics, whole_batch_normalisers, whole_batch_values
 
 
 def _pass(scored_per_row: list[int], key=None, G: int = 4) -> Pass:
@@ -59,3 +59,10 @@ def test_metric_shares_are_summed_and_entropy_is_the_token_mean(monkeypatch):
     # a process that ran no row (all its groups tied) contributes nothing, and receives the other's values
     _as_other_process(monkeypatch, ({"approx_kl": 0.5}, 2.0, 2.0))
     assert whole_batch_metrics({}, 0.0, 0.0) == ({"approx_kl": 0.5}, 2.0, 2.0)
+
+
+def test_row_values_are_concatenated_in_rank_order(monkeypatch):
+    _as_other_process(monkeypatch, {"reward": [1.0, 1.0], "advantage": [0.0, 0.0]})
+    got = whole_batch_values({"reward": torch.tensor([0.0, 1.0]), "advantage": torch.tensor([-0.5, 0.5])})
+    assert got["reward"].tolist() == [0.0, 1.0, 1.0, 1.0] and got["advantage"].tolist() == [-0.5, 0.5, 0.0, 0.0]
+    assert float(got["reward"].std()) == pytest.approx(0.5)  # the mean of the processes' stds would say 0.354

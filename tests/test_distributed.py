@@ -238,10 +238,10 @@ def digit_model(tmp_path_factory) -> Path:
     return _one_process(_write(tmp, "sft", spec), evaluate=False) / "model"
 
 
-@pytest.mark.parametrize("objective,iterations,micro_batch_size",
-                         [("tracerl", 1, None), ("tracerl", 2, None), ("cj-grpo", 1, 3)])
+@pytest.mark.parametrize("objective,iterations,micro_batch_size,block_length",
+                         [("tracerl", 1, None, 17), ("tracerl", 2, None, 17), ("cj-grpo", 1, 3, 4)])
 def test_trajectory_replay_of_threshold_rollouts_on_two_processes_equals_one(tmp_path, digit_model, objective,
-                                                                             iterations, micro_batch_size):
+                                                                             iterations, micro_batch_size, block_length):
     """Threshold rollouts take a different number of denoising steps on each process, so trajectory replay
     has a different number of passes (backwards) per process: the 2-process run used to wait forever in the
     first update (DDP all-reduces at every backward). 4 rollouts of 4 prompts x 4 completions, threshold 0.3.
@@ -249,15 +249,18 @@ def test_trajectory_replay_of_threshold_rollouts_on_two_processes_equals_one(tmp
     which used to raise in ``backward`` (now a zero-gradient pad job keeps the backward count).
     CJ-GRPO normalises each step by the tokens committed at that step over the whole batch and averages over the
     batch's steps: the processes hold different sets of steps, so the trainer matches passes by step
-    (``Pass.key``; before stop 23 its normalisers were per process and 2 processes only approximated 1)."""
+    (``Pass.key``; before stop 23 its normalisers were per process and 2 processes only approximated 1). With
+    blocks of 4 (16 tokens) a row's step numbers must not depend on the rows it is decoded with: before stop 23
+    threshold decoding numbered steps by the batch's forward passes, so later blocks shifted with the batch."""
     spec = {
         "model": {"path": str(digit_model)},
         "data": {"train": {"path": "dare://sudoku/train.parquet", "limit": 64, **SUDOKU}},
         "algorithm": {"name": objective, "params": {"group_size": 4, "num_iterations": iterations,
                                                    "micro_batch_size": micro_batch_size,
                                                    **({"step_merge": False} if objective == "cj-grpo" else {})}},
-        "sampler": {"name": "llada", "params": {"gen_length": 17, "block_length": 17, "steps": 17, "temperature": 1.0,
-                                                "threshold": 0.3}},
+        "sampler": {"name": "llada", "params": {"gen_length": 17 if block_length == 17 else 16,
+                                                "block_length": block_length, "steps": 17 if block_length == 17 else 16,
+                                                "temperature": 1.0, "threshold": 0.3}},
         "rewards": [{"name": "sudoku", "params": {"require_answer_tags": False}}],
         "train": {"learning_rate": 1e-4, "max_steps": 4 * iterations, "per_device_batch_size": 4, "logging_steps": 1,
                   "save_steps": 4 * iterations, "num_threads": 1, "seed": 0},
@@ -273,8 +276,9 @@ def test_trajectory_replay_of_threshold_rollouts_on_two_processes_equals_one(tmp
     nfe = [json.loads(x)["nfe/rollout"] for x in (two / "metrics.jsonl").read_text().splitlines() if "nfe/rollout" in x]
     # the mean over the processes' own step counts: a fraction when they differed (the case under test)
     assert any(n != int(n) for n in nfe), f"the processes took the same number of denoising steps every time: {nfe}"
-    # the loss's metrics and the entropy are the whole batch's on 2 processes (they read 1/2 before stop 23)
-    for key in ("entropy", "approx_kl"):
+    # the loss's metrics, the entropy and the rollout's standard deviations are the whole batch's on 2 processes
+    # (before stop 23 the loss metrics read 1/2 and the stds were the mean of each process's std)
+    for key in ("entropy", "approx_kl", "reward_std", "advantage_std", "frac_zero_std_groups"):
         a, b = _metric(one, key), _metric(two, key)
         assert [s for s, _ in a] == [s for s, _ in b] and a, key
         assert [v for _, v in b] == pytest.approx([v for _, v in a], rel=1e-3, abs=1e-12), key

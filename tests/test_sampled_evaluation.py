@@ -13,7 +13,7 @@ import pytest
 
 from dare.plugins import get_registry
 from dare.sampling.text import generate_texts
-from dare.testing import step_ranks, tiny_model
+from dare.testing import tiny_model
 
 SAMPLERS = {
     "llada": {"gen_length": 8, "block_length": 4, "steps": 8, "temperature": 1.0, "cache": "dual", "threshold": 0.9},
@@ -63,6 +63,7 @@ def test_rollouts_in_chunks_of_rollout_batch_size_equal_one_call(tiny_llada_dir)
 
     whole, chunked = rollout(None), rollout(3)
     assert torch.equal(whole.input_ids, chunked.input_ids)
-    for a, b in zip(whole.unmask_step, chunked.unmask_step, strict=True):  # same commits in the same order
-        assert torch.equal(step_ranks(a), step_ranks(b))
+    # the same step numbers (per block, not by the call's forward passes), so trajectory replay groups the same
+    # tokens whatever the chunking or the process count
+    assert torch.equal(whole.unmask_step, chunked.unmask_step)
     assert len({tuple(r.tolist()) for r in whole.input_ids}) > 4  # group members differ: the rows are sampled

@@ -22,10 +22,13 @@ class SamplerOutput:
     * ``prompt_length``: ``Lp``.
     * ``completion_mask``: ``[B, G]`` bool, the completion positions that belong to the response
       under the family's padding convention (all True when EOS padding counts as response).
-    * ``unmask_step``: ``[B, G]`` int64, the global denoising step (0-based) at which each completion
-      token was committed; -1 for positions never committed. Trajectory objectives replay this.
+    * ``unmask_step``: ``[B, G]`` int64, the denoising step (0-based) at which each completion token was
+      committed; -1 for positions never committed. Trajectory objectives replay this, grouping the tokens of
+      all rows that carry the same number, so a row's numbers must not depend on the other rows of its batch:
+      block decoders number ``block index * (most steps a block can take) + step within the block``.
     * ``nfe``: number of model forward passes (function evaluations), counting a CFG pair as 2.
-    * ``steps``: total denoising steps the schedule had (the range of ``unmask_step``).
+    * ``steps``: denoising steps of the schedule, or the steps run where the count adapts (parallel decoding);
+      ``unmask_step`` may then exceed it (numbers of blocks that finished early are skipped).
     """
 
     sequences: Any

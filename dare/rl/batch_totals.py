@@ -10,10 +10,12 @@ one process nothing is exchanged and the values are the process's own.
 
 from __future__ import annotations
 
+import torch
+
 from dare import distributed
 from dare.diffusion.estimators import Pass, ScoringBatch
 
-__all__ = ["whole_batch_normalisers", "whole_batch_metrics"]
+__all__ = ["whole_batch_normalisers", "whole_batch_metrics", "whole_batch_values"]
 
 
 def whole_batch_normalisers(passes: list[Pass], batch: ScoringBatch) -> tuple[list[float], int, float, int, int]:
@@ -73,3 +75,20 @@ def whole_batch_metrics(metrics: dict[str, float], entropy_sum: float,
         for k, v in part.items():
             total[k] = total.get(k, 0.0) + v
     return total, sum(p[1] for p in parts), sum(p[2] for p in parts)
+
+
+def whole_batch_values(values: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Every process's per-row values concatenated in rank order: ``{name: [N_total] float32 (CPU)}``.
+
+    :param values: ``{name: [n] tensor}`` of this process's rows (rewards, advantages, reward parts); the same
+        names on every process.
+
+    For statistics that are not means (``reward_std``, ``advantage_std``), which the mean over processes of
+    per-process values would get wrong (it did before stop 23). Each process holds whole groups, so group
+    statistics of the result are the whole batch's. Collective: every process must call it.
+    """
+    local = {k: v.detach().float().flatten().cpu() for k, v in values.items()}
+    parts = distributed.gather({k: v.tolist() for k, v in local.items()})
+    if len(parts) == 1:
+        return local
+    return {k: torch.tensor([x for part in parts for x in part[k]], dtype=torch.float32) for k in local}

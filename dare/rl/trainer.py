@@ -39,8 +39,8 @@ trajectory replay cannot represent), ``clip_fraction`` (+``_low``/``_high``), ``
 ``approx_kl`` (vs old), ``kl`` (vs reference), ``entropy``, ``completion_length``, ``nfe/rollout``,
 ``nfe/update``, ``time/rollout``, ``time/score``, ``time/old_ref``, ``time/update`` (seconds). The per-pass
 update's loss metrics (clip fractions, ``approx_kl``, ``kl``) and ``entropy`` are the whole batch's on any number
-of processes (:func:`dare.rl.batch_totals.whole_batch_metrics`); the rollout statistics are means over processes, which
-hold equal numbers of groups.
+of processes (:func:`dare.rl.batch_totals.whole_batch_metrics`), and so are the rollout statistics (means and
+standard deviations, :func:`dare.rl.batch_totals.whole_batch_values`).
 """
 
 from __future__ import annotations
@@ -57,7 +57,7 @@ from dare.diffusion.estimators import Pass, PassScore, ScoringBatch, score_pass
 from dare.modeling.lora import ReferencePolicy
 from dare.randomness import STREAMS, RowGenerators, key_seed
 from dare.rl.advantages import group_advantages, zero_std_groups
-from dare.rl.batch_totals import whole_batch_metrics, whole_batch_normalisers
+from dare.rl.batch_totals import whole_batch_metrics, whole_batch_normalisers, whole_batch_values
 from dare.rl.losses import LossTerms, PassLossInput, SequenceLossInput, vanishes_at_zero_advantage
 from dare.rl.prompts import RepeatChunkSampler, collate_prompts
 from dare.rl.rollout import Rollout, sample_completions, score_completions
@@ -223,6 +223,11 @@ class GRPOTrainer(DareTrainer):
         return rollout
 
     def _reward_stats(self, rewards, parts, advantages) -> dict[str, float]:
+        """Rollout statistics of the whole batch over every process (means and standard deviations)."""
+        every = whole_batch_values({"reward": rewards, "advantage": advantages,
+                                    **{f"part/{k}": v for k, v in parts.items()}})
+        rewards, advantages = every["reward"], every["advantage"]
+        parts = {k: every[f"part/{k}"] for k in parts}
         stats = {
             "reward": float(rewards.mean()),
             "reward_std": float(rewards.std()) if rewards.numel() > 1 else 0.0,

@@ -58,3 +58,7 @@ def test_valid_spec_and_step_merge(tiny_llada_dir, tmp_path):
 
     est = CJGRPO({"step_merge": True}).make_estimator(None, None, LLaDASampler(raw["sampler"]["params"]))
     assert est.params.shrink == 4
+    # threshold decoding numbers block nb's steps from nb * block_length: one block per merged transition
+    params = {**raw["sampler"]["params"], "steps": 2 * raw["sampler"]["params"]["gen_length"], "threshold": 0.9}
+    est = CJGRPO({"step_merge": True}).make_estimator(None, None, LLaDASampler(params))
+    assert est.params.shrink == params["block_length"] != params["steps"] // 2

@@ -449,7 +449,8 @@ def decode(
     :param threshold: / :param factor: Fast-dLLM parallel decoding (at most one; ``alg="maskgit_plus"``).
     :returns: ``(x [B, Lp + max_new_tokens] int64, unmask_step [B, max_new_tokens] int64, nfe)``;
         ``unmask_step`` is the step that committed each completion token (-1: still masked); with
-        ``threshold``/``factor`` steps are numbered by forward pass.
+        ``threshold``/``factor`` a token committed at block ``nb``'s ``i``-th step gets ``nb * block_length + i``
+        (a block takes at most ``block_length`` steps), so a row's numbers do not depend on the other rows.
     :raises DreamSamplerError: an argument out of range (all problems in one message), or a cache
         without ``kv_logits``.
     :raises NonFiniteLogitsError: the model returned NaN/Inf logits.
@@ -471,7 +472,7 @@ def decode(
     propose = _Proposer(temperature, top_p, top_k, generator, release_quirks)
     kv = None if cache == "none" else BlockKVCache(kv_logits, cache)
     traj = Trajectory(B, max_new_tokens, device=x.device)
-    nfe, run = 0, 0
+    nfe = 0
     for nb in range(num_blocks):
         start, end = Lp + nb * block_length, Lp + (nb + 1) * block_length
         lo = 0 if kv is None and not parallel else start  # which masked positions compete
@@ -481,13 +482,12 @@ def decode(
             mask_index[:, end:] = False
             if not bool(mask_index.any()):
                 break
-            step = run if parallel else nb * spb + i
+            step = nb * (block_length if parallel else spb) + i  # per block: independent of the other rows
             if kv is None:
                 mask_logits = logits_fn(x, attention_mask)[mask_index]
             else:
                 mask_logits = kv.block_logits(x, attention_mask, start, end, refresh=i == 0)[mask_index[:, start:end]]
             nfe += 1
-            run += 1
             require_finite_logits(mask_logits, f"denoising step {step} (sampler 'dream')")
             if parallel:
                 _parallel_step(x, mask_index, mask_logits, mask_id, threshold, factor, propose)

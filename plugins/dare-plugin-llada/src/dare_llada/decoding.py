@@ -393,10 +393,13 @@ def _run_parallel(logits_fn, x: torch.Tensor, prompt_index: torch.Tensor, prompt
                   accel: _Acceleration) -> tuple[torch.Tensor, torch.Tensor, int]:
     """Fast-dLLM Algorithm 1: each block is denoised until none of its positions is masked, every step
     committing the positions the threshold/factor rule picks (at least one per row with a masked
-    position, only inside the block). Global steps count forward passes of the batch (a row whose block
-    is done waits, committing nothing), so ``unmask_step`` orders the commits as they happened. A block
-    gets at most ``block_length`` steps (only a model proposing the mask token everywhere needs more;
-    its positions then stay masked, ``unmask_step`` -1).
+    position, only inside the block). A row whose block is done waits, committing nothing, while the
+    others finish theirs. A block gets at most ``block_length`` steps (only a model proposing the mask
+    token everywhere needs more; its positions then stay masked, ``unmask_step`` -1), so a token committed
+    at the block's ``i``-th step gets ``unmask_step = nb * block_length + i`` (block ``nb``): the row's
+    own commit order, numbered independently of the other rows in the batch (a batch-wide step counter
+    would shift a row's later blocks by how long its batch mates took, so trajectory replay's step groups
+    would depend on the batch and the process count).
 
     :returns: ``(x, unmask_step [B, gen_length] int64, nfe)``; ``nfe`` = steps run (x2 with CFG).
     """
@@ -408,7 +411,7 @@ def _run_parallel(logits_fn, x: torch.Tensor, prompt_index: torch.Tensor, prompt
     c0 = _first_competing_column(x, Lp, opts)
     select = _parallel_select(accel, opts.mask_id)
     traj = Trajectory(B, gen_length, device=x.device)
-    nfe, step = 0, 0
+    nfe = 0
     for nb in range(num_blocks):
         start, end = Lp + nb * block_length, Lp + (nb + 1) * block_length
         for i in range(block_length):
@@ -420,11 +423,11 @@ def _run_parallel(logits_fn, x: torch.Tensor, prompt_index: torch.Tensor, prompt
                 allowed = (pos[:, c0:] >= start) & (pos[:, c0:] < end)
             else:
                 allowed = torch.ones((1, end - start), dtype=torch.bool, device=x.device)
+            step = nb * block_length + i
             committed, n = _denoise_step(forward, x, attention_mask, prompt_index, region, allowed, select, opts, step,
                                          Lp)
             nfe += n
             traj.record(_completion_part(committed, region, Lp, gen_length), step)
-            step += 1
     return x, traj.unmask_step, nfe
 
 

@@ -115,7 +115,8 @@ class LLaDASampler(Sampler):
         """Decode ``gen_length`` tokens after ``prompt_ids`` ``[B, Lp]`` (left-padded).
 
         :returns: :class:`~dare.components.SamplerOutput`; ``steps`` is the schedule's ``steps``, or with
-            ``threshold``/``factor`` the number of steps run (``unmask_step < steps``).
+            ``threshold``/``factor`` the number of steps run (``unmask_step`` is then
+            ``block index * block_length + step within the block``, per row).
         :raises DareError: a cache the family cannot provide; :raises NonFiniteLogitsError: NaN/Inf logits.
         """
         from dare.sampling import completion_mask

@@ -25,12 +25,20 @@ __all__ = ["CJGRPO", "CJGRPOParams", "steps_per_block"]
 
 
 def steps_per_block(sampler) -> int | None:
-    """Denoising steps per block of a semi-autoregressive sampler, or None if its params lack
-    ``gen_length``/``block_length``/``steps``."""
+    """The stride of a block in a semi-autoregressive sampler's ``unmask_step`` numbers, or None if its params
+    lack ``gen_length``/``block_length``/``steps``.
+
+    Fixed schedules: ``steps // num_blocks`` steps per block. Fast-dLLM parallel decoding of the ``llada`` and
+    ``dream`` samplers (``threshold``/``factor`` set) takes a row-dependent number of steps per block and
+    numbers block ``nb``'s steps from ``nb * block_length`` (dare_llada/decoding.py ``_run_parallel``), so the
+    stride is ``block_length`` (``gen_length`` for Dream's one block, ``block_length: null``).
+    """
     p = sampler.params
     try:
-        blocks = int(p.gen_length) // int(p.block_length)
-        return max(1, int(p.steps) // blocks)
+        block = int(p.gen_length) if p.block_length is None else int(p.block_length)
+        if "factor" in type(p).model_fields and (p.threshold is not None or p.factor is not None):
+            return block
+        return max(1, int(p.steps) // (int(p.gen_length) // block))
     except AttributeError:
         return None
 
