@@ -62,3 +62,9 @@ def test_valid_spec_and_step_merge(tiny_llada_dir, tmp_path):
     params = {**raw["sampler"]["params"], "steps": 2 * raw["sampler"]["params"]["gen_length"], "threshold": 0.9}
     est = CJGRPO({"step_merge": True}).make_estimator(None, None, LLaDASampler(params))
     assert est.params.shrink == params["block_length"] != params["steps"] // 2
+    # llada2 counts each row's steps across blocks: no block stride, so step_merge is refused
+    from dare_grpo.objectives.cj_grpo import steps_per_block
+    from dare_llada2.sampler import LLaDA2Sampler
+
+    assert steps_per_block(LLaDA2Sampler({"gen_length": 64, "steps": 32})) is None
+    assert steps_per_block(LLaDA2Sampler({"gen_length": 64, "block_length": 32, "steps": 32})) is None

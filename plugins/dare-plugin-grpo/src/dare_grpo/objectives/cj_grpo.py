@@ -28,15 +28,19 @@ def steps_per_block(sampler) -> int | None:
     """The stride of a block in a semi-autoregressive sampler's ``unmask_step`` numbers, or None if its params
     lack ``gen_length``/``block_length``/``steps``.
 
-    Fixed schedules: ``steps // num_blocks`` steps per block. Fast-dLLM parallel decoding of the ``llada`` and
+    Fixed schedules: ``steps // num_blocks`` steps per block. None also for ``llada2``, whose decoder numbers
+    each row's steps consecutively across blocks (no stride separates the blocks). Fast-dLLM parallel decoding of the ``llada`` and
     ``dream`` samplers (``threshold``/``factor`` set) takes a row-dependent number of steps per block and
     numbers block ``nb``'s steps from ``nb * block_length`` (dare_llada/decoding.py ``_run_parallel``), so the
     stride is ``block_length`` (``gen_length`` for Dream's one block, ``block_length: null``).
     """
     p = sampler.params
+    fields = type(p).model_fields
+    if "threshold" in fields and "factor" not in fields:
+        return None  # llada2: each row counts its own steps across blocks, so no stride marks a block
     try:
         block = int(p.gen_length) if p.block_length is None else int(p.block_length)
-        if "factor" in type(p).model_fields and (p.threshold is not None or p.factor is not None):
+        if "factor" in fields and (p.threshold is not None or p.factor is not None):
             return block
         return max(1, int(p.steps) // (int(p.gen_length) // block))
     except AttributeError:
@@ -67,6 +71,7 @@ class CJGRPO(OnlineRLObjective):
         problems = super().check(ctx, loc)
         sampler = ctx.sampler
         if self.params.step_merge and sampler is not None and steps_per_block(sampler) is None:
-            problems.append((f"{loc}.params.step_merge", f"sampler {sampler.name!r} has no gen_length/block_length/steps "
-                                                         "params, so its blocks are unknown; set step_merge: false"))
+            problems.append((f"{loc}.params.step_merge", f"sampler {sampler.name!r} does not number its steps per block "
+                                                         "(no gen_length/block_length/steps params, or per-row step "
+                                                         "counts as llada2), so its blocks are unknown; set step_merge: false"))
         return problems
