@@ -176,8 +176,9 @@ def bench_family(family: str, args) -> dict:
     model, fam, tokens, tokenizer = lm.model.eval(), lm.family, lm.tokens, lm.tokenizer
     sampler_name, base = BASE[family]
     sampler_cls = get_registry().get("sampler", sampler_name).cls
-    names = decoders(args.extra_threshold)
-    samplers = {name: sampler_cls({**base, **extra}) for name, extra in names.items()}
+    configs = decoders(args.extra_threshold)
+    samplers = {name: sampler_cls({**base, **extra}) for name, extra in configs.items()}
+    names = list(configs)  # also the rotation order of the rounds
     rows = test_puzzles(args.rounds * args.batch)
     chunks = []
     for r in range(args.rounds):
@@ -191,7 +192,6 @@ def bench_family(family: str, args) -> dict:
     with torch.no_grad():
         for name, smp in samplers.items():  # warm-up: allocator, kernels, RoPE tables
             smp.generate(model, fam, tokens, chunks[0][1][:2], chunks[0][2][:2])
-        names = list(names)  # the rotation order of the rounds
         for r, (part, ids, am) in enumerate(chunks):
             for name in names[r % len(names) :] + names[: r % len(names)]:
                 t0 = time.perf_counter()

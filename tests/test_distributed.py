@@ -82,14 +82,13 @@ def _one_process(spec_path: Path, train: bool = True, evaluate: bool = True) -> 
     return spec_path.parent / spec_path.stem
 
 
-def _losses(run_dir: Path) -> list[tuple[int, float]]:
-    recs = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    return [(r["step"], r["loss"]) for r in recs if "loss" in r]
-
-
 def _metric(run_dir: Path, key: str) -> list[tuple[int, float]]:
     recs = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
     return [(r["step"], r[key]) for r in recs if key in r]
+
+
+def _losses(run_dir: Path) -> list[tuple[int, float]]:
+    return _metric(run_dir, "loss")
 
 
 def _assert_same_losses(a: Path, b: Path, tol: float = 1e-5) -> None:
@@ -238,10 +237,11 @@ def digit_model(tmp_path_factory) -> Path:
     return _one_process(_write(tmp, "sft", spec), evaluate=False) / "model"
 
 
-@pytest.mark.parametrize("objective,iterations,micro_batch_size,block_length",
-                         [("tracerl", 1, None, 17), ("tracerl", 2, None, 17), ("cj-grpo", 1, 3, 4)])
+@pytest.mark.parametrize("objective,iterations,micro_batch_size,gen_length,block_length",
+                         [("tracerl", 1, None, 17, 17), ("tracerl", 2, None, 17, 17), ("cj-grpo", 1, 3, 16, 4)])
 def test_trajectory_replay_of_threshold_rollouts_on_two_processes_equals_one(tmp_path, digit_model, objective,
-                                                                             iterations, micro_batch_size, block_length):
+                                                                             iterations, micro_batch_size, gen_length,
+                                                                             block_length):
     """Threshold rollouts take a different number of denoising steps on each process, so trajectory replay
     has a different number of passes (backwards) per process: the 2-process run used to wait forever in the
     first update (DDP all-reduces at every backward). 4 rollouts of 4 prompts x 4 completions, threshold 0.3.
@@ -256,11 +256,9 @@ def test_trajectory_replay_of_threshold_rollouts_on_two_processes_equals_one(tmp
         "model": {"path": str(digit_model)},
         "data": {"train": {"path": "dare://sudoku/train.parquet", "limit": 64, **SUDOKU}},
         "algorithm": {"name": objective, "params": {"group_size": 4, "num_iterations": iterations,
-                                                   "micro_batch_size": micro_batch_size,
-                                                   **({"step_merge": False} if objective == "cj-grpo" else {})}},
-        "sampler": {"name": "llada", "params": {"gen_length": 17 if block_length == 17 else 16,
-                                                "block_length": block_length, "steps": 17 if block_length == 17 else 16,
-                                                "temperature": 1.0, "threshold": 0.3}},
+                                                   "micro_batch_size": micro_batch_size}},
+        "sampler": {"name": "llada", "params": {"gen_length": gen_length, "block_length": block_length,
+                                                "steps": gen_length, "temperature": 1.0, "threshold": 0.3}},
         "rewards": [{"name": "sudoku", "params": {"require_answer_tags": False}}],
         "train": {"learning_rate": 1e-4, "max_steps": 4 * iterations, "per_device_batch_size": 4, "logging_steps": 1,
                   "save_steps": 4 * iterations, "num_threads": 1, "seed": 0},

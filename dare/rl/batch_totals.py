@@ -64,8 +64,7 @@ def whole_batch_metrics(metrics: dict[str, float], entropy_sum: float,
 
     The batch's value of each metric is the sum over processes, as the loss is (each process's loss times the
     world size, averaged by DDP); entropy sums and token counts are summed likewise, so ``sum / count`` is the
-    whole batch's token-mean entropy. Before stop 23 N processes logged 1/N of these metrics. Collective: every
-    process must call it.
+    whole batch's token-mean entropy. Collective: every process must call it.
     """
     parts = distributed.gather((metrics, entropy_sum, entropy_count))
     if len(parts) == 1:
@@ -84,7 +83,7 @@ def whole_batch_values(values: dict[str, torch.Tensor]) -> dict[str, torch.Tenso
         names on every process.
 
     For statistics that are not means (``reward_std``, ``advantage_std``), which the mean over processes of
-    per-process values would get wrong (it did before stop 23). Each process holds whole groups, so group
+    per-process values would get wrong. Each process holds whole groups, so group
     statistics of the result are the whole batch's. Collective: every process must call it.
     """
     local = {k: v.detach().float().flatten().cpu() for k, v in values.items()}
