@@ -28,7 +28,7 @@ from collections.abc import Sequence
 
 import torch
 
-__all__ = ["STREAMS", "key_seed", "RowGenerators", "row_generator", "rand", "multinomial"]
+__all__ = ["STREAMS", "key_seed", "RowGenerators", "row_generator", "rand", "rand_entries", "multinomial"]
 
 #: Stream ids of the draws DARE makes per example.
 STREAMS = {
@@ -122,6 +122,22 @@ def rand(shape: Sequence[int], generator: torch.Generator | RowGenerators | None
         return generator.rand(shape[1:], device=device)
     gen_device = generator.device if generator is not None else device
     return torch.rand(shape, generator=generator, device=gen_device).to(device)
+
+
+def rand_entries(rows: torch.Tensor, generator: torch.Generator | RowGenerators | None, device=None) -> torch.Tensor:
+    """``U[0, 1)`` float32, one per entry of ``rows`` ``[N]`` (int64, the batch row each entry belongs to, e.g.
+    the row of each masked position): from ``generator`` in one draw, or with :class:`RowGenerators` entry ``i``
+    from generator ``rows[i]`` (each row's values in entry order, so a row's draws do not depend on the others).
+    """
+    if not isinstance(generator, RowGenerators):
+        return torch.rand(rows.shape, device=device, generator=generator)
+    out = torch.empty(rows.shape, dtype=torch.float32)
+    rows = rows.cpu()
+    for r in rows.unique().tolist():
+        at = rows == r
+        g = generator.generators[r]
+        out[at] = torch.rand((int(at.sum()),), generator=g, device=g.device).cpu()
+    return out.to(device)
 
 
 def multinomial(probs: torch.Tensor, num_samples: int, generator: torch.Generator | RowGenerators | None,

@@ -284,6 +284,41 @@ def test_trajectory_replay_of_threshold_rollouts_on_two_processes_equals_one(tmp
         assert max(v for _, v in _metric(one, "approx_kl")) > 1e-9
 
 
+@pytest.mark.parametrize("objective,params", [
+    ("spg", {"group_size": 4, "mc_num": 2}),
+    ("mdpo", {"group_size": 4, "sample_train_steps": 3}),
+    ("d-treerpo", {"num_tree_samples": 2, "tree_branch_factor": 2, "self_distillation": True, "num_iterations": 1}),
+])
+def test_objectives_with_their_own_rollout_or_update_on_two_processes_equal_one(tmp_path, digit_model, objective,
+                                                                                 params):
+    """SPG (coupled Monte-Carlo copies), MDPO (its own decoder, top-K steps of the batch) and d-TreeRPO (tree
+    rollout, edge loss) have their own trainers. Before stop 25 they normalised by per-process counts (SPG's
+    response tokens, MDPO's scored step tokens, d-TreeRPO's edges and self-distillation pairs), MDPO chose its
+    steps from each process's rows, and MDPO's and d-TreeRPO's decoders drew batch-wide, so 2 processes sampled
+    other completions than 1. 3 steps of 4 prompts at temperature 1 on the digit-writing model."""
+    spec = {
+        "model": {"path": str(digit_model)},
+        "data": {"train": {"path": "dare://sudoku/train.parquet", "limit": 64, **SUDOKU}},
+        "algorithm": {"name": objective, "params": params},
+        "sampler": {"name": "llada", "params": {"gen_length": 8, "block_length": 8, "steps": 8, "temperature": 1.0}},
+        "rewards": [{"name": "sudoku", "params": {"require_answer_tags": False}}],
+        "train": {"learning_rate": 1e-4, "max_steps": 3, "per_device_batch_size": 4, "logging_steps": 1,
+                  "save_steps": 3, "num_threads": 1, "seed": 0},
+    }
+    one = _one_process(_write(tmp_path, "one", spec), evaluate=False)
+    spec["train"]["per_device_batch_size"] = 2
+    two = _two_processes(_write(tmp_path, "two", spec), "train", timeout=300)
+    _assert_same_losses(one, two)
+    _assert_same_weights(one, two)
+    start, end = load_file(digit_model / "model.safetensors"), load_file(one / "model" / "model.safetensors")
+    moved = max(float((start[k] - end[k]).abs().max()) for k in start)
+    assert moved > 1e-5, f"RL barely changed the weights ({moved}): the comparison would be vacuous"
+    for key in ("reward", "reward_std", "advantage_std", "entropy"):
+        a, b = _metric(one, key), _metric(two, key)
+        assert [s for s, _ in a] == [s for s, _ in b] and a, key
+        assert [v for _, v in b] == pytest.approx([v for _, v in a], rel=1e-3, abs=1e-12), key
+
+
 def test_sigkill_on_two_processes_then_resume_is_bit_exact(tmp_path):
     spec = _sft_spec(max_steps=6, save_steps=2, per_device_batch_size=8)
     spec.pop("eval")

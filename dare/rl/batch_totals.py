@@ -15,7 +15,7 @@ import torch
 from dare import distributed
 from dare.diffusion.estimators import Pass, ScoringBatch
 
-__all__ = ["whole_batch_normalisers", "whole_batch_metrics", "whole_batch_values"]
+__all__ = ["whole_batch_normalisers", "whole_batch_sums", "whole_batch_metrics", "whole_batch_values"]
 
 
 def whole_batch_normalisers(passes: list[Pass], batch: ScoringBatch) -> tuple[list[float], int, float, int, int]:
@@ -50,6 +50,18 @@ def whole_batch_normalisers(passes: list[Pass], batch: ScoringBatch) -> tuple[li
         tokens = [sum(cs[p] for _, cs, _, _ in parts) for p in range(len(counts))]
         return tokens, rows, response_tokens, world, len(counts)
     return [c * world for c in counts], rows, response_tokens, world, len(counts)
+
+
+def whole_batch_sums(*values: float) -> tuple[list[float], int]:
+    """Each of ``values`` summed over every process, and the number of processes: ``([totals], world)``.
+
+    For the normalisers of trainers with their own row layout (SPG's response tokens and rows, MDPO's scored
+    step tokens, d-TreeRPO's edges and self-distillation pairs): a loss divided by the whole batch's count and
+    multiplied by ``world`` (DDP averages the gradients) gives N processes the gradient of one. Collective:
+    every process must call it with the same number of values.
+    """
+    parts = distributed.gather(tuple(float(v) for v in values))
+    return [sum(part[i] for part in parts) for i in range(len(values))], len(parts)
 
 
 def whole_batch_metrics(metrics: dict[str, float], entropy_sum: float,

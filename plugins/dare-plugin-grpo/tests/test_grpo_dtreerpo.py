@@ -13,7 +13,7 @@ from dare.trainers import DareConfig
 
 from dare_grpo.objectives import DTreeRPO
 from dare_grpo.objectives.dtreerpo import EdgeLossInput, sd_pair_count, sd_schedule, self_distillation
-from dare_grpo.rollout_tree import branch_points, local_advantages, propagate_values, transition_mask
+from dare_grpo.rollout_tree import branch_points, local_advantages, node_indices, propagate_values, transition_mask
 
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -32,6 +32,17 @@ def test_branch_points_values_and_local_advantages():
     assert local_advantages(torch.tensor([1.0, 0.0, 0.5]), 3).tolist() == [0.75, -0.75, 0.0]  # V_i - mean(others)
     with pytest.raises(ValueError):
         local_advantages(torch.tensor([1.0, 0.0]), 1)
+
+
+def test_node_indices_are_distinct_per_prompt_and_level():
+    fans = [2, 3]  # 2 children of the root, 3 grandchildren each: 8 nodes below a root
+    assert node_indices([5], fans, 1) == [40, 41]
+    assert node_indices([5], fans, 2) == [42 + j for j in range(6)]
+    every = [i for p in (0, 1, 5) for level in (1, 2) for i in node_indices([p], fans, level)]
+    assert len(set(every)) == len(every) == 24
+    assert node_indices([5, 0], fans, 1) == [40, 41, 0, 1]  # rows follow the prompts' order
+    with pytest.raises(ValueError, match="level must be in 1..2"):
+        node_indices([0], fans, 3)
 
 
 def test_transition_mask_is_decoded_positions_up_to_the_first_stop():

@@ -99,6 +99,30 @@ def test_decoder_samples_with_the_generator_and_commits_the_quota():
     assert set(a.sequences[:, 2:].flatten().tolist()) <= set(range(20)) - {M}
 
 
+@pytest.mark.parametrize("conf_alg", ["llada", "random"])
+def test_decoder_with_row_generators_gives_each_row_the_same_trajectory_in_any_batch(conf_alg):
+    """Row generators (what the MDPO trainer passes): row b's samples and random scores come from its own
+    generator, so decoding 3 rows together or one at a time gives the same trajectories (the batch split and the
+    process count do not change a row's rollout)."""
+    from dare.randomness import RowGenerators
+
+    M = 19
+    prompt = torch.tensor([[1, 2], [3, 4], [5, 6]])
+    keys = [7, 11, 13]
+    decode = lambda rows: mdpo_decode(_scripted(20, M), prompt[rows], None, M, gen_length=4, steps=4,  # noqa: E731
+                                      block_length=2, temperature=1.0, conf_alg=conf_alg,
+                                      generator=RowGenerators.keyed(0, "rollout", 0, [keys[r] for r in rows]))
+    together = decode([0, 1, 2])
+    for r in range(3):
+        alone = decode([r])
+        for field in ("sequences", "inputs", "predictions", "confidence"):
+            assert torch.equal(getattr(alone, field)[0], getattr(together, field)[r]), (r, field)
+    assert len({tuple(row) for row in together.sequences[:, 2:].tolist()}) > 1  # the rows really differ
+    with pytest.raises(ValueError, match="2 row generators for 3 rows"):
+        mdpo_decode(_scripted(20, M), prompt, None, M, gen_length=4, steps=4, temperature=1.0,
+                    generator=RowGenerators.keyed(0, "rollout", 0, [1, 2]))
+
+
 def test_one_step_raises_the_step_likelihood_of_a_positive_advantage(tmp_path, tiny_llada_dir):
     from dare.diffusion.estimators import score_pass
     from dare.modeling import load_model

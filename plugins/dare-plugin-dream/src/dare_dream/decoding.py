@@ -82,7 +82,7 @@ from typing import Callable, Literal
 import torch
 
 from dare.errors import DareError
-from dare.randomness import RowGenerators, multinomial, row_generator
+from dare.randomness import RowGenerators, multinomial, rand_entries, row_generator
 from dare.sampling import (
     CACHE_MODES,
     BlockKVCache,
@@ -129,20 +129,6 @@ def _categorical(probs: torch.Tensor, generator: torch.Generator | RowGenerators
     if isinstance(generator, RowGenerators):
         return multinomial(p.reshape(-1, p.shape[-1]), 1, generator, replacement=True, rows=rows).reshape(p.shape[:-1])
     return torch.multinomial(p.reshape(-1, p.shape[-1]), 1, True, generator=generator).T.reshape(p.shape[:-1])
-
-
-def _row_rand(rows: torch.Tensor, generator, device) -> torch.Tensor:
-    """``U[0, 1)`` float32, one per entry of ``rows`` ``[N]``: from ``generator`` in one draw, or with
-    :class:`dare.randomness.RowGenerators` entry ``i`` from generator ``rows[i]`` (a row's values in order)."""
-    if not isinstance(generator, RowGenerators):
-        return torch.rand(rows.shape, device=device, generator=generator)
-    out = torch.empty(rows.shape, dtype=torch.float32)
-    rows = rows.cpu()
-    for r in rows.unique().tolist():
-        at = rows == r
-        g = generator.generators[r]
-        out[at] = torch.rand((int(at.sum()),), generator=g, device=g.device).cpu()
-    return out.to(device)
 
 
 def sample_tokens(
@@ -328,7 +314,7 @@ def _origin_step(x, mask_index, mask_logits, p_transfer, mask_id: int, propose: 
     """``origin``: each masked position reveals with probability ``p_transfer``; ``x`` is updated in place."""
     x0 = torch.full((mask_logits.shape[0],), mask_id, dtype=torch.long, device=x.device)
     rows = mask_index.nonzero(as_tuple=True)[0]
-    reveal = _row_rand(rows, propose.generator, x.device) < p_transfer
+    reveal = rand_entries(rows, propose.generator, x.device) < p_transfer
     if bool(reveal.any()):
         _, x0[reveal] = propose(mask_logits[reveal], rows=rows[reveal])
     x[mask_index] = x0

@@ -18,7 +18,9 @@ block_length`` blocks, ``steps_per_block = max(1, steps // num_blocks)`` steps e
 Positions are decoded through ``logits_fn`` (``family.logits``), so any full-attention family works (the
 Dream recipe uses ``conf_alg: entropy``). DARE's running-confidence remasking (``rcr``) is off in every
 recipe and not implemented. Confidence is recorded at masked positions only (0 elsewhere), the only
-positions MDPO's loss weights. All draws use ``generator``.
+positions MDPO's loss weights. All draws use ``generator``; with :class:`dare.randomness.RowGenerators` (what
+the MDPO trainer passes) each row draws its categorical samples and random scores from its own generator, so a
+row's trajectory does not depend on the rows it is decoded with (the batch split, the process count).
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from typing import Callable, Literal
 
 import torch
 
+from dare.randomness import RowGenerators, rand_entries
 from dare.sampling import filter_top_k_top_p, num_transfer_tokens, sample_categorical, topk_transfer
 
 __all__ = ["ConfAlg", "MDPOTrajectory", "mdpo_decode", "remasking_scores"]
@@ -54,10 +57,12 @@ class MDPOTrajectory:
 
 
 def remasking_scores(probs: torch.Tensor, confidence: torch.Tensor, conf_alg: ConfAlg,
-                     generator: torch.Generator | None = None) -> torch.Tensor:
+                     generator: torch.Generator | RowGenerators | None = None,
+                     rows: torch.Tensor | None = None) -> torch.Tensor:
     """Remasking score of each proposal (module docstring, step 4).
 
     :param probs: ``[n, V]`` sampling distribution; :param confidence: ``[n]`` probability of the drawn token.
+    :param rows: ``[n]`` int64 batch row of each proposal, required with :class:`dare.randomness.RowGenerators`.
     :returns: ``[n]`` float32. :raises ValueError: unknown ``conf_alg``.
     """
     if conf_alg == "llada":
@@ -68,21 +73,25 @@ def remasking_scores(probs: torch.Tensor, confidence: torch.Tensor, conf_alg: Co
         top2 = torch.topk(probs, min(2, probs.shape[-1]), dim=-1).values
         return (top2[:, 0] - top2[:, -1]).float() if top2.shape[-1] > 1 else top2[:, 0].float()
     if conf_alg == "random":
+        if isinstance(generator, RowGenerators):
+            return rand_entries(rows, generator, probs.device)
         gen_device = generator.device if generator is not None else probs.device
         return torch.rand(probs.shape[0], generator=generator, device=gen_device).to(probs.device)
     raise ValueError(f"unknown conf_alg {conf_alg!r}; use llada, entropy, topk_margin or random")
 
 
 def _propose(logits: torch.Tensor, temperature: float, top_k: int | None, top_p: float | None,
-             generator: torch.Generator | None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """``(x0 [n] int64, confidence [n] float32, probs [n, V] float32)`` from masked-position logits ``[n, V]``."""
+             generator: torch.Generator | RowGenerators | None,
+             rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``(x0 [n] int64, confidence [n] float32, probs [n, V] float32)`` from masked-position logits ``[n, V]``
+    (``rows`` ``[n]``: the batch row of each)."""
     logits = logits.float()
     if temperature > 0:
         logits = logits / temperature
     logits = filter_top_k_top_p(logits, top_k, top_p, fill=torch.finfo(logits.dtype).min)
     probs = torch.softmax(logits, dim=-1)
     if temperature > 0:
-        x0 = sample_categorical(probs, generator)
+        x0 = sample_categorical(probs, generator, rows=rows)
         conf = torch.gather(probs, -1, x0[:, None]).squeeze(-1)
     else:
         conf, x0 = probs.max(dim=-1)
@@ -102,20 +111,24 @@ def mdpo_decode(
     top_k: int | None = None,
     top_p: float | None = None,
     conf_alg: ConfAlg = "llada",
-    generator: torch.Generator | None = None,
+    generator: torch.Generator | RowGenerators | None = None,
 ) -> MDPOTrajectory:
     """Decode and record every step (module docstring).
 
     :param logits_fn: ``(x [B, L] int64, attention_mask [B, L] | None) -> aligned logits [B, L, V]``.
     :param prompt: ``[B, Lp]`` int64, left-padded; :param attention_mask: ``[B, Lp]`` or None.
     :param block_length: None = one block of ``gen_length``.
-    :raises ValueError: ``gen_length % block_length != 0`` or non-positive sizes.
+    :param generator: a ``torch.Generator`` (None: the global RNG) or ``B`` row generators.
+    :raises ValueError: ``gen_length % block_length != 0``, non-positive sizes, or row generators whose count
+        is not ``B``.
     """
     block_length = block_length or gen_length
     if gen_length <= 0 or steps <= 0 or block_length <= 0 or gen_length % block_length != 0:
         raise ValueError(f"need positive gen_length ({gen_length}) and steps ({steps}), and gen_length a multiple "
                          f"of block_length ({block_length})")
     B, Lp = prompt.shape
+    if isinstance(generator, RowGenerators) and len(generator) != B:
+        raise ValueError(f"{len(generator)} row generators for {B} rows")
     num_blocks = gen_length // block_length
     spb = max(1, steps // num_blocks)
     x = torch.full((B, Lp + gen_length), mask_id, dtype=torch.long, device=prompt.device)
@@ -132,7 +145,8 @@ def mdpo_decode(
             mask_index = x == mask_id
             inputs.append(x[:, Lp:].clone())
             logits = logits_fn(x, attn)
-            x0, conf, probs = _propose(logits[mask_index], temperature, top_k, top_p, generator)
+            rows = mask_index.nonzero()[:, 0]
+            x0, conf, probs = _propose(logits[mask_index], temperature, top_k, top_p, generator, rows)
             pred = x.clone()
             pred[mask_index] = x0
             conf_full = torch.zeros(x.shape, dtype=torch.float32, device=x.device)
@@ -140,7 +154,7 @@ def mdpo_decode(
             preds.append(pred[:, Lp:].clone())
             confs.append(conf_full[:, Lp:].clone())
             score = torch.full(x.shape, -torch.inf, dtype=torch.float32, device=x.device)
-            score[mask_index] = remasking_scores(probs, conf, conf_alg, generator)
+            score[mask_index] = remasking_scores(probs, conf, conf_alg, generator, rows)
             score[:, end:] = -torch.inf
             transfer = topk_transfer(score, quota[:, i])
             x[transfer] = pred[transfer]

@@ -13,7 +13,9 @@ docs/algorithms.md §3.9.
   partial-denoising entry point works; the LLaDA decoder gives DARE's low-confidence semi-AR schedule for
   LLaDA and, through the family's aligned logits, Dream). Rows are laid out node-major: the children of
   row ``r`` of level ``l`` are rows ``[r f, (r + 1) f)`` of level ``l + 1``, so a prompt's leaves are
-  contiguous.
+  contiguous. With per-node generators (a sampler with ``supports_row_generators``; the trainer keys node
+  ``j`` of level ``l`` of prompt ``i`` by :func:`node_indices`) a node's draws do not depend on the other
+  rows decoded with it (the batch split, the process count).
 * **Values** (:func:`propagate_values`): leaf value = reward; every internal node (root included) = the
   mean of its children's values.
 * **Local advantage** (:func:`local_advantages`): ``A_i = V_i - mean(V_siblings \\ i)``, no std
@@ -26,12 +28,15 @@ docs/algorithms.md §3.9.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
 import torch
 
+from dare.randomness import RowGenerators
+
 from dare.sampling import completion_mask
 
-__all__ = ["Tree", "branch_points", "grow_tree", "propagate_values", "local_advantages", "transition_mask"]
+__all__ = ["Tree", "branch_points", "node_indices", "grow_tree", "propagate_values", "local_advantages", "transition_mask"]
 
 
 def branch_points(total_steps: int, contraction: int) -> list[int]:
@@ -74,13 +79,34 @@ class Tree:
         return self.levels[-1]
 
 
+def node_indices(prompt_indices: list[int], fans: list[int], level: int) -> list[int]:
+    """A global index for every node of ``level`` (``1 .. len(fans)``), in the tree's row order: node ``j`` of
+    that level of prompt ``i``'s tree is ``i * N + (nodes of levels 1 .. level - 1) + j``, ``N`` the nodes of a
+    tree below its root. Distinct over every node of every prompt, whatever the batch.
+
+    :raises ValueError: ``level`` outside ``1 .. len(fans)``.
+    """
+    if not 1 <= level <= len(fans):
+        raise ValueError(f"level must be in 1..{len(fans)}, got {level}")
+    sizes, width = [], 1
+    for f in fans:
+        width *= f
+        sizes.append(width)
+    total, offset, per = sum(sizes), sum(sizes[:level - 1]), sizes[level - 1]
+    return [int(i) * total + offset + j for i in prompt_indices for j in range(per)]
+
+
 @torch.no_grad()
 def grow_tree(sampler, model, family, tokens, prompt_ids: torch.Tensor, attention_mask: torch.Tensor,
-              fans: list[int], points: list[int], generator: torch.Generator | None = None,
+              fans: list[int], points: list[int],
+              generator: torch.Generator | Callable[[int], RowGenerators] | None = None,
               batch_size: int | None = None) -> Tree:
     """Grow the trees (module docstring). ``points`` from :func:`branch_points`, ``fans[l]`` per level.
 
     :param prompt_ids: ``[B, P]`` int64 left-padded; :param attention_mask: ``[B, P]``.
+    :param generator: one ``torch.Generator`` for every draw (None: the global RNG), or a function of the level
+        (``1 .. len(fans)``) giving the row generators of that level's nodes (``B * prod(fans[:level])``, row
+        order), e.g. keyed by :func:`node_indices`.
     :param batch_size: rows per ``partial_denoise`` call (None = all).
     :raises ValueError: ``len(fans) != len(points) - 1``.
     """
@@ -95,11 +121,13 @@ def grow_tree(sampler, model, family, tokens, prompt_ids: torch.Tensor, attentio
         states = tree.levels[-1].repeat_interleave(fan, dim=0)
         attn = tree.attention(level + 1)
         step = batch_size or states.shape[0]
+        gen = generator(level + 1) if callable(generator) else generator
         out = []
         for i in range(0, states.shape[0], step):
+            rows = gen.rows(slice(i, i + step)) if isinstance(gen, RowGenerators) else gen
             res = sampler.partial_denoise(model, family, tokens, states[i:i + step], P, attn[i:i + step],
                                           start_step=T - points[level], end_step=T - points[level + 1],
-                                          generator=generator)
+                                          generator=rows)
             out.append(res.sequences)
             tree.nfe += int(res.nfe)
         tree.levels.append(torch.cat(out))

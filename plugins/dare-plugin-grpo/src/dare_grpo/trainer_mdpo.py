@@ -12,7 +12,13 @@
    and reference (``beta > 0``) log-probs are taken once with that pass.
 
 The update (every inner iteration) replays the pass per row chunk with gradient and backpropagates
-:meth:`~dare_grpo.objectives.mdpo.MDPO.step_loss`. Logged besides the base metrics: ``mdpo/mean_step_reward``,
+:meth:`~dare_grpo.objectives.mdpo.MDPO.step_loss`.
+
+On N processes each process decodes its prompts' groups with per-completion generators (keyed by the step and
+the completion's global index, as every DARE rollout: the samples do not depend on the batch split), the top-K
+steps are chosen by ``sum_b |A_{b,s}|`` over every process's completions, and the loss normaliser ``sum mask``
+is the whole batch's with each process's loss multiplied by N (DDP averages the gradients): N processes train
+and log what one does (``tests/test_distributed.py``). Logged besides the base metrics: ``mdpo/mean_step_reward``,
 ``mdpo/final_step_reward``, ``mdpo/num_train_steps``.
 """
 
@@ -27,6 +33,7 @@ from dare.diffusion.estimators import Pass, ScoringBatch, score_pass
 from dare.sampling import completion_mask as family_completion_mask
 from dare.sampling.text import encode_prompts
 from dare_grpo.objectives.mdpo import StepLossInput, select_steps, step_advantages, step_scores
+from dare.rl.batch_totals import whole_batch_metrics, whole_batch_sums, whole_batch_values
 from dare.rl.rollout import Rollout, score_completions
 from dare_grpo.rollout_mdpo import MDPOTrajectory, mdpo_decode
 from dare.rl.trainer import GRPOTrainer
@@ -83,15 +90,15 @@ def step_rows(traj: MDPOTrajectory, prompt_ids: torch.Tensor, prompt_attn: torch
 class MDPOTrainer(GRPOTrainer):
     """GRPO trainer with MDPO's rollout and update (module docstring)."""
 
-    supports_row_generators = False  # its own decoding loop draws batch-wide
+    row_generators_from = "always"  # its own decoder (mdpo_decode) draws per row, whatever the sampler
 
     # ------------------------------------------------------------------ rollout
     def _decode(self, model, prompt_ids, attn) -> MDPOTrajectory:
         settings = self.objective.rollout_settings(self.sampler)
         step = self.params.rollout_batch_size or prompt_ids.shape[0]
-        family = self.family
+        family, gen = self.family, self.rollout_generator
         parts = [mdpo_decode(lambda ids, am: family.logits(model, ids, am), prompt_ids[i:i + step], attn[i:i + step],
-                             self.tokens.mask_id, generator=self.rollout_generator, **settings)
+                             self.tokens.mask_id, generator=gen.rows(slice(i, i + step)), **settings)
                  for i in range(0, prompt_ids.shape[0], step)]
         return MDPOTrajectory(*(torch.cat([getattr(p, k) for p in parts]) for k in
                                 ("sequences", "inputs", "predictions", "confidence")), nfe=sum(p.nfe for p in parts))
@@ -135,7 +142,9 @@ class MDPOTrainer(GRPOTrainer):
                                                                inputs["row"], a.group_size)
         step_r = self._step_rewards(traj, final, inputs["row"])
         adv = step_advantages(step_scores(step_r), a.group_size, a.advantage).to(device)
-        steps = select_steps(adv, self.objective.params.sample_train_steps)
+        # the top-K steps of the whole batch: every process's |A| rows, summed in one order
+        every = whole_batch_values({"abs_advantage": adv.abs()})["abs_advantage"].view(-1, adv.shape[1])
+        steps = select_steps(every, self.objective.params.sample_train_steps).to(device)
         batch, pas, mask, conf = step_rows(traj, prompt_ids, attn, steps.to(device), final.completion_mask,
                                            self.tokens.mask_id)
         rollout = MDPORollout(batch=final, texts=texts, rewards=rewards, reward_parts=parts,
@@ -171,9 +180,9 @@ class MDPOTrainer(GRPOTrainer):
         """MDPO's loss over the selected step rows, one backward per row chunk."""
         batch, pas = rollout.step_batch, rollout.step_pass
         fn = self._logits_fn(model)
-        num_tokens = float(rollout.step_mask.sum())
+        (num_tokens,), world = whole_batch_sums(float(rollout.step_mask.sum()))
         total, metrics, forwards = 0.0, {}, 0
-        entropy_sum = 0.0
+        entropy_sum, entropy_count = 0.0, 0.0
         chunks = self._row_chunks(batch.num_rows)
         pads = self._backward_pads(len(chunks))
         pad_loss = self._first_row_loss(fn, batch, [pas])
@@ -187,12 +196,14 @@ class MDPOTrainer(GRPOTrainer):
                               confidence=rollout.confidence[r], advantages=rollout.step_advantages[r],
                               completion_length=batch.completion_length, num_tokens=num_tokens),
             )
-            self._backward_or_pad(terms.loss, pad_loss)
-            total += float(terms.loss.detach())
+            self._backward_or_pad(terms.loss * world, pad_loss)
+            total += float(terms.loss.detach()) * world
             self._accumulate(metrics, terms)
             entropy_sum += float((cur.entropy * cur.scored).sum())
+            entropy_count += float(cur.scored.sum())
             forwards += int(cur.scored.any(dim=1).sum())
         self._pad_backward(pads, pad_loss)
+        metrics, entropy_sum, entropy_count = whole_batch_metrics(metrics, entropy_sum, entropy_count)
         metrics["nfe/update"] = float(forwards)
-        metrics["entropy"] = entropy_sum / max(num_tokens, 1.0)
+        metrics["entropy"] = entropy_sum / max(entropy_count, 1.0)
         return total, metrics

@@ -11,7 +11,9 @@ in memory, the token-level analogue of the scalar-proxy replay (docs/algorithms.
    which by the chain rule is exactly ``dL/dtheta`` (one extra forward per copy).
 
 Rows are independent in ``L`` except through the batch-wide normaliser ``sum |y|``, so row chunks
-(``micro_batch_size``) add up to the batch loss.
+(``micro_batch_size``) add up to the batch loss. On N processes ``sum |y|`` and the row count are the whole
+batch's (:func:`dare.rl.batch_totals.whole_batch_sums`) and each process's loss is multiplied by N (DDP averages
+the gradients), so N processes train and log what one does (``tests/test_distributed.py``).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import torch
 
 from dare.diffusion.estimators import score_pass
 from dare_grpo.objectives.spg import JointLossInput
+from dare.rl.batch_totals import whole_batch_metrics, whole_batch_sums
 from dare.rl.rollout import Rollout
 from dare.rl.trainer import GRPOTrainer
 
@@ -29,12 +32,13 @@ __all__ = ["SPGTrainer"]
 class SPGTrainer(GRPOTrainer):
     """:class:`~dare.rl.trainer.GRPOTrainer` whose update evaluates SPG's coupled loss (module docstring)."""
 
-    def _joint_input(self, token, scored, rollout: Rollout, rows) -> JointLossInput:
+    def _joint_input(self, token, scored, rollout: Rollout, rows, totals: tuple[float, float]) -> JointLossInput:
+        """The rows ``rows`` of ``rollout`` with the whole batch's ``(response tokens, rows)`` ``totals``."""
         batch = rollout.batch
         return JointLossInput(
             token=token, scored=scored, advantages=rollout.advantages[rows],
-            response_lengths=batch.response_lengths[rows], total_response_tokens=float(batch.response_lengths.sum()),
-            num_sequences=batch.num_rows,
+            response_lengths=batch.response_lengths[rows], total_response_tokens=totals[0],
+            num_sequences=int(totals[1]),
         )
 
     def _update_per_pass(self, model, rollout: Rollout, iteration: int) -> tuple[float, dict[str, float]]:
@@ -45,6 +49,7 @@ class SPGTrainer(GRPOTrainer):
         metrics: dict[str, float] = {}
         total, forwards = 0.0, 0
         entropy_sum, entropy_count = 0.0, 0.0
+        totals, world = whole_batch_sums(float(batch.response_lengths.sum()), batch.num_rows)
         chunks = self._row_chunks(batch.num_rows)
         pads = self._backward_pads(len(passes) * len(chunks))
         pad_loss = self._first_row_loss(fn, batch, passes)
@@ -52,10 +57,10 @@ class SPGTrainer(GRPOTrainer):
             for r in chunks:
                 with self.compute_loss_context_manager():
                     cur = score_pass(fn, batch.rows(r), passes[0].rows(r), T, with_entropy=True)
-                inp = self._joint_input(cur.token[None], cur.scored[None], rollout, r)
+                inp = self._joint_input(cur.token[None], cur.scored[None], rollout, r, totals)
                 terms = self.objective.joint_loss(inp)
-                self._backward_or_pad(terms.loss, pad_loss)
-                total += float(terms.loss.detach())
+                self._backward_or_pad(terms.loss * world, pad_loss)
+                total += float(terms.loss.detach()) * world
                 self._accumulate(metrics, terms)
                 entropy_sum += float((cur.entropy * cur.scored).sum())
                 entropy_count += float(cur.scored.sum())
@@ -65,9 +70,9 @@ class SPGTrainer(GRPOTrainer):
                 scores = self._score_all(model, batch, passes, with_entropy=True)
             leaf = torch.stack([s.token for s in scores]).detach().requires_grad_(True)
             scored = torch.stack([s.scored for s in scores])
-            terms = self.objective.joint_loss(self._joint_input(leaf, scored, rollout, slice(None)))
-            (grad,) = torch.autograd.grad(terms.loss, leaf)
-            total = float(terms.loss.detach())
+            terms = self.objective.joint_loss(self._joint_input(leaf, scored, rollout, slice(None), totals))
+            (grad,) = torch.autograd.grad(terms.loss * world, leaf)
+            total = float(terms.loss.detach()) * world
             self._accumulate(metrics, terms)
             for m, pas in enumerate(passes):
                 for r in chunks:
@@ -79,6 +84,7 @@ class SPGTrainer(GRPOTrainer):
                 entropy_sum += float((s.entropy * s.scored).sum())
                 entropy_count += float(s.scored.sum())
         self._pad_backward(pads, pad_loss)
+        metrics, entropy_sum, entropy_count = whole_batch_metrics(metrics, entropy_sum, entropy_count)
         metrics["nfe/update"] = float(forwards)
         metrics["entropy"] = entropy_sum / max(entropy_count, 1.0)
         return total, metrics

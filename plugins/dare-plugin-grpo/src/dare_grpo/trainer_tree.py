@@ -14,6 +14,12 @@ The update (each of the ``num_iterations`` PPO epochs) runs one forward per chun
 parents, gathers every child's token log-probs from the parent's logits, and backpropagates
 :meth:`~dare_grpo.objectives.dtreerpo.DTreeRPO.edge_loss`. Logged besides the base metrics:
 ``dtreerpo/mean_root_value``, ``dtreerpo/num_edges``, ``sd_loss``.
+
+On N processes each process grows its prompts' trees with per-node generators (keyed by the step and
+:func:`~dare_grpo.rollout_tree.node_indices`, when the sampler draws per row), the edge count and the
+self-distillation pair count that normalise the loss are the whole batch's, each process's loss is multiplied
+by N (DDP averages the gradients), and the logged statistics are the whole batch's: N processes train and log
+what one does (``tests/test_distributed.py``).
 """
 
 from __future__ import annotations
@@ -24,11 +30,14 @@ from dataclasses import dataclass
 import torch
 
 from dare.diffusion.likelihood import token_entropy
+from dare.randomness import RowGenerators
 from dare.sampling import completion_mask as family_completion_mask
 from dare.sampling.text import encode_prompts
 from dare_grpo.objectives.dtreerpo import EdgeLossInput, sd_pair_count
+from dare.rl.batch_totals import whole_batch_metrics, whole_batch_sums, whole_batch_values
 from dare.rl.rollout import Rollout, score_completions
-from dare_grpo.rollout_tree import Tree, branch_points, grow_tree, local_advantages, propagate_values, transition_mask
+from dare_grpo.rollout_tree import (Tree, branch_points, grow_tree, local_advantages, node_indices, propagate_values,
+                                    transition_mask)
 from dare.rl.trainer import GRPOTrainer
 
 __all__ = ["TreeRollout", "DTreeRPOTrainer", "tree_edges"]
@@ -80,8 +89,6 @@ def tree_edges(tree: Tree, values: list[torch.Tensor], mask_id: int, stop_ids: t
 
 class DTreeRPOTrainer(GRPOTrainer):
     """GRPO trainer with d-TreeRPO's rollout and update (module docstring)."""
-
-    supports_row_generators = False  # its own decoding loop draws batch-wide
 
     # ------------------------------------------------------------------ edge log-probs
     def _edge_logps(self, model, rollout: TreeRollout, parents: slice, with_entropy: bool = False):
@@ -137,12 +144,17 @@ class DTreeRPOTrainer(GRPOTrainer):
         prompt_ids, attn = encode_prompts(self.processing_class, inputs["prompt"], self.tokens.pad_id, device)
         fans = obj.fans()
         points = branch_points(int(self.sampler.params.steps), obj.params.contraction)
+        generator = self.rollout_generator
+        if self.row_generators:  # node j of a level of prompt i's tree: its own generator (module docstring)
+            seed, step, index = self.args.seed, int(self.state.global_step), [int(i) for i in inputs["index"]]
+            generator = lambda level: RowGenerators.keyed(seed, "rollout", step, node_indices(index, fans, level),  # noqa: E731
+                                                          device=self.args.device)
         was_training = model.training
         t0 = time.perf_counter()
         model.eval()
         try:
             tree = grow_tree(self.sampler, model, self.family, self.tokens, prompt_ids, attn, fans, points,
-                             generator=self.rollout_generator, batch_size=a.rollout_batch_size)
+                             generator=generator, batch_size=a.rollout_batch_size)
         finally:
             model.train(was_training)
         t1 = time.perf_counter()
@@ -167,22 +179,25 @@ class DTreeRPOTrainer(GRPOTrainer):
                     rollout.edge_ref = self._score_edges(ref_model, rollout)
         finally:
             model.train(was_training)
-        groups = rewards.view(-1, per_prompt)
+        every = whole_batch_values({"reward": rewards, "root": values[0], "advantage": adv,  # leaves, roots, edges
+                                    **{f"part/{k}": v for k, v in parts.items()}})
+        groups = every["reward"].view(-1, per_prompt)
+        r, e = every["reward"], every["advantage"]
         rollout.stats = {
-            "reward": float(rewards.mean()),
-            "reward_std": float(rewards.std()) if rewards.numel() > 1 else 0.0,
-            "advantage_mean": float(adv.mean()),
-            "advantage_std": float(adv.std()) if adv.numel() > 1 else 0.0,
-            "advantage_abs": float(adv.abs().mean()),
+            "reward": float(r.mean()),
+            "reward_std": float(r.std()) if r.numel() > 1 else 0.0,
+            "advantage_mean": float(e.mean()),
+            "advantage_std": float(e.std()) if e.numel() > 1 else 0.0,
+            "advantage_abs": float(e.abs().mean()),
             "frac_zero_std_groups": float((groups.max(1).values == groups.min(1).values).float().mean()),
-            **{f"reward/{k}": float(v.float().mean()) for k, v in parts.items()},
+            **{f"reward/{k}": float(every[f"part/{k}"].float().mean()) for k in parts},
             "completion_length": score_stats["completion_length"],
             "reward_errors": score_stats["reward_errors"],
             "nfe/rollout": float(tree.nfe),
             "time/rollout": t1 - t0,
             "time/score": t2 - t1,
             "time/old_ref": time.perf_counter() - t2,
-            "dtreerpo/mean_root_value": float(values[0].mean()),
+            "dtreerpo/mean_root_value": float(every["root"].mean()),
             "dtreerpo/num_edges": float(edge_parent.numel()),
         }
         return rollout
@@ -191,7 +206,8 @@ class DTreeRPOTrainer(GRPOTrainer):
     def _update_per_pass(self, model, rollout: TreeRollout, iteration: int) -> tuple[float, dict[str, float]]:
         """d-TreeRPO's loss over every edge, one forward/backward per chunk of parents."""
         progress = self.state.global_step / max(self.state.max_steps, 1)
-        num_edges = int(rollout.edge_parent.numel())
+        (num_edges, sd_pairs, active), world = whole_batch_sums(rollout.edge_parent.numel(), rollout.sd_pairs,
+                                                                float(rollout.active.sum()))
         total, metrics, forwards, entropy = 0.0, {}, 0, 0.0
         chunks = self._row_chunks(rollout.parent_ids.shape[0])
         pads = self._backward_pads(len(chunks))
@@ -203,15 +219,16 @@ class DTreeRPOTrainer(GRPOTrainer):
             terms = self.objective.edge_loss(
                 EdgeLossInput(current=token, old=old, ref=ref, tokens=rollout.edge_tokens[edges],
                               active=rollout.active[edges], advantages=rollout.edge_advantages[edges],
-                              group=rollout.edge_parent[edges], num_edges=num_edges, sd_pairs=rollout.sd_pairs,
+                              group=rollout.edge_parent[edges], num_edges=int(num_edges), sd_pairs=int(sd_pairs),
                               progress=progress),
             )
-            self._backward(terms.loss)
-            total += float(terms.loss.detach())
+            self._backward(terms.loss * world)
+            total += float(terms.loss.detach()) * world
             self._accumulate(metrics, terms)
             forwards += r.stop - r.start
             entropy += ent
         self._pad_backward(pads, lambda: self._edge_logps(model, rollout, slice(0, 1))[0].sum())
+        metrics, entropy, _ = whole_batch_metrics(metrics, entropy, 0.0)
         metrics["nfe/update"] = float(forwards)
-        metrics["entropy"] = entropy / max(float(rollout.active.sum()), 1.0)
+        metrics["entropy"] = entropy / max(active, 1.0)
         return total, metrics
