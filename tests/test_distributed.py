@@ -288,6 +288,7 @@ def test_trajectory_replay_of_threshold_rollouts_on_two_processes_equals_one(tmp
     ("spg", {"group_size": 4, "mc_num": 2}),
     ("mdpo", {"group_size": 4, "sample_train_steps": 3}),
     ("d-treerpo", {"num_tree_samples": 2, "tree_branch_factor": 2, "self_distillation": True, "num_iterations": 1}),
+    ("espo", {"group_size": 4, "num_iterations": 1, "mc_num": 1, "reduce_var": False}),
 ])
 def test_objectives_with_their_own_rollout_or_update_on_two_processes_equal_one(tmp_path, digit_model, objective,
                                                                                  params):
@@ -295,7 +296,8 @@ def test_objectives_with_their_own_rollout_or_update_on_two_processes_equal_one(
     rollout, edge loss) have their own trainers. Before stop 25 they normalised by per-process counts (SPG's
     response tokens, MDPO's scored step tokens, d-TreeRPO's edges and self-distillation pairs), MDPO chose its
     steps from each process's rows, and MDPO's and d-TreeRPO's decoders drew batch-wide, so 2 processes sampled
-    other completions than 1. 3 steps of 4 prompts at temperature 1 on the digit-writing model."""
+    other completions than 1. ESPO (the pass-mean update) logged each process's entropy. 3 steps of 4 prompts at
+    temperature 1 on the digit-writing model."""
     spec = {
         "model": {"path": str(digit_model)},
         "data": {"train": {"path": "dare://sudoku/train.parquet", "limit": 64, **SUDOKU}},

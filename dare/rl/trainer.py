@@ -357,7 +357,11 @@ class GRPOTrainer(DareTrainer):
                       for p, r in self._jobs(passes, None, batch.num_rows))
         metrics["nfe/update"] = float(scoring + forwards)
         scored = torch.stack([s.scored for s in scores]).float()
-        metrics["entropy"] = float((torch.stack([s.entropy for s in scores]) * scored).sum() / scored.sum().clamp(min=1.0))
+        # the loss and its metrics are row means (every process holds as many rows: their mean over processes,
+        # which the log takes, is the whole batch's); the entropy is a token mean over every process's tokens
+        _, entropy_sum, entropy_count = whole_batch_metrics(
+            {}, float((torch.stack([s.entropy for s in scores]) * scored).sum()), float(scored.sum()))
+        metrics["entropy"] = entropy_sum / max(entropy_count, 1.0)
         return float(terms.loss.detach()), metrics
 
     def _backward(self, loss: torch.Tensor) -> None:
