@@ -186,6 +186,27 @@ def test_trajectory_passes_by_hand_with_merging():
         TrajectoryEstimator().draw(make_batch())
 
 
+def test_shrink_splits_at_block_boundaries():
+    """Blocks of 4 steps (stride 4), shrink 3: block 0's steps {0,1,2} {3} and block 1's {4,5,6} {7} are four
+    transitions, none spanning two blocks (step 3 and step 4 were merged before: block 1's first tokens scored
+    under a state with block 0 unfinished). Where shrink divides the stride the ids are step // shrink."""
+    from dare.diffusion.estimators.trajectory import transition_ids
+
+    step = torch.tensor([[0, 1, 2, 3, 4, 5, 6, 7, -1]])
+    valid = torch.ones_like(step, dtype=torch.bool)
+    assert transition_ids(step, valid, 3).tolist() == [[0, 0, 0, 1, 1, 1, 2, 2, -1]]
+    assert transition_ids(step, valid, 3, block_stride=4).tolist() == [[0, 0, 0, 1, 2, 2, 2, 3, -1]]
+    assert transition_ids(step, valid, 2, block_stride=4).tolist() == transition_ids(step, valid, 2).tolist()
+    assert transition_ids(step, valid, 5, block_stride=4).tolist() == [[0, 0, 0, 0, 1, 1, 1, 1, -1]]
+    batch = make_batch(N=1, P=1, G=9, prompt_pad=(0,), unmask_step=step)
+    passes = TrajectoryEstimator(shrink=3, block_stride=4).draw(batch)
+    assert [p.key for p in passes] == [0, 1, 2, 3]
+    assert passes[2].mask[0, 0, 1:].int().tolist() == [0, 0, 0, 0, 1, 1, 1, 1, 1]  # block 0 complete
+    assert passes[2].weight[0, 0].int().tolist() == [0, 0, 0, 0, 1, 1, 1, 0, 0]
+    with pytest.raises(ValueError, match="block_stride must be >= 1"):
+        transition_ids(step, valid, 3, block_stride=0)
+
+
 def test_trajectory_replay_reproduces_the_sampler_states():
     pytest.importorskip("dare_llada")
     from dare_llada.sampler import decode

@@ -102,6 +102,18 @@ class Sampler(Component):
         """
         raise NotImplementedError(f"sampler {self.name!r} cannot resume decoding from an intermediate state")
 
+    def steps_per_block(self) -> int | None:
+        """The stride ``b`` that separates blocks in this sampler's ``unmask_step`` numbers: block ``nb``'s steps
+        are numbered ``nb b .. nb b + b - 1`` for every row, or None where no stride marks the blocks (the
+        default: unknown; LLaDA2 counts each row's steps consecutively across blocks).
+
+        Trajectory objectives merge steps within a block with it (CJ-GRPO ``step_merge``, TraceRL ``shrink``:
+        :mod:`dare.diffusion.estimators.trajectory`). A fixed schedule of ``steps`` over ``gen_length /
+        block_length`` blocks has ``b = steps // num_blocks``; parallel decoding whose step count per block
+        adapts numbers each block from ``nb * block_length`` (at most ``block_length`` steps), ``b = block_length``.
+        """
+        return None
+
     @classmethod
     def supports_partial_denoise(cls) -> bool:
         """Whether this sampler implements :meth:`partial_denoise`."""

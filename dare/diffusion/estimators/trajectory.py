@@ -12,7 +12,12 @@ confidence rule, is not modelled, as in both papers).
 
 Step merging / trajectory shrinkage (TraceRL §3, "aggregate every s neighbouring steps"; CJ-GRPO's
 ``step_merge`` merges the steps of one block): with ``shrink = s``, steps ``[s (j - 1), s j)`` form
-one transition scored under the state before its first step. ``shrink = 1`` is exact replay.
+one transition scored under the state before its first step. ``shrink = 1`` is exact replay. With the
+sampler's block stride ``b`` (:meth:`dare.components.Sampler.steps_per_block`: block ``nb``'s steps are
+numbered ``nb b .. nb b + b - 1``) a transition never spans two blocks: step ``nb b + i`` belongs to transition
+``nb ceil(b / s) + i // s``, which is ``step // s`` when ``s`` divides ``b``. Otherwise the last transition of
+a block would score the next block's first tokens under a state the decoder never saw (that block fully
+masked, its predecessor not yet complete).
 
 One pass per transition that commits at least one token in the batch (passes are ordered by step).
 Positions never committed (``-1``) stay masked in every state and are never scored. For block
@@ -35,26 +40,40 @@ from dare.diffusion.estimators.base import Estimator, Pass, ScoringBatch
 __all__ = ["TrajectoryParams", "TrajectoryEstimator", "trajectory_passes", "transition_ids"]
 
 
-def transition_ids(unmask_step: torch.Tensor, valid: torch.Tensor, shrink: int = 1) -> torch.Tensor:
-    """``[N, G]`` int64 transition index ``unmask_step // shrink`` of each valid committed token, -1 elsewhere.
+def transition_ids(unmask_step: torch.Tensor, valid: torch.Tensor, shrink: int = 1,
+                   block_stride: int | None = None) -> torch.Tensor:
+    """``[N, G]`` int64 transition index of each valid committed token, -1 elsewhere: ``unmask_step // shrink``,
+    or with ``block_stride`` ``b`` the split at block boundaries ``(step // b) ceil(b / shrink) + (step % b) // shrink``
+    (module docstring).
 
-    :raises ValueError: ``shrink < 1``.
+    :param unmask_step: ``[N, G]`` int64 (-1: never committed); :param valid: ``[N, G]`` bool.
+    :raises ValueError: ``shrink < 1`` or ``block_stride < 1``.
     """
     if shrink < 1:
         raise ValueError(f"shrink must be >= 1, got {shrink}")
+    if block_stride is not None and block_stride < 1:
+        raise ValueError(f"block_stride must be >= 1, got {block_stride}")
     committed = valid & (unmask_step >= 0)
-    return torch.where(committed, torch.div(unmask_step, shrink, rounding_mode="floor"), torch.full_like(unmask_step, -1))
+    step = unmask_step.clamp(min=0)
+    if block_stride is None or block_stride % shrink == 0:
+        ids = torch.div(step, shrink, rounding_mode="floor")
+    else:
+        per_block = -(-block_stride // shrink)
+        ids = (torch.div(step, block_stride, rounding_mode="floor") * per_block
+               + torch.div(step % block_stride, shrink, rounding_mode="floor"))
+    return torch.where(committed, ids, torch.full_like(unmask_step, -1))
 
 
-def trajectory_passes(batch: ScoringBatch, shrink: int = 1) -> list[Pass]:
+def trajectory_passes(batch: ScoringBatch, shrink: int = 1, block_stride: int | None = None) -> list[Pass]:
     """One pass per transition (module docstring); each pass has ``K = 1`` and ``key`` = its transition index.
 
+    :param block_stride: the sampler's block stride in ``unmask_step`` numbers (None: unknown, no split).
     :raises ValueError: the batch has no ``unmask_step`` or no token was ever committed.
     """
     if batch.unmask_step is None:
         raise ValueError("trajectory replay needs the sampler's unmask_step (SamplerOutput.unmask_step)")
     resp = batch.completion_mask
-    trans = transition_ids(batch.unmask_step, resp, shrink)
+    trans = transition_ids(batch.unmask_step, resp, shrink, block_stride)
     steps = torch.unique(trans[trans >= 0]).tolist()
     if not steps:
         raise ValueError("trajectory replay: no completion token was committed by the sampler (unmask_step all -1)")
@@ -71,6 +90,10 @@ class TrajectoryParams(Params):
     """Parameters of :class:`TrajectoryEstimator`."""
 
     shrink: int = Field(1, ge=1, description="Consecutive denoising steps merged into one pass (1 = exact replay).")
+    block_stride: int | None = Field(
+        None, ge=1, description="The sampler's block stride in unmask_step numbers: merged steps never span two "
+                                "blocks (null: unknown, no split)."
+    )
 
 
 class TrajectoryEstimator(Estimator):
@@ -82,4 +105,4 @@ class TrajectoryEstimator(Estimator):
     Params = TrajectoryParams
 
     def draw(self, batch: ScoringBatch, generator: torch.Generator | None = None) -> list[Pass]:
-        return trajectory_passes(batch, self.params.shrink)
+        return trajectory_passes(batch, self.params.shrink, self.params.block_stride)

@@ -62,9 +62,20 @@ def test_valid_spec_and_step_merge(tiny_llada_dir, tmp_path):
     params = {**raw["sampler"]["params"], "steps": 2 * raw["sampler"]["params"]["gen_length"], "threshold": 0.9}
     est = CJGRPO({"step_merge": True}).make_estimator(None, None, LLaDASampler(params))
     assert est.params.shrink == params["block_length"] != params["steps"] // 2
-    # llada2 counts each row's steps across blocks: no block stride, so step_merge is refused
-    from dare_grpo.objectives.cj_grpo import steps_per_block
+    # the samplers declare their block stride (Sampler.steps_per_block); llada2 counts each row's steps across
+    # blocks: no block stride, so step_merge is refused
+    from dare_dream.sampler import DreamSampler
+    from dare_grpo.objectives import TraceRL
     from dare_llada2.sampler import LLaDA2Sampler
+    from dare_sdar.sampler import SDARSampler
 
-    assert steps_per_block(LLaDA2Sampler({"gen_length": 64, "steps": 32})) is None
-    assert steps_per_block(LLaDA2Sampler({"gen_length": 64, "block_length": 32, "steps": 32})) is None
+    assert LLaDA2Sampler({"gen_length": 64, "steps": 32}).steps_per_block() is None
+    assert LLaDA2Sampler({"gen_length": 64, "block_length": 32, "steps": 32}).steps_per_block() is None
+    assert SDARSampler({"gen_length": 64, "block_length": 4, "denoising_steps": 3}).steps_per_block() == 3
+    assert DreamSampler({"gen_length": 64, "steps": 32}).steps_per_block() == 32  # one block
+    assert DreamSampler({"gen_length": 64, "steps": 32, "block_length": 16}).steps_per_block() == 8
+    assert DreamSampler({"gen_length": 64, "steps": 32, "block_length": 16, "alg": "maskgit_plus",
+                         "threshold": 0.9}).steps_per_block() == 16
+    # TraceRL's shrink splits at the sampler's block boundaries
+    est = TraceRL({"shrink": 3}).make_estimator(None, None, LLaDASampler(raw["sampler"]["params"]))
+    assert (est.params.shrink, est.params.block_stride) == (3, 4)

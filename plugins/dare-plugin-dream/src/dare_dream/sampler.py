@@ -176,6 +176,13 @@ class DreamSampler(Sampler):
                              f"forward (kv_logits), which family {fam.name!r} does not provide; use cache: none"))
         return problems
 
+    def steps_per_block(self) -> int:
+        """Block stride of ``unmask_step`` (one block of ``gen_length`` when ``block_length`` is null):
+        ``block_length`` with threshold/factor, else the fixed schedule's ``steps // num_blocks``."""
+        p = self.params
+        block = p.gen_length if p.block_length is None else p.block_length
+        return block if p.parallel else p.steps // (p.gen_length // block)
+
     def generate(self, model, family, tokens, prompt_ids, attention_mask=None, generator=None) -> SamplerOutput:
         """Decode ``gen_length`` tokens after ``prompt_ids`` ``[B, Lp]`` through ``family.logits`` (or its
         ``kv_logits`` with a cache).

@@ -111,6 +111,12 @@ class LLaDASampler(Sampler):
                              f"forward (kv_logits), which family {fam.name!r} does not provide; use cache: none"))
         return problems
 
+    def steps_per_block(self) -> int:
+        """Block stride of ``unmask_step``: ``block_length`` with threshold/factor (each block's steps numbered
+        from ``nb * block_length``), else the fixed schedule's ``steps // num_blocks``."""
+        p = self.params
+        return p.block_length if p.parallel else p.steps // (p.gen_length // p.block_length)
+
     def generate(self, model, family, tokens, prompt_ids, attention_mask=None, generator=None) -> SamplerOutput:
         """Decode ``gen_length`` tokens after ``prompt_ids`` ``[B, Lp]`` (left-padded).
 

@@ -113,6 +113,11 @@ class SDARSampler(Sampler):
                 ))
         return problems
 
+    def steps_per_block(self) -> int:
+        """Block stride of ``unmask_step``: ``denoising_steps`` (block ``k`` of the canvas after the prompt's
+        last block numbers its steps ``k * denoising_steps + i``, dare_sdar/decoding.py)."""
+        return int(self.params.denoising_steps)
+
     def generate(self, model, family, tokens, prompt_ids, attention_mask=None, generator=None) -> SamplerOutput:
         """Decode ``prompt_ids`` ``[B, Lp]`` (left-padded; ``attention_mask`` ``[B, Lp]``) with the family's
         cached block forward. ``nfe`` counts denoising forwards; ``extras['forward_passes']`` all model calls.

@@ -8,8 +8,10 @@ state before ``s``. Loss: for each step ``s`` the token-level clipped GRPO loss 
 committed at ``s`` (token-mean over ``U_s``, batch-wide), then ``(1 / T) sum_s`` over the ``T``
 replayed steps, one backward per step. KL off by default.
 
-``step_merge`` merges the steps of each semi-autoregressive block into one transition (the rollout
-sampler must have ``gen_length``, ``block_length`` and ``steps`` params). **[QUIRK] decided:** the
+``step_merge`` merges the steps of each semi-autoregressive block into one transition: the rollout sampler
+declares the stride of its blocks in ``unmask_step`` numbers (:meth:`dare.components.Sampler.steps_per_block`:
+LLaDA and Dream ``steps // num_blocks``, or ``block_length`` with threshold/factor; SDAR ``denoising_steps``);
+a sampler without one (LLaDA2, whose rows count their steps across blocks) is refused. **[QUIRK] decided:** the
 DARE LLaDA recipe leaves ``step_merge`` unset although the rollout reads it; here it is an explicit
 parameter, default false (exact replay, as the Dream recipe sets).
 """
@@ -21,30 +23,7 @@ from pydantic import Field
 from dare.diffusion.estimators import TrajectoryEstimator
 from dare.rl import LossTerms, OnlineRLObjective, RLParams, clipped_token_loss
 
-__all__ = ["CJGRPO", "CJGRPOParams", "steps_per_block"]
-
-
-def steps_per_block(sampler) -> int | None:
-    """The stride of a block in a semi-autoregressive sampler's ``unmask_step`` numbers, or None if its params
-    lack ``gen_length``/``block_length``/``steps``.
-
-    Fixed schedules: ``steps // num_blocks`` steps per block. None also for ``llada2``, whose decoder numbers
-    each row's steps consecutively across blocks (no stride separates the blocks). Fast-dLLM parallel decoding of the ``llada`` and
-    ``dream`` samplers (``threshold``/``factor`` set) takes a row-dependent number of steps per block and
-    numbers block ``nb``'s steps from ``nb * block_length`` (dare_llada/decoding.py ``_run_parallel``), so the
-    stride is ``block_length`` (``gen_length`` for Dream's one block, ``block_length: null``).
-    """
-    p = sampler.params
-    fields = type(p).model_fields
-    if "threshold" in fields and "factor" not in fields:
-        return None  # llada2: each row counts its own steps across blocks, so no stride marks a block
-    try:
-        block = int(p.gen_length) if p.block_length is None else int(p.block_length)
-        if "factor" in fields and (p.threshold is not None or p.factor is not None):
-            return block
-        return max(1, int(p.steps) // (int(p.gen_length) // block))
-    except AttributeError:
-        return None
+__all__ = ["CJGRPO", "CJGRPOParams"]
 
 
 class CJGRPOParams(RLParams):
@@ -59,8 +38,8 @@ class CJGRPO(OnlineRLObjective):
     zero_advantage_rows_vanish = True  # loss -A * clip(rho): identically 0 at A = 0
 
     def make_estimator(self, family, model_config, sampler):
-        shrink = steps_per_block(sampler) if self.params.step_merge else 1
-        return TrajectoryEstimator(shrink=shrink)
+        stride = sampler.steps_per_block()
+        return TrajectoryEstimator(shrink=stride if self.params.step_merge else 1, block_stride=stride)
 
     def pass_loss(self, inp):
         terms = clipped_token_loss(inp, self.params)
@@ -70,8 +49,9 @@ class CJGRPO(OnlineRLObjective):
     def check(self, ctx, loc):
         problems = super().check(ctx, loc)
         sampler = ctx.sampler
-        if self.params.step_merge and sampler is not None and steps_per_block(sampler) is None:
-            problems.append((f"{loc}.params.step_merge", f"sampler {sampler.name!r} does not number its steps per block "
-                                                         "(no gen_length/block_length/steps params, or per-row step "
-                                                         "counts as llada2), so its blocks are unknown; set step_merge: false"))
+        if self.params.step_merge and sampler is not None and sampler.steps_per_block() is None:
+            problems.append((f"{loc}.params.step_merge", f"sampler {sampler.name!r} declares no block stride in its "
+                                                         "step numbers (Sampler.steps_per_block; llada2 counts each "
+                                                         "row's steps across blocks), so its blocks are unknown; set "
+                                                         "step_merge: false"))
         return problems

@@ -4,7 +4,11 @@ DARE repo, docs/algorithms.md §3.12).
 
 Estimator: replay of the sampler's trajectory with *trajectory shrinkage* ``s`` (``shrink``): every
 ``s`` neighbouring steps form one transition ``tau^s(t)``, scored under the state before it
-(:mod:`dare.diffusion.estimators.trajectory`; ``shrink = 1`` is exact replay). Loss (the paper's
+(:mod:`dare.diffusion.estimators.trajectory`; ``shrink = 1`` is exact replay). Where the rollout sampler
+declares its block stride (:meth:`dare.components.Sampler.steps_per_block`) a transition never spans two blocks:
+a block of ``b`` steps splits into ``ceil(b / s)`` transitions, the last one shorter when ``s`` does not divide
+``b`` (merging across the boundary would score the next block's first tokens under a state the decoder never
+saw). Loss (the paper's
 ``J_policy``)::
 
     L = (1 / N) sum_i sum_t (1 / |tau_i^s(t)|) sum_{k in tau_i^s(t)} C_eps(rho_k, A_i)  + beta KL
@@ -39,7 +43,7 @@ class TraceRL(OnlineRLObjective):
     zero_advantage_rows_vanish = True  # loss -A * clip(rho): identically 0 at A = 0
 
     def make_estimator(self, family, model_config, sampler):
-        return TrajectoryEstimator(shrink=self.params.shrink)
+        return TrajectoryEstimator(shrink=self.params.shrink, block_stride=sampler.steps_per_block())
 
     def pass_loss(self, inp):
         terms = clipped_token_loss(inp, self.params, mode="sequence-mean", num_sequences=inp.num_sequences)
