@@ -237,6 +237,11 @@ def test_autoregressive_passes_by_hand():
     assert passes[0].mask[1, :, 2:].int().tolist() == [[0, 1, 1], [0, 1, 0]]
     assert passes[1].weight[0].int().tolist() == [[0, 0, 1], [0, 0, 0]]
     assert not torch.cat([p.mask[:, :, :2] for p in passes]).any()
+    assert [p.key for p in passes] == [0, 2]  # the first position: matched across processes
+    # a process whose responses are shorter has fewer passes; the keys still name the same positions
+    short = AutoregressiveEstimator(chunk_size=2).draw(make_batch(N=1, P=2, G=3, prompt_pad=(0,),
+                                                                  completion_mask=torch.tensor([[True, True, False]])))
+    assert [p.key for p in short] == [0]
 
 
 # ----------------------------------------------------------------------------- stratified (BGPO)

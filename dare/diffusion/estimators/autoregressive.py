@@ -27,7 +27,9 @@ def autoregressive_passes(batch: ScoringBatch, chunk_size: int = 1) -> list[Pass
     """Passes over completion positions ``0..G-1`` in chunks of ``chunk_size`` (module docstring).
 
     Copy for position ``t``: every response token at position ``>= t`` masked, weight 1 at ``t`` (for
-    rows where ``t`` is a response token). Positions that no row scores are skipped.
+    rows where ``t`` is a response token). Positions that no row scores are skipped. Each pass's ``key`` is
+    its first position, so the passes of processes whose longest responses differ are matched by position
+    (:func:`dare.rl.batch_totals.whole_batch_normalisers`; responses are prefixes, so the chunks align).
 
     :raises ValueError: ``chunk_size < 1``.
     """
@@ -44,7 +46,7 @@ def autoregressive_passes(batch: ScoringBatch, chunk_size: int = 1) -> list[Pass
         for t in positions[i : i + chunk_size]:
             masks.append(torch.cat([no_prompt, resp & (pos >= t)], 1))
             weights.append((resp & (pos == t)).float())
-        passes.append(Pass(mask=torch.stack(masks), weight=torch.stack(weights)))
+        passes.append(Pass(mask=torch.stack(masks), weight=torch.stack(weights), key=int(positions[i])))
     return passes
 
 
