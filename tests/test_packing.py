@@ -303,6 +303,47 @@ def test_segmented_attention_equals_dense_masked_attention(block_size):
         torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-6)
 
 
+def _reference_varlen(calls):
+    """A CPU stand-in of flash-attn's ``flash_attn_varlen_func`` (its argument order and ``[total, H, D]`` layout,
+    grouped K/V heads): SDPA over each ``cu_seqlens`` sequence. Records each call's ``cu_seqlens`` and max length."""
+    def varlen(q, k, v, cu_q, cu_k, max_q, max_k, dropout_p=0.0, softmax_scale=None, causal=False):
+        calls.append((cu_q.tolist(), max_q))
+        assert torch.equal(cu_q, cu_k) and max_q == max_k and not causal and cu_q.dtype == torch.int32
+        out = []
+        for a, b in zip(cu_q.tolist(), cu_q.tolist()[1:]):
+            x = [t[a:b].transpose(0, 1)[None] for t in (q, k, v)]  # [1, H, n, D]
+            out.append(torch.nn.functional.scaled_dot_product_attention(*x, scale=softmax_scale,
+                                                                        enable_gqa=True)[0].transpose(0, 1))
+        return torch.cat(out)
+    return varlen
+
+
+def test_varlen_kernel_gets_the_segment_boundaries(monkeypatch):
+    """On GPU with flash-attn, plain packed segments go to one flash_attn_varlen_func call: the rows flattened, every
+    segment one sequence, every fill slot one (attending only itself). Checked on CPU with a stand-in kernel
+    that must reproduce the per-segment SDPA exactly; pair layouts (block families) and CPU tensors never take it."""
+    import dare.diffusion.packing as packing
+
+    valid = torch.tensor([[1, 1, 1, 1, 1, 0], [0, 1, 1, 0, 0, 0], [1, 1, 1, 1, 0, 0]], dtype=torch.bool)
+    lay = pack_layout(valid, capacity=9)
+    assert lay.segment.tolist() == [[0, 0, 0, 0, 0, 2, 2, 2, 2], [1, 1, -1, -1, -1, -1, -1, -1, -1]]
+    seg = packing.Segments.of(lay)
+    assert seg.cu_seqlens == ((0, 5, 9, 11, 12, 13, 14, 15, 16, 17, 18), 5)
+    assert packing.Segments.of(pack_layout(valid, capacity=20, block_size=2)).cu_seqlens is None
+    g = torch.Generator().manual_seed(0)
+    q = torch.randn(2, 4, 9, 8, generator=g)
+    k, v = (torch.randn(2, 2, 9, 8, generator=g) for _ in range(2))  # grouped-query: 2 K/V heads for 4 queries
+    assert packing.varlen_kernel(q, seg) is None  # CPU fp32: the per-segment SDPA loop
+    with packing.packed_segments(seg):
+        loop = packing.scaled_dot_product_attention(q, k, v, enable_gqa=True)
+    calls = []
+    monkeypatch.setattr(packing, "varlen_kernel", lambda query, segments: _reference_varlen(calls))
+    with packing.packed_segments(seg):
+        varlen = packing.scaled_dot_product_attention(q, k, v, enable_gqa=True)
+    assert calls == [([0, 5, 9, 11, 12, 13, 14, 15, 16, 17, 18], 5)]
+    torch.testing.assert_close(varlen, loop, atol=1e-6, rtol=1e-6)
+
+
 @pytest.mark.parametrize("family", ["llada", "sdar"])
 def test_packed_sft_with_gradient_checkpointing(family, tmp_path):
     """With gradient checkpointing the recompute runs outside the packed context: the dense mask keeps it exact."""

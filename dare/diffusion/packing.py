@@ -30,6 +30,12 @@ attention one segment at a time instead (``sum n_i^2`` scores; the CPU counterpa
 The dense ``[R, 1, T, T]`` mask is then not even built. A model that recomputes layers in the backward (gradient
 checkpointing) runs outside the context, since its recompute must repeat the forward exactly: it gets the dense
 block-diagonal mask and plain masked SDPA (same result, ``T x T`` scores per row).
+
+**flash-attention varlen (GPU).** Where flash-attn is installed (``pip install -e '.[flash]'``), the tensors are on
+CUDA in fp16/bf16 and every segment is plain (LLaDA, Dream: no ``[x_t ; x_0]`` pair mask, which varlen cannot
+express), the segment-wise attention is one ``flash_attn_varlen_func`` call over all rows, with ``cu_seqlens`` the
+segment boundaries (:attr:`Segments.cu_seqlens`; a fill slot is a sequence of its own, attending only itself),
+as DARE's actors do. Otherwise (CPU, fp32, block families, flash-attn absent) the per-segment SDPA loop runs.
 """
 
 from __future__ import annotations
@@ -37,12 +43,13 @@ from __future__ import annotations
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
+from functools import lru_cache
 
 import torch
 import torch.nn.functional as F
 
 __all__ = ["PackedLayout", "pack_layout", "first_fit_rows", "Segments", "packed_segments", "scaled_dot_product_attention",
-           "needs_dense_mask"]
+           "varlen_kernel", "needs_dense_mask"]
 
 
 def first_fit_rows(lengths: list[int], capacity: int) -> list[list[int]]:
@@ -194,11 +201,15 @@ class Segments:
     ``spans[r]`` lists ``(start, end, mask)`` of row ``r`` in order, covering ``0..length``: ``mask`` None means every
     query of the span may attend every key of the span (a plain segment); otherwise a bool ``[n, n]`` (True = may
     attend): the ``[x_t ; x_0]`` block-diffusion mask of a pair, or the identity on the fill tail.
+    ``cu_seqlens``: for layouts without pairs, the boundaries of the sequences of the rows flattened to ``R * T``
+    slots (every plain segment one sequence, every fill slot one), flash-attention varlen's ``cu_seqlens``
+    (``[0, n_1, n_1 + n_2, ..., R T]``) and the longest sequence; None for pair layouts.
     """
 
     rows: int
     length: int
     spans: tuple[tuple[tuple[int, int, "torch.Tensor | None"], ...], ...]
+    cu_seqlens: tuple[tuple[int, ...], int] | None = None
 
     @classmethod
     def of(cls, layout: PackedLayout, device=None) -> Segments:
@@ -214,17 +225,21 @@ class Segments:
             return cache[kind, n]
 
         R, T = layout.segment.shape
-        spans = []
-        for row in layout.segment.tolist():
+        spans, bounds = [], [0]
+        for r, row in enumerate(layout.segment.tolist()):
             out, start = [], 0
             for t in range(1, T + 1):
                 if t == T or row[t] != row[start]:
                     n = t - start
                     m = mask("fill", n) if row[start] < 0 else mask("pair", n) if layout.block_size is not None else None
                     out.append((start, t, m))
+                    bounds.extend([r * T + start + i + 1 for i in range(n)] if row[start] < 0 else [r * T + t])
                     start = t
             spans.append(tuple(out))
-        return cls(R, T, tuple(spans))
+        cu = None
+        if layout.block_size is None:
+            cu = (tuple(bounds), max(b - a for a, b in zip(bounds, bounds[1:])))
+        return cls(R, T, tuple(spans), cu)
 
 
 _ACTIVE: ContextVar[Segments | None] = ContextVar("dare_packed_segments", default=None)
@@ -241,13 +256,44 @@ def packed_segments(segments: Segments | None):
         _ACTIVE.reset(token)
 
 
+@lru_cache(maxsize=1)
+def _flash_attn_varlen_func():
+    """flash-attn's ``flash_attn_varlen_func``, or None when flash-attn is not installed (looked up once)."""
+    try:
+        from flash_attn import flash_attn_varlen_func
+    except ImportError:
+        return None
+    return flash_attn_varlen_func
+
+
+def varlen_kernel(query: torch.Tensor, segments: Segments):
+    """``flash_attn_varlen_func`` when it can run these packed rows (module docstring: flash-attn installed, CUDA,
+    fp16/bf16, head size a multiple of 8 up to 256, no pair masks), else None."""
+    if (segments.cu_seqlens is None or not query.is_cuda or query.dtype not in (torch.float16, torch.bfloat16)
+            or query.shape[-1] % 8 or query.shape[-1] > 256):
+        return None
+    return _flash_attn_varlen_func()
+
+
+def _varlen_attention(kernel, query, key, value, segments: Segments, dropout_p: float, scale: float | None):
+    """``[R, H, T, D]`` attention of the packed rows in one varlen call over the ``R * T`` flattened slots (K/V may
+    have fewer heads: grouped-query attention is native to the kernel)."""
+    R, H, T, D = query.shape
+    bounds, longest = segments.cu_seqlens
+    cu = torch.tensor(bounds, dtype=torch.int32, device=query.device)
+    flat = [x.transpose(1, 2).reshape(R * T, x.shape[1], D) for x in (query, key, value)]
+    out = kernel(*flat, cu, cu, longest, longest, dropout_p=dropout_p, softmax_scale=scale, causal=False)
+    return out.view(R, T, H, D).transpose(1, 2)
+
+
 def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p: float = 0.0, is_causal: bool = False,
                                  scale: float | None = None, enable_gqa: bool = False) -> torch.Tensor:
     """``torch.nn.functional.scaled_dot_product_attention`` (same arguments and result: ``[B, H, Lq, D]``), computed
     one packed segment at a time while :func:`packed_segments` is active and the shapes are those of the packed rows
     (``B == R``, ``Lq == Lk == T``): each segment attends within itself under its own mask (:class:`Segments`), and
-    ``attn_mask`` (None, or the dense block-diagonal mask of :meth:`PackedLayout.attention_mask`) is not read.
-    Otherwise exactly the torch function.
+    ``attn_mask`` (None, or the dense block-diagonal mask of :meth:`PackedLayout.attention_mask`) is not read. On
+    GPU with flash-attn the segments go to one varlen call instead (:func:`varlen_kernel`). Otherwise exactly the
+    torch function.
     """
     kw = {"enable_gqa": True} if enable_gqa else {}
     seg = _ACTIVE.get()
@@ -255,6 +301,9 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p: f
             or key.shape[-2] != seg.length):
         return F.scaled_dot_product_attention(query, key, value, attn_mask=attn_mask, dropout_p=dropout_p,
                                               is_causal=is_causal, scale=scale, **kw)
+    kernel = varlen_kernel(query, seg)
+    if kernel is not None:
+        return _varlen_attention(kernel, query, key, value, seg, dropout_p, scale)
     rows = []
     for r, spans in enumerate(seg.spans):
         parts = [F.scaled_dot_product_attention(query[r : r + 1, :, s:e], key[r : r + 1, :, s:e], value[r : r + 1, :, s:e],
