@@ -6,7 +6,7 @@ import torch
 
 from dare.diffusion.estimators import Pass, ScoringBatch
 from dare.rl import batch_totals
-from dare.rl.batch_totals import whole_batch_metrics, whole_batch_normalisers, whole_batch_values
+from dare.rl.batch_totals import whole_batch_metrics, whole_batch_normalisers, whole_batch_sums, whole_batch_values
 
 
 def _pass(scored_per_row: list[int], key=None, G: int = 4) -> Pass:
@@ -66,3 +66,9 @@ def test_row_values_are_concatenated_in_rank_order(monkeypatch):
     got = whole_batch_values({"reward": torch.tensor([0.0, 1.0]), "advantage": torch.tensor([-0.5, 0.5])})
     assert got["reward"].tolist() == [0.0, 1.0, 1.0, 1.0] and got["advantage"].tolist() == [-0.5, 0.5, 0.0, 0.0]
     assert float(got["reward"].std()) == pytest.approx(0.5)  # the mean of the processes' stds would say 0.354
+
+
+def test_sums_add_every_process_value(monkeypatch):
+    assert whole_batch_sums(3, 2.5) == ([3.0, 2.5], 1)  # one process: its own values
+    _as_other_process(monkeypatch, (4.0, 0.5))
+    assert whole_batch_sums(3, 2.5) == ([7.0, 3.0], 2)
