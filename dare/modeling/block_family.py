@@ -46,6 +46,14 @@ def config_value(config, key: str) -> Any:
     return config.get(key) if isinstance(config, dict) else getattr(config, key, None)
 
 
+
+def _config(model):
+    """The ``config`` of ``model``, or of the module a data-parallel wrapper holds (DDP and DeepSpeed wrap the
+    model in an object without ``config``: ``.module``)."""
+    while not hasattr(model, "config") and hasattr(model, "module"):
+        model = model.module
+    return model.config
+
 class BlockDiffusionFamily(ModelFamily):
     """Base of block-diffusion families (module docstring): block-causal attention, aligned logits,
     responses end at EOS (padding excluded), and a KV-cached block forward for the block decoders.
@@ -97,7 +105,7 @@ class BlockDiffusionFamily(ModelFamily):
 
         B, L = input_ids.shape
         shift = leading_padding(attention_mask, B, input_ids.device)
-        mask = block_causal_mask(L, self.block_size(model.config), device=input_ids.device)[None, None]
+        mask = block_causal_mask(L, self.block_size(_config(model)), device=input_ids.device)[None, None]
         if attention_mask is not None:
             valid = roll_rows(attention_mask, shift).to(torch.bool)
             eye = torch.eye(L, dtype=torch.bool, device=input_ids.device)
@@ -128,7 +136,7 @@ class BlockDiffusionFamily(ModelFamily):
         shift = leading_padding(attention_mask, B, noisy_ids.device)
         valid = None if attention_mask is None else roll_rows(attention_mask, shift).to(torch.bool)
         ids, pos, mask = block_diffusion_inputs(
-            roll_rows(noisy_ids, shift), roll_rows(clean_ids, shift), self.block_size(model.config), valid
+            roll_rows(noisy_ids, shift), roll_rows(clean_ids, shift), self.block_size(_config(model)), valid
         )
         return roll_rows(self.forward_logits(model, ids, mask, pos, first=L), -shift)
 
@@ -154,7 +162,7 @@ class BlockDiffusionFamily(ModelFamily):
         dev = noisy_ids.device
         dense = needs_dense_mask(model)  # a layer recompute must see the same attention: the dense mask, no segments
         capacity = max_tokens or (None if dense else 2 * int(valid.sum()))  # default: one row (dense mask: longest)
-        layout = pack_layout(valid, capacity, block_size=self.block_size(model.config))
+        layout = pack_layout(valid, capacity, block_size=self.block_size(_config(model)))
         mask = layout.attention_mask(dev) if dense else None
         with packed_segments(None if dense else Segments.of(layout, dev)):  # one example at a time
             logits = self.packed_logits(model, layout.pack(noisy_ids, clean_ids).to(dev), layout.position.to(dev),

@@ -190,9 +190,12 @@ class GRPOTrainer(DareTrainer):
         t0 = time.perf_counter()
         total = len(inputs["prompt"]) * a.group_size
         with progress.task(f"rollout for step {self.state.global_step + 1}", total, "completions", final_line=False) as bar:
+            # the sampler gets the model itself, not a DDP/DeepSpeed wrapper (no gradient: nothing to synchronise;
+            # samplers read model.config, e.g. LLaDA2's block length)
             batch, gen_stats = sample_completions(
-                model, self.family, self.tokens, self.processing_class, self.sampler, inputs["prompt"], a.group_size,
-                generator=self.rollout_generator, batch_size=a.rollout_batch_size, on_batch=bar.advance,
+                self.accelerator.unwrap_model(model), self.family, self.tokens, self.processing_class, self.sampler,
+                inputs["prompt"], a.group_size, generator=self.rollout_generator, batch_size=a.rollout_batch_size,
+                on_batch=bar.advance,
             )
         t1 = time.perf_counter()
         texts, rewards, parts, score_stats = score_completions(

@@ -133,7 +133,7 @@ class MDPOTrainer(GRPOTrainer):
         t0 = time.perf_counter()
         model.eval()
         try:
-            traj = self._decode(model, prompt_ids, attn)
+            traj = self._decode(self.accelerator.unwrap_model(model), prompt_ids, attn)
         finally:
             model.train(was_training)
         t1 = time.perf_counter()

@@ -153,7 +153,7 @@ class DTreeRPOTrainer(GRPOTrainer):
         t0 = time.perf_counter()
         model.eval()
         try:
-            tree = grow_tree(self.sampler, model, self.family, self.tokens, prompt_ids, attn, fans, points,
+            tree = grow_tree(self.sampler, self.accelerator.unwrap_model(model), self.family, self.tokens, prompt_ids, attn, fans, points,
                              generator=generator, batch_size=a.rollout_batch_size)
         finally:
             model.train(was_training)
