@@ -104,8 +104,20 @@ def _execute_resumably(r, **kwargs):
         if _is_main():
             import shlex
 
-            click.echo(r.interrupted_message(shlex.join(["dare", *_ARGV])), err=True)
+            click.echo(r.interrupted_message(_relaunch_command(shlex.join(["dare", *_ARGV]))), err=True)
         sys.exit(130)
+
+
+def _relaunch_command(command: str) -> str:
+    """``command`` as the user must re-run it: under a launcher of N processes the same launch, since resuming
+    with another process count would change the global batch (refused on resume)."""
+    from dare.distributed import world_size
+
+    n = world_size()
+    if n == 1:
+        return command
+    cpu = "ACCELERATE_USE_CPU=1 " if os.environ.get("ACCELERATE_USE_CPU") else ""
+    return f"the same launch of {n} processes, e.g. {cpu}torchrun --nproc_per_node {n} --no-python {command}"
 
 
 def _is_main() -> bool:

@@ -31,6 +31,7 @@ __all__ = [
     "barrier",
     "shard",
     "gather",
+    "from_main",
     "main_first",
     "teardown",
     "device",
@@ -85,10 +86,34 @@ def setup():
 
     state = PartialState(cpu=not torch.cuda.is_available())
     check_launch(state.num_processes)
+    if state.num_processes > 1:
+        _exit_with_launcher()
     if shards_model() and state.device.type == "cpu" and state.is_main_process:
         print("warning: the launch asks for FSDP/DeepSpeed but this process runs on the CPU, where accelerate "
               "uses plain data parallelism: every process holds the whole model (docs/scaling.md)", file=sys.stderr)
     return state
+
+
+def _exit_with_launcher() -> None:
+    """Ask the kernel to kill this worker when the launcher that started it dies (Linux ``PR_SET_PDEATHSIG``).
+
+    torchrun starts each worker in a session of its own, so ``kill -9`` of torchrun (or of its process group)
+    leaves the workers running as orphans: they go on training and writing the run directory, and a relaunch
+    collides with them. With this, they are killed with the launcher (SIGKILL, which every DARE write survives:
+    temp path, then rename). No-op off Linux; a worker whose launcher is already gone exits at once.
+    """
+    if not sys.platform.startswith("linux") or "TORCHELASTIC_RUN_ID" not in os.environ:
+        return
+    import ctypes
+    import signal
+
+    parent = os.getppid()
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL), 0, 0, 0)  # PR_SET_PDEATHSIG = 1
+    except (OSError, AttributeError):
+        return
+    if os.getppid() != parent:  # the launcher died before the request took effect
+        os._exit(1)
 
 
 def shards_model() -> bool:
@@ -145,6 +170,12 @@ def gather(obj: Any) -> list[Any]:
     out: list[Any] = [None] * world_size()
     torch.distributed.all_gather_object(out, obj)
     return out
+
+
+def from_main(obj: Any) -> Any:
+    """The main process's ``obj`` on every process (a decision only one process may take, e.g. which checkpoint to
+    resume from while files may still be appearing). Collective: every process must call it."""
+    return gather(obj)[0]
 
 
 @contextlib.contextmanager

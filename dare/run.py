@@ -340,7 +340,7 @@ class Run:
         train_seconds = resumed_from = None
         finished = False
         if do_train:
-            ckpt = last_complete_checkpoint(self.checkpoint_dir) if self.spec.train.resume else None
+            ckpt = distributed.from_main(last_complete_checkpoint(self.checkpoint_dir) if self.spec.train.resume else None)
             resumed_from = checkpoint_step(ckpt) if ckpt else None
             finished = resumed_from is not None and resumed_from >= self.spec.train.max_steps
             progress.stage("train", f"{self.objective.name}, {self.spec.train.max_steps} steps"

@@ -73,6 +73,19 @@ def _two_processes(spec_path: Path, command: str = "run", cpu_flag: bool = True,
     return run_dir
 
 
+def _processes_running(text: str) -> list[int]:
+    """PIDs of the live processes whose command line contains ``text`` (zombies excluded)."""
+    pids = []
+    for d in Path("/proc").glob("[0-9]*"):
+        try:
+            if text in (d / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace") \
+                    and ") Z " not in (d / "stat").read_text():
+                pids.append(int(d.name))
+        except OSError:
+            continue
+    return pids
+
+
 def _one_process(spec_path: Path, train: bool = True, evaluate: bool = True) -> Path:
     from dare.run import Run
 
@@ -348,9 +361,19 @@ def test_sigkill_on_two_processes_then_resume_is_bit_exact(tmp_path):
         assert proc.poll() is None, f"training ended before it could be killed: {proc.stderr.read()[-2000:]}"
         assert time.monotonic() < deadline, "no checkpoint within 600 s"
         time.sleep(0.02)
-    os.killpg(proc.pid, signal.SIGKILL)  # torchrun and both workers
+    os.killpg(proc.pid, signal.SIGKILL)  # torchrun (its workers run in sessions of their own)
     proc.wait()
+    # the workers die with their launcher (PR_SET_PDEATHSIG, dare.distributed): no orphan goes on writing the run
+    deadline = time.monotonic() + 30
+    while _processes_running(str(killed_spec)):
+        assert time.monotonic() < deadline, "the workers outlived torchrun by 30 s"
+        time.sleep(0.1)
     assert not (tmp_path / "killed" / "model").exists()
+    # resuming with one process would change the global batch (2 x 8 -> 1 x 8): refused, naming the layouts
+    alone = subprocess.run([str(BIN / "dare"), "train", str(killed_spec)], env=_env(), cwd=tmp_path, text=True,
+                           capture_output=True, timeout=300)
+    assert alone.returncode != 0 and "global batch of 2 processes x per_device_batch_size 8" in alone.stderr, \
+        alone.stderr[-2000:]
     resumed = _two_processes(killed_spec, "train")
     a, b = load_file(straight / "model" / "model.safetensors"), load_file(resumed / "model" / "model.safetensors")
     assert all(torch.equal(a[k], b[k]) for k in a), "resumed weights differ from the uninterrupted 2-process run"

@@ -82,3 +82,33 @@ def test_sigkill_then_resume_equals_uninterrupted(tmp_path):
     # the resumed process continued (did not restart): every step's loss is logged exactly once
     steps = [r["step"] for r in map(json.loads, (tmp_path / "killed" / "metrics.jsonl").read_text().splitlines()) if "loss" in r]
     assert steps == list(range(1, 21))
+
+
+def test_resume_keeps_the_global_batch(tmp_path):
+    """A checkpoint records the batch layout that wrote it; resuming with another global batch (processes x
+    per-process batch x accumulation steps) is refused, the same global batch over other processes is not."""
+    from dare.errors import DareError
+    from dare.trainers.checkpoints import check_resume_batch, write_batch_record
+
+    write_batch_record(tmp_path, 2, 8, 1)
+    assert json.loads((tmp_path / "dare_batch.json").read_text()) == {
+        "world_size": 2, "per_device_batch_size": 8, "gradient_accumulation_steps": 1}
+    check_resume_batch(tmp_path, 2, 8, 1)
+    check_resume_batch(tmp_path, 1, 16, 1)  # the same 16 examples per step
+    check_resume_batch(tmp_path, 1, 8, 2)
+    with pytest.raises(DareError, match=r"global batch of 2 processes x per_device_batch_size 8 x 1 accumulation "
+                                        r"steps = 16, but this launch has 1 process x per_device_batch_size 8 x 1 "
+                                        r"accumulation steps = 8.*--nproc_per_node 2"):
+        check_resume_batch(tmp_path, 1, 8, 1)
+    check_resume_batch(tmp_path / "older", 1, 8, 1)  # no record (written before records existed): not checked
+
+
+def test_interrupted_message_of_several_processes_names_the_launch(monkeypatch):
+    from dare import cli, distributed
+
+    monkeypatch.setattr(distributed, "world_size", lambda: 1)
+    assert cli._relaunch_command("dare train s.yaml") == "dare train s.yaml"
+    monkeypatch.setattr(distributed, "world_size", lambda: 2)
+    monkeypatch.setenv("ACCELERATE_USE_CPU", "1")
+    assert cli._relaunch_command("dare train s.yaml") == (
+        "the same launch of 2 processes, e.g. ACCELERATE_USE_CPU=1 torchrun --nproc_per_node 2 --no-python dare train s.yaml")

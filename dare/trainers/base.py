@@ -50,15 +50,9 @@ from dare.errors import DareError
 from dare.io import describe_write_error, replace_dir
 from dare.modeling.lora import is_peft_model, save_merged
 from dare.trainers.callbacks import JsonlMetricsCallback, LogFinalStepCallback, ProgressCallback, TensorBoardMetricsCallback
-from dare.trainers.checkpoints import (
-    BEST_DIR,
-    STAGING_DIR,
-    drop_metrics_after,
-    last_complete_checkpoint,
-    logged_losses,
-    read_best,
-    rotate_checkpoints,
-)
+from dare.trainers.checkpoints import (BEST_DIR, STAGING_DIR, check_resume_batch, drop_metrics_after,
+                                       last_complete_checkpoint, logged_losses, read_best, rotate_checkpoints,
+                                       write_batch_record)
 from dare.trainers.guards import NonFiniteGuard
 
 __all__ = ["DareConfig", "DareTrainer", "JsonlMetricsCallback", "last_complete_checkpoint", "read_best"]
@@ -267,6 +261,8 @@ class DareTrainer(Trainer):
             self._dare_staging = str(Path(staged).parent)
             try:
                 super(DareTrainer, self)._save_checkpoint(model, trial)
+                if distributed.is_main():
+                    write_batch_record(staged, *self._batch_layout())
             finally:
                 self._dare_staging = None
 
@@ -274,6 +270,9 @@ class DareTrainer(Trainer):
         if distributed.is_main():
             rotate_checkpoints(self.args.output_dir, self.args.save_total_limit)
         distributed.barrier()
+
+    def _batch_layout(self) -> tuple[int, int, int]:
+        return distributed.world_size(), self.args.per_device_train_batch_size, self.args.gradient_accumulation_steps
 
     def save_model(self, output_dir: str | None = None, _internal_call: bool = False) -> None:
         """Save the model (``Trainer.save_model``); a final save of a LoRA model writes both formats.
@@ -370,8 +369,10 @@ class DareTrainer(Trainer):
             if old:
                 raise DareError(f"train.resume is false but {out_dir} already holds {', '.join(old)}; set "
                                 "train.resume: true to continue from them, or output.overwrite: true to start fresh")
-        ckpt = last_complete_checkpoint(out_dir) if resume else None
-        distributed.barrier()  # every process has read the directory before the main one cleans it
+        # the main process's choice: a process reading the directory later could see another checkpoint
+        ckpt = distributed.from_main(last_complete_checkpoint(out_dir) if resume else None)
+        if ckpt is not None:
+            check_resume_batch(ckpt, *self._batch_layout())
         if distributed.is_main():
             shutil.rmtree(staging, ignore_errors=True)
             step = int(Path(ckpt).name.split("-")[-1]) if ckpt is not None else 0

@@ -18,13 +18,16 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+from dare.errors import DareError
 from dare.io import atomic_write_text
 
-__all__ = ["BEST_DIR", "STAGING_DIR", "read_best", "checkpoint_step", "last_complete_checkpoint", "rotate_checkpoints",
-           "drop_metrics_after", "logged_losses"]
+__all__ = ["BEST_DIR", "STAGING_DIR", "BATCH_RECORD", "read_best", "checkpoint_step", "last_complete_checkpoint",
+           "rotate_checkpoints", "drop_metrics_after", "logged_losses", "write_batch_record", "check_resume_batch"]
 
 BEST_DIR = "best"
 STAGING_DIR = ".staging"
+#: A checkpoint's record of the batch layout that wrote it (processes, per-process batch, accumulation steps).
+BATCH_RECORD = "dare_batch.json"
 
 
 def read_best(output_dir: str | os.PathLike) -> dict[str, Any] | None:
@@ -88,3 +91,37 @@ def logged_losses(trainer_state: dict[str, Any]) -> list[float]:
     """Training losses in a ``trainer_state.json`` history (the final ``train_loss`` when present)."""
     hist = trainer_state.get("log_history", [])
     return [r["train_loss"] for r in hist if "train_loss" in r] or [r["loss"] for r in hist if "loss" in r]
+
+
+def write_batch_record(checkpoint: str | os.PathLike, world_size: int, per_device: int, accumulation: int) -> None:
+    """Record in ``checkpoint`` how many processes wrote it and their batch (:data:`BATCH_RECORD`, JSON)."""
+    atomic_write_text(Path(checkpoint) / BATCH_RECORD, json.dumps(
+        {"world_size": world_size, "per_device_batch_size": per_device, "gradient_accumulation_steps": accumulation}))
+
+
+def check_resume_batch(checkpoint: str | os.PathLike, world_size: int, per_device: int, accumulation: int) -> None:
+    """Refuse to resume ``checkpoint`` with another global batch than the one that wrote it.
+
+    The data order, the per-example noise and the loss normalisers follow the global batch (processes x
+    per-process batch x accumulation steps), so a run resumed with another one is not the run it continues
+    (docs/scaling.md); the same global batch over another process count is fine. Checkpoints without a record
+    (written before it existed) are not checked.
+
+    :raises DareError: the global batch differs, naming both layouts and the fix.
+    """
+    f = Path(checkpoint) / BATCH_RECORD
+    try:
+        was = json.loads(f.read_text())
+        old = (int(was["world_size"]), int(was["per_device_batch_size"]), int(was["gradient_accumulation_steps"]))
+    except (OSError, ValueError, KeyError, TypeError):
+        return
+    new = (world_size, per_device, accumulation)
+    if old[0] * old[1] * old[2] != new[0] * new[1] * new[2]:
+        def layout(w, b, a):
+            return f"{w} process{'es' if w > 1 else ''} x per_device_batch_size {b} x {a} accumulation steps = {w * b * a}"
+        raise DareError(
+            f"{checkpoint} was written with a global batch of {layout(*old)}, but this launch has {layout(*new)}: "
+            "resuming would continue another run (data order and loss normalisers follow the global batch). "
+            f"Relaunch with {old[0]} process{'es' if old[0] > 1 else ''} (e.g. `torchrun --nproc_per_node {old[0]} "
+            "--no-python dare ...`, with ACCELERATE_USE_CPU=1 on a CPU machine), or keep the global batch by setting "
+            "train.per_device_batch_size (or gradient_accumulation_steps) accordingly.")
