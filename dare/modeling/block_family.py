@@ -161,7 +161,7 @@ class BlockDiffusionFamily(ModelFamily):
         valid = torch.ones_like(noisy_ids, dtype=torch.bool) if attention_mask is None else attention_mask.bool()
         dev = noisy_ids.device
         dense = needs_dense_mask(model)  # a layer recompute must see the same attention: the dense mask, no segments
-        capacity = max_tokens or (None if dense else 2 * int(valid.sum()))  # default: one row (dense mask: longest)
+        capacity = max_tokens or (None if dense else 2 * int(valid.sum()) or None)  # default: one row (dense: longest)
         layout = pack_layout(valid, capacity, block_size=self.block_size(_config(model)))
         mask = layout.attention_mask(dev) if dense else None
         with packed_segments(None if dense else Segments.of(layout, dev)):  # one example at a time

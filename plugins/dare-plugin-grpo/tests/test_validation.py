@@ -79,3 +79,24 @@ def test_valid_spec_and_step_merge(tiny_llada_dir, tmp_path):
     # TraceRL's shrink splits at the sampler's block boundaries
     est = TraceRL({"shrink": 3}).make_estimator(None, None, LLaDASampler(raw["sampler"]["params"]))
     assert (est.params.shrink, est.params.block_stride) == (3, 4)
+
+
+def test_tree_and_mdpo_rollout_checks_read_the_rollout_sampler(tiny_llada_dir, tmp_path):
+    """d-TreeRPO and MDPO decode with the rollout sampler (sampler.params + algorithm.params.rollout_sampler): its
+    steps bound the tree's contraction, and parallel decoding (threshold/factor) or a cache, which their decoders
+    do not have, is refused at validation instead of failing at the first rollout (d-TreeRPO) or being ignored
+    (MDPO)."""
+    raw = spec(tiny_llada_dir, tmp_path, name="d-treerpo",
+               params={"contraction": 3, "rollout_sampler": {"temperature": 1.0, "steps": 2}})
+    got = problems(raw)
+    assert "exceeds the rollout sampler's 2 steps (algorithm.params.rollout_sampler.steps)" in got[
+        "algorithm.params.contraction"]
+    raw = spec(tiny_llada_dir, tmp_path, name="d-treerpo", params={"rollout_sampler": {"temperature": 1.0,
+                                                                                         "threshold": 0.9}})
+    assert "parallel decoding (threshold)" in problems(raw)["algorithm.params.rollout_sampler.threshold"]
+    raw = spec(tiny_llada_dir, tmp_path, name="mdpo", params={"rollout_sampler": {"temperature": 1.0, "factor": 1.0}})
+    raw["sampler"]["params"]["cache"] = "dual"
+    got = problems(raw)
+    assert "no factor: it would be ignored" in got["algorithm.params.rollout_sampler.factor"]
+    assert "no cache" in got["sampler.params.cache"]
+    validate_spec(spec(tiny_llada_dir, tmp_path, name="mdpo", params={"rollout_sampler": {"temperature": 1.0}}))

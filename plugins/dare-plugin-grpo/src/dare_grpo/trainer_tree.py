@@ -198,7 +198,7 @@ class DTreeRPOTrainer(GRPOTrainer):
             "time/score": t2 - t1,
             "time/old_ref": time.perf_counter() - t2,
             "dtreerpo/mean_root_value": float(every["root"].mean()),
-            "dtreerpo/num_edges": float(edge_parent.numel()),
+            "dtreerpo/num_edges": whole_batch_sums(edge_parent.numel())[0][0],
         }
         return rollout
 

@@ -53,7 +53,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 import torch
-from pydantic import Field
+from pydantic import Field, ValidationError
 
 from dare.rl import clipped_policy_loss, kl_estimate, ratio_from_log
 from dare.rl import LossTerms, OnlineRLObjective, RLParams
@@ -213,6 +213,20 @@ class DTreeRPO(OnlineRLObjective):
                                             f"still masked; {family.name!r} uses {family.attention} attention, which "
                                             "conditions a block only on clean predecessors. Use LLaDA or Dream"))
         if sampler is not None:
+            try:
+                sampler = self.rollout_sampler(sampler)  # the tree grows with the rollout sampler
+            except ValidationError:
+                return problems  # reported by the base check
+            overrides = p.rollout_sampler
+
+            def where(key: str) -> str:
+                return f"{loc}.params.rollout_sampler.{key}" if key in overrides else f"sampler.params.{key}"
+
+            for key in ("threshold", "factor"):
+                if getattr(sampler.params, key, None) is not None:
+                    problems.append((where(key), f"d-TreeRPO branches partly decoded states at fixed steps of the "
+                                                 f"sampler's schedule, which parallel decoding ({key}) does not "
+                                                 f"have; remove {key} from the rollout sampler"))
             if not type(sampler).supports_partial_denoise():
                 problems.append(("sampler.name", f"d-TreeRPO branches partly decoded states, which needs a sampler "
                                                  f"with partial_denoise; {sampler.name!r} has none. Use 'llada' (it "
@@ -222,6 +236,7 @@ class DTreeRPO(OnlineRLObjective):
             if steps is None:
                 problems.append(("sampler.name", f"sampler {sampler.name!r} has no 'steps' (the tree's total T)"))
             elif p.contraction > steps:
-                problems.append((f"{loc}.params.contraction", f"contraction {p.contraction} exceeds the sampler's "
-                                                              f"{steps} steps: some levels would have no step"))
+                problems.append((f"{loc}.params.contraction", f"contraction {p.contraction} exceeds the rollout "
+                                                              f"sampler's {steps} steps ({where('steps')}): some levels "
+                                                              "would have no step"))
         return problems

@@ -49,7 +49,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 import torch
-from pydantic import Field
+from pydantic import Field, ValidationError
 
 from dare.rl import clipped_policy_loss, group_advantages, kl_estimate, ratio_from_log
 from dare.rl import LossTerms, OnlineRLObjective, RLParams
@@ -175,8 +175,19 @@ class MDPO(OnlineRLObjective):
                                             f"{family.attention} attention, which cannot express them. Use a "
                                             "full-attention family (LLaDA, Dream)"))
         if sampler is not None:
+            try:
+                sampler = self.rollout_sampler(sampler)  # MDPO's decoder reads the rollout sampler's settings
+            except ValidationError:
+                return problems  # reported by the base check
             missing = [k for k in ("gen_length", "steps", "temperature") if k not in type(sampler.params).model_fields]
             if missing:
                 problems.append(("sampler.name", f"MDPO's rollout takes gen_length, steps and temperature from the "
                                                  f"sampler; {sampler.name!r} lacks {', '.join(missing)} (use 'llada')"))
+            overrides = self.params.rollout_sampler
+            for key, off in (("threshold", None), ("factor", None), ("cache", "none")):
+                if getattr(sampler.params, key, off) != off:
+                    at = f"{loc}.params.rollout_sampler.{key}" if key in overrides else f"sampler.params.{key}"
+                    problems.append((at, f"MDPO rolls out with its own recording decoder (uncached, the fixed quota "
+                                         f"of steps per block; dare_grpo/rollout_mdpo.py), which has no {key}: it "
+                                         f"would be ignored; remove {key} from the rollout sampler"))
         return problems

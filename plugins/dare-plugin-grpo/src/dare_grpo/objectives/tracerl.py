@@ -8,7 +8,10 @@ Estimator: replay of the sampler's trajectory with *trajectory shrinkage* ``s`` 
 declares its block stride (:meth:`dare.components.Sampler.steps_per_block`) a transition never spans two blocks:
 a block of ``b`` steps splits into ``ceil(b / s)`` transitions, the last one shorter when ``s`` does not divide
 ``b`` (merging across the boundary would score the next block's first tokens under a state the decoder never
-saw). Loss (the paper's
+saw). Block families need no split (LLaDA2 declares no stride: its rows count their steps across blocks): the
+block-diffusion forward conditions each block on its *clean* predecessors, so a transition spanning two blocks
+scores each block's tokens under a state the decoder saw (the later block fully masked after the earlier one was
+complete). Loss (the paper's
 ``J_policy``)::
 
     L = (1 / N) sum_i sum_t (1 / |tau_i^s(t)|) sum_{k in tau_i^s(t)} C_eps(rho_k, A_i)  + beta KL
