@@ -104,7 +104,8 @@ def check_resume_batch(checkpoint: str | os.PathLike, world_size: int, per_devic
 
     The data order, the per-example noise and the loss normalisers follow the global batch (processes x
     per-process batch x accumulation steps), so a run resumed with another one is not the run it continues
-    (docs/scaling.md); the same global batch over another process count is fine. Checkpoints without a record
+    (docs/scaling.md); the same global batch over another process count passes (through ``dare`` it cannot occur:
+    the per-process batch is part of the spec, and a changed spec is another run). Checkpoints without a record
     (written before it existed) are not checked.
 
     :raises DareError: the global batch differs, naming both layouts and the fix.
@@ -123,5 +124,4 @@ def check_resume_batch(checkpoint: str | os.PathLike, world_size: int, per_devic
             f"{checkpoint} was written with a global batch of {layout(*old)}, but this launch has {layout(*new)}: "
             "resuming would continue another run (data order and loss normalisers follow the global batch). "
             f"Relaunch with {old[0]} process{'es' if old[0] > 1 else ''} (e.g. `torchrun --nproc_per_node {old[0]} "
-            "--no-python dare ...`, with ACCELERATE_USE_CPU=1 on a CPU machine), or keep the global batch by setting "
-            "train.per_device_batch_size (or gradient_accumulation_steps) accordingly.")
+            "--no-python dare ...`, with ACCELERATE_USE_CPU=1 on a CPU machine).")

@@ -96,10 +96,11 @@ class TrainerObjective(Objective):
         spec = run.spec
         datasets = self.build_datasets(run)
         # DDP: only a mixture-of-experts model leaves parameters (unrouted experts) out of a step's graph; searching
-        # for them in a dense model costs a graph traversal per step and a warning on every rank
+        # for them in a dense model costs a graph traversal per step and a warning on every rank. The search works
+        # with DARE's (non-reentrant) gradient checkpointing; a globally unrouted expert keeps grad None, as on one
+        # process (a zero-gradient term instead would make AdamW step it: 2 processes would differ from 1)
         moe = any(getattr(run.model.config, k, None) for k in ("num_experts", "num_local_experts", "n_routed_experts"))
-        overrides = {"ddp_find_unused_parameters": bool(moe) and not spec.model.gradient_checkpointing,
-                     **self.config_overrides(run)}
+        overrides = {"ddp_find_unused_parameters": bool(moe), **self.config_overrides(run)}
         config = config_from_spec(spec.train, str(run.checkpoint_dir), metrics_file=str(run.dir / "metrics.jsonl"),
                                   tensorboard_dir=str(run.dir / "tensorboard"), **overrides)
         trainer = self.trainer_class()(

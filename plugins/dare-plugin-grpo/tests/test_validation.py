@@ -98,5 +98,8 @@ def test_tree_and_mdpo_rollout_checks_read_the_rollout_sampler(tiny_llada_dir, t
     raw["sampler"]["params"]["cache"] = "dual"
     got = problems(raw)
     assert "no factor: it would be ignored" in got["algorithm.params.rollout_sampler.factor"]
+    assert "override it in algorithm.params.rollout_sampler (cache: none)" in got["sampler.params.cache"]
     assert "no cache" in got["sampler.params.cache"]
+    raw = spec(tiny_llada_dir, tmp_path, name="mdpo", params={"rollout_sampler": {"temperature": 1.0, "cfg_scale": 2.0}})
+    assert "no cfg_scale" in problems(raw)["algorithm.params.rollout_sampler.cfg_scale"]
     validate_spec(spec(tiny_llada_dir, tmp_path, name="mdpo", params={"rollout_sampler": {"temperature": 1.0}}))

@@ -28,6 +28,7 @@ import torch
 
 from dare import distributed
 from dare.diffusion.estimators import Pass, ScoringBatch, score_pass
+from dare.errors import DareError
 from dare.modeling.lora import ReferencePolicy
 from dare.randomness import RowGenerators
 from dare.trainers.base import DareTrainer
@@ -83,6 +84,13 @@ class DPOTrainer(DareTrainer):
         def logits_fn(noisy, clean, attn):
             return self.denoiser_logits(model, noisy, clean, attn)
 
+        if len(passes) > 1 and getattr(model, "find_unused_parameters", False) and torch.is_grad_enabled():
+            raise DareError(
+                f"this estimator runs {len(passes)} forwards of the model before one backward, which DDP cannot "
+                "combine with its search for unused parameters (on for mixture-of-experts models such as LLaDA2, "
+                "whose unrouted experts get no gradient): on several processes use one corruption pass per step "
+                "(algorithm.params.estimator.params.mc_num: 1, i.e. DPO rather than VRPO's multi-sample ELBO), or "
+                "train on one process")
         score = torch.stack([score_pass(logits_fn, batch, pas).sequence for pas in passes]).mean(dim=0)
         if self.objective.params.elbo_normalizer == "length":
             score = score / batch.response_lengths.clamp(min=1).to(score.dtype)

@@ -226,7 +226,9 @@ class DTreeRPO(OnlineRLObjective):
                 if getattr(sampler.params, key, None) is not None:
                     problems.append((where(key), f"d-TreeRPO branches partly decoded states at fixed steps of the "
                                                  f"sampler's schedule, which parallel decoding ({key}) does not "
-                                                 f"have; remove {key} from the rollout sampler"))
+                                                 f"have. Remove {key} from the rollout sampler, e.g. override it in "
+                                                 f"{loc}.params.rollout_sampler ({key}: null) to keep it for "
+                                                 "evaluation"))
             if not type(sampler).supports_partial_denoise():
                 problems.append(("sampler.name", f"d-TreeRPO branches partly decoded states, which needs a sampler "
                                                  f"with partial_denoise; {sampler.name!r} has none. Use 'llada' (it "

@@ -184,10 +184,14 @@ class MDPO(OnlineRLObjective):
                 problems.append(("sampler.name", f"MDPO's rollout takes gen_length, steps and temperature from the "
                                                  f"sampler; {sampler.name!r} lacks {', '.join(missing)} (use 'llada')"))
             overrides = self.params.rollout_sampler
-            for key, off in (("threshold", None), ("factor", None), ("cache", "none")):
+            ignored = (("threshold", None), ("factor", None), ("cache", "none"), ("cfg_scale", 0.0),
+                       ("logits_eos_inf", False), ("confidence_eos_eot_inf", False))
+            for key, off in ignored:
                 if getattr(sampler.params, key, off) != off:
                     at = f"{loc}.params.rollout_sampler.{key}" if key in overrides else f"sampler.params.{key}"
                     problems.append((at, f"MDPO rolls out with its own recording decoder (uncached, the fixed quota "
-                                         f"of steps per block; dare_grpo/rollout_mdpo.py), which has no {key}: it "
-                                         f"would be ignored; remove {key} from the rollout sampler"))
+                                         f"of steps per block, remasking by conf_alg; dare_grpo/rollout_mdpo.py), "
+                                         f"which has no {key}: it would be ignored. Remove it from the rollout "
+                                         f"sampler, e.g. override it in {loc}.params.rollout_sampler "
+                                         f"({key}: {off if off is not None else 'null'}) to keep it for evaluation"))
         return problems
