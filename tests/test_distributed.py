@@ -120,6 +120,21 @@ def _assert_same_weights(a: Path, b: Path, tol: float = 1e-5) -> None:
     assert worst <= tol, f"final weights differ by up to {worst}"
 
 
+def _assert_same_metrics(a: Path, b: Path, keys) -> None:
+    """Each metric of ``keys`` logged at the same steps with the same values (rel 1e-3) in both runs."""
+    for key in keys:
+        ma, mb = _metric(a, key), _metric(b, key)
+        assert [s for s, _ in ma] == [s for s, _ in mb] and ma, key
+        assert [v for _, v in mb] == pytest.approx([v for _, v in ma], rel=1e-3, abs=1e-12), key
+
+
+def _assert_moved(start_dir: Path, run: Path, at_least: float) -> None:
+    """The run's final weights moved from ``start_dir``'s by more than ``at_least`` (else 1 = 2 is vacuous)."""
+    start, end = load_file(start_dir / "model.safetensors"), load_file(run / "model" / "model.safetensors")
+    moved = max(float((start[k] - end[k]).abs().max()) for k in start)
+    assert moved > at_least, f"RL barely changed the weights ({moved}): the comparison would be vacuous"
+
+
 def _layout(run_dir: Path) -> list[str]:
     """Every path under the run directory, per-process RNG files and TensorBoard event names normalised."""
     out = []
@@ -312,18 +327,13 @@ def test_trajectory_replay_of_threshold_rollouts_on_two_processes_equals_one(tmp
     two = _two_processes(_write(tmp_path, "two", spec), "train", timeout=300)
     _assert_same_losses(one, two)
     _assert_same_weights(one, two)
-    start, end = load_file(digit_model / "model.safetensors"), load_file(one / "model" / "model.safetensors")
-    moved = max(float((start[k] - end[k]).abs().max()) for k in start)
-    assert moved > 1e-4, f"RL barely changed the weights ({moved}): the comparison would be vacuous"
+    _assert_moved(digit_model, one, 1e-4)
     nfe = [json.loads(x)["nfe/rollout"] for x in (two / "metrics.jsonl").read_text().splitlines() if "nfe/rollout" in x]
     # the mean over the processes' own step counts: a fraction when they differed (the case under test)
     assert any(n != int(n) for n in nfe), f"the processes took the same number of denoising steps every time: {nfe}"
     # the loss's metrics, the entropy and the rollout's standard deviations are the whole batch's on 2 processes
     # (before stop 23 the loss metrics read 1/2 and the stds were the mean of each process's std)
-    for key in ("entropy", "approx_kl", "reward_std", "advantage_std", "frac_zero_std_groups"):
-        a, b = _metric(one, key), _metric(two, key)
-        assert [s for s, _ in a] == [s for s, _ in b] and a, key
-        assert [v for _, v in b] == pytest.approx([v for _, v in a], rel=1e-3, abs=1e-12), key
+    _assert_same_metrics(one, two, ("entropy", "approx_kl", "reward_std", "advantage_std", "frac_zero_std_groups"))
     if iterations > 1:  # the second inner iteration's ratios differ from 1
         assert max(v for _, v in _metric(one, "approx_kl")) > 1e-9
 
@@ -356,14 +366,9 @@ def test_objectives_with_their_own_rollout_or_update_on_two_processes_equal_one(
     two = _two_processes(_write(tmp_path, "two", spec), "train", timeout=300)
     _assert_same_losses(one, two)
     _assert_same_weights(one, two)
-    start, end = load_file(digit_model / "model.safetensors"), load_file(one / "model" / "model.safetensors")
-    moved = max(float((start[k] - end[k]).abs().max()) for k in start)
-    assert moved > 1e-5, f"RL barely changed the weights ({moved}): the comparison would be vacuous"
+    _assert_moved(digit_model, one, 1e-5)
     extra = {"d-treerpo": ("dtreerpo/num_edges", "dtreerpo/mean_root_value"), "mdpo": ("mdpo/num_train_steps",)}
-    for key in ("reward", "reward_std", "advantage_std", "entropy", *extra.get(objective, ())):
-        a, b = _metric(one, key), _metric(two, key)
-        assert [s for s, _ in a] == [s for s, _ in b] and a, key
-        assert [v for _, v in b] == pytest.approx([v for _, v in a], rel=1e-3, abs=1e-12), key
+    _assert_same_metrics(one, two, ("reward", "reward_std", "advantage_std", "entropy", *extra.get(objective, ())))
 
 
 def test_sigkill_on_two_processes_then_resume_is_bit_exact(tmp_path):

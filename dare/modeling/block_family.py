@@ -46,13 +46,12 @@ def config_value(config, key: str) -> Any:
     return config.get(key) if isinstance(config, dict) else getattr(config, key, None)
 
 
-
 def _config(model):
-    """The ``config`` of ``model``, or of the module a data-parallel wrapper holds (DDP and DeepSpeed wrap the
-    model in an object without ``config``: ``.module``)."""
-    while not hasattr(model, "config") and hasattr(model, "module"):
-        model = model.module
-    return model.config
+    """The ``config`` of ``model``, or of the model a DDP/DeepSpeed wrapper (no ``config`` of its own) holds."""
+    from accelerate.utils import extract_model_from_parallel  # accelerate loads only where a model runs
+
+    return extract_model_from_parallel(model).config
+
 
 class BlockDiffusionFamily(ModelFamily):
     """Base of block-diffusion families (module docstring): block-causal attention, aligned logits,

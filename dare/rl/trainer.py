@@ -83,10 +83,9 @@ class RolloutBoundarySaves(TrainerCallback):
 
 
 class GRPOTrainer(DareTrainer):
-    #: Whether this trainer's rollout draws per row: ``"sampler"`` when the rollout sampler does
-    #: (``Sampler.supports_row_generators``), ``"always"`` for a trainer whose own decoding loop draws per row
-    #: (MDPO), ``"never"`` for one whose loop draws batch-wide.
-    row_generators_from: str = "sampler"
+    #: Whether this trainer decodes rollouts with its own loop that draws per row (MDPO), whatever the sampler;
+    #: otherwise its rollouts draw per row when the rollout sampler does (``Sampler.supports_row_generators``).
+    own_decoder_draws_per_row = False
 
     """Online RL with any :class:`~dare.rl.objective.OnlineRLObjective` (module docstring).
 
@@ -108,8 +107,7 @@ class GRPOTrainer(DareTrainer):
         self.reward = reward
         self.likelihood_temperature = objective.resolved_likelihood_temperature(sampler)
         # per-example generators (dare.randomness), keyed by (seed, step, completion index) at each rollout
-        self.row_generators = (self.row_generators_from == "always" or self.row_generators_from == "sampler"
-                               and getattr(sampler, "supports_row_generators", False))
+        self.row_generators = self.own_decoder_draws_per_row or getattr(sampler, "supports_row_generators", False)
         self.rollout_generator = None
         self.mask_generator = None
         self._keys: tuple[int, list[int]] | None = None  # (rollout step, completion indices) of the current rollout

@@ -90,7 +90,7 @@ def step_rows(traj: MDPOTrajectory, prompt_ids: torch.Tensor, prompt_attn: torch
 class MDPOTrainer(GRPOTrainer):
     """GRPO trainer with MDPO's rollout and update (module docstring)."""
 
-    row_generators_from = "always"  # its own decoder (mdpo_decode) draws per row, whatever the sampler
+    own_decoder_draws_per_row = True  # mdpo_decode draws per row, whatever the sampler
 
     # ------------------------------------------------------------------ rollout
     def _decode(self, model, prompt_ids, attn) -> MDPOTrajectory:
