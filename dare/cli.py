@@ -162,11 +162,17 @@ def compare(entries, output, title):
 @click.option("--steps", default=5, show_default=True, type=int, help="Training steps (the first is not timed).")
 @click.option("--set", "overrides", multiple=True, help=_OVERRIDE_HELP)
 @click.option("--json", "as_json", is_flag=True, help="Print the measurements as JSON.")
-def profile(spec, steps, overrides, as_json):
+@click.option("--estimate", is_flag=True, help="Do not train: per-GPU memory from config.json on the meta device (a model "
+              "card is enough) under the spec's launch.accelerate_config, for --gpus process counts (dare.memory_estimate).")
+@click.option("--gpus", default="1,8", show_default=True, help="With --estimate: process counts to estimate for.")
+def profile(spec, steps, overrides, as_json, estimate, gpus):
     """Parameters, peak memory, tokens/s and seconds per step of SPEC's training, over a few steps in a
-    temporary directory (dare.profiling)."""
+    temporary directory (dare.profiling); with --estimate, a per-GPU memory estimate without weights."""
     import contextlib
 
+    if estimate:
+        from dare.memory_estimate import estimate_report
+        return click.echo(estimate_report(spec, overrides, gpus, as_json))
     from dare.profiling import profile_spec
 
     # with --json, stdout carries only the JSON (the trainer's progress lines go to stderr)
@@ -247,11 +253,13 @@ def generate(model_path, run_dir, prompts, sampler_name, params, chat, dtype, se
 @cli.command()
 @click.argument("spec", type=click.Path(dir_okay=False))
 @click.option("--set", "overrides", multiple=True, help=_OVERRIDE_HELP)
-def validate(spec, overrides):
+@click.option("--config-only", is_flag=True, help="model.path is a model card without weights: check config.json and the "
+              "weight index's tensor names; skip shards and a tokenizer that does not load.")
+def validate(spec, overrides, config_only):
     """Validate SPEC (structure, component params, files, model config) without loading weights."""
     from dare.spec import load_spec
 
-    load_spec(spec, overrides=list(overrides))
+    load_spec(spec, overrides=list(overrides), config_only=config_only)
     click.echo(f"{spec}: valid")
 
 

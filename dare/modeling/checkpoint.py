@@ -46,7 +46,7 @@ from dare.modeling.tokenizer import build_byte_tokenizer
 from dare.plugins import get_registry, register_auto_classes
 
 __all__ = [
-    "LoadedModel", "load_model", "create_model", "resolve_family", "family_of", "checkpoint_shapes", "verify_checkpoint",
+    "LoadedModel", "load_model", "create_model", "resolve_family", "family_of", "checkpoint_shapes", "verify_checkpoint", "verify_weight_index",
     "trained_model_dir", "one_line", "missing_local_path", "DTYPES", "ADAPTER_CONFIG", "ADAPTER_WEIGHTS",
     "adapter_base", "adapter_weights", "load_adapter_checkpoint",
     # re-exported from dare.modeling.integrity
@@ -114,6 +114,29 @@ def verify_checkpoint(model_dir: str | Path, model_class, config) -> None:
                 f"{model_dir}: unexpected tensor {name!r} (shape {list(have[name])}); it does not belong to a "
                 f"{config.model_type} model with this config"
             )
+
+
+def verify_weight_index(model_dir: str | Path, model_class, config) -> None:
+    """Check the tensor names of a model card's ``model.safetensors.index.json`` (no shard needed) against
+    what its config implies; a card without an index passes once the model class builds from the config
+    on the meta device.
+
+    :raises CheckpointError: naming the first missing or unexpected tensor.
+    """
+    want = expected_shapes(model_class, config)
+    index = Path(model_dir) / "model.safetensors.index.json"
+    if not index.is_file():
+        return
+    try:
+        have = set(json.loads(index.read_text())["weight_map"])
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise CheckpointError(f"{index}: not a safetensors weight index ({exc})") from None
+    for name in sorted(set(want) - have):
+        raise CheckpointError(f"{index}: tensor {name!r} (shape {list(want[name])}) is not in the weight index; "
+                              "the weights do not match config.json")
+    for name in sorted(have - set(want)):
+        raise CheckpointError(f"{index}: unexpected tensor {name!r}; it does not belong to a {config.model_type} "
+                              "model with this config")
 
 
 def load_model(path: str | Path, dtype: str = "float32", registry=None, verify: bool = True) -> LoadedModel:

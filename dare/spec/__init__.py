@@ -83,25 +83,28 @@ def structure(raw: dict, source: str | None = None) -> RunSpec:
         raise SpecError(pydantic_problems(exc, RunSpec), source=source) from None
 
 
-def validate_spec(raw: dict | RunSpec, source: str | None = None, check: bool = True) -> RunSpec:
+def validate_spec(raw: dict | RunSpec, source: str | None = None, check: bool = True,
+                  config_only: bool = False) -> RunSpec:
     """Validate a spec mapping (both passes, the second only with ``check``). Returns the :class:`RunSpec`.
 
+    :param config_only: ``model.path`` is a model card without weights (config and weight index only).
     :raises SpecError: listing every problem with its YAML path.
     """
     spec = raw if isinstance(raw, RunSpec) else structure(raw, source)
     if check:
-        resolve_spec(spec, source).raise_problems()
+        resolve_spec(spec, source, config_only=config_only).raise_problems()
     return spec
 
 
-def load_spec(path: str | os.PathLike, overrides: list[str] | None = None, check: bool = True) -> RunSpec:
+def load_spec(path: str | os.PathLike, overrides: list[str] | None = None, check: bool = True,
+              config_only: bool = False) -> RunSpec:
     """Read a YAML run spec, apply ``overrides`` (``dotted.key=value``, value parsed as YAML), validate it
-    structurally and (with ``check``) semantically.
+    structurally and (with ``check``) semantically (``config_only``: :func:`validate_spec`).
 
     :raises SpecError: listing every problem with its YAML path.
     """
     try:
-        return validate_spec(read_spec_file(path, overrides), source=str(path), check=check)
+        return validate_spec(read_spec_file(path, overrides), source=str(path), check=check, config_only=config_only)
     except SpecError as exc:
         if not overrides:
             raise

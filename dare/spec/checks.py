@@ -89,7 +89,7 @@ def check_model(ctx, problems: Problems) -> None:
                                        "id (org/name)"))
         return
     p = trained_model_dir(p)  # an earlier run's directory: its trained model/
-    from dare.modeling.checkpoint import adapter_weights, check_tokenizer_fits, verify_checkpoint
+    from dare.modeling.checkpoint import adapter_weights, check_tokenizer_fits, verify_checkpoint, verify_weight_index
 
     try:
         base = adapter_base(p)
@@ -135,8 +135,11 @@ def check_model(ctx, problems: Problems) -> None:
         problems.append(("model.path", f"{cfg_file} is not a valid {mt} config: {one_line(exc)}"))
         return
     try:  # safetensors headers and tensor names/shapes against the config (no tensor data read)
-        ctx.family.validate_checkpoint(str(p))
-        verify_checkpoint(p, ctx.family.model_class_for(config), config)
+        if ctx.config_only:  # a model card: the tensor names of its weight index, when it has one
+            verify_weight_index(p, ctx.family.model_class_for(config), config)
+        else:
+            ctx.family.validate_checkpoint(str(p))
+            verify_checkpoint(p, ctx.family.model_class_for(config), config)
     except DareError as exc:
         problems.append(("model.path", str(exc)))
     except Exception as exc:  # noqa: BLE001 - the model class cannot be built from this config
@@ -146,7 +149,7 @@ def check_model(ctx, problems: Problems) -> None:
     except Exception as exc:  # noqa: BLE001 - report any tokenizer failure as a spec problem
         problems.append(("model.path", f"could not load the tokenizer from {path!r}: {one_line(exc)}"))
         return
-    if tok is not None:
+    if tok is not None and not ctx.config_only:  # a model card may ship only part of its vocabulary files
         try:
             check_tokenizer_fits(config, tok, ctx.family, where=path)
         except DareError as exc:

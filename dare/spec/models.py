@@ -28,6 +28,7 @@ __all__ = [
     "BenchmarkSpec",
     "EvalSpec",
     "OutputSpec",
+    "LaunchSpec",
     "spec_hash",
 ]
 
@@ -229,6 +230,21 @@ class OutputSpec(_Strict):
     overwrite: bool = Field(False, description="Allow replacing a directory that holds a different run.")
 
 
+class LaunchSpec(_Strict):
+    """How a spec is meant to be launched at scale (recipes). ``dare run`` does not read it (launch with
+    ``accelerate launch --config_file ...``); ``dare profile --estimate`` reads it to size per-GPU memory, and
+    it is left out of the spec hash (it does not change what a run computes)."""
+
+    accelerate_config: str | None = Field(
+        None, description="accelerate config the recipe is launched with (e.g. examples/accelerate/zero2.yaml): its "
+        "distributed_type and zero_stage choose the sharding that `dare profile --estimate` assumes.")
+    num_processes: int = Field(1, gt=0, description="Processes (GPUs) the recipe's numbers were set for.")
+    gpu: str | None = Field(None, description="GPU the recipe was written for, e.g. 'A100 80GB' (informational).")
+    prompt_length: int | None = Field(
+        None, gt=0, description="Longest prompt in tokens (the official trainer's max_prompt_length); with the sampler's "
+        "gen_length it sets the sequence length `dare profile --estimate` sizes activations for.")
+
+
 class RunSpec(_Strict):
     """A whole run: model, data, algorithm, sampler, rewards, train, eval, output."""
 
@@ -240,12 +256,14 @@ class RunSpec(_Strict):
     train: TrainSpec | None = None
     eval: EvalSpec | None = None
     output: OutputSpec
+    launch: LaunchSpec | None = Field(None, description="How the spec is launched at scale (recipes); not read by `dare run`.")
 
 
 def spec_hash(spec: RunSpec) -> str:
     """SHA-256 (first 16 hex digits) of the validated spec, ignoring ``output.overwrite``/``train.resume``."""
     data = spec.model_dump(mode="json")
     data["output"].pop("overwrite", None)
+    data.pop("launch", None)
     if data.get("train"):
         data["train"].pop("resume", None)
     blob = json.dumps(data, sort_keys=True, separators=(",", ":"))

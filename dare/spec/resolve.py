@@ -59,7 +59,10 @@ class ResolvedSpec:
     * ``objective``, ``sampler``: from ``algorithm:``/``sampler:``; ``rewards``: ``(reward, weight)``
       pairs of ``rewards:``; ``benchmarks``/``validation``: ``eval.benchmarks``/``eval.validation``;
     * ``problems``: every ``(yaml_path, message)`` found; :meth:`raise_problems` turns them into one
-      :class:`~dare.errors.SpecError`.
+      :class:`~dare.errors.SpecError`;
+    * ``config_only``: ``model.path`` is a model card (config.json, maybe the weight index and tokenizer files)
+      without weights: its config is checked and its tensor names against the weight index, no shard is
+      required, and a tokenizer that cannot be loaded is skipped (``dare validate --config-only``).
 
     Component ``check(ctx, loc)`` methods receive this object (the spec, its family, config, tokenizer
     and the other resolved components).
@@ -76,10 +79,20 @@ class ResolvedSpec:
     benchmarks: list[ResolvedBenchmark] = field(default_factory=list)
     validation: ResolvedBenchmark | None = None
     problems: list[tuple[str, str]] = field(default_factory=list)
+    config_only: bool = False
 
     @cached_property
     def tokenizer(self):
-        """The tokenizer of ``model.path`` (a local directory), or None (``model.new``, hub ids)."""
+        """The tokenizer of ``model.path`` (a local directory), or None (``model.new``, hub ids, and with
+        ``config_only`` a model card whose tokenizer files do not load)."""
+        if self.config_only:
+            try:
+                return self._load_tokenizer()
+            except Exception:  # noqa: BLE001 - a model card may lack its tokenizer files
+                return None
+        return self._load_tokenizer()
+
+    def _load_tokenizer(self):
         if self.spec.model.path is None:
             return None
         p = trained_model_dir(resolve_path(self.spec.model.path))
@@ -141,9 +154,12 @@ def _benchmark(ctx: ResolvedSpec, b: BenchmarkSpec, loc: str) -> ResolvedBenchma
     return None if reward is None else ResolvedBenchmark(loc, b, ev, reward)
 
 
-def resolve_spec(spec: RunSpec, source: str | None = None) -> ResolvedSpec:
-    """Resolve every component of ``spec`` and run all semantic checks (problems collected, not raised)."""
-    ctx = ResolvedSpec(spec=spec, registry=get_registry(), source=source)
+def resolve_spec(spec: RunSpec, source: str | None = None, config_only: bool = False) -> ResolvedSpec:
+    """Resolve every component of ``spec`` and run all semantic checks (problems collected, not raised).
+
+    :param config_only: ``model.path`` is a model card without weights (:class:`ResolvedSpec`).
+    """
+    ctx = ResolvedSpec(spec=spec, registry=get_registry(), source=source, config_only=config_only)
     problems = ctx.problems
     check_model(ctx, problems)
     check_lora(ctx, problems)

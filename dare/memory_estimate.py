@@ -1,0 +1,269 @@
+"""``dare profile SPEC --estimate``: per-GPU training memory of a spec, computed from its model config.
+
+Nothing is trained and no weight is read: the model is built on the meta device from ``config.json`` (a
+model card is enough) to count parameters, and the memory of one training micro-batch is summed from
+closed-form terms. The sharding follows the spec's ``launch.accelerate_config`` (``distributed_type``,
+DeepSpeed ``zero_stage``, FSDP sharding and CPU offload) and is evaluated for several process counts.
+
+Terms, in bytes per GPU, with ``P`` parameters, ``T`` trainable parameters (LoRA: the adapters, ``r * (in +
+out)`` per adapted linear layer), ``w`` bytes per weight (``model.dtype``), ``N`` processes, and ``shard(x) =
+x / N`` where the strategy shards that state (else ``x``):
+
+* weights ``shard_p(P * w)`` (sharded by ZeRO-3 and FSDP full sharding);
+* gradients ``shard_g(T * w)`` (sharded by ZeRO-2/3 and FSDP);
+* optimizer (AdamW, two moments): DeepSpeed ``shard_o(T * 12)`` with 16-bit weights (fp32 master copy and
+  moments) or ``shard_o(T * 8)`` with fp32 weights; torch's AdamW (DDP, FSDP2) ``shard_o(2 * T * w)``
+  (moments in the parameters' dtype); 0 on the GPU with optimizer offload;
+* reference policy: ``shard_p(P * w)`` when the objective keeps one (preference objectives, RL with ``beta >
+  0``) and the model has no LoRA adapters (with LoRA the reference is the base with adapters disabled);
+* activations of one micro-batch of ``b`` rows of ``s`` tokens (block-diffusion families run ``[x_t ; x_0]``,
+  so ``s`` doubles), hidden size ``h``, ``L`` layers and MLP width ``i`` (MoE: ``moe_intermediate_size *
+  num_experts_per_tok`` plus shared experts): a layer keeps about ``s * b * (10 h + 4 i) * w`` bytes for the
+  backward pass (attention inputs, q/k/v, output, norms, residuals; MLP input, gate, up, activation and
+  product; fused SDPA keeps no ``s x s`` score matrix); with gradient checkpointing only each layer's input,
+  ``L * s * b * h * w``, plus one recomputed layer; without it ``L`` layers;
+* logits ``s * b * V * (w + 4)`` (the head's output and its float32 log-softmax).
+
+Not counted: the rollout's KV cache and sampling buffers (no gradients; freed before the update), CUDA
+context and allocator fragmentation (budget 1-3 GiB), DeepSpeed's communication buckets. The activation
+constant follows Korthikanti et al., *Reducing Activation Recomputation in Large Transformer Models* (arXiv
+2205.05198, Sec. 4.1: ``34 s b h`` for a GPT layer with a ``4h`` MLP in 16-bit), rewritten for a gated MLP
+of width ``i``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+import yaml
+
+from dare.errors import SpecError
+from dare.io import resolve_path
+
+__all__ = ["Strategy", "MemoryEstimate", "strategy_from_accelerate_config", "estimate_memory", "estimate_report", "FORMULA"]
+
+_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
+#: the formula, printed under the table
+FORMULA = (
+    "weights = shard_p(P*w); gradients = shard_g(T*w); optimizer = DeepSpeed shard_o(12*T) (16-bit weights) or "
+    "torch AdamW shard_o(2*T*w); reference = shard_p(P*w) when kept without LoRA; activations = L*s*b*h*w + "
+    "s*b*(10h+4i)*w with gradient checkpointing, else L*s*b*(10h+4i)*w; logits = s*b*V*(w+4); shard(x) = x/N "
+    "where the strategy shards it (dare/memory_estimate.py)"
+)
+
+
+@dataclass(frozen=True)
+class Strategy:
+    """What a launch shards: parameters, gradients, optimizer state; where the optimizer lives."""
+
+    name: str
+    shard_params: bool = False
+    shard_grads: bool = False
+    shard_optimizer: bool = False
+    deepspeed: bool = False
+    offload_optimizer: bool = False
+
+
+def strategy_from_accelerate_config(path: str | None, spec_file: str | None = None) -> Strategy:
+    """The :class:`Strategy` of an accelerate config file (None: plain data parallel, DDP).
+
+    A relative ``path`` is looked up in the working directory, then beside ``spec_file`` and in its parent
+    folders (a recipe in examples/recipes/ names examples/accelerate/... from the repository root).
+
+    :raises SpecError: at ``launch.accelerate_config`` when the file is missing or not an accelerate config.
+    """
+    if path is None:
+        return Strategy("ddp")
+    p = resolve_path(path)
+    if not p.is_absolute() and not p.exists() and spec_file is not None:
+        p = next((d / path for d in Path(spec_file).resolve().parents if (d / path).is_file()), p)
+    try:
+        cfg = yaml.safe_load(Path(p).read_text())
+        kind = str(cfg.get("distributed_type", "NO")).upper()
+    except (OSError, yaml.YAMLError, AttributeError) as exc:
+        raise SpecError([("launch.accelerate_config", f"cannot read accelerate config {path!r}: {exc}")]) from None
+    if kind == "DEEPSPEED":
+        ds = cfg.get("deepspeed_config") or {}
+        stage = int(ds.get("zero_stage", 0))
+        return Strategy(f"deepspeed-zero{stage}", shard_params=stage >= 3, shard_grads=stage >= 2,
+                        shard_optimizer=stage >= 1, deepspeed=True,
+                        offload_optimizer=str(ds.get("offload_optimizer_device", "none")) not in ("none", "None"))
+    if kind == "FSDP":
+        fsdp = cfg.get("fsdp_config") or {}
+        strategy = str(fsdp.get("fsdp_sharding_strategy", fsdp.get("fsdp_reshard_after_forward", "FULL_SHARD"))).upper()
+        full = strategy in ("FULL_SHARD", "1", "TRUE")
+        return Strategy(f"fsdp{fsdp.get('fsdp_version', 1)}", shard_params=full, shard_grads=True, shard_optimizer=True,
+                        offload_optimizer=bool(fsdp.get("fsdp_offload_params", False)))
+    return Strategy("ddp")
+
+
+@dataclass
+class MemoryEstimate:
+    """Bytes per GPU of each term (module docstring) for ``processes`` GPUs."""
+
+    processes: int
+    strategy: str
+    parameters: int
+    trainable: int
+    rows: int
+    seq_len: int
+    terms: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def total(self) -> float:
+        return sum(self.terms.values())
+
+
+def _mlp_width(cfg) -> int:
+    experts = getattr(cfg, "num_experts_per_tok", None)
+    moe = getattr(cfg, "moe_intermediate_size", None)
+    if experts and moe:
+        shared = getattr(cfg, "num_shared_experts", 0) or 0
+        return int(moe) * (int(experts) + int(shared))
+    for key in ("intermediate_size", "mlp_hidden_size"):
+        if getattr(cfg, key, None):
+            return int(getattr(cfg, key))
+    return 4 * _hidden(cfg)
+
+
+def _hidden(cfg) -> int:
+    for key in ("hidden_size", "d_model"):
+        if getattr(cfg, key, None):
+            return int(getattr(cfg, key))
+    raise SpecError([("model.path", "config.json has neither hidden_size nor d_model: cannot size activations")])
+
+
+def _layers(cfg) -> int:
+    for key in ("num_hidden_layers", "n_layers"):
+        if getattr(cfg, key, None):
+            return int(getattr(cfg, key))
+    raise SpecError([("model.path", "config.json has neither num_hidden_layers nor n_layers: cannot size activations")])
+
+
+def _counts(ctx, config) -> tuple[int, int]:
+    """``(P, T)``: parameters of the meta-device model and trainable ones (LoRA: adapter parameters)."""
+    from dare.modeling.lora import _matches, resolve_lora_targets
+
+    with torch.device("meta"):
+        model = ctx.family.model_class_for(config)(config)
+    total = sum(p.numel() for p in {id(p): p for p in model.parameters()}.values())
+    lora = ctx.spec.model.lora
+    if lora is None:
+        return total, total
+    targets, exclude = resolve_lora_targets(model, ctx.family, lora)
+    trainable = 0
+    for name, mod in model.named_modules():
+        if isinstance(mod, torch.nn.Linear) and name not in exclude and any(_matches(name, t) for t in targets):
+            trainable += lora.r * (mod.in_features + mod.out_features)
+    return total, trainable
+
+
+def _micro_batch(ctx) -> tuple[int, int]:
+    """``(b, s)``: rows of one training forward and their tokens (before the block families' doubling)."""
+    spec, obj = ctx.spec, ctx.objective
+    train = spec.train
+    params = getattr(obj, "params", None)
+    if obj.stage == "online_rl":
+        group = int(getattr(params, "group_size", 1))
+        rows = getattr(params, "micro_batch_size", None) or train.per_device_batch_size * group
+        prompt = (spec.launch.prompt_length if spec.launch and spec.launch.prompt_length else 256)
+        gen = ctx.sampler.params.gen_length if ctx.sampler is not None else 0
+        return int(rows), int(prompt + gen)
+    if train.max_length is None:
+        raise SpecError([("train.max_length", "`dare profile --estimate` sizes activations by the longest sequence: set "
+                                              "train.max_length")])
+    rows = train.per_device_batch_size * (2 if obj.stage == "preference" else 1)  # chosen + rejected
+    return int(rows), int(train.max_length)
+
+
+def _keeps_reference(ctx) -> bool:
+    if ctx.spec.model.lora is not None:
+        return False
+    if ctx.objective.stage == "preference":
+        return True
+    return float(getattr(getattr(ctx.objective, "params", None), "beta", 0.0) or 0.0) > 0.0
+
+
+def estimate_memory(ctx, processes: list[int]) -> list[MemoryEstimate]:
+    """Per-GPU memory of ``ctx``'s training for each process count in ``processes``.
+
+    :param ctx: a :class:`~dare.spec.resolve.ResolvedSpec` with its family, config, objective and ``train``
+        section resolved (``resolve_spec(..., config_only=True)`` suffices: no weights).
+    :raises SpecError: the spec has no objective or train section, or the config lacks the sizes needed.
+    """
+    from transformers import AutoConfig
+
+    from dare.modeling.locate import trained_model_dir
+    from dare.plugins import register_auto_classes
+
+    spec = ctx.spec
+    if ctx.objective is None or spec.train is None or ctx.family is None or spec.model.path is None:
+        raise SpecError([("algorithm", "`dare profile --estimate` needs model.path, algorithm and train sections")])
+    register_auto_classes()
+    config = AutoConfig.from_pretrained(str(trained_model_dir(resolve_path(spec.model.path))))
+    total, trainable = _counts(ctx, config)
+    strategy = strategy_from_accelerate_config(spec.launch.accelerate_config if spec.launch else None, ctx.source)
+    w = _BYTES[spec.model.dtype]
+    b, s = _micro_batch(ctx)
+    if ctx.family.attention == "block":
+        s *= 2
+    h, n_layers, i = _hidden(config), _layers(config), _mlp_width(config)
+    vocab = int(getattr(config, "vocab_size"))
+    layer = s * b * (10 * h + 4 * i) * w
+    act = n_layers * s * b * h * w + layer if spec.model.gradient_checkpointing else n_layers * layer
+    out = []
+    for n in processes:
+        def shard(x, on):
+            return x / n if on else x
+        opt = 0.0 if strategy.offload_optimizer else shard(
+            trainable * (12 if w == 2 else 8) if strategy.deepspeed else 2 * trainable * w, strategy.shard_optimizer)
+        terms = {
+            "weights": shard(total * w, strategy.shard_params),
+            "gradients": shard(trainable * w, strategy.shard_grads),
+            "optimizer": opt,
+            "reference policy": shard(total * w, strategy.shard_params) if _keeps_reference(ctx) else 0.0,
+            "activations": float(act),
+            "logits": float(s * b * vocab * (w + 4)),
+        }
+        out.append(MemoryEstimate(n, strategy.name, total, trainable, b, s, terms))
+    return out
+
+
+def estimate_report(spec: str, overrides: list[str], gpus: str, as_json: bool) -> str:
+    """What ``dare profile SPEC --estimate`` prints: a table (GiB per term and process count) and the formula, or
+    JSON (bytes). Only the model, objective, sampler, train and launch sections are checked: the data files
+    need not be on this machine.
+
+    :raises DareError: ``gpus`` is not a comma-separated list of positive counts.
+    :raises SpecError: the sections the estimate reads are invalid.
+    """
+    import json
+
+    from dare.errors import DareError
+    from dare.spec import load_spec, resolve_spec
+
+    try:
+        counts = [int(g) for g in gpus.split(",")]
+        if min(counts) < 1:
+            raise ValueError
+    except ValueError:
+        raise DareError(f"--gpus {gpus!r}: give process counts separated by commas, e.g. --gpus 1,8") from None
+    ctx = resolve_spec(load_spec(spec, overrides=list(overrides), check=False), spec, config_only=True)
+    ctx.problems = [(loc, msg) for loc, msg in ctx.problems if not loc.startswith(("data", "eval", "rewards", "output"))]
+    ctx.raise_problems()
+    estimates = estimate_memory(ctx, counts)
+    if as_json:
+        return json.dumps({"formula": FORMULA, "estimates": [
+            {**{k: v for k, v in vars(e).items() if k != "terms"}, "terms_bytes": e.terms, "total_bytes": e.total}
+            for e in estimates]}, indent=2)
+    first = estimates[0]
+    lines = [f"{spec}: per-GPU memory estimate, {first.strategy}, {first.parameters:,} parameters ({first.trainable:,} "
+             f"trainable), micro-batch {first.rows} rows x {first.seq_len} tokens",
+             "| term | " + " | ".join(f"{e.processes} GPU{'s' if e.processes > 1 else ''} (GiB)" for e in estimates) + " |",
+             "|---|" + "---:|" * len(estimates)]
+    for term in [*first.terms, "total"]:
+        vals = [(e.total if term == "total" else e.terms[term]) / 2**30 for e in estimates]
+        lines.append(f"| {term} | " + " | ".join(f"{v:.2f}" for v in vals) + " |")
+    return "\n".join(lines + [f"formula: {FORMULA}"])
