@@ -1,12 +1,11 @@
-"""``dare new-plugin``: render ``templates/plugin`` into an installable plugin package.
+"""``dare new-plugin``: render ``dare/templates/plugin`` into an installable plugin package.
 
 The package has a ``pyproject.toml`` with the ``dare`` entry point, one module with the chosen
 component (a pydantic ``Params`` model included), ``plugin.py`` registering it lazily (a
 ``"module:Class"`` reference with the class's name, description and model types, read from the rendered
 component; see :mod:`dare.hookspecs`), a README and tests
 that pass on day one. ``pip install -e <dir>`` makes the component appear in ``dare plugins`` and
-usable from a spec. The templates live in ``dare/templates/plugin`` (the top-level ``templates/`` is a link to it), so they
-ship with the package.
+usable from a spec. The templates live in ``dare/templates/plugin``, so they ship with the package.
 """
 
 from __future__ import annotations
@@ -145,7 +144,7 @@ def _templates_dir() -> Path:
     cand = Path(__file__).resolve().parent / "templates" / "plugin"
     if cand.is_dir():
         return cand
-    raise DareError("the plugin templates are missing from this installation (templates/plugin)")
+    raise DareError("the plugin templates are missing from this installation (dare/templates/plugin)")
 
 
 def _refuse_installed(name: str, n: dict[str, str], reg_kind: str, label: str) -> None:

@@ -1,4 +1,4 @@
-"""The bad-input corpus (issue 13): every case goes through the real CLI and must end with exit status 2, one
+"""The bad-input corpus: every case goes through the real CLI and must end with exit status 2, one
 paragraph naming the spec field or the file (no traceback), and no file created or changed outside the run's
 staging area (its ``output.dir``; nothing at all for ``validate``, ``generate`` and ``export``).
 

@@ -178,12 +178,12 @@ def test_sft_and_evaluation_on_two_processes_equal_one(tmp_path):
 @pytest.mark.parametrize("family,algorithm,train", [
     ("llada", {"name": "sft", "params": {"block_length": 4}}, {}),
     ("sdar", {"name": "sft"}, {"packing": True}),
-    ("llada2", {"name": "sft"}, {}),  # with gradient checkpointing (below): it hung before stop 25
+    ("llada2", {"name": "sft"}, {}),  # with gradient checkpointing (below)
 ])
 def test_blockwise_sft_on_two_processes_equals_one(tmp_path, family, algorithm, train):
     """Blockwise SFT (one active block per example, keyed draws) of LLaDA, and the block-diffusion families' SFT
-    (SDAR packed, LLaDA2), train the same on 2 processes as on 1. Before stop 25 the block families failed on
-    2 processes: their forwards read the block size from ``model.config``, which the DDP wrapper does not have."""
+    (SDAR packed, LLaDA2), train the same on 2 processes as on 1. The block families' forwards read the block size
+    from the unwrapped model's ``model.config``, which the DDP wrapper does not have."""
     spec = _sft_spec(**train)
     spec.pop("eval")
     spec.pop("sampler")
@@ -242,8 +242,8 @@ def test_dpo_on_two_processes_equals_one_without_the_cpu_variable(tmp_path):
 
 def test_multi_pass_preference_training_of_a_moe_model_on_two_processes_is_refused(tmp_path):
     """VRPO's Monte-Carlo ELBO runs several forwards before one backward, which DDP's unused-parameter search (on for
-    mixture-of-experts models, LLaDA2) cannot handle: it crashed inside DDP ("marked ready twice") before stop 25,
-    now a clear error before the first forward."""
+    mixture-of-experts models, LLaDA2) cannot handle: instead of a crash inside DDP ("marked ready twice"),
+    a clear error before the first forward."""
     spec = {
         "model": {"new": {"family": "llada2", "preset": "tiny"}},
         "data": {"train": {"path": _pairs(tmp_path / "pairs.jsonl"), "chat_template": False}},
@@ -263,8 +263,8 @@ def test_multi_pass_preference_training_of_a_moe_model_on_two_processes_is_refus
 ])
 def test_online_rl_on_two_processes_equals_one(tmp_path, family, sampler):
     """3 d1 steps, 4 prompts x 4 completions per step: each process rolls out its 2 prompts' groups.
-    (TraceRL and CJ-GRPO on 2 processes: the threshold-rollout replay test below.) LLaDA2, a block family: before
-    stop 25 its forwards and its sampler read ``model.config`` through the DDP wrapper and failed on 2 processes."""
+    (TraceRL and CJ-GRPO on 2 processes: the threshold-rollout replay test below.) LLaDA2, a block family: its forwards
+    and its sampler must read ``model.config`` of the unwrapped model, not through the DDP wrapper."""
     spec = {
         "model": {"new": {"family": family, "preset": "tiny"}},
         "data": {"train": {"path": "dare://sudoku/train.parquet", "limit": 64, **SUDOKU}},
@@ -308,9 +308,9 @@ def test_trajectory_replay_of_threshold_rollouts_on_two_processes_equals_one(tmp
     which used to raise in ``backward`` (now a zero-gradient pad job keeps the backward count).
     CJ-GRPO normalises each step by the tokens committed at that step over the whole batch and averages over the
     batch's steps: the processes hold different sets of steps, so the trainer matches passes by step
-    (``Pass.key``; before stop 23 its normalisers were per process and 2 processes only approximated 1). With
-    blocks of 4 (16 tokens) a row's step numbers must not depend on the rows it is decoded with: before stop 23
-    threshold decoding numbered steps by the batch's forward passes, so later blocks shifted with the batch."""
+    (``Pass.key``; with per-process normalisers 2 processes would only approximate 1). With
+    blocks of 4 (16 tokens) a row's step numbers must not depend on the rows it is decoded with: numbered by the
+    batch's forward passes, later blocks would shift with the batch."""
     spec = {
         "model": {"path": str(digit_model)},
         "data": {"train": {"path": "dare://sudoku/train.parquet", "limit": 64, **SUDOKU}},
@@ -332,7 +332,7 @@ def test_trajectory_replay_of_threshold_rollouts_on_two_processes_equals_one(tmp
     # the mean over the processes' own step counts: a fraction when they differed (the case under test)
     assert any(n != int(n) for n in nfe), f"the processes took the same number of denoising steps every time: {nfe}"
     # the loss's metrics, the entropy and the rollout's standard deviations are the whole batch's on 2 processes
-    # (before stop 23 the loss metrics read 1/2 and the stds were the mean of each process's std)
+    # (per-process values would read 1/2 for the loss metrics and the mean of each process's std)
     _assert_same_metrics(one, two, ("entropy", "approx_kl", "reward_std", "advantage_std", "frac_zero_std_groups"))
     if iterations > 1:  # the second inner iteration's ratios differ from 1
         assert max(v for _, v in _metric(one, "approx_kl")) > 1e-9
@@ -347,10 +347,10 @@ def test_trajectory_replay_of_threshold_rollouts_on_two_processes_equals_one(tmp
 def test_objectives_with_their_own_rollout_or_update_on_two_processes_equal_one(tmp_path, digit_model, objective,
                                                                                  params):
     """SPG (coupled Monte-Carlo copies), MDPO (its own decoder, top-K steps of the batch) and d-TreeRPO (tree
-    rollout, edge loss) have their own trainers. Before stop 25 they normalised by per-process counts (SPG's
-    response tokens, MDPO's scored step tokens, d-TreeRPO's edges and self-distillation pairs), MDPO chose its
-    steps from each process's rows, and MDPO's and d-TreeRPO's decoders drew batch-wide, so 2 processes sampled
-    other completions than 1. ESPO (the pass-mean update) logged each process's entropy. 3 steps of 4 prompts at
+    rollout, edge loss) have their own trainers. They normalise by whole-batch counts (SPG's response tokens,
+    MDPO's scored step tokens, d-TreeRPO's edges and self-distillation pairs), MDPO chooses its steps from every
+    process's rows, and MDPO's and d-TreeRPO's decoders draw per row, so 2 processes sample the completions
+    of 1. ESPO (the pass-mean update) logs the whole batch's entropy. 3 steps of 4 prompts at
     temperature 1 on the digit-writing model."""
     spec = {
         "model": {"path": str(digit_model)},

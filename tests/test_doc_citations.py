@@ -242,7 +242,7 @@ def test_checker_accepts_correct_citations():
         '"""Stratified counts (docs/algorithms.md §3.3, §3.7); d1 (docs/algorithms.md §3.1).\n'
         "Shift (docs/model-families.md §2.3 and §7); presets of docs/model-families.md §3.6/§4.4;\n"
         "estimators (docs/algorithms.md §3, §9.3-9.4); see docs/architecture.md, dare/io.py,\n"
-        "plugins/dare-plugin-*/, plugins/dare-plugin-{llada,dream}/, templates/plugin, `dare/diffusion/`.\n"
+        "plugins/dare-plugin-*/, plugins/dare-plugin-{llada,dream}/, dare/templates/plugin, `dare/diffusion/`.\n"
         'An f-string path f"tests/test_{name}.py" is a template, not a citation."""\n'
     )
     assert _problems(text) == []

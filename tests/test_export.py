@@ -189,7 +189,7 @@ def test_export_refuses_output_that_is_inside_or_around_its_source(adapter_dir, 
     assert sorted(p.name for p in src.iterdir()) == before
 
 
-# --------------------------------------------------------------------------- no code runs on load (issue 13 item 2)
+# --------------------------------------------------------------------------- no code runs on load
 class _Payload:
     """A pickle that runs ``cmd`` through ``fn`` when unpickled (what a crafted checkpoint file would hold)."""
 

@@ -1,4 +1,4 @@
-"""Footguns a new user met (issue 15): files under the umask, the spec keys a refused output.dir differs in,
+"""Footguns for a new user: files under the umask, the spec keys a refused output.dir differs in,
 `dare schema` printing instead of overwriting the committed schema, local dataset folders, tests that never
 depend on the checkout's runs/."""
 

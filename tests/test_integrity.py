@@ -1,5 +1,5 @@
 """Model-file integrity before any weights load: damaged safetensors, NaN/inf weights, tokenizers that do not
-fit the model (issue 13 items 1, 6 and 9), checked on tiny models and on the real model cards."""
+fit the model, checked on tiny models and on the real model cards."""
 
 from __future__ import annotations
 

@@ -182,8 +182,8 @@ def test_lora_sft_run_saves_merged_model_and_peft_adapter_and_resumes(tmp_path):
 
 
 def test_full_sft_from_an_adapter_directory_trains_every_weight(tiny_llada_dir, tmp_path):
-    """Issue 13 item 5: `model.path: <adapter dir>` without model.lora used to crash in SFT and RL with "element 0
-    of tensors does not require grad" (the merged model kept peft's frozen flags: 0/21 trainable)."""
+    """`model.path: <adapter dir>` without model.lora trains every weight in SFT and RL instead of failing with
+    "element 0 of tensors does not require grad" (a merged model that kept peft's frozen flags: 0/21 trainable)."""
     from dare.modeling import load_model
     from dare.run import Run
 

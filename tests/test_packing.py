@@ -118,8 +118,8 @@ def test_packed_logits_equal_padded_with_left_and_right_padding(models, family):
 
 @pytest.mark.parametrize("family", FAMILIES)
 def test_an_all_padding_batch_gives_zero_logits(models, family):
-    """A batch without a valid token (every row padding) packs to one fill slot: zeros, no error (it raised
-    'packing capacity must be positive, got 0' before stop 25)."""
+    """A batch without a valid token (every row padding) packs to one fill slot: zeros, no error (not
+    'packing capacity must be positive, got 0')."""
     lm = _lm(models, family)
     ids = torch.full((2, 6), 11)
     with torch.no_grad():

@@ -393,7 +393,7 @@ def test_validate_imports_only_what_the_spec_names(tmp_path):
 def test_validate_quickstart_imports_no_torch(example, tmp_path):
     """`dare validate examples/quickstart.yaml` (model.new, no config overrides) builds no model, so it must not
     import torch or transformers: the family, sampler and objective classes import them when they run, and
-    the core's checks only when a check builds a config or a meta-device model (issue 15: start-up < 1.5 s).
+    the core's checks only when a check builds a config or a meta-device model (start-up < 1.5 s).
     The same for the other families' SFT examples (their samplers keep the decoder in ``decoding.py``)."""
     spec = Path(__file__).resolve().parent.parent / "examples" / example
     env = dict(os.environ)

@@ -41,8 +41,8 @@ def test_advantage_edge_cases():
 @pytest.mark.parametrize("kind", ["grpo", "drgrpo", "rloo"])
 @pytest.mark.parametrize("value", [2 / 3, 0.1, 1 / 3, 0.7, 0.3, 1.1, 1e-7, 123.456])
 def test_equal_reward_groups_get_exactly_zero_advantage(value, kind, dtype):
-    """Issue 13 item 10: mean(8 x 2/3) != 2/3 in floating point; GRPO divided that residue by a ~1e-17 std
-    and gave every completion 0.0560. A group of equal rewards must contribute exactly 0."""
+    """mean(8 x 2/3) != 2/3 in floating point; dividing that residue by a ~1e-17 std would give every
+    completion 0.0560. A group of equal rewards must contribute exactly 0."""
     r = torch.tensor([value] * 8 + [1.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 0.0], dtype=dtype)
     a = group_advantages(r, 8, kind)
     assert a.dtype == torch.float32

@@ -189,7 +189,7 @@ def _batch_invariant(smp, model, rows):
 
 @pytest.mark.parametrize("alg", CONFIDENCE_ALGS)
 def test_every_confidence_alg_gives_the_same_tokens_at_batch_1_4_16(alg):
-    """Per-row counts: a row's schedule no longer follows the batch's mean mask count (issue 13 item 7)."""
+    """Per-row counts: a row's schedule no longer follows the batch's mean mask count."""
     rows, _ = prompts(16)
     _batch_invariant(DreamSampler({"gen_length": 8, "steps": 8, "alg": alg}), tiny(), rows)
 

@@ -150,7 +150,7 @@ def test_kv_cache_and_batching_reproduce_single_prompt_recompute(tiny_llada2, va
                                              ("2.1", {"threshold": 0.3, "editing_threshold": 0.2, "max_post_steps": 2})])
 @pytest.mark.parametrize("use_cache", [True, False])
 def test_batch_1_4_16_with_left_padding_give_the_same_tokens(tiny_llada2, variant, params, use_cache):
-    """Issue 13 item 7: evaluation must not depend on the batch size (greedy, fp32)."""
+    """Evaluation must not depend on the batch size (greedy, fp32)."""
     t = tiny_llada2.tokens
     g = torch.Generator().manual_seed(5)
     lengths = [1, 2, 3, 4, 5, 7, 8, 9, 11, 12, 13, 3, 6, 10, 4, 2]  # tails of 0..3 tokens in a block of 4

@@ -165,7 +165,7 @@ def left_pad(rows: list[torch.Tensor], pad_id: int) -> tuple[torch.Tensor, torch
 
 @pytest.mark.parametrize("use_cache", [True, False])
 def test_batch_1_4_16_with_left_padding_give_the_same_tokens(lm, use_cache):
-    """Issue 13 item 7: evaluation must not depend on the batch size (greedy, fp32)."""
+    """Evaluation must not depend on the batch size (greedy, fp32)."""
     model = lm.model.eval()
     g = torch.Generator().manual_seed(11)
     lengths = [1, 2, 3, 4, 5, 7, 8, 9, 11, 12, 13, 3, 6, 10, 4, 2]  # tails of 0..3 tokens in a block of 4
