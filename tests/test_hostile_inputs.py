@@ -7,9 +7,12 @@ YAML: an alias bomb, a recursive alias, a 10 MB value and duplicate keys (:mod:`
 
 from __future__ import annotations
 
+import json
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -133,3 +136,218 @@ def test_duplicate_nested_key_and_merge_keys(tmp_path):
         load_yaml("data:\n  train:\n    limit: 1\n    path: x\n    limit: 2\n")
     # a merge key overrides, as YAML specifies: not a duplicate
     assert load_yaml("b: &b {x: 1, y: 2}\nc:\n  <<: *b\n  x: 3\n") == {"b": {"x": 1, "y": 2}, "c": {"x": 3, "y": 2}}
+
+
+# =========================================================================== one run per run directory
+def _hold_lock_in_child(run_dir: Path, then: str = "sleep") -> subprocess.Popen:
+    """A Python process that takes ``run_dir``'s lock, prints ``locked``, then sleeps (or dies by SIGKILL)."""
+    code = ("import os, signal, sys, time\nfrom dare.runlock import acquire\n"
+            f"h = acquire({str(run_dir)!r})\nprint('locked', flush=True)\n"
+            + ("os.kill(os.getpid(), signal.SIGKILL)\n" if then == "die" else "time.sleep(600)\n"))
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().strip() == "locked"
+    return proc
+
+
+def test_a_held_lock_names_its_process_and_a_dead_ones_is_taken_over(tmp_path, capsys):
+    from dare.runlock import RunDirLocked, acquire, lock_path, release
+
+    run_dir = tmp_path / "runs" / "x"
+    holder = _hold_lock_in_child(run_dir)
+    try:
+        with pytest.raises(RunDirLocked, match=rf"output.dir '{run_dir}' is in use by process {holder.pid} on host "):
+            acquire(run_dir)
+    finally:
+        holder.kill()
+        holder.wait()
+    # the holder died without removing its lock file (SIGKILL): the lock is free, and whose it was is said
+    assert lock_path(run_dir).is_file()
+    handle = acquire(run_dir)
+    assert f"taking over the stale lock of process {holder.pid} on host" in capsys.readouterr().err
+    assert f'"pid": {os.getpid()}' in lock_path(run_dir).read_text()
+    release(handle)
+    assert not lock_path(run_dir).exists()
+    release(acquire(tmp_path / "new" / "x"))
+    assert not (tmp_path / "new").exists()  # the parent made for the lock file is removed with it
+
+
+def _spec_file(d: Path, name: str, **train) -> str:
+    (d / f"{name}.yaml").write_text(yaml.safe_dump(tiny_spec("out", **train), sort_keys=False))
+    return f"{name}.yaml"
+
+
+def test_two_runs_into_one_directory(tmp_path):
+    """A second `dare train` (another spec) into a directory in use stops at once naming the first; the first's
+    files are its own."""
+    first = subprocess.Popen([DARE, "train", _spec_file(tmp_path, "a", max_steps=100000, save_steps=1000)],
+                             cwd=tmp_path, env={**os.environ, "OMP_NUM_THREADS": "1"}, stdout=subprocess.DEVNULL,
+                             stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 300
+        while not (tmp_path / "out" / "metrics.jsonl").is_file():
+            assert first.poll() is None, first.stderr.read()[-2000:]
+            assert time.monotonic() < deadline
+            time.sleep(0.2)
+        code, err = dare("train", _spec_file(tmp_path, "b", seed=1), cwd=tmp_path, timeout=120)
+        assert code == 2
+        one_paragraph(err, "output.dir 'out' is in use by process", str(first.pid), "`dare train a.yaml`")
+        assert first.poll() is None  # the first run goes on
+    finally:
+        first.terminate()
+        first.wait(timeout=120)
+    assert json.loads((tmp_path / "out" / "run.json").read_text())["source"] == "a.yaml"
+    assert not (tmp_path / ".out.lock").exists()
+
+
+# =========================================================================== write errors during a save
+def _checkpoint_intact(ckpt: Path) -> None:
+    from safetensors.torch import load_file
+
+    from dare.rundir import _check_trainer_files
+
+    assert load_file(str(ckpt / "model.safetensors"))
+    _check_trainer_files(ckpt)
+
+
+def test_safetensors_error_during_a_checkpoint_is_one_paragraph(tmp_path, monkeypatch, run_cli):
+    """The second checkpoint's safetensors write fails as a full disk makes it fail: one paragraph, the first
+    checkpoint intact, nothing half-written."""
+    import safetensors.torch
+    import transformers.modeling_utils as mu
+
+    real, calls = mu.safe_save_file, []
+
+    def failing(tensors, filename, *args, **kwargs):
+        calls.append(filename)
+        if "checkpoint-4" in str(filename) or len(calls) > 2:
+            raise safetensors.SafetensorError("Error while serializing: I/O error: No space left on device (os error 28)")
+        return real(tensors, filename, *args, **kwargs)
+
+    monkeypatch.setattr(mu, "safe_save_file", failing)
+    monkeypatch.chdir(tmp_path)
+    code, _, err = run_cli("train", _spec_file(tmp_path, "s", max_steps=4, save_steps=2))
+    assert code == 2
+    one_paragraph(err, "saving checkpoint-4 failed: no space left on the device holding",
+                  "the last checkpoint checkpoint-2 is intact", "re-run the same command to resume")
+    ckpts = tmp_path / "out" / "checkpoints"
+    assert sorted(p.name for p in ckpts.iterdir()) == ["checkpoint-2"]
+    _checkpoint_intact(ckpts / "checkpoint-2")
+    assert not (tmp_path / ".out.lock").exists()
+
+
+@pytest.fixture
+def tmpfs(tmp_path):
+    """A mount function for small tmpfs file systems under ``tmp_path`` (root, mounts allowed), unmounted after."""
+    mounted = []
+
+    def mount(name: str, size_kib: int) -> Path:
+        d = tmp_path / name
+        d.mkdir()
+        proc = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size_kib}k", "tmpfs", str(d)], capture_output=True,
+                              text=True)
+        if proc.returncode != 0:
+            pytest.skip(f"cannot mount a tmpfs here (needs root and mount permission): {proc.stderr.strip()}")
+        mounted.append(d)
+        return d
+
+    if os.geteuid() != 0:
+        pytest.skip("mounting a small tmpfs needs root")
+    yield mount
+    for d in mounted:
+        subprocess.run(["umount", "-l", str(d)], check=False)
+
+
+# the tiny model's first checkpoint and init-model/ take about 1.95 MiB: the second checkpoint fails in its
+# model.safetensors (2200 KiB: safetensors' SafetensorError) or in optimizer.pt (2800 KiB: torch's RuntimeError)
+@pytest.mark.parametrize("size_kib,writer", [(2200, "safetensors"), (2800, "torch.save")])
+def test_disk_full_during_a_checkpoint(tmp_path, tmpfs, size_kib, writer):
+    disk = tmpfs("disk", size_kib)
+    spec = _spec_file(tmp_path, "s", max_steps=4, save_steps=2)
+    code, err = dare("train", spec, "--set", f"output.dir={disk / 'out'}", cwd=tmp_path, timeout=300)
+    assert code == 2, err
+    one_paragraph(err, "saving checkpoint-4 failed:", str(disk), "the last checkpoint checkpoint-2 is intact",
+                  "Free space")
+    assert "no space left" in err or "is full" in err
+    ckpts = disk / "out" / "checkpoints"
+    assert sorted(p.name for p in ckpts.iterdir()) == ["checkpoint-2"]
+    _checkpoint_intact(ckpts / "checkpoint-2")
+    assert not (disk / ".out.lock").exists()
+
+
+# =========================================================================== SIGTERM
+def _wait_for(path: Path, proc: subprocess.Popen, limit: float = 300) -> None:
+    deadline = time.monotonic() + limit
+    while not path.exists():
+        assert proc.poll() is None, f"ended before {path} appeared: {proc.stderr.read()[-3000:]}"
+        assert time.monotonic() < deadline, f"no {path} within {limit} s"
+        time.sleep(0.05)
+
+
+def _no_dare_traceback(err: str) -> None:
+    assert not any(ln.startswith("  File") and "/dare/" in ln for ln in err.splitlines()), err[-4000:]
+
+
+def test_sigterm_says_what_was_saved(tmp_path):
+    spec = _spec_file(tmp_path, "s", max_steps=100000, save_steps=3)
+    proc = subprocess.Popen([DARE, "train", spec], cwd=tmp_path, env={**os.environ, "OMP_NUM_THREADS": "1"},
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    _wait_for(tmp_path / "out" / "checkpoints" / "checkpoint-3", proc)
+    proc.send_signal(signal.SIGTERM)
+    err = proc.communicate(timeout=LIMIT_S)[1]
+    assert proc.returncode == 143
+    last = [ln for ln in err.splitlines() if ln.strip()][-1]
+    assert last.startswith("received SIGTERM; interrupted during training: saved the checkpoint of step "), err[-3000:]
+    assert last.endswith(": dare train s.yaml"), last
+    _no_dare_traceback(err)
+    saved = sorted((tmp_path / "out" / "checkpoints").glob("checkpoint-*"), key=lambda p: int(p.name.split("-")[1]))
+    assert saved and f"(out/checkpoints/{saved[-1].name})" in last, (last, saved)
+    for ckpt in saved:
+        _checkpoint_intact(ckpt)
+    assert not (tmp_path / ".out.lock").exists()
+
+
+def test_sigterm_to_a_two_process_launch(tmp_path):
+    """SIGTERM to torchrun (what a scheduler sends): torchrun passes it to the workers, the main one says what
+    was saved and the launch that resumes. (torchrun then prints its own SignalException traceback.)"""
+    spec = _spec_file(tmp_path, "s", max_steps=100000, save_steps=3)
+    bin_dir = Path(sys.executable).parent
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "ACCELERATE_USE_CPU": "1", "TOKENIZERS_PARALLELISM": "false"}
+    proc = subprocess.Popen([str(bin_dir / "torchrun"), "--nproc_per_node", "2", "--standalone", "--no-python",
+                             DARE, "train", spec], cwd=tmp_path, env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        _wait_for(tmp_path / "out" / "checkpoints" / "checkpoint-3" / "rng_state_1.pth", proc, limit=400)
+        proc.send_signal(signal.SIGTERM)
+        err = proc.communicate(timeout=60)[1]
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode != 0
+    said = [ln for ln in err.splitlines() if ln.startswith("received SIGTERM; interrupted during training: saved the "
+                                                           "checkpoint of step ")]
+    assert len(said) == 1, err[-4000:]  # the main process only
+    assert said[0].endswith("the same launch of 2 processes, e.g. ACCELERATE_USE_CPU=1 torchrun --nproc_per_node 2 "
+                            "--no-python dare train s.yaml"), said[0]
+    _no_dare_traceback(err)
+    for ckpt in (tmp_path / "out" / "checkpoints").glob("checkpoint-*"):
+        _checkpoint_intact(ckpt)
+    assert not (tmp_path / ".out.lock").exists()
+
+
+def test_a_two_process_launch_into_a_locked_directory_stops_at_once(tmp_path):
+    holder = _hold_lock_in_child(tmp_path / "out")
+    try:
+        spec = _spec_file(tmp_path, "s")
+        bin_dir = Path(sys.executable).parent
+        env = {**os.environ, "OMP_NUM_THREADS": "1", "ACCELERATE_USE_CPU": "1", "TOKENIZERS_PARALLELISM": "false"}
+        proc = subprocess.run([str(bin_dir / "torchrun"), "--nproc_per_node", "2", "--standalone", "--no-python",
+                               DARE, "train", spec], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    finally:
+        holder.kill()
+        holder.wait()
+    assert proc.returncode != 0
+    refusals = [ln for ln in proc.stderr.splitlines() if ln.startswith("error: output.dir 'out' is in use by process "
+                                                                       f"{holder.pid}")]
+    assert refusals, proc.stderr[-4000:]
+    _no_dare_traceback(proc.stderr)
+    assert not (tmp_path / "out").exists()
