@@ -94,18 +94,25 @@ _ARGV: list[str] = []
 
 
 def _execute_resumably(r, **kwargs):
-    """``r.execute(**kwargs)``; on Ctrl-C, say what was saved and that the same command resumes (exit 130)."""
+    """``r.execute(**kwargs)`` holding the run directory's lock (:mod:`dare.runlock`); on Ctrl-C or SIGTERM
+    (:mod:`dare.signals`), say what was saved and that the same command resumes (exit 130 or 143)."""
+    from dare.runlock import hold_run_dir
+    from dare.signals import exit_status, terminate_as_interrupt
+
     try:
-        return r.execute(**kwargs)
-    except DareError:
-        r.discard_unused_dir()  # a refused run leaves no files
-        raise
-    except KeyboardInterrupt:
+        with terminate_as_interrupt(), hold_run_dir(r.dir):
+            try:
+                return r.execute(**kwargs)
+            except DareError:
+                r.discard_unused_dir()  # a refused run leaves no files
+                raise
+    except KeyboardInterrupt as exc:
         if _is_main():
             import shlex
 
-            click.echo(r.interrupted_message(_relaunch_command(shlex.join(["dare", *_ARGV]))), err=True)
-        sys.exit(130)
+            said = r.interrupted_message(_relaunch_command(shlex.join(["dare", *_ARGV])))
+            click.echo(("received SIGTERM; " if exit_status(exc) == 143 else "") + said, err=True)
+        sys.exit(exit_status(exc))
 
 
 def _relaunch_command(command: str) -> str:

@@ -21,10 +21,18 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from dare import assets
+from safetensors import SafetensorError
 
-__all__ = ["atomic_dir", "replace_dir", "describe_write_error", "atomic_write_text", "atomic_write_json", "resolve_path",
+from dare import assets
+from dare.errors import DareError
+
+__all__ = ["atomic_dir", "replace_dir", "describe_write_error", "WRITE_ERRORS", "atomic_write_text", "atomic_write_json", "resolve_path",
            "looks_local", "current_umask", "apply_umask"]
+
+
+#: what a failed write raises: OSError (Python's own writes), RuntimeError (``torch.save``: "PytorchStreamWriter
+#: failed writing file"), ``safetensors.SafetensorError`` ("Error while serializing: I/O error: ... (os error 28)")
+WRITE_ERRORS: tuple[type[BaseException], ...] = (OSError, RuntimeError, SafetensorError)
 
 
 def current_umask() -> int:
@@ -81,6 +89,13 @@ def atomic_dir(target: str | os.PathLike, overwrite: bool = False) -> Iterator[P
     tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=target.parent))
     try:
         yield tmp
+    except WRITE_ERRORS as exc:
+        shutil.rmtree(tmp, ignore_errors=True)
+        if isinstance(exc, RuntimeError) and _io_errno(exc) is None and not any(m in str(exc) for m in _TORCH_SHORT_WRITE):
+            raise  # a RuntimeError of the computation, not of the write
+        raise DareError(f"writing {target} failed: {describe_write_error(exc, tmp)}. Nothing was half-written: the "
+                        f"temporary copy was removed{' and the previous ' + str(target) + ' is intact' if nonempty else ''}. "
+                        "Free space (or fix the permissions) and run the command again") from None
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
@@ -103,6 +118,10 @@ def replace_dir(src: str | os.PathLike, target: str | os.PathLike) -> None:
         shutil.rmtree(old, ignore_errors=True) if old.is_dir() else old.unlink()
 
 
+#: torch.save's messages for a short write (its zip writer gets fewer bytes written than it gave: a full disk)
+_TORCH_SHORT_WRITE = ("unexpected pos", "PytorchStreamWriter failed writing", "file write failed")
+
+
 def describe_write_error(exc: BaseException, path: str | os.PathLike) -> str:
     """One sentence for a failed write under ``path``: "no space left" (errno 28, or a torch.save failure with
     the disk full), "permission denied", or the error itself."""
@@ -110,10 +129,13 @@ def describe_write_error(exc: BaseException, path: str | os.PathLike) -> str:
 
     err = exc
     while err is not None:
-        if isinstance(err, OSError) and err.errno == errno.ENOSPC:
-            return f"no space left on the device holding {path}"
-        if isinstance(err, PermissionError):
+        code = err.errno if isinstance(err, OSError) else _io_errno(err)
+        if code in (errno.ENOSPC, errno.EDQUOT):
+            return f"no space left on the device holding {path}" + (" (disk quota exceeded)" if code == errno.EDQUOT else "")
+        if code in (errno.EACCES, errno.EPERM) or isinstance(err, PermissionError):
             return f"permission denied writing {path}"
+        if code == errno.EROFS:
+            return f"the device holding {path} is read-only"
         err = err.__cause__ or err.__context__
     try:
         free = shutil.disk_usage(Path(path).parent if not Path(path).exists() else path).free
@@ -121,7 +143,25 @@ def describe_write_error(exc: BaseException, path: str | os.PathLike) -> str:
         free = None
     if free is not None and free < 64 * 2**20:
         return f"the device holding {path} is full ({free // 2**20} MiB free): {exc}"
+    if isinstance(exc, RuntimeError) and any(m in str(exc) for m in _TORCH_SHORT_WRITE):
+        shown = f" ({free // 2**20} MiB free once the partial copy was removed)" if free is not None else ""
+        return f"the device holding {path} is full: torch.save could not write all of a file{shown}"
     return f"could not write {path}: {type(exc).__name__}: {exc}"
+
+
+def _io_errno(exc: BaseException) -> int | None:
+    """The OS error number a non-OSError write error reports in its text (safetensors: ``(os error 28)``,
+    torch: ``No space left on device``), or None."""
+    import errno
+    import re
+
+    text = str(exc)
+    if m := re.search(r"os error (\d+)", text):
+        return int(m.group(1))
+    for code in (errno.ENOSPC, errno.EDQUOT, errno.EACCES, errno.EROFS):
+        if os.strerror(code) in text:
+            return code
+    return None
 
 
 def atomic_write_text(path: str | os.PathLike, text: str) -> None:

@@ -12,10 +12,9 @@ import re
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from dare.errors import SpecError
 from dare.rundir import is_run_record
+from dare.spec.yamlload import NotYAMLError, load_yaml
 
 __all__ = ["read_spec_file", "apply_override", "parse_override_value"]
 
@@ -26,15 +25,14 @@ def read_spec_file(path: str | os.PathLike, overrides: list[str] | None = None) 
     A run directory's ``run.json`` (:func:`dare.rundir.run_record`, written by ``dare run``) is read as the
     spec it holds, so ``dare eval runs/x/run.json`` evaluates that run as it was specified.
 
-    :raises SpecError: the file is missing, not YAML, not a mapping, or an override is malformed.
+    :raises SpecError: the file is missing, not YAML, not a mapping, breaks a limit of
+        :func:`dare.spec.yamlload.load_yaml` (alias expansion, value size, duplicate key), or an override is
+        malformed.
     """
     path = Path(path)
     if not path.is_file():
         raise SpecError([("", f"spec file {str(path)!r} does not exist")])
-    try:
-        raw = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as exc:
-        raise SpecError([("", f"not valid YAML: {_yaml_error(exc)}")], source=str(path)) from None
+    raw = load_yaml(path.read_text(), source=str(path))
     if not isinstance(raw, dict):
         raise SpecError([("", "the spec must be a mapping with sections model, data, algorithm, ...")], source=str(path))
     if is_run_record(raw):
@@ -44,20 +42,14 @@ def read_spec_file(path: str | os.PathLike, overrides: list[str] | None = None) 
     return raw
 
 
-def _yaml_error(exc: yaml.YAMLError) -> str:
-    """One line for a YAML error: where (line, column, 1-based) and what pyyaml says, without its excerpt."""
-    mark = getattr(exc, "problem_mark", None)
-    where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
-    what = " ".join(str(p) for p in (getattr(exc, "context", None), getattr(exc, "problem", None)) if p)
-    return where + (what or str(exc).splitlines()[0])
-
-
-def parse_override_value(value: str) -> Any:
+def parse_override_value(value: str, where: str = "") -> Any:
     """A ``--set``/``--param`` value: YAML, or the literal string when it is not valid YAML or reads as a
-    mapping from a Jinja ``{{ ... }}`` (e.g. ``prompt_template={{ extra_info.x }}``)."""
+    mapping from a Jinja ``{{ ... }}`` (e.g. ``prompt_template={{ extra_info.x }}``).
+
+    :raises SpecError: the value breaks a limit of :func:`dare.spec.yamlload.load_yaml` (``where`` named)."""
     try:
-        parsed = yaml.safe_load(value)
-    except yaml.YAMLError:
+        parsed = load_yaml(value, where=where)
+    except NotYAMLError:
         return value
     if isinstance(parsed, dict) and "{{" in value:
         return value
@@ -90,14 +82,14 @@ def apply_override(raw: dict, override: str) -> None:
                 have = f"indices 0..{len(cur) - 1}" if cur else "no items"
                 raise SpecError([(where, f"index {idx} is out of range: {done} has {len(cur)} item(s) ({have})")])
             if last:
-                cur[idx] = parse_override_value(value)
+                cur[idx] = parse_override_value(value, where)
                 return
             if isinstance(cur[idx], str) and done.endswith("benchmarks"):
                 cur[idx] = {"name": cur[idx]}  # a benchmark given by name: expand to its mapping
             cur = cur[idx]
         elif isinstance(cur, dict):
             if last:
-                cur[p] = parse_override_value(value)
+                cur[p] = parse_override_value(value, where)
                 return
             if cur.get(p) is None:
                 cur[p] = [] if parts[i + 1].isdigit() else {}

@@ -47,7 +47,7 @@ from transformers.trainer_utils import TrainOutput
 
 from dare import distributed
 from dare.errors import DareError
-from dare.io import describe_write_error, replace_dir
+from dare.io import WRITE_ERRORS, describe_write_error, replace_dir
 from dare.modeling.lora import is_peft_model, save_merged
 from dare.trainers.callbacks import JsonlMetricsCallback, LogFinalStepCallback, ProgressCallback, TensorBoardMetricsCallback
 from dare.trainers.checkpoints import (BEST_DIR, STAGING_DIR, check_resume_batch, drop_metrics_after,
@@ -235,9 +235,11 @@ class DareTrainer(Trainer):
         distributed.barrier()
         try:
             write(str(staged))
-        except (OSError, RuntimeError) as exc:
+        except WRITE_ERRORS as exc:
             if distributed.is_main():
                 shutil.rmtree(staged, ignore_errors=True)
+                with contextlib.suppress(OSError):
+                    staged.parent.rmdir()  # only when empty
             kept = last_complete_checkpoint(self.args.output_dir)
             raise DareError(f"saving {what} failed: {describe_write_error(exc, staged)}. Nothing was half-written: the "
                             f"staged copy was removed and {'the last checkpoint ' + Path(kept).name + ' is' if kept else 'earlier files are'} "

@@ -1,0 +1,353 @@
+"""Crafted inputs that used to hang or crash: every case runs the real ``dare`` command in a subprocess with a
+30-second limit and must end with a non-zero exit status, one ``error:`` paragraph naming the field or file (no
+traceback), and nothing written where it should not be.
+
+YAML: an alias bomb, a recursive alias, a 10 MB value and duplicate keys (:mod:`dare.spec.yamlload`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+DARE = str(Path(sys.executable).parent / "dare")
+LIMIT_S = 30
+
+
+def dare(*args: str, cwd: Path, timeout: float = LIMIT_S, env: dict | None = None) -> tuple[int, str]:
+    """``dare ARGS`` in ``cwd``; ``(exit status, stderr)``. A run past ``timeout`` fails the test (a hang)."""
+    full_env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", **(env or {})}
+    proc = subprocess.run([DARE, *args], cwd=cwd, env=full_env, capture_output=True, text=True, timeout=timeout)
+    return proc.returncode, proc.stderr
+
+
+def one_paragraph(err: str, *needles: str) -> str:
+    """The single ``error:`` line, which must be the last thing printed, name every needle, and follow no traceback."""
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    assert not any(ln.startswith(("Traceback", "  File")) for ln in lines), err
+    errors = [ln for ln in lines if ln.startswith("error: ")]
+    assert len(errors) == 1 and lines[-1] == errors[0], err
+    for n in needles:
+        assert n in errors[0], (n, errors[0])
+    return errors[0]
+
+
+def tiny_spec(out: str = "out", **train) -> dict:
+    return {
+        "model": {"new": {"family": "llada", "preset": "tiny", "tokenizer": "byte", "seed": 0}},
+        "data": {"train": {"path": "dare://sudoku/train.parquet", "limit": 4, "prompt_template": "{{ extra_info.puzzle }}",
+                           "response_template": "{{ reward_model.ground_truth }}", "chat_template": False}},
+        "algorithm": {"name": "sft"},
+        "train": {"learning_rate": 1e-3, "max_steps": 1, "per_device_batch_size": 2, "logging_steps": 1,
+                  "num_threads": 1, "seed": 0, **train},
+        "output": {"dir": out},
+    }
+
+
+# =========================================================================== YAML
+def _alias_bomb(levels: int = 9) -> str:
+    """The "billion laughs": ``levels`` lists of ten aliases to the previous one (10**levels strings)."""
+    lines = ['lol0: &lol0 ["lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol"]']
+    for i in range(1, levels):
+        lines.append(f"lol{i}: &lol{i} [" + ", ".join([f"*lol{i - 1}"] * 10) + "]")
+    return "\n".join(lines) + "\n"
+
+
+def _spec_text(**edits) -> str:
+    spec = tiny_spec()
+    spec["data"]["train"].update(edits)
+    return yaml.safe_dump(spec, sort_keys=False)
+
+
+@pytest.mark.parametrize("cmd", ["validate", "train"])
+def test_alias_bomb_is_refused_at_once(tmp_path, cmd):
+    text = _alias_bomb() + _spec_text().replace("prompt_template: '{{ extra_info.puzzle }}'", "prompt_template: *lol8")
+    assert "*lol8" in text
+    (tmp_path / "spec.yaml").write_text(text)
+    code, err = dare(cmd, "spec.yaml", cwd=tmp_path)
+    assert code == 2
+    one_paragraph(err, "spec.yaml", "aliases", "100000 values", "line 5")  # lol4: 10**5 strings
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["spec.yaml"]
+
+
+def test_alias_bomb_in_a_set_value_is_refused(tmp_path):
+    (tmp_path / "spec.yaml").write_text(_spec_text())
+    bomb = "{" + _alias_bomb(7).strip().replace("\n", ", ") + "}"
+    code, err = dare("validate", "spec.yaml", "--set", f"train.extra={bomb}", cwd=tmp_path)
+    assert code == 2
+    one_paragraph(err, "--set train.extra", "aliases")
+
+
+def test_recursive_alias_is_refused(tmp_path):
+    (tmp_path / "spec.yaml").write_text("loop: &loop [1, *loop]\n" + _spec_text())
+    code, err = dare("validate", "spec.yaml", cwd=tmp_path)
+    assert code == 2
+    one_paragraph(err, "recursive YAML alias", "line 1")
+
+
+def test_small_aliases_still_work(tmp_path):
+    text = "base: &lr 0.002\n" + _spec_text().replace("learning_rate: 0.001", "learning_rate: *lr")
+    (tmp_path / "spec.yaml").write_text(text.replace("base: &lr", "x-lr: &lr"))
+    from dare.spec.overrides import read_spec_file
+
+    assert read_spec_file(tmp_path / "spec.yaml")["train"]["learning_rate"] == 0.002
+
+
+@pytest.mark.parametrize("cmd", ["validate", "train"])
+def test_ten_megabyte_value_names_its_field(tmp_path, cmd):
+    (tmp_path / "spec.yaml").write_text(_spec_text(prompt_template="x" * 10_000_000))
+    code, err = dare(cmd, "spec.yaml", cwd=tmp_path)
+    assert code == 2
+    one_paragraph(err, "data.train.prompt_template", "10000000 characters", "65536")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["spec.yaml"]
+
+
+def test_value_at_the_size_limit_is_accepted():
+    from dare.spec.yamlload import MAX_STRING_CHARS, load_yaml
+
+    assert load_yaml(f"a: {'x' * MAX_STRING_CHARS}\n") == {"a": "x" * MAX_STRING_CHARS}
+    with pytest.raises(Exception, match=r"a: a value of 65537 characters \(line 1\)"):
+        load_yaml(f"a: {'x' * (MAX_STRING_CHARS + 1)}\n")
+
+
+def test_duplicate_top_level_key_names_both_lines(tmp_path):
+    text = _spec_text() + "train:\n  max_steps: 5\n"
+    first = 1 + text.splitlines().index("train:")
+    second = len(text.splitlines()) - 1
+    (tmp_path / "spec.yaml").write_text(text)
+    code, err = dare("validate", "spec.yaml", cwd=tmp_path)
+    assert code == 2
+    one_paragraph(err, "spec.yaml", "'train' is given twice", f"lines {first} and {second}")
+
+
+def test_duplicate_nested_key_and_merge_keys(tmp_path):
+    from dare.errors import SpecError
+    from dare.spec.yamlload import load_yaml
+
+    with pytest.raises(SpecError, match=r"data\.train\.limit: the key 'limit' is given twice in one mapping \(lines 3 and 5\)"):
+        load_yaml("data:\n  train:\n    limit: 1\n    path: x\n    limit: 2\n")
+    # a merge key overrides, as YAML specifies: not a duplicate
+    assert load_yaml("b: &b {x: 1, y: 2}\nc:\n  <<: *b\n  x: 3\n") == {"b": {"x": 1, "y": 2}, "c": {"x": 3, "y": 2}}
+
+
+# =========================================================================== one run per run directory
+def _hold_lock_in_child(run_dir: Path, then: str = "sleep") -> subprocess.Popen:
+    """A Python process that takes ``run_dir``'s lock, prints ``locked``, then sleeps (or dies by SIGKILL)."""
+    code = ("import os, signal, sys, time\nfrom dare.runlock import acquire\n"
+            f"h = acquire({str(run_dir)!r})\nprint('locked', flush=True)\n"
+            + ("os.kill(os.getpid(), signal.SIGKILL)\n" if then == "die" else "time.sleep(600)\n"))
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().strip() == "locked"
+    return proc
+
+
+def test_a_held_lock_names_its_process_and_a_dead_ones_is_taken_over(tmp_path, capsys):
+    from dare.runlock import RunDirLocked, acquire, lock_path, release
+
+    run_dir = tmp_path / "runs" / "x"
+    holder = _hold_lock_in_child(run_dir)
+    try:
+        with pytest.raises(RunDirLocked, match=rf"output.dir '{run_dir}' is in use by process {holder.pid} on host "):
+            acquire(run_dir)
+    finally:
+        holder.kill()
+        holder.wait()
+    # the holder died without removing its lock file (SIGKILL): the lock is free, and whose it was is said
+    assert lock_path(run_dir).is_file()
+    handle = acquire(run_dir)
+    assert f"taking over the stale lock of process {holder.pid} on host" in capsys.readouterr().err
+    assert f'"pid": {os.getpid()}' in lock_path(run_dir).read_text()
+    release(handle)
+    assert not lock_path(run_dir).exists()
+    release(acquire(tmp_path / "new" / "x"))
+    assert not (tmp_path / "new").exists()  # the parent made for the lock file is removed with it
+
+
+def _spec_file(d: Path, name: str, **train) -> str:
+    (d / f"{name}.yaml").write_text(yaml.safe_dump(tiny_spec("out", **train), sort_keys=False))
+    return f"{name}.yaml"
+
+
+def test_two_runs_into_one_directory(tmp_path):
+    """A second `dare train` (another spec) into a directory in use stops at once naming the first; the first's
+    files are its own."""
+    first = subprocess.Popen([DARE, "train", _spec_file(tmp_path, "a", max_steps=100000, save_steps=1000)],
+                             cwd=tmp_path, env={**os.environ, "OMP_NUM_THREADS": "1"}, stdout=subprocess.DEVNULL,
+                             stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 300
+        while not (tmp_path / "out" / "metrics.jsonl").is_file():
+            assert first.poll() is None, first.stderr.read()[-2000:]
+            assert time.monotonic() < deadline
+            time.sleep(0.2)
+        code, err = dare("train", _spec_file(tmp_path, "b", seed=1), cwd=tmp_path, timeout=120)
+        assert code == 2
+        one_paragraph(err, "output.dir 'out' is in use by process", str(first.pid), "`dare train a.yaml`")
+        assert first.poll() is None  # the first run goes on
+    finally:
+        first.terminate()
+        first.wait(timeout=120)
+    assert json.loads((tmp_path / "out" / "run.json").read_text())["source"] == "a.yaml"
+    assert not (tmp_path / ".out.lock").exists()
+
+
+# =========================================================================== write errors during a save
+def _checkpoint_intact(ckpt: Path) -> None:
+    from safetensors.torch import load_file
+
+    from dare.rundir import _check_trainer_files
+
+    assert load_file(str(ckpt / "model.safetensors"))
+    _check_trainer_files(ckpt)
+
+
+def test_safetensors_error_during_a_checkpoint_is_one_paragraph(tmp_path, monkeypatch, run_cli):
+    """The second checkpoint's safetensors write fails as a full disk makes it fail: one paragraph, the first
+    checkpoint intact, nothing half-written."""
+    import safetensors.torch
+    import transformers.modeling_utils as mu
+
+    real, calls = mu.safe_save_file, []
+
+    def failing(tensors, filename, *args, **kwargs):
+        calls.append(filename)
+        if "checkpoint-4" in str(filename) or len(calls) > 2:
+            raise safetensors.SafetensorError("Error while serializing: I/O error: No space left on device (os error 28)")
+        return real(tensors, filename, *args, **kwargs)
+
+    monkeypatch.setattr(mu, "safe_save_file", failing)
+    monkeypatch.chdir(tmp_path)
+    code, _, err = run_cli("train", _spec_file(tmp_path, "s", max_steps=4, save_steps=2))
+    assert code == 2
+    one_paragraph(err, "saving checkpoint-4 failed: no space left on the device holding",
+                  "the last checkpoint checkpoint-2 is intact", "re-run the same command to resume")
+    ckpts = tmp_path / "out" / "checkpoints"
+    assert sorted(p.name for p in ckpts.iterdir()) == ["checkpoint-2"]
+    _checkpoint_intact(ckpts / "checkpoint-2")
+    assert not (tmp_path / ".out.lock").exists()
+
+
+@pytest.fixture
+def tmpfs(tmp_path):
+    """A mount function for small tmpfs file systems under ``tmp_path`` (root, mounts allowed), unmounted after."""
+    mounted = []
+
+    def mount(name: str, size_kib: int) -> Path:
+        d = tmp_path / name
+        d.mkdir()
+        proc = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size_kib}k", "tmpfs", str(d)], capture_output=True,
+                              text=True)
+        if proc.returncode != 0:
+            pytest.skip(f"cannot mount a tmpfs here (needs root and mount permission): {proc.stderr.strip()}")
+        mounted.append(d)
+        return d
+
+    if os.geteuid() != 0:
+        pytest.skip("mounting a small tmpfs needs root")
+    yield mount
+    for d in mounted:
+        subprocess.run(["umount", "-l", str(d)], check=False)
+
+
+# the tiny model's first checkpoint and init-model/ take about 1.95 MiB: the second checkpoint fails in its
+# model.safetensors (2200 KiB: safetensors' SafetensorError) or in optimizer.pt (2800 KiB: torch's RuntimeError)
+@pytest.mark.parametrize("size_kib,writer", [(2200, "safetensors"), (2800, "torch.save")])
+def test_disk_full_during_a_checkpoint(tmp_path, tmpfs, size_kib, writer):
+    disk = tmpfs("disk", size_kib)
+    spec = _spec_file(tmp_path, "s", max_steps=4, save_steps=2)
+    code, err = dare("train", spec, "--set", f"output.dir={disk / 'out'}", cwd=tmp_path, timeout=300)
+    assert code == 2, err
+    one_paragraph(err, "saving checkpoint-4 failed:", str(disk), "the last checkpoint checkpoint-2 is intact",
+                  "Free space")
+    assert "no space left" in err or "is full" in err
+    ckpts = disk / "out" / "checkpoints"
+    assert sorted(p.name for p in ckpts.iterdir()) == ["checkpoint-2"]
+    _checkpoint_intact(ckpts / "checkpoint-2")
+    assert not (disk / ".out.lock").exists()
+
+
+# =========================================================================== SIGTERM
+def _wait_for(path: Path, proc: subprocess.Popen, limit: float = 300) -> None:
+    deadline = time.monotonic() + limit
+    while not path.exists():
+        assert proc.poll() is None, f"ended before {path} appeared: {proc.stderr.read()[-3000:]}"
+        assert time.monotonic() < deadline, f"no {path} within {limit} s"
+        time.sleep(0.05)
+
+
+def _no_dare_traceback(err: str) -> None:
+    assert not any(ln.startswith("  File") and "/dare/" in ln for ln in err.splitlines()), err[-4000:]
+
+
+def test_sigterm_says_what_was_saved(tmp_path):
+    spec = _spec_file(tmp_path, "s", max_steps=100000, save_steps=3)
+    proc = subprocess.Popen([DARE, "train", spec], cwd=tmp_path, env={**os.environ, "OMP_NUM_THREADS": "1"},
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    _wait_for(tmp_path / "out" / "checkpoints" / "checkpoint-3", proc)
+    proc.send_signal(signal.SIGTERM)
+    err = proc.communicate(timeout=LIMIT_S)[1]
+    assert proc.returncode == 143
+    last = [ln for ln in err.splitlines() if ln.strip()][-1]
+    assert last.startswith("received SIGTERM; interrupted during training: saved the checkpoint of step "), err[-3000:]
+    assert last.endswith(": dare train s.yaml"), last
+    _no_dare_traceback(err)
+    saved = sorted((tmp_path / "out" / "checkpoints").glob("checkpoint-*"), key=lambda p: int(p.name.split("-")[1]))
+    assert saved and f"(out/checkpoints/{saved[-1].name})" in last, (last, saved)
+    for ckpt in saved:
+        _checkpoint_intact(ckpt)
+    assert not (tmp_path / ".out.lock").exists()
+
+
+def test_sigterm_to_a_two_process_launch(tmp_path):
+    """SIGTERM to torchrun (what a scheduler sends): torchrun passes it to the workers, the main one says what
+    was saved and the launch that resumes. (torchrun then prints its own SignalException traceback.)"""
+    spec = _spec_file(tmp_path, "s", max_steps=100000, save_steps=3)
+    bin_dir = Path(sys.executable).parent
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "ACCELERATE_USE_CPU": "1", "TOKENIZERS_PARALLELISM": "false"}
+    proc = subprocess.Popen([str(bin_dir / "torchrun"), "--nproc_per_node", "2", "--standalone", "--no-python",
+                             DARE, "train", spec], cwd=tmp_path, env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        _wait_for(tmp_path / "out" / "checkpoints" / "checkpoint-3" / "rng_state_1.pth", proc, limit=400)
+        proc.send_signal(signal.SIGTERM)
+        err = proc.communicate(timeout=60)[1]
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode != 0
+    said = [ln for ln in err.splitlines() if ln.startswith("received SIGTERM; interrupted during training: saved the "
+                                                           "checkpoint of step ")]
+    assert len(said) == 1, err[-4000:]  # the main process only
+    assert said[0].endswith("the same launch of 2 processes, e.g. ACCELERATE_USE_CPU=1 torchrun --nproc_per_node 2 "
+                            "--no-python dare train s.yaml"), said[0]
+    _no_dare_traceback(err)
+    for ckpt in (tmp_path / "out" / "checkpoints").glob("checkpoint-*"):
+        _checkpoint_intact(ckpt)
+    assert not (tmp_path / ".out.lock").exists()
+
+
+def test_a_two_process_launch_into_a_locked_directory_stops_at_once(tmp_path):
+    holder = _hold_lock_in_child(tmp_path / "out")
+    try:
+        spec = _spec_file(tmp_path, "s")
+        bin_dir = Path(sys.executable).parent
+        env = {**os.environ, "OMP_NUM_THREADS": "1", "ACCELERATE_USE_CPU": "1", "TOKENIZERS_PARALLELISM": "false"}
+        proc = subprocess.run([str(bin_dir / "torchrun"), "--nproc_per_node", "2", "--standalone", "--no-python",
+                               DARE, "train", spec], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    finally:
+        holder.kill()
+        holder.wait()
+    assert proc.returncode != 0
+    refusals = [ln for ln in proc.stderr.splitlines() if ln.startswith("error: output.dir 'out' is in use by process "
+                                                                       f"{holder.pid}")]
+    assert refusals, proc.stderr[-4000:]
+    _no_dare_traceback(proc.stderr)
+    assert not (tmp_path / "out").exists()
