@@ -89,16 +89,18 @@ def _context(run_dir: Path, stage: str) -> dict[str, Any]:
             "train_seconds": info.get("train_seconds"), **({"weights_step": kept} if kept is not None else {})}
 
 
-def compare_runs(entries: list[str], out_dir: str | Path, title: str = "DARE comparison") -> tuple[Path, Path, Path | None]:
+def compare_runs(entries: list, out_dir: str | Path, title: str = "DARE comparison") -> tuple[Path, Path, Path | None]:
     """Write ``comparison.md``, ``comparison.json`` and ``comparison.png`` to ``out_dir``.
 
+    :param entries: ``LABEL=RUN_DIR[:STAGE]`` strings, or ``(label, run_dir, stage)`` tuples (labels may then hold ``=``).
     :raises DareError: a malformed entry or a missing evaluation.
     """
     from dare.eval.report import column_notes, machine_lines, run_lines
     from dare.progress import format_seconds
 
     out_dir = Path(out_dir)
-    parsed = [parse_entry(e) for e in entries]
+    parsed = [parse_entry(e) if isinstance(e, str) else (e[0], Path(e[1]), e[2]) for e in entries]
+    entries = [e if isinstance(e, str) else f"{e[0]}={e[1]}:{e[2]}" for e in entries]
     labels = [label for label, _, _ in parsed]
     if "" in labels:
         raise DareError("a compare entry has an empty label; write LABEL=RUN_DIR[:STAGE], e.g. sft=runs/quickstart")
