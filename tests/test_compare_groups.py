@@ -103,3 +103,23 @@ def test_single_runs_compare_as_before(tmp_path):
     _run(tmp_path / "b", 0, "tracerl", 0.5, 0.7)
     md, js, _ = compare_runs([f"A={tmp_path / 'a'}", f"B={tmp_path / 'b'}"], tmp_path / "out")
     assert "grouped" not in json.loads(js.read_text()) and "## Groups" not in md.read_text()
+
+
+def test_gain_over_the_start_is_a_paired_difference(tmp_path):
+    """One setting over 3 seeds, before and after training: two groups, and the after - before difference per seed."""
+    entries = []
+    for seed, (before, after) in enumerate([(0.416, 0.522), (0.416, 0.460), (0.416, 0.522)]):
+        d = tmp_path / f"seed={seed}"
+        _run(d, seed, "tracerl", after, after)
+        (d / "eval" / "before.json").write_text(json.dumps({"results": [
+            {"name": "sudoku", "n": 500, "accuracy": before, "mean_reward": before, "nfe": 17, "tokens_per_second": 1.0}]}))
+        entries.insert(seed, (f"seed={seed} (before)", d, "before"))
+        entries.append((f"seed={seed}", d, "after"))
+    md, js, _ = compare_runs(entries, tmp_path / "out")
+    data = json.loads(js.read_text())["grouped"]
+    assert [g["label"] for g in data["groups"]] == ["all seeds (before)", "all seeds (after)"]
+    gain = next(d for d in data["differences"] if d["metric"] == "accuracy")
+    assert gain["mean"] == pytest.approx((0.106 + 0.044 + 0.106) / 3) and gain["seeds"] == [0, 1, 2]
+    ref = paired_difference([0.416] * 3, [0.522, 0.460, 0.522])
+    assert (gain["ci_low"], gain["ci_high"], gain["t_low"], gain["t_high"]) == (ref.ci_low, ref.ci_high, ref.t_low, ref.t_high)
+    assert "| all seeds (after) - all seeds (before) | sudoku | accuracy | 0, 1, 2 | +0.0853 |" in md.read_text()

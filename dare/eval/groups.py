@@ -65,6 +65,17 @@ def _short(value: Any) -> str:
     return text if len(text) <= 30 else text[:27] + "..."
 
 
+def _common_label(g: Group) -> str:
+    """A group's name when no setting sets it apart: its labels' common prefix without seed parts (``rl-s0``, ``rl-s1``
+    -> ``rl``), else ``all seeds``."""
+    import os
+    import re
+
+    labels = [re.sub(r"[,_-]?seed=?\d+$", "", re.sub(r"\s*\([a-z]+\)$", "", label)) for label, _, _ in g.entries]
+    prefix = os.path.commonprefix(labels).rstrip(",_-= s")
+    return prefix or "all seeds"
+
+
 def group_entries(parsed: list[tuple[str, Path, str]]) -> list[Group]:
     """Group ``parsed`` entries (:func:`dare.eval.compare.parse_entry`) by spec without seeds, and by stage; in the
     order of their first entry. Entries of one run directory at one stage are never grouped twice."""
@@ -91,13 +102,14 @@ def group_entries(parsed: list[tuple[str, Path, str]]) -> list[Group]:
             for k, _, mine in spec_differences(other, g.spec):
                 diffs.setdefault(k, mine)
         stage = "" if all(o.stage == g.stage for o in groups) else f" ({g.stage})"
-        g.label = (", ".join(f"{k}={_short(v)}" for k, v in diffs.items()) if diffs else g.label) + stage
+        g.label = (", ".join(f"{k}={_short(v)}" for k, v in diffs.items()) if diffs else _common_label(g)) + stage
     return groups
 
 
 def group_statistics(groups: list[Group], rows: list[dict[str, Any]]) -> dict[str, Any]:
     """Per group, benchmark and metric: the per-seed values and :func:`dare.eval.stats.summarize`; per pair of groups
-    (in order: the later minus the earlier) with at least 2 common seeds: :func:`dare.eval.stats.paired_difference`.
+    (in order: the later minus the earlier) with at least 2 common seeds: :func:`dare.eval.stats.paired_difference`,
+    for two settings at one stage (not ``before``) and for one setting's ``after`` minus its ``before`` (the gain).
 
     :param rows: the per-entry rows of :func:`dare.eval.compare.compare_runs` (``label``, ``name`` and the metrics).
     :returns: ``{"groups": [...], "differences": [...]}`` (JSON-ready).
@@ -121,6 +133,8 @@ def group_statistics(groups: list[Group], rows: list[dict[str, Any]]) -> dict[st
     diffs = []
     for i in range(len(groups)):
         for j in range(i + 1, len(groups)):
+            if not _comparable(groups[i], groups[j]):
+                continue
             for bench, metrics in values[j].items():
                 for metric, b in metrics.items():
                     a = values[i].get(bench, {}).get(metric, {})
@@ -131,6 +145,14 @@ def group_statistics(groups: list[Group], rows: list[dict[str, Any]]) -> dict[st
                     diffs.append({"a": groups[i].label, "b": groups[j].label, "benchmark": bench, "metric": metric,
                                   "seeds": common, **d.to_dict(), "verdict": d.verdict})
     return {"confidence": CONFIDENCE, "groups": out_groups, "differences": diffs}
+
+
+def _comparable(a: Group, b: Group) -> bool:
+    """Two groups whose paired difference means something: two settings at the same stage (not ``before``: the
+    starting model, the same for every setting), or one setting before and after training (the gain)."""
+    if a.stage == b.stage:
+        return a.stage != "before"
+    return a.spec is not None and a.spec == b.spec
 
 
 def _interval(low, high) -> str:

@@ -103,10 +103,14 @@ def run_sweep(spec_path: str, grid: list[tuple[str, list[Any]]], seeds: list[int
 
 
 def write_comparison(out_dir: Path, runs: list[SweepRun], states: dict[str, str], title: str) -> Path | None:
-    """``DIR/comparison.{md,json,png}`` over the finished runs that wrote an ``after`` evaluation (None when none did)."""
+    """``DIR/comparison.{md,json,png}`` over the finished runs that wrote an ``after`` evaluation (None when none did):
+    their ``before`` evaluations first (when the spec has ``eval.before_train``), so each setting's gain (after minus
+    before, per seed) is a paired difference too."""
     from dare.eval.compare import compare_runs
 
-    entries = [(r.name, r.dir, "after") for r in runs if states[r.name] == "finished" and (r.dir / "eval" / "after.json").is_file()]
+    done = [r for r in runs if states[r.name] == "finished" and (r.dir / "eval" / "after.json").is_file()]
+    entries = [(f"{r.name} (before)", r.dir, "before") for r in done if (r.dir / "eval" / "before.json").is_file()]
+    entries += [(r.name, r.dir, "after") for r in done]
     if not entries:
         return None
     md, _, _ = compare_runs(entries, out_dir, title=title)
