@@ -10,7 +10,7 @@ PIP := $(VENV)/bin/pip
 PLUGINS := $(filter-out plugins/dare-plugin-opencompass,$(sort $(wildcard plugins/dare-plugin-*)))
 STAMP := $(VENV)/.dare-installed
 
-.PHONY: install demo test schema bench clean clean-runs
+.PHONY: install demo demo-seeds test schema bench clean clean-runs
 
 $(STAMP): pyproject.toml $(foreach p,$(PLUGINS),$(p)/pyproject.toml)
 	$(PYTHON) -m venv $(VENV)
@@ -35,6 +35,12 @@ demo: install
 	  "SFT 250 steps (RL start)=runs/quickstart-rl:before" \
 	  "SFT 250 steps + RL=runs/quickstart-rl:after" \
 	  "SFT 750 steps=runs/quickstart:after"
+
+# The RL stage of the demo over seeds 0, 1, 2 (a sweep: docs/scaling.md), from the same SFT start; writes
+# runs/demo-seeds/comparison.{md,png}: before / after per seed, the mean gain and its 95 % intervals
+demo-seeds: install
+	$(DARE) run examples/quickstart.yaml
+	$(DARE) sweep examples/quickstart-rl.yaml --set model.path=$(RL_START) --seeds 0,1,2 -o runs/demo-seeds
 
 test: install
 	$(VENV)/bin/python -m pytest -q

@@ -395,6 +395,11 @@ def export_cmd(src, out, base, dtype, overwrite):
     click.echo(f"exported {'merged adapter' if kind == 'adapter' else 'checkpoint'} {src} -> {out}")
 
 
+from dare.sweep.cli import sweep as _sweep  # noqa: E402 - `dare sweep` (dare/sweep/cli.py)
+
+cli.add_command(_sweep)
+
+
 def _load_plugin_commands():
     try:
         from dare.plugins import get_plugin_manager

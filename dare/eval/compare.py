@@ -13,6 +13,12 @@ unique. The output:
   its own step axis (a 750-step SFT run and a 60-step RL run are never drawn on one axis): its training
   curve (RL: mean reward with its spread; supervised: loss) and its in-training evaluations, named by
   the set they score.
+
+Runs that differ only by seed (their ``run.json`` specs agree but for ``train.seed``/``eval.seed`` and
+``output.dir``) form groups (:mod:`dare.eval.groups`): the comparison then starts with each group's n, mean,
+standard deviation and 95 % bootstrap interval per benchmark, and the paired difference of every two groups on
+their common seeds with a significant / not significant verdict; ``comparison.png`` shows each group's per-seed
+points, mean and interval.
 """
 
 from __future__ import annotations
@@ -83,16 +89,18 @@ def _context(run_dir: Path, stage: str) -> dict[str, Any]:
             "train_seconds": info.get("train_seconds"), **({"weights_step": kept} if kept is not None else {})}
 
 
-def compare_runs(entries: list[str], out_dir: str | Path, title: str = "DARE comparison") -> tuple[Path, Path, Path | None]:
+def compare_runs(entries: list, out_dir: str | Path, title: str = "DARE comparison") -> tuple[Path, Path, Path | None]:
     """Write ``comparison.md``, ``comparison.json`` and ``comparison.png`` to ``out_dir``.
 
+    :param entries: ``LABEL=RUN_DIR[:STAGE]`` strings, or ``(label, run_dir, stage)`` tuples (labels may then hold ``=``).
     :raises DareError: a malformed entry or a missing evaluation.
     """
     from dare.eval.report import column_notes, machine_lines, run_lines
     from dare.progress import format_seconds
 
     out_dir = Path(out_dir)
-    parsed = [parse_entry(e) for e in entries]
+    parsed = [parse_entry(e) if isinstance(e, str) else (e[0], Path(e[1]), e[2]) for e in entries]
+    entries = [e if isinstance(e, str) else f"{e[0]}={e[1]}:{e[2]}" for e in entries]
     labels = [label for label, _, _ in parsed]
     if "" in labels:
         raise DareError("a compare entry has an empty label; write LABEL=RUN_DIR[:STAGE], e.g. sft=runs/quickstart")
@@ -135,12 +143,45 @@ def compare_runs(entries: list[str], out_dir: str | Path, title: str = "DARE com
         md += ["", f"## {run_dir}\n", "| | |", "|---|---|",
                *run_lines(rep.get("run") or {}, rep.get("results") or {}), "",
                *machine_lines((rep.get("provenance") or {}).get("machine"))]
+    from dare.eval.groups import group_entries, group_statistics, grouped_markdown
+
+    groups = group_entries(parsed)
+    stats = group_statistics(groups, rows) if any(len(g.entries) > 1 for g in groups) else None
+    if stats is not None:  # runs that differ only by seed: their spread first, then every run
+        md[1:1] = ["", *grouped_markdown(stats), "## Runs\n"]
     js = out_dir / "comparison.json"
     mdp = out_dir / "comparison.md"
-    atomic_write_json(js, {"rows": rows, "entries": entries})
+    atomic_write_json(js, {"rows": rows, "entries": entries, **({"grouped": stats} if stats is not None else {})})
     atomic_write_text(mdp, "\n".join(md) + "\n")
-    png = _plot(parsed, out_dir / "comparison.png", title, rows)
+    png = _plot(parsed, out_dir / "comparison.png", title, rows) if stats is None else _plot_groups(stats, out_dir, title)
     return mdp, js, png
+
+
+def _save(fig, out_png: Path) -> Path:
+    import matplotlib.pyplot as plt
+
+    out_png.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out_png.with_name(f".{out_png.name}.tmp.png")
+    fig.savefig(tmp, dpi=110)
+    plt.close(fig)
+    tmp.replace(out_png)
+    return out_png
+
+
+def _plot_groups(stats: dict[str, Any], out_dir: Path, title: str) -> Path:
+    """``comparison.png`` of a grouped comparison: accuracy and mean reward per group (:func:`dare.eval.groups.plot_groups`)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from dare.eval.groups import plot_groups
+
+    fig, axes = plt.subplots(1, 2, figsize=(max(10.0, 2.2 * len(stats["groups"]) * 2), 4.6))
+    plot_groups(axes, stats)
+    fig.suptitle(title)
+    fig.tight_layout()
+    return _save(fig, out_dir / "comparison.png")
 
 
 def _evaluator_description(name: str) -> str:
@@ -264,9 +305,4 @@ def _plot(parsed, out_png: Path, title: str, rows=()) -> Path | None:
             ax2.text(0.5, 0.5, "no in-training evaluation", ha="center", va="center", transform=ax2.transAxes)
     fig.suptitle(title)
     fig.tight_layout(rect=(0, 0, 1, 1 - 0.35 / (3.9 * nrows)))  # room for the title above the first panel
-    out_png.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out_png.with_name(f".{out_png.name}.tmp.png")
-    fig.savefig(tmp, dpi=110)
-    plt.close(fig)
-    tmp.replace(out_png)
-    return out_png
+    return _save(fig, out_png)

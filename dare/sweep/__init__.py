@@ -1,0 +1,125 @@
+"""``dare sweep``: a grid of spec settings times seeds, each a normal run directory, run by a launcher
+(:mod:`dare.sweep.launchers`), recorded in ``sweep.json``, and compared over seeds at the end
+(:mod:`dare.eval.groups`).
+
+Layout of the sweep directory ``DIR``::
+
+    sweep.json            the spec, grid, seeds, launcher and every run: settings, seed, directory, state
+                          (pending, running, finished, failed, interrupted), job id, log; written atomically
+    <run name>/           one run directory per run (dare.run), e.g. algorithm.name=d1,seed=0/
+    logs/                 <run name>.log (local launcher), submitit/ (submitit's job logs)
+    comparison.{md,json,png}   the grouped comparison of the finished runs (dare.eval.compare)
+
+Re-running the same command skips finished runs (never retrained) and starts the others, each resuming from
+its last checkpoint by the run-directory rules (:mod:`dare.rundir`, :mod:`dare.run`). One sweep command at a
+time may use ``DIR`` (a lock, released when the process dies, even by ``kill -9``).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from dare.errors import DareError
+from dare.io import atomic_write_json
+from dare.sweep.plan import SEED_KEYS, SweepRun, is_finished, parse_grid, parse_seeds, plan_runs, run_name
+
+__all__ = ["run_sweep", "SweepRecord", "SEED_KEYS", "SweepRun", "parse_grid", "parse_seeds", "plan_runs", "run_name",
+           "is_finished"]
+
+
+class SweepRecord:
+    """``DIR/sweep.json``: written (temp file, then rename) by the sweep process alone, at every state change."""
+
+    def __init__(self, path: Path, header: dict[str, Any], runs: list[SweepRun], states: dict[str, str]):
+        self.path = path
+        self.data = {**header, "runs": [{**r.to_dict(), "state": states[r.name]} for r in runs]}
+        self._index = {r.name: i for i, r in enumerate(runs)}
+        self.write()
+
+    def update(self, run: SweepRun, state: str, **info: Any) -> None:
+        entry = self.data["runs"][self._index[run.name]]
+        entry.update(state=state, **info, updated=time.strftime("%Y-%m-%dT%H:%M:%S%z"))
+        self.write()
+        print(f"{run.name}: {state}" + (f" (log: {info['log']})" if "log" in info else "")
+              + (f" (exit status {info['returncode']})" if info.get("returncode") not in (None, 0) else ""), file=sys.stderr)
+
+    def write(self) -> None:
+        atomic_write_json(self.path, self.data)
+
+
+def _lock(out_dir: Path):
+    """An exclusive ``flock`` on ``DIR/.sweep.lock`` for this process's lifetime (the kernel drops it when the process
+    dies). :raises DareError: another sweep command holds it."""
+    f = open(out_dir / ".sweep.lock", "a")  # noqa: SIM115 - held until the process exits
+    try:
+        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        f.close()
+        raise DareError(f"another `dare sweep` is running in {out_dir}; wait for it to end (or stop it) before running "
+                        "this one") from None
+    return f
+
+
+def run_sweep(spec_path: str, grid: list[tuple[str, list[Any]]], seeds: list[int], out_dir: str | Path, launcher,
+              overrides: list[str] | None = None, dry_run: bool = False) -> dict[str, Any]:
+    """Plan, validate and run the sweep; write ``sweep.json`` and the grouped comparison.
+
+    :param launcher: a :class:`dare.sweep.launchers.LocalLauncher` or :class:`~dare.sweep.launchers.SubmititLauncher`.
+    :returns: ``{"runs": [SweepRun], "states": {name: state}, "comparison": path or None}``.
+    :raises DareError: a bad grid or spec (before any run starts), ``DIR`` is a run directory, or another sweep holds it.
+    """
+    out_dir = Path(out_dir)
+    if (out_dir / "run.json").is_file():
+        raise DareError(f"{out_dir} is a run directory (it has run.json); give the sweep its own directory with -o DIR")
+    runs = plan_runs(spec_path, grid, seeds, out_dir, overrides)
+    states = {r.name: "finished" if is_finished(r) else "pending" for r in runs}
+    if dry_run:
+        return {"runs": runs, "states": states, "comparison": None}
+    out_dir.mkdir(parents=True, exist_ok=True)
+    lock = _lock(out_dir)
+    try:
+        header = {"spec": spec_path, "grid": {k: v for k, v in grid}, "seeds": seeds, "overrides": list(overrides or []),
+                  "seed_keys": list(SEED_KEYS), "launcher": launcher.name}
+        record = SweepRecord(out_dir / "sweep.json", header, runs, states)
+        todo = [r for r in runs if states[r.name] != "finished"]
+        skipped = len(runs) - len(todo)
+        print(f"dare sweep: {len(runs)} runs ({skipped} finished, kept; {len(todo)} to run) in {out_dir}, "
+              f"launcher {launcher.name}", file=sys.stderr)
+
+        def on_update(run: SweepRun, state: str, **info: Any) -> None:
+            states[run.name] = state
+            record.update(run, state, **info)
+
+        launcher.launch(spec_path, todo, out_dir / "logs", on_update)
+        comparison = write_comparison(out_dir, runs, states, title=f"dare sweep {spec_path}")
+    finally:
+        lock.close()
+    return {"runs": runs, "states": states, "comparison": comparison}
+
+
+def write_comparison(out_dir: Path, runs: list[SweepRun], states: dict[str, str], title: str) -> Path | None:
+    """``DIR/comparison.{md,json,png}`` over the finished runs that wrote an ``after`` evaluation (None when none did):
+    their ``before`` evaluations first (when the spec has ``eval.before_train``), so each setting's gain (after minus
+    before, per seed) is a paired difference too."""
+    from dare.eval.compare import compare_runs
+
+    done = [r for r in runs if states[r.name] == "finished" and (r.dir / "eval" / "after.json").is_file()]
+    entries = [(f"{r.name} (before)", r.dir, "before") for r in done if (r.dir / "eval" / "before.json").is_file()]
+    entries += [(r.name, r.dir, "after") for r in done]
+    if not entries:
+        return None
+    md, _, _ = compare_runs(entries, out_dir, title=title)
+    return md
+
+
+def read_record(out_dir: str | Path) -> dict[str, Any] | None:
+    """``DIR/sweep.json`` parsed (None when absent or unreadable)."""
+    try:
+        return json.loads((Path(out_dir) / "sweep.json").read_text())
+    except (OSError, json.JSONDecodeError):
+        return None

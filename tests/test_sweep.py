@@ -1,0 +1,129 @@
+"""`dare sweep`: grid parsing, run names, validation before any run starts, the record, launchers (local
+subprocesses and submitit's local executor) with a stand-in run command. benchmarks/sweep_acceptance.py runs real
+RL sweeps (kill -9 and resume, submitit = local)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from dare.errors import DareError
+from dare.sweep import parse_grid, parse_seeds, plan_runs, run_name, run_sweep
+from dare.sweep import launchers as L
+
+
+def test_parse_grid_values_are_yaml():
+    assert parse_grid(["algorithm.name=d1,tracerl", "train.learning_rate=1e-4,3.0e-4", 'x.y="a,b",c', "x.z=[1,2],[3]"]) == [
+        ("algorithm.name", ["d1", "tracerl"]), ("train.learning_rate", ["1e-4", 3.0e-4]), ("x.y", ["a,b", "c"]),
+        ("x.z", [[1, 2], [3]])]
+    for bad, words in [("algorithm.name", "KEY=V1,V2"), ("a=", "at least one value"), ("train.seed=1,2", "--seeds"),
+                       ("output.dir=a,b", "output.dir"), ("a.b=1,1", "listed twice")]:
+        with pytest.raises(DareError, match=words):
+            parse_grid([bad])
+    with pytest.raises(DareError, match="given twice"):
+        parse_grid(["a.b=1", "a.b=2"])
+
+
+def test_parse_seeds_and_run_names():
+    assert parse_seeds("0,1,2") == [0, 1, 2] and parse_seeds("3-5,9") == [3, 4, 5, 9]
+    for bad in ("a", "-1", "1,1", ""):
+        with pytest.raises(DareError, match="--seeds"):
+            parse_seeds(bad)
+    assert run_name({"algorithm.name": "d1"}, 0) == "algorithm.name=d1,seed=0"
+    assert run_name({"train.learning_rate": 3e-4, "sampler.params": {"steps": 8}}, 2) == \
+        "train.learning_rate=0.0003,sampler.params=__steps__8_,seed=2"
+    long = run_name({"x": "a" * 300}, 1)
+    assert len(long) == 120 and long != run_name({"x": "a" * 299 + "b"}, 1)
+
+
+@pytest.fixture()
+def sft_spec(tmp_path, tiny_llada_dir):
+    spec = {"model": {"path": str(tiny_llada_dir)},
+            "data": {"train": {"path": "dare://sudoku/train.parquet", "limit": 8, "prompt_template": "{{ extra_info.puzzle }}",
+                               "chat_template": False, "response_template": "{{ reward_model.ground_truth }}"}},
+            "algorithm": {"name": "sft"}, "sampler": {"name": "llada", "params": {"gen_length": 8, "steps": 8, "block_length": 8}},
+            "train": {"learning_rate": 1e-3, "max_steps": 1, "seed": 5},
+            "eval": {"benchmarks": ["sudoku"]}, "output": {"dir": str(tmp_path / "single")}}
+    path = tmp_path / "spec.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    return path
+
+
+def test_plan_sets_the_seeds_and_the_directory(sft_spec, tmp_path):
+    from dare.spec import load_spec
+
+    runs = plan_runs(str(sft_spec), parse_grid(["train.learning_rate=1e-3,2e-3"]), [0, 7], tmp_path / "sw")
+    # values as typed (YAML reads 1e-3 as text; the spec's float field converts it)
+    assert [r.name for r in runs] == ["train.learning_rate=1e-3,seed=0", "train.learning_rate=1e-3,seed=7",
+                                      "train.learning_rate=2e-3,seed=0", "train.learning_rate=2e-3,seed=7"]
+    spec = load_spec(str(sft_spec), overrides=runs[3].overrides)
+    assert (spec.train.seed, spec.eval.seed, spec.train.learning_rate) == (7, 7, 2e-3)
+    assert spec.output.dir == str(tmp_path / "sw" / runs[3].name) and runs[3].settings == {"train.learning_rate": "2e-3"}
+    assert len({r.spec_hash for r in runs}) == 4
+
+
+def test_bad_grids_fail_before_any_run_naming_the_key(sft_spec, tmp_path):
+    out = tmp_path / "sw"
+    with pytest.raises(DareError, match=r"--grid train\.learnin_rate \(value 1\): unknown key"):
+        run_sweep(str(sft_spec), parse_grid(["train.learnin_rate=1"]), [0], out, L.LocalLauncher())
+    with pytest.raises(DareError, match=r"--grid train\.max_steps \(value -2\): Input should be greater than 0"):
+        run_sweep(str(sft_spec), parse_grid(["train.max_steps=1,-2"]), [0, 1], out, L.LocalLauncher())
+    with pytest.raises(DareError, match=r"--grid algorithm\.name \(value nope\): unknown objective 'nope'"):
+        run_sweep(str(sft_spec), parse_grid(["algorithm.name=sft,nope"]), [0], out, L.LocalLauncher())
+    assert not out.exists()  # nothing started, nothing written
+
+
+def _stand_in(fail: set[str] = frozenset()):
+    """A run command that writes what a finished `dare run` leaves (run.json with the spec hash, report.json),
+    or exits 3 for the runs named in ``fail``."""
+    def command(spec_path, run, processes=1):
+        code = (f"import json, pathlib, sys; d = pathlib.Path({str(run.dir)!r}); d.mkdir(parents=True, exist_ok=True)\n"
+                f"if {run.name in fail}: sys.exit(3)\n"
+                f"(d / 'run.json').write_text(json.dumps({{'spec_hash': {run.spec_hash!r}}}))\n"
+                f"(d / 'report.json').write_text('{{}}'); print('trained', {run.seed})")
+        return [sys.executable, "-c", code]
+    return command
+
+
+@pytest.mark.parametrize("launcher", [L.LocalLauncher(parallel=2, poll_seconds=0.05),
+                                      L.SubmititLauncher(cluster="local", poll_seconds=0.2)], ids=["local", "submitit-local"])
+def test_launchers_record_states_and_a_rerun_skips_finished_runs(sft_spec, tmp_path, monkeypatch, launcher):
+    out = tmp_path / "sw"
+    grid = parse_grid(["train.learning_rate=0.001,0.002"])
+    monkeypatch.setattr(L, "run_command", _stand_in(fail={"train.learning_rate=0.002,seed=1"}))
+    res = run_sweep(str(sft_spec), grid, [0, 1], out, launcher)
+    assert res["states"] == {"train.learning_rate=0.001,seed=0": "finished", "train.learning_rate=0.001,seed=1": "finished",
+                             "train.learning_rate=0.002,seed=0": "finished", "train.learning_rate=0.002,seed=1": "failed"}
+    record = json.loads((out / "sweep.json").read_text())
+    assert record["grid"] == {"train.learning_rate": [0.001, 0.002]} and record["seeds"] == [0, 1]
+    assert [r["state"] for r in record["runs"]] == ["finished", "finished", "finished", "failed"]
+    logs = [Path(r["log"]).read_text() for r in record["runs"][:3]]
+    assert all(f"trained {s}" in text for s, text in zip([0, 1, 0], logs))  # each run's output in its log, next to it
+    assert all(Path(r["log"]).parent.is_relative_to(out / "logs") for r in record["runs"])
+    started = []
+    monkeypatch.setattr(L, "run_command", lambda spec, run, processes=1: started.append(run.name) or _stand_in()(spec, run))
+    res = run_sweep(str(sft_spec), grid, [0, 1], out, launcher)
+    assert started == ["train.learning_rate=0.002,seed=1"]  # finished runs are not started again
+    assert set(res["states"].values()) == {"finished"}
+
+
+def test_run_command_launches_several_processes_with_torchrun(sft_spec, tmp_path):
+    (run,) = plan_runs(str(sft_spec), [], [3], tmp_path / "sw")
+    cmd = L.run_command("s.yaml", run, processes=4)
+    assert cmd[:6] == [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "4"]
+    assert cmd[6:10] == ["-m", "dare.cli", "run", "s.yaml"] and "train.seed=3" in cmd and "eval.seed=3" in cmd
+    assert L.run_command("s.yaml", run)[:4] == [sys.executable, "-m", "dare.cli", "run"]
+
+
+def test_cli_dry_run_lists_the_runs(run_cli, sft_spec, tmp_path):
+    code, out, err = run_cli("sweep", str(sft_spec), "--grid", "train.max_steps=1,2", "--seeds", "0,1", "-o",
+                             str(tmp_path / "sw"), "--dry-run")
+    assert code == 0, err
+    assert f"pending      {tmp_path / 'sw' / 'train.max_steps=2,seed=1'}" in out and "4 runs (dry run" in out
+    assert not (tmp_path / "sw").exists()
+    code, out, _ = run_cli("sweep", "--help")
+    assert "How to read DIR/comparison.md" in out and "not significant" in out
