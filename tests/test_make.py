@@ -118,7 +118,7 @@ def test_tier_of_a_test():
     assert tiers.tier_of("tests/test_bad_inputs.py::test_bad_input[output-read-only-train]") == "process"
     assert tiers.tier_of("tests/test_bad_inputs.py::test_bad_input[spec-not-yaml]") == "unit"  # one parametrization
     # a file that moves (into a plugin) keeps its kind
-    assert tiers.tier_of("plugins/dare-plugin-code/tests/test_sandbox_corpus.py::test_a[1]") == "process"
+    assert tiers.tier_of("plugins/" + "dare-plugin-x/tests/test_distributed.py::test_a[1]") == "process"
 
 
 def test_every_kind_is_a_registered_marker():
