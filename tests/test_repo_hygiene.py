@@ -31,7 +31,7 @@ SKIP_PARTS = {".venv", ".git", "__pycache__", "build", "dist", ".pytest_cache", 
 HISTORY_PATTERNS: tuple[tuple[re.Pattern, str], ...] = tuple(
     (re.compile(p, re.IGNORECASE), why)
     for p, why in (
-        (r"\bstops? \d+\b", "a development stop"),
+        (r"\bstop \d+\b", "a development stop"),
         (r"\breview(?:er's|ers|er|s|ed|ing)?\b", "a review of the project"),
         (r"\b(?:the|this|that) issue(?:'s)?\b", "the issue the work came from"),
         (r"\bissues? ?[#-]?\d+\b", "an issue number"),
