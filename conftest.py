@@ -35,6 +35,7 @@ FILE_KIND: dict[str, str] = {
     "test_remote_backend.py": "process",    # the code plugin's remote backend against a local stub service
     "test_lmeval_acceptance.py": "process",
     "test_lmeval_model.py": "process",
+    "test_hostile_inputs.py": "process",    # the real `dare` in subprocesses: SIGTERM, locks, disk full
     # training runs
     "test_dpo_train.py": "train",
     "test_examples.py": "train",
@@ -72,6 +73,8 @@ TEST_KIND: dict[str, str] = {
     "test_bad_inputs.py::test_bad_input[output-read-only-train]": "process",
     "test_bad_inputs.py::test_bad_input[output-inside-private-dir]": "process",
     "test_bad_inputs.py::test_a_crafted_bin_checkpoint_runs_nothing": "process",
+    "test_sweep.py::test_launchers_record_states_and_a_rerun_skips_finished_runs": "process",
+    "test_recipes.py::test_recipe_dry_run_two_steps_on_a_tiny_model": "train",
 }
 KINDS = ("unit", "train", "process")
 

@@ -134,6 +134,8 @@ def test_named_test_files_exist_or_are_the_code_plugins():
     tiers = _root_conftest()
     present = {p.name for p in [*ROOT.glob("tests/test_*.py"), *ROOT.glob("plugins/*/tests/test_*.py")]}
     named = set(tiers.FILE_KIND) | {k.split("::")[0] for k in tiers.TEST_KIND}
-    # the code plugin's own test files, named before the plugin lands in every checkout
-    optional = {"test_kernel_layers.py", "test_remote_backend.py", "test_sandbox_corpus.py", "test_rewards_code.py"}
+    # test files of pieces developed alongside (the code plugin, sweeps, hostile inputs, recipes), named before
+    # they land in every checkout
+    optional = {"test_kernel_layers.py", "test_remote_backend.py", "test_sandbox_corpus.py", "test_rewards_code.py",
+                "test_hostile_inputs.py", "test_sweep.py", "test_recipes.py"}
     assert named - optional <= present, sorted(named - optional - present)
