@@ -75,9 +75,9 @@ demo: install
 test: install
 	$(VENV)/bin/python -m pytest -q --durations=25
 
-# the unit tier (every test's kind: conftest.py), 2 workers
+# the unit tier (every test's kind: conftest.py), 2 workers of one torch thread each
 test-fast: install
-	$(VENV)/bin/python -m pytest -q -m unit -n 2
+	OMP_NUM_THREADS=1 $(VENV)/bin/python -m pytest -q -m unit -n 2
 
 schema: install
 	$(VENV)/bin/dare schema --first-party -o schemas/run-spec.schema.json

@@ -96,7 +96,7 @@ def test_test_targets(tmp_path):
     assert res.returncode == 0, res.stderr
     assert f"{tmp_path / 'venv'}/bin/python -m pytest -q --durations=25" in res.stdout.splitlines()
     res = _dry_run(tmp_path, "test-fast")
-    assert f"{tmp_path / 'venv'}/bin/python -m pytest -q -m unit -n 2" in res.stdout.splitlines()
+    assert f"OMP_NUM_THREADS=1 {tmp_path / 'venv'}/bin/python -m pytest -q -m unit -n 2" in res.stdout.splitlines()
     assert "make test" in (ROOT / ".ci" / "run").read_text()  # CI keeps the whole suite
 
 
