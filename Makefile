@@ -1,21 +1,57 @@
 # DARE: two commands for a fresh machine.
-#   make demo   create .venv, install the core + first-party plugins (CPU torch), run the quickstart, SFT -> RL
-#   make test   same install, then the test suite
+#   make demo        create .venv, install the core + first-party plugins, run the quickstart, SFT -> RL
+#   make test        same install, then the whole test suite (prints the 25 slowest tests)
+#   make test-fast   same install, then the unit tier (conftest.py) on 2 workers: no training runs, no subprocesses
 PYTHON ?= python3
 VENV ?= .venv
-TORCH ?= torch==2.13.0
 PIP := $(VENV)/bin/pip
+
+# Which PyTorch build `make install` puts into .venv: TORCH_BUILD=cpu|cuda|default (default: default).
+#   default  `pip install torch==$(TORCH_VERSION)` from pip's configured sources: on PyPI for Linux x86_64 that is
+#            the CUDA build (several GB of CUDA libraries); a machine with local wheels gets what they hold
+#   cpu      torch==$(TORCH_VERSION)+cpu: from pip's configured sources when they hold it (offline, local wheels),
+#            otherwise from PyTorch's CPU index (PyPI stays the index of every other package)
+#   cuda     torch==$(TORCH_VERSION)+$(TORCH_CUDA) the same way, from PyTorch's $(TORCH_CUDA) index
+# The install prints the build it got and fails when it is not the one asked for. Switching TORCH_BUILD on an
+# existing .venv reinstalls torch. TORCH=<requirement> still replaces the whole choice (e.g. TORCH=torch==2.6.0).
+TORCH_VERSION ?= 2.13.0
+TORCH_BUILD ?= default
+TORCH_CUDA ?= cu128
+TORCH_INDEX_BASE ?= https://download.pytorch.org/whl
+PYPI_INDEX ?= https://pypi.org/simple
+ifeq ($(TORCH_BUILD),cpu)
+  TORCH ?= torch==$(TORCH_VERSION)+cpu
+  TORCH_INDEX := $(TORCH_INDEX_BASE)/cpu
+else ifeq ($(TORCH_BUILD),cuda)
+  TORCH ?= torch==$(TORCH_VERSION)+$(TORCH_CUDA)
+  TORCH_INDEX := $(TORCH_INDEX_BASE)/$(TORCH_CUDA)
+else ifeq ($(TORCH_BUILD),default)
+  TORCH ?= torch==$(TORCH_VERSION)
+  TORCH_INDEX :=
+else
+  $(error TORCH_BUILD must be cpu, cuda or default (got '$(TORCH_BUILD)'); e.g. make install TORCH_BUILD=cpu)
+endif
+# the PyTorch index only when pip's configured sources cannot install the pinned build on their own
+TORCH_SOURCE := $(if $(TORCH_INDEX),$$($(PIP) install --quiet --dry-run --no-index --no-deps "$(TORCH)" >/dev/null 2>&1 \
+  || echo --index-url $(TORCH_INDEX) --extra-index-url $(PYPI_INDEX)))
+TORCH_CHECK := import sys, torch; b, c = sys.argv[1], torch.version.cuda; \
+  print("installed torch", torch.__version__, "(" + ("CUDA " + c if c else "CPU") + " build; TORCH_BUILD=" + b + ")"); \
+  sys.exit("TORCH_BUILD=" + b + " asked for another build" if (b == "cpu") == bool(c) and b != "default" else 0)
+
 # dare-plugin-opencompass needs OpenCompass's own environment (numpy<2, datasets<4): docs/evaluation.md,
 # benchmarks/opencompass_check.sh
 PLUGINS := $(filter-out plugins/dare-plugin-opencompass,$(sort $(wildcard plugins/dare-plugin-*)))
-STAMP := $(VENV)/.dare-installed
+STAMP := $(VENV)/.dare-installed-$(TORCH_BUILD)
 
-.PHONY: install demo demo-seeds test schema bench clean clean-runs
+.PHONY: install demo demo-seeds test test-fast schema bench clean clean-runs
 
 $(STAMP): pyproject.toml $(foreach p,$(PLUGINS),$(p)/pyproject.toml)
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) install --quiet --upgrade pip
-	$(PIP) install --quiet "$(TORCH)" -e ".[test]" $(foreach p,$(PLUGINS),-e $(p))
+	$(PIP) install --quiet "$(TORCH)" $(TORCH_SOURCE)
+	$(PIP) install --quiet -e ".[test]" $(foreach p,$(PLUGINS),-e $(p))
+	$(VENV)/bin/python -c '$(TORCH_CHECK)' $(TORCH_BUILD)
+	rm -f $(VENV)/.dare-installed-*
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -43,7 +79,11 @@ demo-seeds: install
 	$(DARE) sweep examples/quickstart-rl.yaml --set model.path=$(RL_START) --seeds 0,1,2 -o runs/demo-seeds
 
 test: install
-	$(VENV)/bin/python -m pytest -q
+	$(VENV)/bin/python -m pytest -q --durations=25
+
+# the unit tier (every test's kind: conftest.py), 2 workers of one torch thread each
+test-fast: install
+	OMP_NUM_THREADS=1 $(VENV)/bin/python -m pytest -q -m unit -n 2
 
 schema: install
 	$(VENV)/bin/dare schema --first-party -o schemas/run-spec.schema.json

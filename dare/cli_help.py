@@ -13,7 +13,8 @@ __all__ = ["EPILOG", "CreateModelCommand", "list_components", "print_params", "s
 
 EPILOG = """\b
 Documentation (in the repository): README.md (quickstart),
-docs/run-spec.md (every spec field), docs/evaluation.md (dare eval,
+docs/run-spec.md (every spec field), docs/usage.md (run output,
+faster decoding, checkpoints), docs/evaluation.md (dare eval,
 lm-evaluation-harness, OpenCompass), docs/scaling.md (several GPUs
 or nodes), docs/plugins.md (writing a plugin, RL objectives),
 docs/architecture.md. `dare COMMAND --help` for one command;

@@ -31,7 +31,7 @@ SKIP_PARTS = {".venv", ".git", "__pycache__", "build", "dist", ".pytest_cache", 
 HISTORY_PATTERNS: tuple[tuple[re.Pattern, str], ...] = tuple(
     (re.compile(p, re.IGNORECASE), why)
     for p, why in (
-        (r"\bstops? \d+\b", "a development stop"),
+        (r"\bstop \d+\b", "a development stop"),
         (r"\breview(?:er's|ers|er|s|ed|ing)?\b", "a review of the project"),
         (r"\b(?:the|this|that) issue(?:'s)?\b", "the issue the work came from"),
         (r"\bissues? ?[#-]?\d+\b", "an issue number"),
@@ -50,6 +50,7 @@ TECHNICAL: tuple[re.Pattern, ...] = tuple(
         r"\bsessions? of (?:its|their) own\b",
         r"namespace, session\b",
         r"\bor session\b",
+        r"/\*\s*session\s*\*/",
         r"\bscope=[\"']session[\"']",
         r"\bstart_new_session\b",
         r"\bsetsid\b",
@@ -119,6 +120,7 @@ def test_history_checker_allows_technical_sessions():
         'kill its session (setsid); @pytest.fixture(scope="session"); Popen(start_new_session=True)\n'
         "lmdeploy: session 2048; requests.Session(); no process left (PID namespace, session, uid)\n"
         "TransformerLens issue #1465 says the same. Stop the run with Ctrl-C.\n"
+        "syscall(SYS_keyctl, 10, -3 /* session */, \"user\", \"k\", 0);\n"
     )
     assert history_phrases(text) == []
 

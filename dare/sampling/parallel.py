@@ -17,7 +17,7 @@ commits ``k`` tokens per step; these rules let the step commit as many as the mo
 Choosing ``tau``: a candidate committed at confidence ``c`` is wrong with probability about ``1 - c`` when the
 model is calibrated, and every wrong token committed in parallel stays (the one-token-per-step decoder would
 have re-predicted it after committing the surest one). On tasks scored all-or-nothing this adds up:
-``benchmarks/bench_decoding.py`` (2-layer Sudoku models, README "Faster decoding") measures threshold 0.9 at
+``benchmarks/bench_decoding.py`` (2-layer Sudoku models; docs/results.md, "Decoding") measured threshold 0.9 at
 -6.2 pt exact-solve on its LLaDA and 0.99 at +0.0 pt, both ~14x faster than vanilla, and prints the model's
 calibration at the answer's first step. Check an accelerated decoder's accuracy on your model before relying on it.
 
