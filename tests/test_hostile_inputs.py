@@ -351,3 +351,83 @@ def test_a_two_process_launch_into_a_locked_directory_stops_at_once(tmp_path):
     assert refusals, proc.stderr[-4000:]
     _no_dare_traceback(proc.stderr)
     assert not (tmp_path / "out").exists()
+
+
+# =========================================================================== example length and column types
+def _parquet(path: Path, **columns) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    pq.write_table(pa.table(columns), path)
+
+
+def _data_spec(tmp_path: Path, name: str = "data.parquet", templates: bool = False, **train) -> str:
+    spec = tiny_spec("out", **train)
+    spec["data"]["train"] = {"path": name, "chat_template": False}
+    if templates:
+        spec["data"]["train"].update(prompt_template="{{ prompt }}", response_template="{{ response }}")
+    (tmp_path / "spec.yaml").write_text(yaml.safe_dump(spec, sort_keys=False))
+    return "spec.yaml"
+
+
+@pytest.mark.parametrize("columns,needles", [
+    ({"prompt": [1, 2, 3, 4], "response": ["a", "b", "c", "d"]},
+     ("data.train.path", "column 'prompt' has type int64, expected a string or a list of chat messages")),
+    ({"prompt": [[1, 2], [3], [4], [5]], "response": ["a", "b", "c", "d"]},
+     ("data.train.path", "column 'prompt' has type list<element: int64>, expected a string or a list of chat messages")),
+    ({"prompt": ["a", "b", "c", "d"], "response": [0.5, 1.5, 2.5, 3.5]},
+     ("data.train.path", "column 'response' has type double, expected a string")),
+], ids=["int-prompt", "list-of-ints-prompt", "float-response"])
+@pytest.mark.parametrize("cmd", ["validate", "train"])
+def test_wrong_column_types_are_named(tmp_path, columns, needles, cmd):
+    _parquet(tmp_path / "data.parquet", **columns)
+    code, err = dare(cmd, _data_spec(tmp_path), cwd=tmp_path)
+    assert code == 2
+    one_paragraph(err, "data.parquet", *needles)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["data.parquet", "spec.yaml"]
+
+
+def test_chat_message_prompts_are_accepted(tmp_path):
+    from dare.data.columns import column_type_problems
+
+    _parquet(tmp_path / "d.parquet", prompt=[[{"role": "user", "content": "hi"}]], response=["yo"])
+    assert column_type_problems(str(tmp_path / "d.parquet"), ["prompt", "response"]) == []
+    rows = [{"prompt": [{"role": "user", "content": 3}]}]  # JSONL: checked on sampled rows
+    (tmp_path / "d.jsonl").write_text(json.dumps(rows[0]) + "\n")
+    assert column_type_problems(str(tmp_path / "d.jsonl"), ["prompt"], rows) == [
+        ("prompt", f"{tmp_path / 'd.jsonl'} (sampled row 0): column 'prompt' holds a list of mapping, expected a string or "
+                   "a list of chat messages ({role, content} with string values)")]
+
+
+@pytest.mark.parametrize("cmd", ["validate", "train"])
+def test_ten_megabyte_example_is_refused_before_tokenising(tmp_path, cmd):
+    """Row 2 holds 10 MB: far beyond 16 x the tiny model's context of 64 tokens in any tokenisation."""
+    _parquet(tmp_path / "data.parquet", prompt=["a", "b", "x" * 10_000_000, "d"], response=["1", "2", "3", "4"])
+    code, err = dare(cmd, _data_spec(tmp_path, templates=True), cwd=tmp_path)
+    assert code == 2
+    one_paragraph(err, "row 2 of data.parquet is 10000001 characters long", "the model's context of 64 tokens",
+                  "it was not tokenised", "train.max_length")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["data.parquet", "spec.yaml"]
+
+
+def test_examples_longer_than_the_context(tmp_path):
+    """Over the context (64 tokens) but not far beyond: kept with a warning naming the longest row; with
+    train.max_length they are dropped and counted; a 10 MB row is then dropped without tokenising."""
+    from dare.data.checks import LengthCheck
+
+    check = LengthCheck(64, None, token_chars=1, where="f.parquet")
+    assert check.tokens_fit(3, 64) and check.tokens_fit(4, 100) and check.tokens_fit(5, 90)
+    assert check.report() == ("data.train: warning: 2 example(s) of f.parquet are longer than the model's context of 64 "
+                              "tokens (the longest, row 4, has 100): the model trains at positions its config does not "
+                              "declare; set train.max_length: 64 to drop them")
+    drop = LengthCheck(64, 32, token_chars=2, where="f.parquet")
+    assert drop.char_bound == 16 * 32 * 2
+    assert drop.text_fits(0, "x" * 1000, "y" * 24) and not drop.text_fits(1, "x" * 10_000_000, "")
+    assert not drop.tokens_fit(2, 33) and drop.tokens_fit(3, 32)
+    assert drop.report() == ("data.train: dropped 2 example(s) of f.parquet longer than 32 tokens (train.max_length=32, "
+                             "model context 64)")
+    _parquet(tmp_path / "data.parquet", prompt=["a" * 40, "b" * 10, "x" * 10_000_000, "d" * 10],
+             response=["1" * 40, "2" * 10, "3", "4" * 10])
+    code, err = dare("train", _data_spec(tmp_path, templates=True, max_length=32), cwd=tmp_path, timeout=300)
+    assert code == 0, err
+    assert "data.train: dropped 2 example(s) of data.parquet longer than 32 tokens" in err

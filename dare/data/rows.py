@@ -16,7 +16,10 @@ from typing import Any
 from dare.errors import DataError
 from dare.io import resolve_path
 
-__all__ = ["load_rows", "dataset_columns", "dataset_rows", "first_row", "to_python"]
+__all__ = ["load_rows", "dataset_columns", "dataset_rows", "first_row", "sample_rows", "to_python", "SAMPLE_ROWS"]
+
+#: rows ``dare validate`` reads (from ``offset``) to check example lengths and JSONL column types
+SAMPLE_ROWS = 64
 
 _SUFFIXES = (".parquet", ".jsonl", ".json")
 _SAVED = ("dataset_info.json", "state.json", "dataset_dict.json")  # what save_to_disk writes
@@ -164,6 +167,33 @@ def first_row(path: str, split: str = "train", offset: int = 0) -> dict | None:
     except Exception:  # noqa: BLE001
         return None
     return rows[0] if rows else None
+
+
+def sample_rows(path: str, offset: int = 0, n: int = SAMPLE_ROWS) -> list[dict]:
+    """Up to ``n`` rows from row ``offset`` of a local parquet (only the row groups holding them are read) or
+    JSONL file; ``[]`` for other sources or unreadable files (the dataset check reports those)."""
+    p = _local(path)
+    if p is None or not p.is_file():
+        return []
+    try:
+        if p.suffix == ".parquet":
+            import pyarrow.parquet as pq
+
+            pf = pq.ParquetFile(p)
+            rows: list[dict] = []
+            for i in range(pf.num_row_groups):
+                m = pf.metadata.row_group(i).num_rows
+                if offset >= m:
+                    offset -= m
+                    continue
+                rows += [to_python(r) for r in pf.read_row_group(i).slice(offset, n - len(rows)).to_pylist()]
+                offset = 0
+                if len(rows) >= n:
+                    break
+            return rows
+        return load_rows(path, limit=n, offset=offset)
+    except Exception:  # noqa: BLE001
+        return []
 
 
 def load_rows(

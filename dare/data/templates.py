@@ -8,6 +8,7 @@ from typing import Any
 import jinja2
 from jinja2 import meta, nodes
 
+from dare.data.columns import value_type_problem
 from dare.errors import DataError
 
 __all__ = ["render", "template_fields", "Prompter"]
@@ -109,6 +110,8 @@ class Prompter:
             if "prompt" not in row:
                 raise DataError(f"row has no 'prompt' column and no prompt_template is set (keys: {', '.join(row)})")
             p = row["prompt"]
+            if (why := value_type_problem("prompt", p)) is not None:
+                raise DataError(f"{self.loc + ': ' if self.loc else ''}{why}; or set a prompt_template")
             msgs = [{"role": "user", "content": p}] if isinstance(p, str) else [dict(m) for m in p]
         if self.system_prompt and not any(m["role"] == "system" for m in msgs):
             msgs = [{"role": "system", "content": self.system_prompt}] + msgs
@@ -128,7 +131,9 @@ class Prompter:
         if self.response_template is not None:
             return self._render("response_template", row)
         for key in ("response", "completion", "answer"):
-            if key in row and isinstance(row[key], str):
+            if key in row and (why := value_type_problem(key, row[key])) is not None:
+                raise DataError(f"{self.loc + ': ' if self.loc else ''}{why}; or set a response_template")
+            if key in row:
                 return row[key]
         raise DataError(
             "no response_template is set and the row has no 'response'/'completion'/'answer' column; "

@@ -17,7 +17,8 @@ import json
 from pathlib import Path
 
 from dare.data import dataset_columns, template_fields
-from dare.data.rows import dataset_rows, first_row
+from dare.data.columns import column_type_problems
+from dare.data.rows import dataset_rows, first_row, sample_rows
 from dare.data.templates import render
 from dare.errors import DareError, SpecError
 from dare.eval.paths import benchmark_path
@@ -238,6 +239,10 @@ def check_dataset(ds: DatasetSpec, loc: str, problems: Problems, need_prompt: bo
         if col not in cols:
             missing = True
             problems.append((where, f"{ds.path} has no column {col!r}; its columns are: {', '.join(cols)}"))
+    if ds.prompt_template is None and need_prompt and not missing:
+        for _, msg in column_type_problems(ds.path, ["prompt"], sample_rows(ds.path, ds.offset)):
+            problems.append((f"{loc}.path", f"{msg}; or set {loc}.prompt_template"))
+            missing = True
     row = None if missing else first_row(ds.path, ds.split, ds.offset)
     for tname in ("prompt_template", "response_template"):  # nested fields ({{ extra_info.x }}): render row 1
         tmpl = getattr(ds, tname)

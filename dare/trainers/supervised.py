@@ -3,7 +3,8 @@
 :class:`SupervisedObjective` is the base of objectives that train on responses (masked-diffusion SFT,
 and what ``dare new-plugin NAME --kind objective`` renders): it renders each row of ``data.train`` into
 a prompt and a response (``response_template`` or a ``response``/``completion``/``answer`` column),
-tokenises them (``response + EOS``), drops pairs longer than ``train.max_length``, and batches them with
+tokenises them (``response + EOS``), refuses an example longer than the model's context (or, with
+``train.max_length``, drops pairs longer than it: :mod:`dare.data.checks`), and batches them with
 the family's padding convention (:class:`dare.data.supervised.SupervisedCollator`; block families pad to
 whole blocks). A subclass provides :meth:`~dare.trainers.objective.TrainerObjective.trainer_class`,
 whose ``compute_loss`` reads batches with the keys ``input_ids``, ``attention_mask``, ``prompt_mask``,
@@ -12,9 +13,13 @@ whose ``compute_loss`` reads batches with the keys ``input_ids``, ``attention_ma
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 from dare.data import dataset_columns
+from dare.data.checks import LengthCheck, context_length, max_token_chars, sample_length_problems
+from dare.data.columns import column_type_problems
+from dare.data.rows import sample_rows
 from dare.data.supervised import SupervisedCollator, tokenize_example
 from dare.errors import DareError, DataError
 from dare.trainers.objective import TrainerObjective
@@ -57,20 +62,39 @@ class SupervisedObjective(TrainerObjective):
                     ("data.train.response_template", f"{self.name} needs responses: set response_template (e.g. "
                      "'{{ reward_model.ground_truth }}') or use a file with a 'response' column")
                 )
+            else:
+                column = next(c for c in RESPONSE_COLUMNS if c in cols)
+                for col, msg in column_type_problems(ds.path, [column], sample_rows(ds.path, ds.offset)):
+                    problems.append(("data.train.path", f"{msg}; or set data.train.response_template"))
+        if ds is not None and not problems and ctx.spec.train is not None and ctx.spec.train.max_length is None:
+            tokenizer = ctx.tokenizer if ctx.spec.model.new is None else None
+            problems += sample_length_problems(ds, "data.train", ctx.model_config, tokenizer, with_response=True)
         return problems
 
     def build_datasets(self, run) -> dict[str, Any]:
         rows = self.rows(run, "train")  # before the tokenizer (and the model) loads: bad data fails first
         prompter = self.prompter(run, "train", with_response=True)
         max_length = run.spec.train.max_length
+        ds = run.spec.data.train
+        context = context_length(run.resolved.model_config or {})  # config.json: the model is not loaded yet
+        check = LengthCheck(context, max_length, max_token_chars(run.tokenizer), ds.path) if context else None
         examples = []
-        for row in rows:
-            ex = tokenize_example(run.tokenizer, prompter.prompt(row), prompter.response(row), run.tokens, max_length)
-            if ex is not None:
-                ex.index = len(examples)
-                examples.append(ex)
+        for i, row in enumerate(rows):
+            prompt, response = prompter.prompt(row), prompter.response(row)
+            if check is not None and not check.text_fits(ds.offset + i, prompt, response):
+                continue  # proven too long without tokenising it (a 10 MB string would take minutes)
+            ex = tokenize_example(run.tokenizer, prompt, response, run.tokens, None)
+            n = len(ex.prompt_ids) + len(ex.response_ids)
+            if (check is not None and not check.tokens_fit(ds.offset + i, n)) or (max_length is not None and n > max_length):
+                continue
+            ex.index = len(examples)
+            examples.append(ex)
+        if check is not None and (line := check.report()) is not None:
+            from dare import distributed
+
+            if distributed.is_main():
+                print(line, file=sys.stderr)
         if not examples:
-            ds = run.spec.data.train
             raise DataError(f"data.train: no example of {ds.path} fits train.max_length={max_length}; raise "
                             "train.max_length or remove it")
         return {"train": examples}
