@@ -191,12 +191,13 @@ def grouped_markdown(stats: dict[str, Any]) -> list[str]:
 
 
 def plot_groups(ax_row, stats: dict[str, Any]) -> None:
-    """Draw the spread: one axis per metric in ``ax_row``; per group and benchmark the per-seed values (points),
-    the mean (a bar) and the bootstrap interval (an error bar)."""
+    """Draw the spread: one axis per metric in ``ax_row``; per group and benchmark the per-seed values (points, left),
+    the mean (a bar) and the bootstrap interval (an error bar, right), labelled with the mean and n."""
     labels = [g["label"] for g in stats["groups"]]
     benches = sorted({s["benchmark"] for g in stats["groups"] for s in g["stats"]})
     width = 0.8 / max(len(benches), 1)
     for ax, metric in zip(ax_row, METRICS):
+        top = 0.0
         for k, bench in enumerate(benches):
             for i, g in enumerate(stats["groups"]):
                 s = next((s for s in g["stats"] if s["benchmark"] == bench and s["metric"] == metric), None)
@@ -205,13 +206,20 @@ def plot_groups(ax_row, stats: dict[str, Any]) -> None:
                 x = i + (k - (len(benches) - 1) / 2) * width
                 color = f"C{k}"
                 ax.bar(x, s["mean"], width * 0.9, color=color, alpha=0.25, label=bench if i == 0 else None)
-                jitter = [x + (j - (len(s["values"]) - 1) / 2) * width * 0.12 for j in range(len(s["values"]))]
-                ax.plot(jitter, s["values"], "o", color=color, markersize=4, clip_on=False)
+                m = len(s["values"])
+                xs = [x - width * (0.3 - 0.25 * j / max(m - 1, 1)) for j in range(m)]
+                ax.plot(xs, s["values"], "o", color=color, markersize=4, clip_on=False,
+                        label=f"{bench}: one seed" if i == 0 else None)
+                high = max(s["values"])
                 if s["ci_low"] is not None:
-                    ax.errorbar(x, s["mean"], yerr=[[s["mean"] - s["ci_low"]], [s["ci_high"] - s["mean"]]], color="black",
-                                capsize=5, linewidth=1.2)
-                ax.annotate(f"{s['mean']:.3f} (n={s['n']})", (x, s["mean"]), textcoords="offset points", xytext=(0, 4),
+                    ax.errorbar(x + width * 0.25, s["mean"], yerr=[[s["mean"] - s["ci_low"]], [s["ci_high"] - s["mean"]]],
+                                fmt="_", color="black", capsize=5, linewidth=1.2,
+                                label=f"{stats['confidence']:.0%} CI" if i == 0 and k == 0 else None)
+                    high = max(high, s["ci_high"])
+                top = max(top, high)
+                ax.annotate(f"{s['mean']:.3f} (n={s['n']})", (x, high), textcoords="offset points", xytext=(0, 6),
                             ha="center", fontsize=7)
+        ax.set_ylim(0.0, max(top * 1.2, 0.05))
         ax.set_xticks(range(len(labels)), labels, fontsize=7)
         ax.set_ylabel(metric.replace("_", " "))
         ax.set_title(f"{metric.replace('_', ' ')}: per seed (points), mean (bar), {stats['confidence']:.0%} bootstrap CI",
