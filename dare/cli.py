@@ -147,7 +147,10 @@ def _print_stages(stages):
 @click.option("--output", "-o", required=True, help="Directory for comparison.{md,json,png}.")
 @click.option("--title", default="DARE comparison", show_default=True)
 def compare(entries, output, title):
-    """Put runs side by side: ENTRIES are LABEL=RUN_DIR[:STAGE] (stage before/after/eval, default after)."""
+    """Put runs side by side: ENTRIES are LABEL=RUN_DIR[:STAGE] (stage before/after/eval, default after).
+
+    Runs that differ only by seed form groups: n, mean, std and 95% bootstrap interval per benchmark, and paired
+    differences with a significant / not significant verdict (docs/scaling.md, "Reading the comparison")."""
     from dare.eval.compare import compare_runs
 
     md, _, png = compare_runs(list(entries), output, title=title)

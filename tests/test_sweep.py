@@ -127,3 +127,9 @@ def test_cli_dry_run_lists_the_runs(run_cli, sft_spec, tmp_path):
     assert not (tmp_path / "sw").exists()
     code, out, _ = run_cli("sweep", "--help")
     assert "How to read DIR/comparison.md" in out and "not significant" in out
+
+
+def test_slurm_launcher_needs_sbatch(run_cli, sft_spec, tmp_path, monkeypatch):
+    monkeypatch.setenv("PATH", str(tmp_path))  # no sbatch here
+    code, _, err = run_cli("sweep", str(sft_spec), "--seeds", "0", "-o", str(tmp_path / "sw"), "--launcher", "slurm")
+    assert code == 2 and "not on this machine's PATH" in err and not (tmp_path / "sw").exists()

@@ -84,6 +84,11 @@ def sweep(spec, grids, seeds, out_dir, overrides, dry_run, launcher, parallel, g
     else:
         if parallel != 1:
             raise DareError("--parallel is for --launcher local; with slurm use --slurm-array-parallelism")
+        import shutil
+
+        if launcher == "slurm" and not dry_run and shutil.which("sbatch") is None:
+            raise DareError("--launcher slurm submits with sbatch, which is not on this machine's PATH; run the sweep on "
+                            "a SLURM login node, or use --launcher local (or submitit-local) here")
         chosen = SubmititLauncher(cluster="slurm" if launcher == "slurm" else "local", partition=slurm_partition,
                                   gpus_per_run=gpus_per_run, cpus_per_run=cpus_per_run, timeout_min=slurm_timeout_min,
                                   array_parallelism=slurm_array_parallelism)
