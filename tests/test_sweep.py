@@ -5,6 +5,8 @@ RL sweeps (kill -9 and resume, submitit = local)."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -133,3 +135,14 @@ def test_slurm_launcher_needs_sbatch(run_cli, sft_spec, tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", str(tmp_path))  # no sbatch here
     code, _, err = run_cli("sweep", str(sft_spec), "--seeds", "0", "-o", str(tmp_path / "sw"), "--launcher", "slurm")
     assert code == 2 and "not on this machine's PATH" in err and not (tmp_path / "sw").exists()
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(os.environ.get("DARE_SLOW") != "1", reason="slow (~11 min on 2 cores): set DARE_SLOW=1")
+def test_rl_sweep_survives_kill_and_submitit_equals_local(tmp_path):
+    """benchmarks/sweep_acceptance.py: 2 RL objectives x 3 seeds, kill -9 of the sweep and a re-run (no finished run
+    retrained, the interrupted one bit-exact with an uninterrupted run), submitit's local executor = local launcher."""
+    script = Path(__file__).parents[1] / "benchmarks" / "sweep_acceptance.py"
+    done = subprocess.run([sys.executable, str(script), "--work", str(tmp_path)], capture_output=True, text=True)
+    checks = json.loads((tmp_path / "acceptance.json").read_text())["checks"]
+    assert done.returncode == 0 and all(checks.values()), checks
