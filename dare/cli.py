@@ -2,7 +2,7 @@
 
 ``dare run SPEC`` (eval before, train, eval after, report), ``dare train SPEC``, ``dare eval SPEC``,
 ``dare generate``, ``dare profile SPEC``, ``dare validate SPEC``, ``dare schema``, ``dare plugins``, ``dare new-plugin``,
-``dare create-model``, ``dare export``. Plugins add commands through the ``register_commands`` hook.
+``dare create-model``, ``dare export``, ``dare sweep SPEC`` (dare/sweep/cli.py). Plugins add commands through the ``register_commands`` hook.
 
 Errors caused by input (:class:`dare.errors.DareError`) are printed as one paragraph without a
 traceback, and the command exits with status 2.

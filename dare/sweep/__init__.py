@@ -95,7 +95,12 @@ def run_sweep(spec_path: str, grid: list[tuple[str, list[Any]]], seeds: list[int
             states[run.name] = state
             record.update(run, state, **info)
 
-        launcher.launch(spec_path, todo, out_dir / "logs", on_update)
+        try:
+            launcher.launch(spec_path, todo, out_dir / "logs", on_update)
+        except KeyboardInterrupt:
+            print(f"dare sweep interrupted: the record is {out_dir / 'sweep.json'}; the same command resumes (finished runs "
+                  "are kept, the others resume from their last checkpoint)", file=sys.stderr)
+            raise
         comparison = write_comparison(out_dir, runs, states, title=f"dare sweep {spec_path}")
     finally:
         lock.close()
