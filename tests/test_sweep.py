@@ -76,6 +76,8 @@ def test_bad_grids_fail_before_any_run_naming_the_key(sft_spec, tmp_path):
         run_sweep(str(sft_spec), parse_grid(["train.max_steps=1,-2"]), [0, 1], out, L.LocalLauncher())
     with pytest.raises(DareError, match=r"--grid algorithm\.name \(value nope\): unknown objective 'nope'"):
         run_sweep(str(sft_spec), parse_grid(["algorithm.name=sft,nope"]), [0], out, L.LocalLauncher())
+    with pytest.raises(DareError, match=r"with --grid algorithm\.name=d1: .*rewards"):  # d1 needs what sft does not
+        run_sweep(str(sft_spec), parse_grid(["algorithm.name=sft,d1"]), [0], out, L.LocalLauncher())
     assert not out.exists()  # nothing started, nothing written
 
 

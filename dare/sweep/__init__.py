@@ -42,6 +42,7 @@ class SweepRecord:
         self.write()
 
     def update(self, run: SweepRun, state: str, **info: Any) -> None:
+        """Set ``run``'s state (and ``info``: pid, job id, log, exit status, error), write the record, print one line."""
         entry = self.data["runs"][self._index[run.name]]
         entry.update(state=state, **info, updated=time.strftime("%Y-%m-%dT%H:%M:%S%z"))
         self.write()

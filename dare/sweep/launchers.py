@@ -66,6 +66,9 @@ class LocalLauncher:
     name = "local"
 
     def launch(self, spec_path: str, runs: list[SweepRun], log_dir: Path, on_update: Update) -> None:
+        """Run ``runs`` in order, ``parallel`` at a time, until all ended; a run's exit status 0 is ``finished``, any
+        other ``failed`` (the others go on). Ctrl-C: waits for the running ones (they got the SIGINT too), marks them
+        ``interrupted`` and re-raises :class:`KeyboardInterrupt`."""
         log_dir.mkdir(parents=True, exist_ok=True)
         pending = list(runs)
         active: dict[int, tuple[SweepRun, subprocess.Popen, Any]] = {}
@@ -131,6 +134,8 @@ class SubmititLauncher:
         return f"submitit ({self.cluster or 'auto'})"
 
     def executor(self, folder: Path):
+        """A ``submitit.AutoExecutor`` writing its files under ``folder``, with this launcher's job parameters (one node,
+        one task, ``gpus_per_run`` GPUs; SLURM: partition, array parallelism; ``extra``: any other submitit parameter)."""
         import submitit
 
         ex = submitit.AutoExecutor(folder=folder, cluster=self.cluster)
@@ -147,6 +152,8 @@ class SubmititLauncher:
         return ex
 
     def launch(self, spec_path: str, runs: list[SweepRun], log_dir: Path, on_update: Update) -> None:
+        """Submit every run (one job array), report each job's id and log files, then wait: a job whose command exits
+        0 is ``finished``, any other (or a job the scheduler killed) ``failed`` with submitit's error text."""
         from submitit.helpers import CommandFunction
 
         if not runs:
