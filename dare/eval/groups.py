@@ -4,7 +4,7 @@ n, mean, standard deviation and a 95 % bootstrap interval of the mean over seeds
 evaluated on common seeds the paired difference with its intervals and a verdict (:mod:`dare.eval.stats`).
 
 Groups are found from each run's ``run.json`` (the spec it ran); a run directory without one is a group of its
-own. A group is named by the settings that set it apart from the other groups (``algorithm.name=d1``), or by
+own. An entry may name a sweep directory (``LABEL=DIR``): it stands for the sweep's runs (:func:`expand_sweeps`). A group is named by the settings that set it apart from the other groups (``algorithm.name=d1``), or by
 its entry's label when it has one run.
 """
 
@@ -18,7 +18,7 @@ from typing import Any
 from dare.eval.stats import CONFIDENCE, paired_difference, summarize
 from dare.rundir import spec_differences, stored_spec
 
-__all__ = ["SEED_KEYS", "METRICS", "Group", "group_entries", "group_statistics", "grouped_markdown", "plot_groups"]
+__all__ = ["SEED_KEYS", "METRICS", "Group", "expand_sweeps", "group_entries", "group_statistics", "grouped_markdown", "plot_groups"]
 
 #: the spec keys a seed sets (``dare sweep --seeds``); runs differing only in these are one group
 SEED_KEYS = ("train.seed", "eval.seed")
@@ -63,6 +63,21 @@ def _seed(spec: dict | None) -> int | None:
 def _short(value: Any) -> str:
     text = value if isinstance(value, str) else json.dumps(value)
     return text if len(text) <= 30 else text[:27] + "..."
+
+
+def expand_sweeps(parsed: list[tuple[str, Path, str]]) -> list[tuple[str, Path, str]]:
+    """Entries whose directory is a sweep's (it has ``sweep.json``, :mod:`dare.sweep`) stand for its runs that wrote the
+    entry's stage: ``LABEL/<run name>`` each, in the sweep's order; other entries stay as they are."""
+    out = []
+    for label, d, stage in parsed:
+        try:
+            runs = json.loads((d / "sweep.json").read_text())["runs"]
+        except (OSError, ValueError, KeyError, TypeError):
+            out.append((label, d, stage))
+            continue
+        out += [(f"{label}/{r['name']}", d / r["name"], stage) for r in runs
+                if isinstance(r, dict) and isinstance(r.get("name"), str) and (d / r["name"] / "eval" / f"{stage}.json").is_file()]
+    return out
 
 
 def _common_label(g: Group) -> str:
