@@ -149,7 +149,7 @@ def _print_stages(stages):
 def compare(entries, output, title):
     """Put runs side by side: ENTRIES are LABEL=RUN_DIR[:STAGE] (stage before/after/eval, default after).
 
-    Runs that differ only by seed form groups: n, mean, std and 95% bootstrap interval per benchmark, and paired
+    RUN_DIR may be a `dare sweep` directory (all its runs). Runs that differ only by seed form groups: n, mean, std and 95% bootstrap interval per benchmark, and paired
     differences with a significant / not significant verdict (docs/scaling.md, "Reading the comparison")."""
     from dare.eval.compare import compare_runs
 
