@@ -148,3 +148,27 @@ def test_rl_sweep_survives_kill_and_submitit_equals_local(tmp_path):
     done = subprocess.run([sys.executable, str(script), "--work", str(tmp_path)], capture_output=True, text=True)
     checks = json.loads((tmp_path / "acceptance.json").read_text())["checks"]
     assert done.returncode == 0 and all(checks.values()), checks
+
+
+def test_comparison_covers_before_after_and_evaluation_only_runs(tmp_path):
+    from dare.sweep import SweepRun, write_comparison
+
+    def fake(name, seed, stages):
+        d = tmp_path / name
+        (d / "eval").mkdir(parents=True)
+        for stage, acc in stages.items():
+            (d / "eval" / f"{stage}.json").write_text(json.dumps({"results": [
+                {"name": "sudoku", "n": 8, "accuracy": acc, "mean_reward": acc, "nfe": 17, "tokens_per_second": 1.0}]}))
+        (d / "run.json").write_text(json.dumps({"spec_hash": name, "source": None, "spec": {
+            "train": {"seed": seed}, "eval": {"seed": seed}, "output": {"dir": str(d)}}}))
+        return SweepRun(name, {}, seed, [], d)
+
+    runs = [fake(f"seed={s}", s, {"before": 0.1, "after": 0.2 + s / 10}) for s in range(3)]
+    write_comparison(tmp_path, runs, {r.name: "finished" for r in runs}, title="t")
+    data = json.loads((tmp_path / "comparison.json").read_text())["grouped"]
+    assert [g["label"] for g in data["groups"]] == ["all seeds (before)", "all seeds (after)"]
+    assert data["differences"][0]["mean"] == pytest.approx(0.2)  # the gain, per seed: 0.1, 0.2, 0.3
+    evals = [fake(f"e/seed={s}", s, {"eval": 0.5}) for s in range(2)]
+    assert write_comparison(tmp_path / "e", evals, {r.name: "finished" for r in evals}, title="t") is not None
+    assert json.loads((tmp_path / "e" / "comparison.json").read_text())["grouped"]["groups"][0]["stats"][0]["n"] == 2
+    assert write_comparison(tmp_path / "none", evals, {r.name: "failed" for r in evals}, title="t") is None

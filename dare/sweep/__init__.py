@@ -28,7 +28,7 @@ from dare.errors import DareError
 from dare.io import atomic_write_json
 from dare.sweep.plan import SEED_KEYS, SweepRun, is_finished, parse_grid, parse_seeds, plan_runs, run_name
 
-__all__ = ["run_sweep", "SweepRecord", "SEED_KEYS", "SweepRun", "parse_grid", "parse_seeds", "plan_runs", "run_name",
+__all__ = ["run_sweep", "write_comparison", "read_record", "SweepRecord", "SEED_KEYS", "SweepRun", "parse_grid", "parse_seeds", "plan_runs", "run_name",
            "is_finished"]
 
 
@@ -111,12 +111,15 @@ def run_sweep(spec_path: str, grid: list[tuple[str, list[Any]]], seeds: list[int
 def write_comparison(out_dir: Path, runs: list[SweepRun], states: dict[str, str], title: str) -> Path | None:
     """``DIR/comparison.{md,json,png}`` over the finished runs that wrote an ``after`` evaluation (None when none did):
     their ``before`` evaluations first (when the spec has ``eval.before_train``), so each setting's gain (after minus
-    before, per seed) is a paired difference too."""
+    before, per seed) is a paired difference too. A sweep of a spec without ``algorithm:`` compares the runs'
+    ``eval`` evaluations."""
     from dare.eval.compare import compare_runs
 
-    done = [r for r in runs if states[r.name] == "finished" and (r.dir / "eval" / "after.json").is_file()]
+    finished = [r for r in runs if states[r.name] == "finished"]
+    done = [r for r in finished if (r.dir / "eval" / "after.json").is_file()]
     entries = [(f"{r.name} (before)", r.dir, "before") for r in done if (r.dir / "eval" / "before.json").is_file()]
     entries += [(r.name, r.dir, "after") for r in done]
+    entries += [(r.name, r.dir, "eval") for r in finished if r not in done and (r.dir / "eval" / "eval.json").is_file()]
     if not entries:
         return None
     md, _, _ = compare_runs(entries, out_dir, title=title)
