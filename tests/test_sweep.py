@@ -84,7 +84,7 @@ def test_bad_grids_fail_before_any_run_naming_the_key(sft_spec, tmp_path):
 def _stand_in(fail: set[str] = frozenset()):
     """A run command that writes what a finished `dare run` leaves (run.json with the spec hash, report.json),
     or exits 3 for the runs named in ``fail``."""
-    def command(spec_path, run, processes=1):
+    def command(spec_path, run, *launch):
         code = (f"import json, pathlib, sys; d = pathlib.Path({str(run.dir)!r}); d.mkdir(parents=True, exist_ok=True)\n"
                 f"if {run.name in fail}: sys.exit(3)\n"
                 f"(d / 'run.json').write_text(json.dumps({{'spec_hash': {run.spec_hash!r}}}))\n"
@@ -109,7 +109,7 @@ def test_launchers_record_states_and_a_rerun_skips_finished_runs(sft_spec, tmp_p
     assert all(f"trained {s}" in text for s, text in zip([0, 1, 0], logs))  # each run's output in its log, next to it
     assert all(Path(r["log"]).parent.is_relative_to(out / "logs") for r in record["runs"])
     started = []
-    monkeypatch.setattr(L, "run_command", lambda spec, run, processes=1: started.append(run.name) or _stand_in()(spec, run))
+    monkeypatch.setattr(L, "run_command", lambda spec, run, *launch: started.append(run.name) or _stand_in()(spec, run))
     res = run_sweep(str(sft_spec), grid, [0, 1], out, launcher)
     assert started == ["train.learning_rate=0.002,seed=1"]  # finished runs are not started again
     assert set(res["states"].values()) == {"finished"}
@@ -121,6 +121,9 @@ def test_run_command_launches_several_processes_with_torchrun(sft_spec, tmp_path
     assert cmd[:6] == [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "4"]
     assert cmd[6:10] == ["-m", "dare.cli", "run", "s.yaml"] and "train.seed=3" in cmd and "eval.seed=3" in cmd
     assert L.run_command("s.yaml", run)[:4] == [sys.executable, "-m", "dare.cli", "run"]
+    cmd = L.run_command("s.yaml", run, processes=8, accelerate_config="examples/accelerate/fsdp2.yaml")
+    assert cmd[1:11] == ["-m", "accelerate.commands.launch", "--config_file", "examples/accelerate/fsdp2.yaml",
+                         "--num_processes", "8", "-m", "dare.cli", "run", "s.yaml"]
 
 
 def test_cli_dry_run_lists_the_runs(run_cli, sft_spec, tmp_path):
