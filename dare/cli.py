@@ -2,7 +2,7 @@
 
 ``dare run SPEC`` (eval before, train, eval after, report), ``dare train SPEC``, ``dare eval SPEC``,
 ``dare generate``, ``dare profile SPEC``, ``dare validate SPEC``, ``dare schema``, ``dare plugins``, ``dare new-plugin``,
-``dare create-model``, ``dare export``. Plugins add commands through the ``register_commands`` hook.
+``dare create-model``, ``dare export``, ``dare sweep SPEC`` (dare/sweep/cli.py). Plugins add commands through the ``register_commands`` hook.
 
 Errors caused by input (:class:`dare.errors.DareError`) are printed as one paragraph without a
 traceback, and the command exits with status 2.
@@ -154,7 +154,10 @@ def _print_stages(stages):
 @click.option("--output", "-o", required=True, help="Directory for comparison.{md,json,png}.")
 @click.option("--title", default="DARE comparison", show_default=True)
 def compare(entries, output, title):
-    """Put runs side by side: ENTRIES are LABEL=RUN_DIR[:STAGE] (stage before/after/eval, default after)."""
+    """Put runs side by side: ENTRIES are LABEL=RUN_DIR[:STAGE] (stage before/after/eval, default after).
+
+    RUN_DIR may be a `dare sweep` directory (all its runs). Runs that differ only by seed form groups: n, mean, std and 95% bootstrap interval per benchmark, and paired
+    differences with a significant / not significant verdict (docs/scaling.md, "Reading the comparison")."""
     from dare.eval.compare import compare_runs
 
     md, _, png = compare_runs(list(entries), output, title=title)

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 from scipy import stats as sps
 
+from dare.errors import DareError
 from dare.eval.compare import compare_runs
 from dare.eval.stats import paired_difference, summarize
 
@@ -123,3 +124,28 @@ def test_gain_over_the_start_is_a_paired_difference(tmp_path):
     ref = paired_difference([0.416] * 3, [0.522, 0.460, 0.522])
     assert (gain["ci_low"], gain["ci_high"], gain["t_low"], gain["t_high"]) == (ref.ci_low, ref.ci_high, ref.t_low, ref.t_high)
     assert "| all seeds (after) - all seeds (before) | sudoku | accuracy | 0, 1, 2 | +0.0853 |" in md.read_text()
+
+
+def test_a_sweep_directory_stands_for_its_runs(tmp_path):
+    sweep = tmp_path / "sweep"
+    runs = []
+    for algo, vals in {"d1": [0.40, 0.44], "spg": [0.41, 0.47]}.items():
+        for seed, acc in enumerate(vals):
+            name = f"algorithm.name={algo},seed={seed}"
+            _run(sweep / name, seed, algo, acc, acc)
+            runs.append({"name": name, "state": "finished"})
+    runs.append({"name": "algorithm.name=spg,seed=2", "state": "failed"})  # no evaluation: left out
+    (sweep / "sweep.json").write_text(json.dumps({"runs": runs}))
+    md, js, _ = compare_runs([f"grid={sweep}"], tmp_path / "out")
+    data = json.loads(js.read_text())
+    assert [r["label"] for r in data["rows"]] == [f"grid/{r['name']}" for r in runs[:4]]
+    assert [g["label"] for g in data["grouped"]["groups"]] == ["algorithm.name=d1", "algorithm.name=spg"]
+    with pytest.raises(DareError, match="no run to compare"):
+        compare_runs([f"x={_empty_sweep(tmp_path)}"], tmp_path / "out2")
+
+
+def _empty_sweep(tmp_path):
+    d = tmp_path / "empty-sweep"
+    d.mkdir()
+    (d / "sweep.json").write_text(json.dumps({"runs": [{"name": "seed=0", "state": "failed"}]}))
+    return d

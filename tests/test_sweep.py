@@ -5,6 +5,8 @@ RL sweeps (kill -9 and resume, submitit = local)."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -74,13 +76,15 @@ def test_bad_grids_fail_before_any_run_naming_the_key(sft_spec, tmp_path):
         run_sweep(str(sft_spec), parse_grid(["train.max_steps=1,-2"]), [0, 1], out, L.LocalLauncher())
     with pytest.raises(DareError, match=r"--grid algorithm\.name \(value nope\): unknown objective 'nope'"):
         run_sweep(str(sft_spec), parse_grid(["algorithm.name=sft,nope"]), [0], out, L.LocalLauncher())
+    with pytest.raises(DareError, match=r"with --grid algorithm\.name=d1: .*rewards"):  # d1 needs what sft does not
+        run_sweep(str(sft_spec), parse_grid(["algorithm.name=sft,d1"]), [0], out, L.LocalLauncher())
     assert not out.exists()  # nothing started, nothing written
 
 
 def _stand_in(fail: set[str] = frozenset()):
     """A run command that writes what a finished `dare run` leaves (run.json with the spec hash, report.json),
     or exits 3 for the runs named in ``fail``."""
-    def command(spec_path, run, processes=1):
+    def command(spec_path, run, *launch):
         code = (f"import json, pathlib, sys; d = pathlib.Path({str(run.dir)!r}); d.mkdir(parents=True, exist_ok=True)\n"
                 f"if {run.name in fail}: sys.exit(3)\n"
                 f"(d / 'run.json').write_text(json.dumps({{'spec_hash': {run.spec_hash!r}}}))\n"
@@ -105,7 +109,7 @@ def test_launchers_record_states_and_a_rerun_skips_finished_runs(sft_spec, tmp_p
     assert all(f"trained {s}" in text for s, text in zip([0, 1, 0], logs))  # each run's output in its log, next to it
     assert all(Path(r["log"]).parent.is_relative_to(out / "logs") for r in record["runs"])
     started = []
-    monkeypatch.setattr(L, "run_command", lambda spec, run, processes=1: started.append(run.name) or _stand_in()(spec, run))
+    monkeypatch.setattr(L, "run_command", lambda spec, run, *launch: started.append(run.name) or _stand_in()(spec, run))
     res = run_sweep(str(sft_spec), grid, [0, 1], out, launcher)
     assert started == ["train.learning_rate=0.002,seed=1"]  # finished runs are not started again
     assert set(res["states"].values()) == {"finished"}
@@ -117,6 +121,9 @@ def test_run_command_launches_several_processes_with_torchrun(sft_spec, tmp_path
     assert cmd[:6] == [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "4"]
     assert cmd[6:10] == ["-m", "dare.cli", "run", "s.yaml"] and "train.seed=3" in cmd and "eval.seed=3" in cmd
     assert L.run_command("s.yaml", run)[:4] == [sys.executable, "-m", "dare.cli", "run"]
+    cmd = L.run_command("s.yaml", run, processes=8, accelerate_config="examples/accelerate/fsdp2.yaml")
+    assert cmd[1:11] == ["-m", "accelerate.commands.launch", "--config_file", "examples/accelerate/fsdp2.yaml",
+                         "--num_processes", "8", "-m", "dare.cli", "run", "s.yaml"]
 
 
 def test_cli_dry_run_lists_the_runs(run_cli, sft_spec, tmp_path):
@@ -127,3 +134,44 @@ def test_cli_dry_run_lists_the_runs(run_cli, sft_spec, tmp_path):
     assert not (tmp_path / "sw").exists()
     code, out, _ = run_cli("sweep", "--help")
     assert "How to read DIR/comparison.md" in out and "not significant" in out
+
+
+def test_slurm_launcher_needs_sbatch(run_cli, sft_spec, tmp_path, monkeypatch):
+    monkeypatch.setenv("PATH", str(tmp_path))  # no sbatch here
+    code, _, err = run_cli("sweep", str(sft_spec), "--seeds", "0", "-o", str(tmp_path / "sw"), "--launcher", "slurm")
+    assert code == 2 and "not on this machine's PATH" in err and not (tmp_path / "sw").exists()
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(os.environ.get("DARE_SLOW") != "1", reason="slow (~11 min on 2 cores): set DARE_SLOW=1")
+def test_rl_sweep_survives_kill_and_submitit_equals_local(tmp_path):
+    """benchmarks/sweep_acceptance.py: 2 RL objectives x 3 seeds, kill -9 of the sweep and a re-run (no finished run
+    retrained, the interrupted one bit-exact with an uninterrupted run), submitit's local executor = local launcher."""
+    script = Path(__file__).parents[1] / "benchmarks" / "sweep_acceptance.py"
+    done = subprocess.run([sys.executable, str(script), "--work", str(tmp_path)], capture_output=True, text=True)
+    checks = json.loads((tmp_path / "acceptance.json").read_text())["checks"]
+    assert done.returncode == 0 and all(checks.values()), checks
+
+
+def test_comparison_covers_before_after_and_evaluation_only_runs(tmp_path):
+    from dare.sweep import SweepRun, write_comparison
+
+    def fake(name, seed, stages):
+        d = tmp_path / name
+        (d / "eval").mkdir(parents=True)
+        for stage, acc in stages.items():
+            (d / "eval" / f"{stage}.json").write_text(json.dumps({"results": [
+                {"name": "sudoku", "n": 8, "accuracy": acc, "mean_reward": acc, "nfe": 17, "tokens_per_second": 1.0}]}))
+        (d / "run.json").write_text(json.dumps({"spec_hash": name, "source": None, "spec": {
+            "train": {"seed": seed}, "eval": {"seed": seed}, "output": {"dir": str(d)}}}))
+        return SweepRun(name, {}, seed, [], d)
+
+    runs = [fake(f"seed={s}", s, {"before": 0.1, "after": 0.2 + s / 10}) for s in range(3)]
+    write_comparison(tmp_path, runs, {r.name: "finished" for r in runs}, title="t")
+    data = json.loads((tmp_path / "comparison.json").read_text())["grouped"]
+    assert [g["label"] for g in data["groups"]] == ["all seeds (before)", "all seeds (after)"]
+    assert data["differences"][0]["mean"] == pytest.approx(0.2)  # the gain, per seed: 0.1, 0.2, 0.3
+    evals = [fake(f"e/seed={s}", s, {"eval": 0.5}) for s in range(2)]
+    assert write_comparison(tmp_path / "e", evals, {r.name: "finished" for r in evals}, title="t") is not None
+    assert json.loads((tmp_path / "e" / "comparison.json").read_text())["grouped"]["groups"][0]["stats"][0]["n"] == 2
+    assert write_comparison(tmp_path / "none", evals, {r.name: "failed" for r in evals}, title="t") is None

@@ -14,7 +14,7 @@ unique. The output:
   curve (RL: mean reward with its spread; supervised: loss) and its in-training evaluations, named by
   the set they score.
 
-Runs that differ only by seed (their ``run.json`` specs agree but for ``train.seed``/``eval.seed`` and
+An entry may name a ``dare sweep`` directory (``LABEL=DIR``): it stands for the sweep's runs. Runs that differ only by seed (their ``run.json`` specs agree but for ``train.seed``/``eval.seed`` and
 ``output.dir``) form groups (:mod:`dare.eval.groups`): the comparison then starts with each group's n, mean,
 standard deviation and 95 % bootstrap interval per benchmark, and the paired difference of every two groups on
 their common seeds with a significant / not significant verdict; ``comparison.png`` shows each group's per-seed
@@ -99,8 +99,12 @@ def compare_runs(entries: list, out_dir: str | Path, title: str = "DARE comparis
     from dare.progress import format_seconds
 
     out_dir = Path(out_dir)
-    parsed = [parse_entry(e) if isinstance(e, str) else (e[0], Path(e[1]), e[2]) for e in entries]
-    entries = [e if isinstance(e, str) else f"{e[0]}={e[1]}:{e[2]}" for e in entries]
+    from dare.eval.groups import expand_sweeps
+
+    parsed = expand_sweeps([parse_entry(e) if isinstance(e, str) else (e[0], Path(e[1]), e[2]) for e in entries])
+    if not parsed:
+        raise DareError("no run to compare: the sweep directories given have no run with that evaluation yet")
+    entries = [f"{label}={d}:{stage}" for label, d, stage in parsed]  # as given, sweeps expanded
     labels = [label for label, _, _ in parsed]
     if "" in labels:
         raise DareError("a compare entry has an empty label; write LABEL=RUN_DIR[:STAGE], e.g. sft=runs/quickstart")

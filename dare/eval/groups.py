@@ -4,7 +4,7 @@ n, mean, standard deviation and a 95 % bootstrap interval of the mean over seeds
 evaluated on common seeds the paired difference with its intervals and a verdict (:mod:`dare.eval.stats`).
 
 Groups are found from each run's ``run.json`` (the spec it ran); a run directory without one is a group of its
-own. A group is named by the settings that set it apart from the other groups (``algorithm.name=d1``), or by
+own. An entry may name a sweep directory (``LABEL=DIR``): it stands for the sweep's runs (:func:`expand_sweeps`). A group is named by the settings that set it apart from the other groups (``algorithm.name=d1``), or by
 its entry's label when it has one run.
 """
 
@@ -18,7 +18,7 @@ from typing import Any
 from dare.eval.stats import CONFIDENCE, paired_difference, summarize
 from dare.rundir import spec_differences, stored_spec
 
-__all__ = ["SEED_KEYS", "METRICS", "Group", "group_entries", "group_statistics", "grouped_markdown", "plot_groups"]
+__all__ = ["SEED_KEYS", "METRICS", "Group", "expand_sweeps", "group_entries", "group_statistics", "grouped_markdown", "plot_groups"]
 
 #: the spec keys a seed sets (``dare sweep --seeds``); runs differing only in these are one group
 SEED_KEYS = ("train.seed", "eval.seed")
@@ -63,6 +63,21 @@ def _seed(spec: dict | None) -> int | None:
 def _short(value: Any) -> str:
     text = value if isinstance(value, str) else json.dumps(value)
     return text if len(text) <= 30 else text[:27] + "..."
+
+
+def expand_sweeps(parsed: list[tuple[str, Path, str]]) -> list[tuple[str, Path, str]]:
+    """Entries whose directory is a sweep's (it has ``sweep.json``, :mod:`dare.sweep`) stand for its runs that wrote the
+    entry's stage: ``LABEL/<run name>`` each, in the sweep's order; other entries stay as they are."""
+    out = []
+    for label, d, stage in parsed:
+        try:
+            runs = json.loads((d / "sweep.json").read_text())["runs"]
+        except (OSError, ValueError, KeyError, TypeError):
+            out.append((label, d, stage))
+            continue
+        out += [(f"{label}/{r['name']}", d / r["name"], stage) for r in runs
+                if isinstance(r, dict) and isinstance(r.get("name"), str) and (d / r["name"] / "eval" / f"{stage}.json").is_file()]
+    return out
 
 
 def _common_label(g: Group) -> str:
@@ -191,12 +206,13 @@ def grouped_markdown(stats: dict[str, Any]) -> list[str]:
 
 
 def plot_groups(ax_row, stats: dict[str, Any]) -> None:
-    """Draw the spread: one axis per metric in ``ax_row``; per group and benchmark the per-seed values (points),
-    the mean (a bar) and the bootstrap interval (an error bar)."""
+    """Draw the spread: one axis per metric in ``ax_row``; per group and benchmark the per-seed values (points, left),
+    the mean (a bar) and the bootstrap interval (an error bar, right), labelled with the mean and n."""
     labels = [g["label"] for g in stats["groups"]]
     benches = sorted({s["benchmark"] for g in stats["groups"] for s in g["stats"]})
     width = 0.8 / max(len(benches), 1)
     for ax, metric in zip(ax_row, METRICS):
+        top = 0.0
         for k, bench in enumerate(benches):
             for i, g in enumerate(stats["groups"]):
                 s = next((s for s in g["stats"] if s["benchmark"] == bench and s["metric"] == metric), None)
@@ -205,13 +221,20 @@ def plot_groups(ax_row, stats: dict[str, Any]) -> None:
                 x = i + (k - (len(benches) - 1) / 2) * width
                 color = f"C{k}"
                 ax.bar(x, s["mean"], width * 0.9, color=color, alpha=0.25, label=bench if i == 0 else None)
-                jitter = [x + (j - (len(s["values"]) - 1) / 2) * width * 0.12 for j in range(len(s["values"]))]
-                ax.plot(jitter, s["values"], "o", color=color, markersize=4, clip_on=False)
+                m = len(s["values"])
+                xs = [x - width * (0.3 - 0.25 * j / max(m - 1, 1)) for j in range(m)]
+                ax.plot(xs, s["values"], "o", color=color, markersize=4, clip_on=False,
+                        label=f"{bench}: one seed" if i == 0 else None)
+                high = max(s["values"])
                 if s["ci_low"] is not None:
-                    ax.errorbar(x, s["mean"], yerr=[[s["mean"] - s["ci_low"]], [s["ci_high"] - s["mean"]]], color="black",
-                                capsize=5, linewidth=1.2)
-                ax.annotate(f"{s['mean']:.3f} (n={s['n']})", (x, s["mean"]), textcoords="offset points", xytext=(0, 4),
+                    ax.errorbar(x + width * 0.25, s["mean"], yerr=[[s["mean"] - s["ci_low"]], [s["ci_high"] - s["mean"]]],
+                                fmt="_", color="black", capsize=5, linewidth=1.2,
+                                label=f"{stats['confidence']:.0%} CI" if i == 0 and k == 0 else None)
+                    high = max(high, s["ci_high"])
+                top = max(top, high)
+                ax.annotate(f"{s['mean']:.3f} (n={s['n']})", (x, high), textcoords="offset points", xytext=(0, 6),
                             ha="center", fontsize=7)
+        ax.set_ylim(0.0, max(top * 1.2, 0.05))
         ax.set_xticks(range(len(labels)), labels, fontsize=7)
         ax.set_ylabel(metric.replace("_", " "))
         ax.set_title(f"{metric.replace('_', ' ')}: per seed (points), mean (bar), {stats['confidence']:.0%} bootstrap CI",

@@ -28,7 +28,7 @@ from dare.errors import DareError
 from dare.io import atomic_write_json
 from dare.sweep.plan import SEED_KEYS, SweepRun, is_finished, parse_grid, parse_seeds, plan_runs, run_name
 
-__all__ = ["run_sweep", "SweepRecord", "SEED_KEYS", "SweepRun", "parse_grid", "parse_seeds", "plan_runs", "run_name",
+__all__ = ["run_sweep", "write_comparison", "read_record", "SweepRecord", "SEED_KEYS", "SweepRun", "parse_grid", "parse_seeds", "plan_runs", "run_name",
            "is_finished"]
 
 
@@ -42,6 +42,7 @@ class SweepRecord:
         self.write()
 
     def update(self, run: SweepRun, state: str, **info: Any) -> None:
+        """Set ``run``'s state (and ``info``: pid, job id, log, exit status, error), write the record, print one line."""
         entry = self.data["runs"][self._index[run.name]]
         entry.update(state=state, **info, updated=time.strftime("%Y-%m-%dT%H:%M:%S%z"))
         self.write()
@@ -95,7 +96,12 @@ def run_sweep(spec_path: str, grid: list[tuple[str, list[Any]]], seeds: list[int
             states[run.name] = state
             record.update(run, state, **info)
 
-        launcher.launch(spec_path, todo, out_dir / "logs", on_update)
+        try:
+            launcher.launch(spec_path, todo, out_dir / "logs", on_update)
+        except KeyboardInterrupt:
+            print(f"dare sweep interrupted: the record is {out_dir / 'sweep.json'}; the same command resumes (finished runs "
+                  "are kept, the others resume from their last checkpoint)", file=sys.stderr)
+            raise
         comparison = write_comparison(out_dir, runs, states, title=f"dare sweep {spec_path}")
     finally:
         lock.close()
@@ -105,12 +111,15 @@ def run_sweep(spec_path: str, grid: list[tuple[str, list[Any]]], seeds: list[int
 def write_comparison(out_dir: Path, runs: list[SweepRun], states: dict[str, str], title: str) -> Path | None:
     """``DIR/comparison.{md,json,png}`` over the finished runs that wrote an ``after`` evaluation (None when none did):
     their ``before`` evaluations first (when the spec has ``eval.before_train``), so each setting's gain (after minus
-    before, per seed) is a paired difference too."""
+    before, per seed) is a paired difference too. A sweep of a spec without ``algorithm:`` compares the runs'
+    ``eval`` evaluations."""
     from dare.eval.compare import compare_runs
 
-    done = [r for r in runs if states[r.name] == "finished" and (r.dir / "eval" / "after.json").is_file()]
+    finished = [r for r in runs if states[r.name] == "finished"]
+    done = [r for r in finished if (r.dir / "eval" / "after.json").is_file()]
     entries = [(f"{r.name} (before)", r.dir, "before") for r in done if (r.dir / "eval" / "before.json").is_file()]
     entries += [(r.name, r.dir, "after") for r in done]
+    entries += [(r.name, r.dir, "eval") for r in finished if r not in done and (r.dir / "eval" / "eval.json").is_file()]
     if not entries:
         return None
     md, _, _ = compare_runs(entries, out_dir, title=title)

@@ -52,14 +52,17 @@ See docs/scaling.md ("Sweeps") for the cluster setup."""
 @click.option("--gpus-per-run", default=0, show_default=True, type=click.IntRange(min=0),
               help="GPUs of each run; with more than 1 the run is launched with one process per GPU (torchrun). local "
                    "with --parallel N: run slot k sees GPUs k*G..k*G+G-1.")
+@click.option("--accelerate-config", default=None, type=click.Path(dir_okay=False, exists=True),
+              help="Launch each run with accelerate and this config (e.g. examples/accelerate/fsdp2.yaml), "
+                   "--gpus-per-run processes, instead of torchrun.")
 @click.option("--slurm-partition", default=None, help="slurm: the partition.")
 @click.option("--slurm-array-parallelism", default=256, show_default=True, type=click.IntRange(min=1),
               help="slurm: runs of the job array at once.")
 @click.option("--slurm-timeout-min", default=24 * 60, show_default=True, type=click.IntRange(min=1),
               help="slurm: time limit of each run's job (minutes).")
 @click.option("--cpus-per-run", default=None, type=click.IntRange(min=1), help="slurm: CPUs of each run's job.")
-def sweep(spec, grids, seeds, out_dir, overrides, dry_run, launcher, parallel, gpus_per_run, slurm_partition,
-          slurm_array_parallelism, slurm_timeout_min, cpus_per_run):
+def sweep(spec, grids, seeds, out_dir, overrides, dry_run, launcher, parallel, gpus_per_run, accelerate_config,
+          slurm_partition, slurm_array_parallelism, slurm_timeout_min, cpus_per_run):
     """Run SPEC for every combination of --grid values times --seeds, then compare the settings over seeds.
 
     Every run is a normal run directory DIR/<settings>,seed=<s> (e.g. algorithm.name=d1,seed=0). All runs are
@@ -80,13 +83,18 @@ def sweep(spec, grids, seeds, out_dir, overrides, dry_run, launcher, parallel, g
     if launcher == "local":
         if slurm_partition:
             raise DareError("--slurm-partition is for --launcher slurm; add --launcher slurm or remove it")
-        chosen = LocalLauncher(parallel=parallel, gpus_per_run=gpus_per_run)
+        chosen = LocalLauncher(parallel=parallel, gpus_per_run=gpus_per_run, accelerate_config=accelerate_config)
     else:
         if parallel != 1:
             raise DareError("--parallel is for --launcher local; with slurm use --slurm-array-parallelism")
+        import shutil
+
+        if launcher == "slurm" and not dry_run and shutil.which("sbatch") is None:
+            raise DareError("--launcher slurm submits with sbatch, which is not on this machine's PATH; run the sweep on "
+                            "a SLURM login node, or use --launcher local (or submitit-local) here")
         chosen = SubmititLauncher(cluster="slurm" if launcher == "slurm" else "local", partition=slurm_partition,
                                   gpus_per_run=gpus_per_run, cpus_per_run=cpus_per_run, timeout_min=slurm_timeout_min,
-                                  array_parallelism=slurm_array_parallelism)
+                                  array_parallelism=slurm_array_parallelism, accelerate_config=accelerate_config)
     out = run_sweep(spec, grid, seed_list, out_dir, chosen, overrides=list(overrides), dry_run=dry_run)
     for r in out["runs"]:
         click.echo(f"{out['states'][r.name]:<12} {r.dir}")

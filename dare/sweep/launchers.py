@@ -27,12 +27,16 @@ __all__ = ["run_command", "LocalLauncher", "SubmititLauncher", "Update"]
 Update = Callable[..., None]
 
 
-def run_command(spec_path: str, run: SweepRun, processes: int = 1) -> list[str]:
+def run_command(spec_path: str, run: SweepRun, processes: int = 1, accelerate_config: str | None = None) -> list[str]:
     """The command line of one run: ``python -m dare.cli run SPEC --set ...``; with ``processes > 1``,
     ``python -m torch.distributed.run --standalone --nproc_per_node N -m dare.cli run ...`` (torchrun: one node,
-    every process joins the group through accelerate, docs/scaling.md). The interpreter is this one
-    (``sys.executable``), so the run uses the same environment as the sweep."""
+    every process joins the group through accelerate, docs/scaling.md); with ``accelerate_config`` (FSDP2, ZeRO:
+    examples/accelerate/), ``python -m accelerate.commands.launch --config_file FILE --num_processes N -m dare.cli
+    run ...``. The interpreter is this one (``sys.executable``), so the run uses the same environment as the sweep."""
     args = ["run", spec_path, *(x for ov in run.overrides for x in ("--set", ov))]
+    if accelerate_config is not None:
+        return [sys.executable, "-m", "accelerate.commands.launch", "--config_file", accelerate_config, "--num_processes",
+                str(processes), "-m", "dare.cli", *args]
     if processes > 1:
         return [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(processes),
                 "-m", "dare.cli", *args]
@@ -62,10 +66,14 @@ class LocalLauncher:
     parallel: int = 1
     gpus_per_run: int = 0
     poll_seconds: float = 0.5
+    accelerate_config: str | None = None
 
     name = "local"
 
     def launch(self, spec_path: str, runs: list[SweepRun], log_dir: Path, on_update: Update) -> None:
+        """Run ``runs`` in order, ``parallel`` at a time, until all ended; a run's exit status 0 is ``finished``, any
+        other ``failed`` (the others go on). Ctrl-C: waits for the running ones (they got the SIGINT too), marks them
+        ``interrupted`` and re-raises :class:`KeyboardInterrupt`."""
         log_dir.mkdir(parents=True, exist_ok=True)
         pending = list(runs)
         active: dict[int, tuple[SweepRun, subprocess.Popen, Any]] = {}
@@ -80,7 +88,8 @@ class LocalLauncher:
                         env["CUDA_VISIBLE_DEVICES"] = ",".join(str(slot * g + i) for i in range(g))
                     log_path = log_dir / f"{run.name}.log"
                     log = open(log_path, "ab")  # noqa: SIM115 - closed when the run ends
-                    proc = subprocess.Popen(run_command(spec_path, run, max(self.gpus_per_run, 1)), stdout=log,
+                    cmd = run_command(spec_path, run, max(self.gpus_per_run, 1), self.accelerate_config)
+                    proc = subprocess.Popen(cmd, stdout=log,
                                             stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
                                             preexec_fn=_die_with_sweep)
                     active[slot] = (run, proc, log)
@@ -125,12 +134,15 @@ class SubmititLauncher:
     array_parallelism: int = 256
     poll_seconds: float = 2.0
     extra: dict[str, Any] | None = None
+    accelerate_config: str | None = None
 
     @property
     def name(self) -> str:
         return f"submitit ({self.cluster or 'auto'})"
 
     def executor(self, folder: Path):
+        """A ``submitit.AutoExecutor`` writing its files under ``folder``, with this launcher's job parameters (one node,
+        one task, ``gpus_per_run`` GPUs; SLURM: partition, array parallelism; ``extra``: any other submitit parameter)."""
         import submitit
 
         ex = submitit.AutoExecutor(folder=folder, cluster=self.cluster)
@@ -147,12 +159,15 @@ class SubmititLauncher:
         return ex
 
     def launch(self, spec_path: str, runs: list[SweepRun], log_dir: Path, on_update: Update) -> None:
+        """Submit every run (one job array), report each job's id and log files, then wait: a job whose command exits
+        0 is ``finished``, any other (or a job the scheduler killed) ``failed`` with submitit's error text."""
         from submitit.helpers import CommandFunction
 
         if not runs:
             return
         ex = self.executor(log_dir / "submitit")
-        fns = [CommandFunction(run_command(spec_path, run, max(self.gpus_per_run, 1)), cwd=os.getcwd()) for run in runs]
+        fns = [CommandFunction(run_command(spec_path, run, max(self.gpus_per_run, 1), self.accelerate_config), cwd=os.getcwd())
+               for run in runs]
         if self.cluster == "debug":  # the debug executor runs each job when its result is asked for
             jobs = [ex.submit(fn) for fn in fns]
         else:

@@ -161,8 +161,11 @@ def plan_runs(spec_path: str, grid: list[tuple[str, list[Any]]], seeds: list[int
                 spec = load_spec(spec_path, overrides=ovs)
             except SpecError as exc:
                 why = _grid_problem(exc, grid_sets)
-                if why is None:
+                if why is None and not grid_sets:
                     raise
+                if why is None:  # elsewhere in the spec, but only with these grid values (e.g. another objective's params)
+                    detail = "; ".join(f"{loc}: {msg}" if loc else msg for loc, msg in exc.problems)
+                    why = f"with --grid {', '.join(f'{k}={v}' for k, v in grid_sets.items())}: {detail}"
                 if why not in problems:
                     problems.append(why)
                 continue
@@ -176,7 +179,8 @@ def plan_runs(spec_path: str, grid: list[tuple[str, list[Any]]], seeds: list[int
             problems += [f"run {name}: {loc}: {msg}" for loc, msg in found]
             runs.append(run)
     if problems:
-        raise DareError("the sweep was not started: " + "; ".join(problems))
+        more = f"; and {len(problems) - 6} more" if len(problems) > 6 else ""
+        raise DareError("the sweep was not started: " + "; ".join(problems[:6]) + more)
     return runs
 
 
