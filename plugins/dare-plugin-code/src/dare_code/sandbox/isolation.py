@@ -35,9 +35,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Literal
 
-from dare.rewards.sandbox import bwrap, procfs
-from dare.rewards.sandbox.errors import SandboxError
-from dare.rewards.sandbox.view import DEFAULT_PACKAGES, view
+from dare_code.sandbox import bwrap, procfs
+from dare_code.sandbox.errors import SandboxError
+from dare_code.sandbox.view import DEFAULT_PACKAGES, view
 
 __all__ = [
     "UID_BASE",
@@ -235,7 +235,7 @@ def active_layers(requested: str = "auto", packages: tuple[str, ...] = DEFAULT_P
 
     :raises SandboxError: as :func:`resolve_isolation`.
     """
-    from dare.rewards.sandbox import landlock
+    from dare_code.sandbox import landlock
 
     iso = resolve_isolation(requested, packages)
     abi = landlock.abi_version()

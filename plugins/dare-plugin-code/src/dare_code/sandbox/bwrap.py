@@ -23,7 +23,7 @@ The whole sandbox run (supervisor, program and tests) starts inside one ``bwrap`
 
 bwrap needs either root or unprivileged user namespaces; :func:`problem` runs a trivial sandbox
 once per process to find out (distributions that restrict unprivileged user namespaces, e.g. with
-AppArmor, make it fail; the sandbox then uses its native layers, see :mod:`dare.rewards.sandbox`).
+AppArmor, make it fail; the sandbox then uses its native layers, see :mod:`dare_code.sandbox`).
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ import os
 import shutil
 import subprocess
 
-from dare.rewards.sandbox.view import View
+from dare_code.sandbox.view import View
 
 __all__ = ["SUPERVISOR_CAPS", "executable", "workdir", "command", "problem"]
 

@@ -26,16 +26,16 @@ import time
 from pathlib import Path
 from string import Template
 
-from dare.rewards.code import code_outcome
-from dare.rewards.sandbox import SandboxLimits, active_layers, resolve_isolation, run_python
-from dare.rewards.sandbox.isolation import Isolation
+from dare_code.outcome import code_outcome
+from dare_code.sandbox import SandboxLimits, active_layers, resolve_isolation, run_python
+from dare_code.sandbox.isolation import Isolation
 
 SAMPLE = {"data_source": "x", "prompt": "def f():", "reward_model": {"ground_truth": "assert f() == 1\n"}}
 COMPLETION = "```python\ndef f():\n    return 1\n```"
 WORKER = """
 import sys, time
-from dare.rewards.code import code_outcome
-from dare.rewards.sandbox import SandboxLimits
+from dare_code.outcome import code_outcome
+from dare_code.sandbox import SandboxLimits
 sample = {"data_source": "x", "prompt": "def f():", "reward_model": {"ground_truth": "assert f() == 1\\n"}}
 for line in sys.stdin:
     start = time.perf_counter()

@@ -1,6 +1,6 @@
 """The sandbox's process side: ``python -I -S -B -X utf8 runner.py`` (stdlib only).
 
-Started by :func:`dare.rewards.sandbox.run_python`, inside ``bwrap`` where it works (:mod:`.bwrap`),
+Started by :func:`dare_code.sandbox.run_python`, inside ``bwrap`` where it works (:mod:`.bwrap`),
 else directly. It never imports :mod:`dare` (that would cost a pydantic import per program); it
 loads its sibling modules by file path. Input on stdin: an 8-byte big-endian length, that many
 bytes of JSON config (the keys below, including the program's units), then, until end of file, the

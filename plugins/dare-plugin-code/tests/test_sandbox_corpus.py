@@ -29,10 +29,10 @@ from string import Template
 
 import pytest
 
-from dare.rewards.code import PRELUDE, code_outcome
-from dare.rewards.sandbox import SandboxLimits, landlock, procfs
-from dare.rewards.sandbox.isolation import Isolation, resolve_isolation
-from dare.rewards.sandbox.launch import RUNNER
+from dare_code.outcome import PRELUDE, code_outcome
+from dare_code.sandbox import SandboxLimits, landlock, procfs
+from dare_code.sandbox.isolation import Isolation, resolve_isolation
+from dare_code.sandbox.launch import RUNNER
 
 CORPUS = Path(__file__).parent / "sandbox_corpus"
 CASES = sorted(CORPUS.glob("[0-9][0-9]_*.py"))
@@ -51,7 +51,7 @@ NATIVE_FAST = {"04", "05", "09", "14", "15", "16", "18", "19", "20", "21", "26",
 
 
 def test_corpus_is_complete():
-    """At least the 25 programs of the review plus additions, numbered without gaps."""
+    """At least 40 programs, numbered without gaps."""
     numbers = [int(p.name[:2]) for p in CASES]
     assert len(CASES) >= 40 and numbers == list(range(1, len(CASES) + 1))
 

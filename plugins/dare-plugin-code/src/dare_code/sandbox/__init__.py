@@ -39,16 +39,16 @@ Honest limits
     Non-Linux POSIX systems get rlimits, the session kill, the guard and the separate tests only.
 """
 
-from dare.rewards.sandbox.errors import SandboxError
-from dare.rewards.sandbox.isolation import (
+from dare_code.sandbox.errors import SandboxError
+from dare_code.sandbox.isolation import (
     Isolation,
     active_layers,
     bwrap_problem,
     resolve_isolation,
     uid_mode_problem,
 )
-from dare.rewards.sandbox.launch import SandboxLimits, SandboxResult, run_python
-from dare.rewards.sandbox.view import DEFAULT_PACKAGES
+from dare_code.sandbox.launch import SandboxLimits, SandboxResult, run_python
+from dare_code.sandbox.view import DEFAULT_PACKAGES
 
 __all__ = [
     "DEFAULT_PACKAGES",

@@ -41,7 +41,7 @@ _real_exit = os._exit
 
 
 def _sibling(name: str):
-    return sys.modules.get(f"_dare_sandbox_{name}") or importlib.import_module(f"dare.rewards.sandbox.{name}")
+    return sys.modules.get(f"_dare_sandbox_{name}") or importlib.import_module(f"dare_code.sandbox.{name}")
 
 
 procfs, identity, landlock, guard, wire, remote = (_sibling(n) for n in SIBLINGS[:-1])
