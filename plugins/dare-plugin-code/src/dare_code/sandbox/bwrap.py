@@ -38,7 +38,8 @@ from dare_code.sandbox.view import View
 __all__ = ["SUPERVISOR_CAPS", "executable", "workdir", "command", "problem"]
 
 #: capabilities the supervisor keeps inside a root-started sandbox
-SUPERVISOR_CAPS = ("CAP_SETUID", "CAP_SETGID", "CAP_CHOWN", "CAP_FOWNER", "CAP_KILL", "CAP_SYS_PTRACE")
+#: (CAP_SYS_ADMIN: the supervisor remounts the program's directory noexec; the program never has it)
+SUPERVISOR_CAPS = ("CAP_SETUID", "CAP_SETGID", "CAP_CHOWN", "CAP_FOWNER", "CAP_KILL", "CAP_SYS_PTRACE", "CAP_SYS_ADMIN")
 #: where the program's directory (the size-limited tmpfs) is mounted inside; ``FALLBACK_WORKDIR`` when
 #: a path of the view lies under ``/tmp`` (a checkout or environment there would be hidden by it)
 WORKDIR = "/tmp"

@@ -15,6 +15,8 @@ import sys
 
 __all__ = [
     "become_subreaper",
+    "noexec_workdir",
+    "new_session_keyring",
     "new_network_namespace",
     "forbid_new_privileges",
     "drop_privileges",
@@ -27,6 +29,10 @@ _PR_SET_KEEPCAPS = 8
 _PR_SET_CHILD_SUBREAPER = 36
 _PR_SET_NO_NEW_PRIVS = 38
 _CLONE_NEWNET = 0x40000000
+_CLONE_NEWNS, _CLONE_NEWIPC = 0x00020000, 0x08000000
+_MS_NOSUID, _MS_NODEV, _MS_NOEXEC, _MS_REMOUNT, _MS_BIND, _MS_REC, _MS_PRIVATE = 2, 4, 8, 32, 4096, 16384, 1 << 18
+_KEYCTL_JOIN_SESSION_KEYRING = 1
+_KEYCTL_NR = {"x86_64": 250, "aarch64": 219}
 _CAP_DAC_READ_SEARCH = 2
 _CAPABILITY_VERSION_3 = 0x20080522
 
@@ -59,6 +65,54 @@ def new_network_namespace() -> bool:
     caller then relies on the other network layers.
     """
     return _LINUX and _libc().unshare(_CLONE_NEWNET) == 0
+
+
+def _mount(source, target: str, fstype, flags: int, data) -> None:
+    enc = (lambda v: None if v is None else v.encode())
+    _check(_libc().mount(enc(source), target.encode(), enc(fstype), flags, enc(data)), f"mount({target})")
+
+
+def noexec_workdir(workdir: str, inside_bwrap: bool, disk_mb: int, owner: int | None) -> bool:
+    """Make the program's directory a ``noexec`` mount, so the kernel refuses to map or execute any
+    file the program writes there (a shared object for ``ctypes``, an ELF binary). Needs
+    ``CAP_SYS_ADMIN``; returns False when that fails.
+
+    Inside bubblewrap (a mount namespace of its own): a bind remount of the ``/tmp`` tmpfs with
+    ``noexec,nosuid,nodev``. Natively: a new mount and IPC namespace for this process (the
+    supervisor) and its children, mounts made private, then a ``noexec,nosuid,nodev`` tmpfs of
+    ``disk_mb`` MiB on ``workdir`` (owned by ``owner``, mode 0700) and a 1 MiB one on ``/dev/shm``;
+    both vanish with the namespace. Source: mount(2), unshare(2), mount_namespaces(7).
+    """
+    if not _LINUX:
+        return False
+    flags = _MS_NOSUID | _MS_NODEV | _MS_NOEXEC
+    try:
+        if inside_bwrap:
+            _mount(None, workdir, None, _MS_REMOUNT | _MS_BIND | flags, None)
+            return True
+        _check(_libc().unshare(_CLONE_NEWNS | _CLONE_NEWIPC), "unshare(mount, IPC)")
+        _mount(None, "/", None, _MS_REC | _MS_PRIVATE, None)
+        _mount("tmpfs", workdir, "tmpfs", flags, f"size={int(disk_mb)}m,mode=0700")
+        if owner is not None:
+            os.chown(workdir, owner, owner)
+        if os.path.isdir("/dev/shm"):
+            _mount("tmpfs", "/dev/shm", "tmpfs", flags, "size=1m,mode=1777")
+    except OSError:
+        return False
+    return True
+
+
+def new_session_keyring() -> bool:
+    """Join a new, empty, anonymous session keyring (``keyctl(KEYCTL_JOIN_SESSION_KEYRING, NULL)``,
+    keyctl(2)), so no key of the caller's session keyring is reachable; the seccomp filter then
+    refuses every keyring call. Returns False where unsupported.
+    """
+    nr = _KEYCTL_NR.get(os.uname().machine) if _LINUX else None
+    if nr is None:
+        return False
+    libc = _libc()
+    libc.syscall.restype = ctypes.c_long
+    return libc.syscall(nr, _KEYCTL_JOIN_SESSION_KEYRING, None) >= 0
 
 
 def forbid_new_privileges() -> bool:

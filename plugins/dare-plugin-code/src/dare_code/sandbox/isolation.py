@@ -231,7 +231,8 @@ def active_layers(requested: str = "auto", packages: tuple[str, ...] = DEFAULT_P
 
     Keys: ``kernel``, ``mode``, ``bwrap`` (True, or why not), ``user_namespaces``, ``landlock_abi``,
     ``cgroup_v2_memory`` (reported, not used), ``network``, ``reads``, ``writes``, ``disk_quota``,
-    ``memory_limit``, ``tests`` (each a short description of what enforces it).
+    ``memory_limit``, ``tests``, ``native_code``, ``ipc_keyring_processes`` (each a short description of
+    what enforces it).
 
     :raises SandboxError: as :func:`resolve_isolation`.
     """
@@ -265,4 +266,11 @@ def active_layers(requested: str = "auto", packages: tuple[str, ...] = DEFAULT_P
         "memory_limit": "whole tree: supervisor watchdog (RssAnon + RssShmem + memfd, 10 ms); RLIMIT_AS per process",
         "processes": "RLIMIT_NPROC (private uid)" if iso.mode == "uid" else "RLIMIT_NPROC or fork refused (root)",
         "tests": "separate process, plain data only",
+        "native_code": "no executable mapping of what it wrote: noexec directory (root: mount namespace or bwrap "
+                       "remount) + seccomp (no memfd, no W+X or anonymous executable memory, no mprotect to exec)"
+                       if os.geteuid() == 0 else "seccomp (no memfd, no W+X/anonymous exec memory); the directory "
+                       "stays exec (a noexec mount needs root): a written shared object can still be loaded",
+        "ipc_keyring_processes": "seccomp: no SysV IPC or POSIX queues, no keyring (new empty session keyring), "
+                                 "prlimit on itself only, no AF_UNIX socket()"
+                                 + (", no fork (root in process mode)" if iso.mode == "process" and os.geteuid() == 0 else ""),
     }

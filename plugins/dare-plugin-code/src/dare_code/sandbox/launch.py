@@ -86,7 +86,9 @@ class SandboxResult:
     * ``pid``: the program's process id as the supervisor saw it (inside bubblewrap's PID
       namespace, ``pidns``, where that is used).
     * ``layers``: the confinement actually applied: ``bwrap``, ``uid``, ``read_all``, ``netns``,
-      ``nproc``, ``fork_blocked``, ``no_new_privs``, ``landlock`` (ABI version, 0 = none), ``subreaper``.
+      ``nproc``, ``fork_blocked``, ``noexec`` (the directory is a noexec mount), ``keyring`` (a new empty
+      session keyring), ``no_new_privs``, ``landlock`` (ABI version, 0 = none), ``seccomp`` (the
+      :mod:`.seccomp` filter), ``subreaper``.
     * ``stdout``/``stderr``: the last 4 KiB the program wrote to each; ``tests_stderr``: the test
       process's (the failing test's traceback).
     """

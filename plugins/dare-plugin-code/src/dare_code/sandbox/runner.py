@@ -58,8 +58,8 @@ def _sibling(name: str):
     return module
 
 
-procfs, identity, landlock, guard, wire, remote, child = (
-    _sibling(n) for n in ("procfs", "identity", "landlock", "guard", "wire", "remote", "child")
+procfs, identity, landlock, seccomp, guard, wire, remote, child = (
+    _sibling(n) for n in ("procfs", "identity", "landlock", "seccomp", "guard", "wire", "remote", "child")
 )
 
 
@@ -245,6 +245,8 @@ def main() -> int:
     subreaper = identity.become_subreaper()
     identity.forbid_inspection()
     _prepare_workdir(cfg)
+    cfg["noexec"] = os.geteuid() == 0 and identity.noexec_workdir(
+        cfg["workdir"], cfg["bwrap"], cfg["max_disk_mb"], cfg["uid"])
     signal.signal(signal.SIGTERM, _on_term)
     out_r, out_w = os.pipe()
     err_r, err_w = os.pipe()
