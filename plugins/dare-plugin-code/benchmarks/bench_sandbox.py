@@ -6,8 +6,9 @@ Overhead: in each round, one call of each variant, alternating, all in this proc
 in a worker process started once): ``interpreter`` (``python -I -S -c pass``: the floor any
 subprocess sandbox pays), ``run_python`` of ``pass`` with the layers ``auto`` gives here and with
 the native layers only, the ``code`` reward scoring a trivial correct program (program and tests
-processes) with both, and, with ``--baseline-src`` (a directory holding another version's ``dare``
-package, e.g. ``git archive main dare | tar -x -C DIR``), the same reward call of that version.
+processes) with both, and, with ``--baseline-src`` (a directory holding another version's
+``dare_code`` package, e.g. ``git archive REV plugins/dare-plugin-code/src | tar -x --strip-components=3
+-C DIR``; the installed core stays on the path), the same reward call of that version.
 Prints min/median/max milliseconds per variant.
 
 ``--corpus``: scores every program of tests/sandbox_corpus/ (harmless stand-ins for the planted
@@ -57,7 +58,8 @@ def overhead(rounds: int, baseline_src: str | None) -> None:
     }
     worker = None
     if baseline_src:
-        env = {"PYTHONPATH": baseline_src, "PATH": "/usr/bin:/bin"}
+        core = str(Path(__file__).resolve().parents[3])  # the repository root, holding dare/
+        env = {"PYTHONPATH": f"{baseline_src}:{core}", "PATH": "/usr/bin:/bin"}
         worker = subprocess.Popen([python, "-c", WORKER], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
                                   env=env)
 

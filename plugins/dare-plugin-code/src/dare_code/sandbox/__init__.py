@@ -20,7 +20,7 @@ Layers, outermost first (see docs/sandbox.md for what each stops)
   * **no_new_privs** and **Landlock** (:mod:`.landlock`, Linux >= 5.13): writes only beneath the
     run's directory (and ``/dev/null``), reads only in the view, no TCP (ABI 4+), no signals or
     abstract sockets outside (ABI 6+), no ptrace outside, no mounts.
-  * **noexec directory** (root): the run's directory is a ``noexec`` mount (a private tmpfs natively,
+  * **noexec directory** (root, or unprivileged user namespaces): the run's directory is a ``noexec`` mount (a private tmpfs natively,
     a remount under bubblewrap), so no file the program writes can be mapped executable.
   * **seccomp** (:mod:`.seccomp`, Linux x86-64/arm64) and a new empty **session keyring**: no memfd,
     no writable or anonymous executable memory, no SysV IPC, no keyring, no ``prlimit`` of other

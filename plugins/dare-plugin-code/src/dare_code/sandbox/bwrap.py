@@ -75,7 +75,8 @@ def command(binary: str, view: View, privileged: bool, disk_bytes: int, env: dic
         for cap in SUPERVISOR_CAPS:
             args += ["--cap-add", cap]
     else:
-        args += ["--unshare-user", "--disable-userns"]
+        # CAP_SYS_ADMIN in the sandbox's own user namespace: the supervisor remounts /tmp noexec
+        args += ["--unshare-user", "--disable-userns", "--cap-add", "CAP_SYS_ADMIN"]
     mounted = (*view.trees, *view.libs, *view.files)
     parents = {os.path.dirname(path) for path in mounted}
     ancestors = {a for p in parents for a in _ancestors(p)}

@@ -266,10 +266,9 @@ def active_layers(requested: str = "auto", packages: tuple[str, ...] = DEFAULT_P
         "memory_limit": "whole tree: supervisor watchdog (RssAnon + RssShmem + memfd, 10 ms); RLIMIT_AS per process",
         "processes": "RLIMIT_NPROC (private uid)" if iso.mode == "uid" else "RLIMIT_NPROC or fork refused (root)",
         "tests": "separate process, plain data only",
-        "native_code": "no executable mapping of what it wrote: noexec directory (root: mount namespace or bwrap "
-                       "remount) + seccomp (no memfd, no W+X or anonymous executable memory, no mprotect to exec)"
-                       if os.geteuid() == 0 else "seccomp (no memfd, no W+X/anonymous exec memory); the directory "
-                       "stays exec (a noexec mount needs root): a written shared object can still be loaded",
+        "native_code": "no executable mapping of what it wrote: noexec directory (a tmpfs in a mount namespace, "
+                       "or bwrap's /tmp remounted; root or unprivileged user namespaces: the run's layers say "
+                       "'noexec') + seccomp (no memfd, no W+X or anonymous executable memory, no mprotect to exec)",
         "ipc_keyring_processes": "seccomp: no SysV IPC or POSIX queues, no keyring (new empty session keyring), "
                                  "prlimit on itself only, no AF_UNIX socket()"
                                  + (", no fork (root in process mode)" if iso.mode == "process" and os.geteuid() == 0 else ""),

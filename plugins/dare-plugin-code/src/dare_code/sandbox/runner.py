@@ -243,10 +243,10 @@ def main() -> int:
     cfg = json.loads(_read_exact(0, size))
     sys.path.extend(cfg["sys_path"])
     subreaper = identity.become_subreaper()
-    identity.forbid_inspection()
     _prepare_workdir(cfg)
-    cfg["noexec"] = os.geteuid() == 0 and identity.noexec_workdir(
-        cfg["workdir"], cfg["bwrap"], cfg["max_disk_mb"], cfg["uid"])
+    # before forbid_inspection: a process that is not dumpable cannot write its own uid_map
+    cfg["noexec"] = identity.noexec_workdir(cfg["workdir"], cfg["bwrap"], cfg["max_disk_mb"], cfg["uid"])
+    identity.forbid_inspection()
     signal.signal(signal.SIGTERM, _on_term)
     out_r, out_w = os.pipe()
     err_r, err_w = os.pipe()
