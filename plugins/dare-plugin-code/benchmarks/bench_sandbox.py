@@ -12,7 +12,7 @@ processes) with both, and, with ``--baseline-src`` (a directory holding another 
 Prints min/median/max milliseconds per variant.
 
 ``--corpus``: scores every program of tests/sandbox_corpus/ (harmless stand-ins for the planted
-secrets and sockets; tests/test_sandbox_corpus.py is the real check) and prints score, seconds,
+secrets and sockets; the native library of tests/native_attack.c is built where a C compiler exists; tests/test_sandbox_corpus.py is the real check) and prints score, seconds,
 how the run ended and the peak memory and disk.
 """
 
@@ -23,6 +23,7 @@ import json
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from string import Template
@@ -95,6 +96,13 @@ def corpus() -> None:
     values = {"OUTSIDE": "/nonexistent/outside", "SECRET_FILE": "/nonexistent/key", "SECRET_ENV_NAME": "DARE_NO_SUCH",
               "CALLER_DIR": str(Path(__file__).parent), "TCP_PORT": "9", "UDP_PORT": "9",
               "MEMORY_MB": str(limits.memory_mb), "MAX_DISK_MB": str(limits.max_disk_mb), "RUNNER": "/nonexistent"}
+    sys.path.insert(0, str(Path(__file__).parent.parent / "tests"))
+    from native_build import build_native  # tests/native_attack.c (harmless targets), None without cc
+
+    with tempfile.TemporaryDirectory() as tmp:
+        native = build_native(Path(tmp) / "attack.so", Path("/nonexistent/outside"), "/nonexistent/sock", 0)
+    if native is not None:
+        values["NATIVE_SO_HEX"] = native.hex()
     print(f"limits: {limits}")
     print(f"{'case':34s} {'score':>5s} {'s':>5s} {'run s':>5s} {'ended':>10s} {'mem MiB':>8s} {'disk MiB':>8s}")
     for path in sorted((Path(__file__).parent.parent / "tests" / "sandbox_corpus").glob("[0-9]*.py")):

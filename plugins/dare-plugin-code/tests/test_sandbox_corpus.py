@@ -48,10 +48,10 @@ DISK_SLACK_MB = 64
 STARTUP_SLACK_S = 5.0
 #: the slow configurations run the whole corpus again; make test runs these cases in them
 #: attacks that only need the caller's rights: outside the sandbox they succeed (the control)
-CONTROL = {"14", "15", "16", "17", "26", "27", "28", "39"}
+CONTROL = {"14", "15", "16", "17", "26", "27", "28", "39", "48", "49"}
 NATIVE_FAST = {"04", "05", "09", "14", "15", "16", "18", "19", "20", "21", "26", "27", "28", "31", "33", "39", "41"}
 #: native code (tests/native_attack.c) and executable memory: run in every configuration by make test
-NATIVE = {"45", "46", "47", "48"}
+NATIVE = {"45", "46", "47", "48", "49"}
 _KEY_SPEC_SESSION_KEYRING, _KEYCTL_JOIN_SESSION_KEYRING = -3, 1
 
 
