@@ -18,6 +18,7 @@ import os
 import secrets
 import shutil
 import socket
+import struct
 import subprocess
 import sys
 from pathlib import Path
@@ -164,3 +165,19 @@ except PermissionError as exc:
 """, work)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.startswith("refused:")
+
+
+@pytest.mark.parametrize("arch", ["x86_64", "aarch64"])
+@pytest.mark.parametrize("block_fork", [False, True])
+def test_seccomp_filter_assembles_for_each_architecture(arch, block_fork):
+    """The filter builds for both tables (every jump in range): 8-byte instructions, it checks the
+    architecture first and ends with the allow and deny returns."""
+    from dare_code.sandbox import seccomp
+
+    audit_arch, numbers = seccomp.ARCHES[arch]
+    code = seccomp._filter(audit_arch, numbers, block_fork)
+    assert len(code) % 8 == 0 and len(code) // 8 < 256
+    first = [int.from_bytes(code[i:i + 8][4:], "little") for i in range(0, 16, 8)]
+    assert first == [4, audit_arch]  # load seccomp_data.arch, compare with this machine's
+    ret = 0x06  # BPF_RET | BPF_K
+    assert code[-16:] == struct.pack("=HBBI", ret, 0, 0, 0x7FFF0000) + struct.pack("=HBBI", ret, 0, 0, 0x00050001)
