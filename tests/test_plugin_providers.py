@@ -52,3 +52,17 @@ def test_validate_names_the_missing_plugin(where, without_code_plugin, tiny_llad
     assert code == 2
     assert "dare-plugin-code" in err and "pip install dare-plugin-code" in err
     assert not (tmp_path / "out").exists()
+
+
+def test_every_listed_provider_registers_that_name():
+    """The table matches what the first-party plugins register (where they are installed)."""
+    P.reset()
+    reg = P.get_registry()
+    installed = {dist for dist, _ in reg.plugins.values()}
+    checked = 0
+    for (kind, name), dist in PROVIDERS.items():
+        if dist in installed:
+            entry = reg.find(kind, name)
+            assert entry is not None and entry.distribution == dist, (kind, name, dist)
+            checked += 1
+    assert checked >= 5 or "dare-plugin-code" not in installed
