@@ -52,6 +52,10 @@ $(STAMP): pyproject.toml $(foreach p,$(PLUGINS),$(p)/pyproject.toml)
 	$(PIP) install --quiet -e ".[test]" $(foreach p,$(PLUGINS),-e $(p))
 	$(VENV)/bin/python -c '$(TORCH_CHECK)' $(TORCH_BUILD)
 	rm -f $(VENV)/.dare-installed-*
+	@# the code sandbox's namespace layer (plugins/dare-plugin-code/docs/sandbox.md): installed as root, else reported
+	@command -v bwrap >/dev/null || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && \
+	  apt-get install -y -qq bubblewrap >/dev/null 2>&1; } || \
+	  echo "note: bubblewrap is not installed; the code sandbox runs with its native layers only (apt-get install bubblewrap)"
 	touch $(STAMP)
 
 install: $(STAMP)

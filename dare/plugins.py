@@ -60,7 +60,7 @@ DEFAULT_PLUGINS = ("dare.builtins",)
 #: Distributions whose components the committed ``schemas/run-spec.schema.json`` covers: the core and
 #: the plugins under ``plugins/`` in this repository (``dare schema --first-party``).
 FIRST_PARTY = (
-    "dare-dllm", "dare-plugin-dpo", "dare-plugin-dream", "dare-plugin-grpo", "dare-plugin-llada",
+    "dare-dllm", "dare-plugin-code", "dare-plugin-dpo", "dare-plugin-dream", "dare-plugin-grpo", "dare-plugin-llada",
     "dare-plugin-llada2", "dare-plugin-sdar", "dare-plugin-sft",
 )
 

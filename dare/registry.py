@@ -21,7 +21,7 @@ from dare.errors import PluginError
 if TYPE_CHECKING:  # pragma: no cover
     from dare.components import Component
 
-__all__ = ["HOOK_FOR_KIND", "Entry", "LoadFailure", "Registry", "Registrar"]
+__all__ = ["HOOK_FOR_KIND", "PROVIDERS", "Entry", "LoadFailure", "Registry", "Registrar"]
 
 #: Component kind -> the hook that registers it (the kinds of :data:`dare.components.KINDS`, same order).
 HOOK_FOR_KIND = {
@@ -31,6 +31,18 @@ HOOK_FOR_KIND = {
     "estimator": "register_estimators",
     "evaluator": "register_evaluators",
     "reward": "register_rewards",
+}
+
+#: Well-known components of DARE's first-party plugins: ``(kind, name) -> distribution``. When a spec names
+#: one that is not installed, the unknown-name error says which distribution brings it back.
+PROVIDERS: dict[tuple[str, str], str] = {
+    **{("reward", n): "dare-plugin-code" for n in ("code",)},
+    **{("evaluator", n): "dare-plugin-code" for n in ("humaneval", "humanevalplus", "humaneval+", "mbpp")},
+    **{(k, n): f"dare-plugin-{n}" for k in ("model_family", "sampler") for n in ("llada", "dream", "llada2", "sdar")},
+    **{("objective", n): "dare-plugin-grpo" for n in (
+        "d1", "coupled-grpo", "bgpo", "espo", "cj-grpo", "tracerl", "mdpo", "spg", "ebpo", "d-treerpo", "justgrpo")},
+    **{("objective", n): "dare-plugin-dpo" for n in ("dpo", "vrpo")},
+    ("objective", "sft"): "dare-plugin-sft",
 }
 
 _TARGET = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_][\w.]*")
@@ -179,6 +191,11 @@ class Registry:
     def unknown_message(self, kind: str, name: str) -> str:
         installed = self.names(kind)
         msg = f"unknown {_label(kind)} {name!r}; installed: {', '.join(installed) or '(none)'}"
+        dist = PROVIDERS.get((kind, name))
+        if dist is not None:
+            return (f"{_label(kind)} {name!r} is provided by the plugin {dist}, which is not installed or not loaded: "
+                    f"`pip install {dist}` (in a DARE checkout: `pip install -e plugins/{dist}`; `make install` "
+                    f"installs every first-party plugin), and check DARE_LOAD_PLUGINS; {msg}")
         close = difflib.get_close_matches(name, installed + list(self.aliases[kind]), n=1)
         if close:
             msg += f" (did you mean {close[0]!r}?)"

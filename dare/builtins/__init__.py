@@ -28,8 +28,6 @@ def register_rewards(register):
              description="4x4 Sudoku: fraction of originally empty cells filled correctly (d1/DARE rule), plus")
     register("dare.builtins.rewards:FormatReward", name="format",
              description="1 if the completion matches the <reasoning>…</reasoning><answer>…</answer> format.")
-    register("dare.builtins.rewards:CodeReward", name="code",
-             description="Program from the completion passes the sample's tests in the sandbox (1/0; format error 0).")
     register("dare.builtins.multiple_choice:ChoiceReward", name="choice",
              description="1 when the completion is the gold choice's text (gold: reward_model.ground_truth / ground_truth / "
                          "answer, index into 'choices' or text), else 0.")
@@ -48,14 +46,6 @@ def register_evaluators(register):
                          "not a solve).")
     register("dare.builtins.benchmarks:Sudoku", name="sudoku",
              description="4x4 Sudoku (500 test puzzles); accuracy = exact solves, mean reward = empty-cell accuracy.")
-    register("dare.builtins.benchmarks:HumanEval", name="humaneval",
-             description="HumanEval (164 Python functions); pass@1 of the fenced program against check(), sandboxed.")
-    register("dare.builtins.benchmarks:HumanEvalPlus", name="humanevalplus", aliases=("humaneval+",),
-             description="HumanEval+ (EvalPlus, 163 problems with many more inputs); pass@1 of the fenced program, "
-                         "sandboxed.")
-    register("dare.builtins.benchmarks:MBPP", name="mbpp",
-             description="MBPP (500 test problems, 3-shot [BEGIN]/[DONE] prompts); pass@1 on the assert list, "
-                         "sandboxed.")
     register("dare.builtins.multiple_choice:MultipleChoice", name="multiple-choice", aliases=("mc",),
              description="Any multiple-choice data file: rows with 'choices' and the gold answer (index or text), "
                          "scored by MC-ELBO.")

@@ -1,5 +1,5 @@
-"""Built-in verifiable benchmarks (part of ``dare-dllm``): gsm8k, math500, aime, countdown, sudoku,
-humaneval, humanevalplus, mbpp.
+"""Built-in verifiable benchmarks (part of ``dare-dllm``): gsm8k, math500, aime, countdown, sudoku
+(the code benchmarks are in ``dare-plugin-code``).
 
 Default data files live under ``$DARE_DATA_DIR`` (the layout of DARE's preprocessed data:
 ``rl/test/<name>.parquet``); the Sudoku test set also ships with the package (``dare://sudoku/test.parquet``).
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dare.components import Evaluator
 
-__all__ = ["GSM8K", "MATH500", "AIME", "Countdown", "Sudoku", "HumanEval", "HumanEvalPlus", "MBPP"]
+__all__ = ["GSM8K", "MATH500", "AIME", "Countdown", "Sudoku"]
 
 
 class GSM8K(Evaluator):
@@ -55,31 +55,3 @@ class Sudoku(Evaluator):
     reward = "sudoku"
     data_sources = ("sudoku",)
     default_path = "dare://sudoku/test.parquet"
-
-
-class HumanEval(Evaluator):
-    """HumanEval (164 Python functions); pass@1 of the fenced program against check(), sandboxed."""
-
-    name = "humaneval"
-    reward = "code"
-    data_sources = ("humaneval",)
-    default_path = "rl/test/humaneval_1.parquet"
-
-
-class HumanEvalPlus(Evaluator):
-    """HumanEval+ (EvalPlus, 163 problems with many more inputs); pass@1 of the fenced program, sandboxed."""
-
-    name = "humanevalplus"
-    aliases = ("humaneval+",)
-    reward = "code"
-    data_sources = ("humanevalplus",)
-    default_path = "rl/test/humanevalplus_1.parquet"
-
-
-class MBPP(Evaluator):
-    """MBPP (500 test problems, 3-shot [BEGIN]/[DONE] prompts); pass@1 on the assert list, sandboxed."""
-
-    name = "mbpp"
-    reward = "code"
-    data_sources = ("mbpp",)
-    default_path = "rl/test/mbpp_1.parquet"

@@ -1,21 +1,20 @@
-"""Built-in reward components (part of ``dare-dllm``): math, gsm8k, countdown, sudoku, format, code."""
+"""Built-in reward components (part of ``dare-dllm``): math, gsm8k, countdown, sudoku, format (the
+``code`` reward is in ``dare-plugin-code``)."""
 
 from __future__ import annotations
 
 import json
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import Field
 
 from dare.components import Params, Reward
-from dare.rewards.code import code_outcome
 from dare.rewards.countdown import countdown_score
 from dare.rewards.format import DEFAULT_PATTERN, format_score
 from dare.rewards.math import gsm8k_score, math_score
-from dare.rewards.sandbox import SandboxLimits, uid_mode_problem
 from dare.rewards.sudoku import sudoku_score
 
-__all__ = ["MathReward", "GSM8KReward", "CountdownReward", "SudokuReward", "FormatReward", "CodeReward"]
+__all__ = ["MathReward", "GSM8KReward", "CountdownReward", "SudokuReward", "FormatReward"]
 
 
 class MathReward(Reward):
@@ -88,55 +87,3 @@ class FormatReward(Reward):
 
     def score(self, completion: str, sample: dict[str, Any]) -> float:
         return format_score(completion, self.params.pattern)
-
-
-class CodeParams(Params):
-    """Parameters of the ``code`` reward: program extraction, time budget and sandbox limits."""
-
-    extraction: Literal["auto", "fenced", "mbpp"] = Field(
-        "auto", description="Program extraction: 'auto' = the MBPP rule on data_source 'mbpp', else fenced blocks."
-    )
-    fenced_block: Literal["last", "first_with_def"] = Field(
-        "last", description="Which fenced block: the last one, or rLLM/DARE's first block that defines a function."
-    )
-    per_test_timeout_s: float = Field(
-        1.0, gt=0, description="Wall seconds per test (DARE: 1); a program's budget is this times its tests."
-    )
-    timeout_s: float = Field(30.0, gt=0, description="Cap on one program's wall-clock budget, seconds.")
-    cpu_time_s: int = Field(30, ge=1, description="RLIMIT_CPU per process, seconds.")
-    memory_mb: int = Field(1024, ge=64, description="RLIMIT_AS per process, MiB.")
-    max_processes: int = Field(16, ge=1, description="Processes/threads the program may run at once.")
-    max_file_mb: int = Field(16, ge=1, description="Largest file (stdout included) the program may write, MiB.")
-    isolation: Literal["auto", "uid", "process"] = Field(
-        "auto",
-        description="'uid': a private uid and network namespace per run (root only); 'process': the caller's uid; "
-        "'auto': uid where possible.",
-    )
-
-
-class CodeReward(Reward):
-    """Program from the completion passes the sample's tests in the sandbox (1/0; format error 0).
-
-    Rule: DARE ``code_reward.py`` (rLLM ``RewardCodeFn``), see :mod:`dare.rewards.code`; the sandbox:
-    :mod:`dare.rewards.sandbox`. A program that fails, hangs or misbehaves scores 0. ``score`` raises
-    :class:`~dare.errors.DataError` for a malformed ``reward_model.ground_truth`` and
-    :class:`~dare.rewards.sandbox.SandboxError` when the sandbox cannot run here (the caller logs and
-    scores 0).
-    """
-
-    name = "code"
-    Params = CodeParams
-
-    def score(self, completion: str, sample: dict[str, Any]) -> float:
-        p = self.params
-        limits = SandboxLimits(p.timeout_s, p.cpu_time_s, p.memory_mb, p.max_processes, p.max_file_mb)
-        return code_outcome(
-            completion, sample, limits, p.per_test_timeout_s, p.extraction, p.fenced_block, p.isolation
-        ).score
-
-    def check(self, ctx, loc: str) -> list[tuple[str, str]]:
-        """``isolation: uid`` where this machine cannot run it."""
-        problem = uid_mode_problem() if self.params.isolation == "uid" else None
-        if problem is None:
-            return []
-        return [(f"{loc}.params.isolation", f"isolation 'uid' is unavailable here: {problem}; use 'auto' or 'process'")]

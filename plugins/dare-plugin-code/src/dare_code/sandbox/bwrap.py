@@ -23,7 +23,7 @@ The whole sandbox run (supervisor, program and tests) starts inside one ``bwrap`
 
 bwrap needs either root or unprivileged user namespaces; :func:`problem` runs a trivial sandbox
 once per process to find out (distributions that restrict unprivileged user namespaces, e.g. with
-AppArmor, make it fail; the sandbox then uses its native layers, see :mod:`dare.rewards.sandbox`).
+AppArmor, make it fail; the sandbox then uses its native layers, see :mod:`dare_code.sandbox`).
 """
 
 from __future__ import annotations
@@ -33,12 +33,13 @@ import os
 import shutil
 import subprocess
 
-from dare.rewards.sandbox.view import View
+from dare_code.sandbox.view import View
 
 __all__ = ["SUPERVISOR_CAPS", "executable", "workdir", "command", "problem"]
 
 #: capabilities the supervisor keeps inside a root-started sandbox
-SUPERVISOR_CAPS = ("CAP_SETUID", "CAP_SETGID", "CAP_CHOWN", "CAP_FOWNER", "CAP_KILL", "CAP_SYS_PTRACE")
+#: (CAP_SYS_ADMIN: the supervisor remounts the program's directory noexec; the program never has it)
+SUPERVISOR_CAPS = ("CAP_SETUID", "CAP_SETGID", "CAP_CHOWN", "CAP_FOWNER", "CAP_KILL", "CAP_SYS_PTRACE", "CAP_SYS_ADMIN")
 #: where the program's directory (the size-limited tmpfs) is mounted inside; ``FALLBACK_WORKDIR`` when
 #: a path of the view lies under ``/tmp`` (a checkout or environment there would be hidden by it)
 WORKDIR = "/tmp"
@@ -74,7 +75,8 @@ def command(binary: str, view: View, privileged: bool, disk_bytes: int, env: dic
         for cap in SUPERVISOR_CAPS:
             args += ["--cap-add", cap]
     else:
-        args += ["--unshare-user", "--disable-userns"]
+        # CAP_SYS_ADMIN in the sandbox's own user namespace: the supervisor remounts /tmp noexec
+        args += ["--unshare-user", "--disable-userns", "--cap-add", "CAP_SYS_ADMIN"]
     mounted = (*view.trees, *view.libs, *view.files)
     parents = {os.path.dirname(path) for path in mounted}
     ancestors = {a for p in parents for a in _ancestors(p)}

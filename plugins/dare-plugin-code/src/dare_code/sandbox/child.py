@@ -3,11 +3,13 @@
 * :func:`program`: starts a new session, points stdin at ``/dev/null`` and stdout/stderr at pipes,
   closes every other descriptor, applies the confinement layers in this order: network namespace
   (native uid mode), resource limits, unprivileged uid (uid mode) or no capabilities (root in process
-  mode), ``no_new_privs``, Landlock (writes only in its directory; reads only in the :mod:`.view`),
-  ``chdir``, the audit-hook guard; reports what was applied on a pipe and runs the units in one
+  mode), a new empty session keyring, ``no_new_privs``, Landlock (writes only in its directory,
+  nothing there executable; reads only in the :mod:`.view`), the seccomp filter (:mod:`.seccomp`:
+  no code it wrote, no IPC, no keyring, no other process's limits, no Unix socket), ``chdir``, the audit-hook guard; reports what was applied on a pipe and runs the units in one
   namespace (``__name__ == "__sandbox__"``: ``if __name__ == "__main__":`` blocks do not run). With
   tests it then serves the test process (:func:`.remote.serve`).
-* :func:`tests`: drops its capabilities, forbids inspection, applies Landlock (no writes), runs the
+* :func:`tests`: drops its capabilities, forbids inspection, applies Landlock (no writes) and the
+  seccomp filter (no new processes), runs the
   setup units and the tests against the program over two pipes (:func:`.remote.run_tests`). Its exit
   status is the verdict; the program cannot write to it.
 
@@ -36,15 +38,15 @@ EXIT_UNIT = 100
 #: open files per program process (bounds memory held in unlinked memfd/tmpfs files: this times max_file_mb)
 MAX_OPEN_FILES = 64
 #: the modules the runner loads by path, in order (this one last)
-SIBLINGS = ("procfs", "identity", "landlock", "guard", "wire", "remote", "child")
+SIBLINGS = ("procfs", "identity", "landlock", "seccomp", "guard", "wire", "remote", "child")
 _real_exit = os._exit
 
 
 def _sibling(name: str):
-    return sys.modules.get(f"_dare_sandbox_{name}") or importlib.import_module(f"dare.rewards.sandbox.{name}")
+    return sys.modules.get(f"_dare_sandbox_{name}") or importlib.import_module(f"dare_code.sandbox.{name}")
 
 
-procfs, identity, landlock, guard, wire, remote = (_sibling(n) for n in SIBLINGS[:-1])
+procfs, identity, landlock, seccomp, guard, wire, remote = (_sibling(n) for n in SIBLINGS[:-1])
 
 
 def _redirect(stdout_fd: int, stderr_fd: int, keep: tuple[int, ...]) -> None:
@@ -98,24 +100,27 @@ def _process_cap(cfg: dict) -> dict:
     return {"nproc": nproc, "fork_blocked": False}
 
 
-def _confine(cfg: dict, writable: list[str]) -> dict:
-    """``no_new_privs`` and Landlock (writes beneath ``writable``, reads in the view)."""
-    layers = {"no_new_privs": identity.forbid_new_privileges()}
+def _confine(cfg: dict, writable: list[str], block_fork: bool) -> dict:
+    """A new empty session keyring, ``no_new_privs``, Landlock (writes beneath ``writable``, reads in
+    the view, nothing written executable) and the seccomp filter (:mod:`.seccomp`)."""
+    layers = {"keyring": identity.new_session_keyring(), "no_new_privs": identity.forbid_new_privileges()}
     layers["landlock"] = landlock.restrict(writable, [os.devnull], cfg["readable"], cfg["listable"])
+    layers["seccomp"] = seccomp.restrict(block_fork)
     return layers
 
 
 def _program_setup(cfg: dict) -> dict:
     uid = cfg["uid"]
-    layers = {"bwrap": bool(cfg["bwrap"]), "uid": uid, "read_all": bool(cfg["read_all"]) and not cfg["bwrap"]}
+    layers = {"bwrap": bool(cfg["bwrap"]), "uid": uid, "read_all": bool(cfg["read_all"]) and not cfg["bwrap"],
+              "noexec": bool(cfg.get("noexec"))}
     layers["netns"] = True if cfg["bwrap"] else (uid is not None and identity.new_network_namespace())
     _apply_limits(cfg, int(cfg["memory_mb"]))
     layers.update(_process_cap(cfg))
     if uid is not None:
         identity.drop_privileges(uid, uid, keep_read_all=layers["read_all"])
-    elif os.geteuid() == 0:
+    else:  # root, or capabilities in a user namespace of the supervisor's (bwrap, noexec mount)
         identity.drop_capabilities()
-    layers.update(_confine(cfg, [cfg["workdir"]]))
+    layers.update(_confine(cfg, [cfg["workdir"]], layers["fork_blocked"]))
     os.chdir(cfg["workdir"])
     return layers
 
@@ -188,9 +193,8 @@ def tests(cfg: dict, source: str, fds: dict) -> None:
         _redirect(-1, fds["tests_err"], (fds["request"], fds["reply"]))
         identity.forbid_inspection()
         _apply_limits(cfg, max(int(cfg["memory_mb"]), 1024))
-        if os.geteuid() == 0:
-            identity.drop_capabilities()
-        _confine(cfg, [])
+        identity.drop_capabilities()
+        _confine(cfg, [], True)
         os.chdir("/")
         setup = [tuple(u) for u in cfg["units"][: cfg["setup_count"]]]
         status = remote.run_tests(

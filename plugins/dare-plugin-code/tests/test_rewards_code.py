@@ -22,15 +22,15 @@ import time
 
 import pytest
 
-from dare.builtins.rewards import CodeReward, FormatReward
+from dare.builtins.rewards import FormatReward
 from dare.data import load_rows
-from dare.plugins import DEFAULT_PLUGINS
 from dare.rewards import WeightedReward
-from dare.rewards.code import build_tests, code_outcome, count_tests, entry_point
-from dare.rewards.code_extract import fenced_code, mbpp_code
-from dare.rewards.sandbox import SandboxError, SandboxLimits, isolation, landlock, procfs, run_python, uid_mode_problem
-from dare.rewards.sandbox.launch import RUNNER
+from dare_code.outcome import build_tests, code_outcome, count_tests, entry_point
+from dare_code.extract import fenced_code, mbpp_code
+from dare_code.sandbox import SandboxError, SandboxLimits, isolation, landlock, procfs, run_python, uid_mode_problem
+from dare_code.sandbox.launch import RUNNER
 from dare.testing import shared_path
+from dare_code.reward import CodeReward
 
 MODES = ["auto", "process"]  # auto is uid mode where this runs as root
 FAST = SandboxLimits(timeout_s=2.0, cpu_time_s=5, memory_mb=512, max_processes=6)
@@ -406,14 +406,13 @@ def test_isolation_choice(monkeypatch):
 
 
 def test_code_reward_and_benchmarks_are_registered(monkeypatch):
-    """Through the built-in plugin (``dare.builtins``), which registers lazy references."""
+    """Through the plugin's entry point (``dare_code.plugin``), which registers lazy references."""
     from dare.eval.runner import benchmark_path
     from dare.plugins import get_registry
     from dare.spec import BenchmarkSpec
 
-    assert "dare.builtins" in DEFAULT_PLUGINS
     reg = get_registry()
-    assert reg.get("reward", "code").plugin == "dare.builtins"
+    assert reg.get("reward", "code").distribution == "dare-plugin-code"
     assert reg.get("reward", "code").cls is CodeReward
     evaluators = {name: reg.get("evaluator", name).cls for name in ("humaneval", "humanevalplus", "humaneval+", "mbpp")}
     assert evaluators["humaneval+"] is evaluators["humanevalplus"]
@@ -434,7 +433,7 @@ def test_wire_round_trip():
 
     import numpy as np
 
-    from dare.rewards.sandbox import wire
+    from dare_code.sandbox import wire
 
     def refuse(obj):
         raise AssertionError(f"{obj!r} should be plain data")
@@ -461,7 +460,7 @@ def test_wire_round_trip():
 
 
 def test_wire_refuses_malformed_values():
-    from dare.rewards.sandbox import wire
+    from dare_code.sandbox import wire
 
     for bad in ({"a": 1}, ["zz", []], ["l"], ["l", 3], ["d", [[["l", []], 1]]], ["s", [["l", []]]], ["b", "xyz"],
                 ["q", 1, 0], ["r", "1", "x"], ["c", "1", 2], ["e", "not a number"]):
@@ -521,7 +520,7 @@ def test_builtins_are_taken_from_the_program_only_for_the_function_under_test():
 
 
 def test_tested_names():
-    from dare.rewards.code import tested_names
+    from dare_code.outcome import tested_names
 
     assert tested_names("def check(candidate):\n    assert candidate(1)\n\ncheck(sum)\n") == ["sum"]
     assert tested_names("assert sum(10,15) == 6\nassert sum(4,6) == 3\n") == ["sum"]
@@ -541,7 +540,7 @@ def test_active_layers_report():
 
 
 def test_view_holds_no_secrets():
-    from dare.rewards.sandbox.view import view
+    from dare_code.sandbox.view import view
 
     seen = view()
     paths = seen.readable() + seen.listable()
@@ -555,11 +554,11 @@ def test_sandbox_directory_moves_when_the_view_lies_under_tmp():
     """A checkout or environment under /tmp would be hidden by the /tmp tmpfs: use another mount point."""
     import dataclasses
 
-    from dare.rewards.sandbox import bwrap
-    from dare.rewards.sandbox.view import view
+    from dare_code.sandbox import bwrap
+    from dare_code.sandbox.view import view
 
     seen = view()
-    under_tmp = dataclasses.replace(seen, trees=seen.trees + ("/tmp/checkout/dare/rewards/sandbox",))
+    under_tmp = dataclasses.replace(seen, trees=seen.trees + ("/tmp/checkout/dare_code/sandbox",))
     assert bwrap.workdir(under_tmp) == bwrap.FALLBACK_WORKDIR
     args = bwrap.command("bwrap", under_tmp, True, 2**20, {})
     assert args[args.index("--tmpfs", args.index("/dev/shm") + 1) + 1] == bwrap.FALLBACK_WORKDIR

@@ -20,6 +20,11 @@ Layers, outermost first (see docs/sandbox.md for what each stops)
   * **no_new_privs** and **Landlock** (:mod:`.landlock`, Linux >= 5.13): writes only beneath the
     run's directory (and ``/dev/null``), reads only in the view, no TCP (ABI 4+), no signals or
     abstract sockets outside (ABI 6+), no ptrace outside, no mounts.
+  * **noexec directory** (root, or unprivileged user namespaces): the run's directory is a ``noexec`` mount (a private tmpfs natively,
+    a remount under bubblewrap), so no file the program writes can be mapped executable.
+  * **seccomp** (:mod:`.seccomp`, Linux x86-64/arm64) and a new empty **session keyring**: no memfd,
+    no writable or anonymous executable memory, no SysV IPC, no keyring, no ``prlimit`` of other
+    processes, no ``AF_UNIX`` socket, no namespaces or mounts (root in process mode: no fork).
   * the in-interpreter **guard** (:mod:`.guard`): no sockets, subprocesses, kill, ``setrlimit``,
     ctypes calls or writes outside; a Python-level layer, not a boundary.
   * **separate tests** (:mod:`.remote`): with ``tests``, the tests run in another process that gets
@@ -39,16 +44,16 @@ Honest limits
     Non-Linux POSIX systems get rlimits, the session kill, the guard and the separate tests only.
 """
 
-from dare.rewards.sandbox.errors import SandboxError
-from dare.rewards.sandbox.isolation import (
+from dare_code.sandbox.errors import SandboxError
+from dare_code.sandbox.isolation import (
     Isolation,
     active_layers,
     bwrap_problem,
     resolve_isolation,
     uid_mode_problem,
 )
-from dare.rewards.sandbox.launch import SandboxLimits, SandboxResult, run_python
-from dare.rewards.sandbox.view import DEFAULT_PACKAGES
+from dare_code.sandbox.launch import SandboxLimits, SandboxResult, run_python
+from dare_code.sandbox.view import DEFAULT_PACKAGES
 
 __all__ = [
     "DEFAULT_PACKAGES",

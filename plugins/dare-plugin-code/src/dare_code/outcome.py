@@ -1,7 +1,7 @@
 """The code reward: run the completion's program against the sample's tests in the sandbox.
 
 Rule (DARE ``dllm_rm`` -> ``rllm_reward_fn_code``, ``verl/utils/reward_score/code_reward.py``; see
-docs/algorithms.md §6): extract the program (:mod:`dare.rewards.code_extract`; MBPP rows use the MBPP rule),
+docs/algorithms.md §6): extract the program (:mod:`dare_code.extract`; MBPP rows use the MBPP rule),
 run it with the tests; 1.0 if everything passes, 0.0 if anything fails, times out or no program can be
 extracted (format error). The tests come from ``reward_model.ground_truth``:
 
@@ -18,7 +18,7 @@ rLLM's ``BASE_IMPORTS`` minus numpy/pandas) and with ``__name__ != "__main__"`` 
 ``clean_code_main_block``, a ``__main__`` block does not run).
 
 Unlike rLLM (program and tests in one namespace), the tests run in a separate sandboxed process that
-calls the program's functions and receives plain data only (:mod:`dare.rewards.sandbox.remote`): a
+calls the program's functions and receives plain data only (:mod:`dare_code.sandbox.remote`): a
 program cannot exit early with success, read or patch its tests, or pass with an object that equals
 everything. The test process also runs :data:`PRELUDE`; names the program redefines that shadow a
 built-in or a prelude name reach the tests only for the function under test (:func:`tested_names`).
@@ -37,8 +37,8 @@ from typing import Any, Literal
 
 from dare.components import Reward
 from dare.errors import DataError
-from dare.rewards.code_extract import fenced_code, mbpp_code
-from dare.rewards.sandbox import Isolation, SandboxLimits, SandboxResult, active_layers, run_python
+from dare_code.extract import fenced_code, mbpp_code
+from dare_code.sandbox import Isolation, SandboxLimits, SandboxResult, active_layers, run_python
 
 __all__ = [
     "PRELUDE",
@@ -51,7 +51,7 @@ __all__ = [
     "code_outcome",
 ]
 
-log = logging.getLogger("dare.rewards.code")
+log = logging.getLogger("dare_code.outcome")
 
 PRELUDE = """\
 import bisect, collections, copy, datetime, functools, heapq, itertools, math, operator, random, re, string, sys
@@ -201,7 +201,7 @@ _STANDARD = _prelude_names()
 def tested_names(test_source: str) -> list[str]:
     """The functions under test that share a name with a built-in or a :data:`PRELUDE` name (the
     test process takes those from the program; every other name the program defines it takes anyway,
-    see :mod:`dare.rewards.sandbox.remote`): arguments of top-level ``check(...)`` calls, and in an
+    see :mod:`dare_code.sandbox.remote`): arguments of top-level ``check(...)`` calls, and in an
     ``assert`` that calls only such names (MBPP's ``assert sum(10,15) == 6``), the outermost call.
 
     :raises SyntaxError: the test source does not parse.
@@ -244,7 +244,7 @@ def code_outcome(
     """Score one completion (see the module docstring); ``limits.timeout_s`` caps the test budget.
 
     :raises DataError: a malformed ground truth (see :func:`build_tests`).
-    :raises dare.rewards.sandbox.SandboxError: the sandbox cannot run here.
+    :raises dare_code.sandbox.SandboxError: the sandbox cannot run here.
     """
     program = extract_program(completion, sample, extraction, fenced_block)
     if program is None:

@@ -16,6 +16,7 @@ fallback layers alone, where Landlock ABI 4+ is available) and ``process`` (the 
 
 from __future__ import annotations
 
+import ctypes
 import os
 import re
 import resource
@@ -29,10 +30,11 @@ from string import Template
 
 import pytest
 
-from dare.rewards.code import PRELUDE, code_outcome
-from dare.rewards.sandbox import SandboxLimits, landlock, procfs
-from dare.rewards.sandbox.isolation import Isolation, resolve_isolation
-from dare.rewards.sandbox.launch import RUNNER
+from native_build import build_native
+from dare_code.outcome import PRELUDE, code_outcome
+from dare_code.sandbox import SandboxLimits, landlock, procfs
+from dare_code.sandbox.isolation import Isolation, resolve_isolation
+from dare_code.sandbox.launch import RUNNER
 
 CORPUS = Path(__file__).parent / "sandbox_corpus"
 CASES = sorted(CORPUS.glob("[0-9][0-9]_*.py"))
@@ -46,12 +48,15 @@ DISK_SLACK_MB = 64
 STARTUP_SLACK_S = 5.0
 #: the slow configurations run the whole corpus again; make test runs these cases in them
 #: attacks that only need the caller's rights: outside the sandbox they succeed (the control)
-CONTROL = {"14", "15", "16", "17", "26", "27", "28", "39"}
+CONTROL = {"14", "15", "16", "17", "26", "27", "28", "39", "48", "49"}
 NATIVE_FAST = {"04", "05", "09", "14", "15", "16", "18", "19", "20", "21", "26", "27", "28", "31", "33", "39", "41"}
+#: native code (tests/native_attack.c) and executable memory: run in every configuration by make test
+NATIVE = {"45", "46", "47", "48", "49"}
+_KEY_SPEC_SESSION_KEYRING, _KEYCTL_JOIN_SESSION_KEYRING = -3, 1
 
 
 def test_corpus_is_complete():
-    """At least the 25 programs of the review plus additions, numbered without gaps."""
+    """At least 40 programs, numbered without gaps."""
     numbers = [int(p.name[:2]) for p in CASES]
     assert len(CASES) >= 40 and numbers == list(range(1, len(CASES) + 1))
 
@@ -80,6 +85,17 @@ def planted(tmp_path_factory):
     udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     udp.bind(("127.0.0.1", 0))
     udp.setblocking(False)
+    (root / "sockets").mkdir()
+    (root / "sockets").chmod(0o777)
+    unix_path = str(root / "sockets" / "host.sock")
+    unix = socket.socket(socket.AF_UNIX)
+    unix.bind(unix_path)
+    os.chmod(unix_path, 0o777)
+    unix.listen(8)
+    unix.setblocking(False)
+    key_secret = _plant_session_key()
+    native = build_native(root / "attack.so", outside, unix_path, os.getpid())
+    native_hex = native.hex() if native else None
     try:
         yield {
             "values": {
@@ -92,16 +108,44 @@ def planted(tmp_path_factory):
                 "MEMORY_MB": str(LIMITS.memory_mb),
                 "MAX_DISK_MB": str(LIMITS.max_disk_mb),
                 "RUNNER": RUNNER,
+                **({"NATIVE_SO_HEX": native_hex} if native_hex else {}),
             },
-            "secrets": [key_token, env_token],
+            "secrets": [key_token, env_token] + ([key_secret] if key_secret else []),
             "outside": outside,
             "tcp": tcp,
             "udp": udp,
+            "unix": unix,
         }
     finally:
         del os.environ[env_name]
         tcp.close()
         udp.close()
+        unix.close()
+
+
+def _plant_session_key() -> str | None:
+    """A new session keyring for this test process holding a ``user`` key ``dare-corpus`` (keyctl(2),
+    add_key(2)); its secret must never appear in what a program printed. None where unsupported."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.syscall.restype = ctypes.c_long
+    nr = {"x86_64": (250, 248), "aarch64": (219, 217)}.get(os.uname().machine)
+    if nr is None or libc.syscall(nr[0], _KEYCTL_JOIN_SESSION_KEYRING, b"dare-corpus-test") < 0:
+        return None
+    secret = secrets.token_hex(16)
+    key = libc.syscall(nr[1], b"user", b"dare-corpus", secret.encode(), len(secret), _KEY_SPEC_SESSION_KEYRING)
+    return secret if key >= 0 else None
+
+
+def _sysv_ipc() -> list[str]:
+    """The System V IPC objects of this IPC namespace (shared memory, queues, semaphores)."""
+    rows = []
+    for kind in ("shm", "msg", "sem"):
+        try:
+            with open(f"/proc/sysvipc/{kind}") as f:
+                rows += [f"{kind}: {line.split()[1]}" for line in f.readlines()[1:]]
+        except OSError:
+            pass
+    return rows
 
 
 def _split(source: str) -> tuple[str, str]:
@@ -152,6 +196,9 @@ def run_case(path: Path, planted: dict, config: str) -> None:
     """Score one corpus program and assert everything the module docstring lists."""
     iso = _isolation(config)
     program, tests = _split(Template(path.read_text()).safe_substitute(planted["values"]))
+    if "$NATIVE_SO_HEX" in program:
+        pytest.skip("no C compiler (cc/gcc) to build tests/native_attack.c")
+    ipc_before = _sysv_ipc()
     sample = {"data_source": "corpus", "prompt": "def f():", "reward_model": {"ground_truth": tests}}
     before = _state()
     started = time.monotonic()
@@ -173,6 +220,9 @@ def run_case(path: Path, planted: dict, config: str) -> None:
         planted["tcp"].accept()
     with pytest.raises(BlockingIOError):
         planted["udp"].recvfrom(64)
+    with pytest.raises(BlockingIOError):
+        planted["unix"].accept()
+    assert _sysv_ipc() == ipc_before
     assert result.peak_memory_mb <= LIMITS.memory_mb + MEMORY_SLACK_MB
     assert result.peak_disk_mb <= LIMITS.max_disk_mb + (0 if result.layers.get("bwrap") else DISK_SLACK_MB)
     assert _state() == before
@@ -187,6 +237,27 @@ def test_corpus(path, planted):
 def test_corpus_native_subset(path, planted):
     """The fallback layers (no bubblewrap) on the cases that differ most between the two."""
     run_case(path, planted, "native")
+
+
+@pytest.mark.parametrize("config", ["auto", "native", "process"])
+@pytest.mark.parametrize("path", [p for p in CASES if p.name[:2] in NATIVE], ids=lambda p: p.stem)
+def test_native_code_in_every_configuration(path, config, planted):
+    """Native code and executable memory score 0 and leave nothing (no IPC object, no process, no
+    file outside, no connection, no key printed) in each configuration this machine runs."""
+    run_case(path, planted, config)
+
+
+def test_native_library_runs_without_the_sandbox(planted, tmp_path):
+    """The native cases can fail: outside the sandbox the library loads from the program's own
+    directory and its code runs (``DARE_NATIVE_DRY``: it only records that)."""
+    if "NATIVE_SO_HEX" not in planted["values"]:
+        pytest.skip("no C compiler (cc/gcc) to build tests/native_attack.c")
+    path = next(p for p in CASES if p.name.startswith("45"))
+    program, tests = _split(Template(path.read_text()).safe_substitute(planted["values"]))
+    done = subprocess.run([sys.executable, "-I", "-c", f"{program}\n{tests}"], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=60, env={**os.environ, "DARE_NATIVE_DRY": "1"})
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert (tmp_path / "native_ran.txt").read_text() == "loaded\n"
 
 
 @pytest.mark.parametrize("number", sorted(CONTROL))

@@ -1,6 +1,6 @@
 """The sandbox's process side: ``python -I -S -B -X utf8 runner.py`` (stdlib only).
 
-Started by :func:`dare.rewards.sandbox.run_python`, inside ``bwrap`` where it works (:mod:`.bwrap`),
+Started by :func:`dare_code.sandbox.run_python`, inside ``bwrap`` where it works (:mod:`.bwrap`),
 else directly. It never imports :mod:`dare` (that would cost a pydantic import per program); it
 loads its sibling modules by file path. Input on stdin: an 8-byte big-endian length, that many
 bytes of JSON config (the keys below, including the program's units), then, until end of file, the
@@ -58,8 +58,8 @@ def _sibling(name: str):
     return module
 
 
-procfs, identity, landlock, guard, wire, remote, child = (
-    _sibling(n) for n in ("procfs", "identity", "landlock", "guard", "wire", "remote", "child")
+procfs, identity, landlock, seccomp, guard, wire, remote, child = (
+    _sibling(n) for n in ("procfs", "identity", "landlock", "seccomp", "guard", "wire", "remote", "child")
 )
 
 
@@ -243,8 +243,10 @@ def main() -> int:
     cfg = json.loads(_read_exact(0, size))
     sys.path.extend(cfg["sys_path"])
     subreaper = identity.become_subreaper()
-    identity.forbid_inspection()
     _prepare_workdir(cfg)
+    # before forbid_inspection: a process that is not dumpable cannot write its own uid_map
+    cfg["noexec"] = identity.noexec_workdir(cfg["workdir"], cfg["bwrap"], cfg["max_disk_mb"], cfg["uid"])
+    identity.forbid_inspection()
     signal.signal(signal.SIGTERM, _on_term)
     out_r, out_w = os.pipe()
     err_r, err_w = os.pipe()

@@ -25,7 +25,7 @@ on, in this interpreter and in every process it forks:
 This is a *Python-level* guard: it stops accidents and ordinary attempts, not a determined attacker
 with introspection (e.g. ``dir_fd``-relative calls, monkeypatching ``posixpath``, interpreter
 bugs). The kernel layers of the sandbox (rlimits, uid, namespaces, Landlock) are the boundary; see
-:mod:`dare.rewards.sandbox`. Event names: the CPython audit events table
+:mod:`dare_code.sandbox`. Event names: the CPython audit events table
 (https://docs.python.org/3/library/audit_events.html).
 """
 

@@ -35,9 +35,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Literal
 
-from dare.rewards.sandbox import bwrap, procfs
-from dare.rewards.sandbox.errors import SandboxError
-from dare.rewards.sandbox.view import DEFAULT_PACKAGES, view
+from dare_code.sandbox import bwrap, procfs
+from dare_code.sandbox.errors import SandboxError
+from dare_code.sandbox.view import DEFAULT_PACKAGES, view
 
 __all__ = [
     "UID_BASE",
@@ -231,11 +231,12 @@ def active_layers(requested: str = "auto", packages: tuple[str, ...] = DEFAULT_P
 
     Keys: ``kernel``, ``mode``, ``bwrap`` (True, or why not), ``user_namespaces``, ``landlock_abi``,
     ``cgroup_v2_memory`` (reported, not used), ``network``, ``reads``, ``writes``, ``disk_quota``,
-    ``memory_limit``, ``tests`` (each a short description of what enforces it).
+    ``memory_limit``, ``tests``, ``native_code``, ``ipc_keyring_processes`` (each a short description of
+    what enforces it).
 
     :raises SandboxError: as :func:`resolve_isolation`.
     """
-    from dare.rewards.sandbox import landlock
+    from dare_code.sandbox import landlock
 
     iso = resolve_isolation(requested, packages)
     abi = landlock.abi_version()
@@ -265,4 +266,10 @@ def active_layers(requested: str = "auto", packages: tuple[str, ...] = DEFAULT_P
         "memory_limit": "whole tree: supervisor watchdog (RssAnon + RssShmem + memfd, 10 ms); RLIMIT_AS per process",
         "processes": "RLIMIT_NPROC (private uid)" if iso.mode == "uid" else "RLIMIT_NPROC or fork refused (root)",
         "tests": "separate process, plain data only",
+        "native_code": "no executable mapping of what it wrote: noexec directory (a tmpfs in a mount namespace, "
+                       "or bwrap's /tmp remounted; root or unprivileged user namespaces: the run's layers say "
+                       "'noexec') + seccomp (no memfd, no W+X or anonymous executable memory, no mprotect to exec)",
+        "ipc_keyring_processes": "seccomp: no SysV IPC or POSIX queues, no keyring (new empty session keyring), "
+                                 "prlimit on itself only, no AF_UNIX socket()"
+                                 + (", no fork (root in process mode)" if iso.mode == "process" and os.geteuid() == 0 else ""),
     }

@@ -6,7 +6,9 @@ irrevocably:
 * file system (ABI >= 1): every *modifying* access right (write, truncate, create, remove, rename,
   link, device ioctl) is denied except beneath the given directories and on the given files. With
   ``readable`` given, reading, listing and executing are denied too, except beneath those paths
-  (and the writable ones); without it they are not restricted.
+  (and reading and listing beneath the writable ones: ``execve`` of a file there is refused; an
+  executable *mapping* is not a Landlock right, the ``noexec`` mount and :mod:`.seccomp` stop
+  those); without it they are not restricted.
 * network (ABI >= 4): TCP ``bind`` and ``connect`` are denied on every port (UDP, raw and Unix
   sockets are not covered by Landlock).
 * scopes (ABI >= 6): no signals to processes outside the sandbox, no connections to abstract Unix
@@ -105,8 +107,8 @@ def restrict(
         err = ctypes.get_errno()
         raise OSError(err, f"landlock_create_ruleset: {os.strerror(err)}")
     try:
-        for path in writable_dirs:
-            _allow(call, ruleset, path, fs)
+        for path in writable_dirs:  # never executable: a program may not run what it wrote
+            _allow(call, ruleset, path, fs & ~_EXECUTE)
         for path in writable_files:
             _allow(call, ruleset, path, fs & file_rights)
         for path in readable or ():

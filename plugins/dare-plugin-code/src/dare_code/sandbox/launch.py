@@ -16,14 +16,14 @@ from contextlib import ExitStack
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from dare.rewards.sandbox import bwrap
-from dare.rewards.sandbox.errors import SandboxError
-from dare.rewards.sandbox.isolation import Isolation, lease_uid, resolve_isolation
-from dare.rewards.sandbox.view import DEFAULT_PACKAGES, view
+from dare_code.sandbox import bwrap
+from dare_code.sandbox.errors import SandboxError
+from dare_code.sandbox.isolation import Isolation, lease_uid, resolve_isolation
+from dare_code.sandbox.view import DEFAULT_PACKAGES, view
 
 __all__ = ["SandboxLimits", "SandboxResult", "run_python"]
 
-log = logging.getLogger("dare.rewards.sandbox")
+log = logging.getLogger("dare_code.sandbox")
 
 RUNNER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "runner.py")
 #: the program process exits with EXIT_UNIT + i when unit i raised (see child.py)
@@ -44,7 +44,7 @@ class SandboxLimits:
         resident anonymous + shared memory of all the program's processes together; the supervisor
         checks it every 10 ms and kills the tree above it.
     :param max_processes: processes/threads the program may have at once (``RLIMIT_NPROC``; see
-        :mod:`dare.rewards.sandbox.isolation` for how it is enforced in each mode).
+        :mod:`dare_code.sandbox.isolation` for how it is enforced in each mode).
     :param max_file_mb: ``RLIMIT_FSIZE``, MiB: the largest file the program may write.
     :param max_disk_mb: MiB the program may store in its directory in total: the size of its tmpfs
         under bubblewrap (writes beyond fail), else checked every 10 ms (the tree is killed above it).
@@ -86,7 +86,9 @@ class SandboxResult:
     * ``pid``: the program's process id as the supervisor saw it (inside bubblewrap's PID
       namespace, ``pidns``, where that is used).
     * ``layers``: the confinement actually applied: ``bwrap``, ``uid``, ``read_all``, ``netns``,
-      ``nproc``, ``fork_blocked``, ``no_new_privs``, ``landlock`` (ABI version, 0 = none), ``subreaper``.
+      ``nproc``, ``fork_blocked``, ``noexec`` (the directory is a noexec mount), ``keyring`` (a new empty
+      session keyring), ``no_new_privs``, ``landlock`` (ABI version, 0 = none), ``seccomp`` (the
+      :mod:`.seccomp` filter), ``subreaper``.
     * ``stdout``/``stderr``: the last 4 KiB the program wrote to each; ``tests_stderr``: the test
       process's (the failing test's traceback).
     """
@@ -215,11 +217,11 @@ def run_python(
     packages: Sequence[str] = DEFAULT_PACKAGES,
 ) -> SandboxResult:
     """Run Python source units, in order and in one namespace, in a fresh sandbox; with ``tests``,
-    run those in a separate process against the program (:mod:`dare.rewards.sandbox.remote`).
+    run those in a separate process against the program (:mod:`dare_code.sandbox.remote`).
 
     Each call gets a new directory (its working directory, ``HOME`` and ``TMPDIR``; gone afterwards),
     a new session and a minimal environment. What is confined and how is described in
-    :mod:`dare.rewards.sandbox`. Neither the units nor the tests are written to disk.
+    :mod:`dare_code.sandbox`. Neither the units nor the tests are written to disk.
 
     :param units: Python sources; unit ``i`` runs after unit ``i - 1`` completed.
     :param limits: resource limits (defaults: :class:`SandboxLimits`).

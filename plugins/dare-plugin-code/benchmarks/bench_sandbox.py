@@ -6,12 +6,13 @@ Overhead: in each round, one call of each variant, alternating, all in this proc
 in a worker process started once): ``interpreter`` (``python -I -S -c pass``: the floor any
 subprocess sandbox pays), ``run_python`` of ``pass`` with the layers ``auto`` gives here and with
 the native layers only, the ``code`` reward scoring a trivial correct program (program and tests
-processes) with both, and, with ``--baseline-src`` (a directory holding another version's ``dare``
-package, e.g. ``git archive main dare | tar -x -C DIR``), the same reward call of that version.
+processes) with both, and, with ``--baseline-src`` (a directory holding another version's
+``dare_code`` package, e.g. ``git archive REV plugins/dare-plugin-code/src | tar -x --strip-components=3
+-C DIR``; the installed core stays on the path), the same reward call of that version.
 Prints min/median/max milliseconds per variant.
 
 ``--corpus``: scores every program of tests/sandbox_corpus/ (harmless stand-ins for the planted
-secrets and sockets; tests/test_sandbox_corpus.py is the real check) and prints score, seconds,
+secrets and sockets; the native library of tests/native_attack.c is built where a C compiler exists; tests/test_sandbox_corpus.py is the real check) and prints score, seconds,
 how the run ended and the peak memory and disk.
 """
 
@@ -22,20 +23,21 @@ import json
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from string import Template
 
-from dare.rewards.code import code_outcome
-from dare.rewards.sandbox import SandboxLimits, active_layers, resolve_isolation, run_python
-from dare.rewards.sandbox.isolation import Isolation
+from dare_code.outcome import code_outcome
+from dare_code.sandbox import SandboxLimits, active_layers, resolve_isolation, run_python
+from dare_code.sandbox.isolation import Isolation
 
 SAMPLE = {"data_source": "x", "prompt": "def f():", "reward_model": {"ground_truth": "assert f() == 1\n"}}
 COMPLETION = "```python\ndef f():\n    return 1\n```"
 WORKER = """
 import sys, time
-from dare.rewards.code import code_outcome
-from dare.rewards.sandbox import SandboxLimits
+from dare_code.outcome import code_outcome
+from dare_code.sandbox import SandboxLimits
 sample = {"data_source": "x", "prompt": "def f():", "reward_model": {"ground_truth": "assert f() == 1\\n"}}
 for line in sys.stdin:
     start = time.perf_counter()
@@ -57,7 +59,8 @@ def overhead(rounds: int, baseline_src: str | None) -> None:
     }
     worker = None
     if baseline_src:
-        env = {"PYTHONPATH": baseline_src, "PATH": "/usr/bin:/bin"}
+        core = str(Path(__file__).resolve().parents[3])  # the repository root, holding dare/
+        env = {"PYTHONPATH": f"{baseline_src}:{core}", "PATH": "/usr/bin:/bin"}
         worker = subprocess.Popen([python, "-c", WORKER], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
                                   env=env)
 
@@ -93,6 +96,13 @@ def corpus() -> None:
     values = {"OUTSIDE": "/nonexistent/outside", "SECRET_FILE": "/nonexistent/key", "SECRET_ENV_NAME": "DARE_NO_SUCH",
               "CALLER_DIR": str(Path(__file__).parent), "TCP_PORT": "9", "UDP_PORT": "9",
               "MEMORY_MB": str(limits.memory_mb), "MAX_DISK_MB": str(limits.max_disk_mb), "RUNNER": "/nonexistent"}
+    sys.path.insert(0, str(Path(__file__).parent.parent / "tests"))
+    from native_build import build_native  # tests/native_attack.c (harmless targets), None without cc
+
+    with tempfile.TemporaryDirectory() as tmp:
+        native = build_native(Path(tmp) / "attack.so", Path("/nonexistent/outside"), "/nonexistent/sock", 0)
+    if native is not None:
+        values["NATIVE_SO_HEX"] = native.hex()
     print(f"limits: {limits}")
     print(f"{'case':34s} {'score':>5s} {'s':>5s} {'run s':>5s} {'ended':>10s} {'mem MiB':>8s} {'disk MiB':>8s}")
     for path in sorted((Path(__file__).parent.parent / "tests" / "sandbox_corpus").glob("[0-9]*.py")):

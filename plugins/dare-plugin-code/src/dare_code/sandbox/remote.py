@@ -44,7 +44,7 @@ _NEVER_IMPORT = frozenset({"antigravity", "this", "webbrowser", "turtle", "turtl
 
 def _wire():
     """The sibling :mod:`.wire` module, however this module was loaded (package or file path)."""
-    return sys.modules.get("_dare_sandbox_wire") or importlib.import_module("dare.rewards.sandbox.wire")
+    return sys.modules.get("_dare_sandbox_wire") or importlib.import_module("dare_code.sandbox.wire")
 
 
 _WIRE = _wire()
