@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import sys
 from pathlib import Path
 
@@ -20,10 +21,13 @@ import click
 from dare.cli_help import EPILOG, CreateModelCommand, wide_console as _console
 from dare.progress import check_environment as check_progress_environment
 from dare.errors import DareError
+from dare.runlog import command as command_log
 
 __all__ = ["main", "cli"]
 
 _OVERRIDE_HELP = "Override a spec value, e.g. --set train.max_steps=10 (repeatable)."
+_UNSET_HELP = ("Remove a spec key, so its default applies, e.g. --unset algorithm.params.shrink (repeatable; applied "
+               "after --set).")
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]}, epilog=EPILOG)
@@ -41,11 +45,12 @@ def cli():
 @cli.command()
 @click.argument("spec", type=click.Path(dir_okay=False))
 @click.option("--set", "overrides", multiple=True, help=_OVERRIDE_HELP)
-def run(spec, overrides):
+@click.option("--unset", "unset", multiple=True, help=_UNSET_HELP)
+def run(spec, overrides, unset):
     """Evaluate (before), train, evaluate (after) and write a report, as SPEC says."""
     from dare.run import Run
 
-    r = Run.from_file(spec, list(overrides))
+    r = Run.from_file(spec, list(overrides), list(unset))
     out = _execute_resumably(r)
     if _is_main():
         _print_stages(out["stages"])
@@ -55,12 +60,13 @@ def run(spec, overrides):
 @cli.command()
 @click.argument("spec", type=click.Path(dir_okay=False))
 @click.option("--set", "overrides", multiple=True, help=_OVERRIDE_HELP)
-def train(spec, overrides):
+@click.option("--unset", "unset", multiple=True, help=_UNSET_HELP)
+def train(spec, overrides, unset):
     """Train only: skips the before/after evaluations (in-training evaluation, train.eval_steps, still runs);
     resumes from the last checkpoint of the same spec."""
     from dare.run import Run
 
-    r = Run.from_file(spec, list(overrides))
+    r = Run.from_file(spec, list(overrides), list(unset))
     out = _execute_resumably(r, train=True, evaluate=False)
     if _is_main():
         click.echo(json.dumps(out["train"], indent=2))
@@ -70,7 +76,8 @@ def train(spec, overrides):
 @cli.command(name="eval")
 @click.argument("spec", type=click.Path(dir_okay=False))
 @click.option("--set", "overrides", multiple=True, help=_OVERRIDE_HELP)
-def eval_cmd(spec, overrides):
+@click.option("--unset", "unset", multiple=True, help=_UNSET_HELP)
+def eval_cmd(spec, overrides, unset):
     """Evaluate SPEC's model on its eval benchmarks (no training).
 
     When SPEC's run directory holds its trained model/ (after `dare run`/`dare train`), that model is
@@ -80,7 +87,7 @@ def eval_cmd(spec, overrides):
     """
     from dare.run import Run
 
-    r = Run.from_file(spec, list(overrides))
+    r = Run.from_file(spec, list(overrides), list(unset))
     if r.spec.eval is None:
         raise DareError("the spec has no eval: section; add eval.benchmarks")
     out = _execute_resumably(r, train=False, evaluate=True)
@@ -102,8 +109,6 @@ def _execute_resumably(r, **kwargs):
         raise
     except KeyboardInterrupt:
         if _is_main():
-            import shlex
-
             click.echo(r.interrupted_message(_relaunch_command(shlex.join(["dare", *_ARGV]))), err=True)
         sys.exit(130)
 
@@ -161,8 +166,9 @@ def compare(entries, output, title):
 @click.argument("spec", type=click.Path(dir_okay=False))
 @click.option("--steps", default=5, show_default=True, type=int, help="Training steps (the first is not timed).")
 @click.option("--set", "overrides", multiple=True, help=_OVERRIDE_HELP)
+@click.option("--unset", "unset", multiple=True, help=_UNSET_HELP)
 @click.option("--json", "as_json", is_flag=True, help="Print the measurements as JSON.")
-def profile(spec, steps, overrides, as_json):
+def profile(spec, steps, overrides, unset, as_json):
     """Parameters, peak memory, tokens/s and seconds per step of SPEC's training, over a few steps in a
     temporary directory (dare.profiling)."""
     import contextlib
@@ -171,7 +177,7 @@ def profile(spec, steps, overrides, as_json):
 
     # with --json, stdout carries only the JSON (the trainer's progress lines go to stderr)
     with contextlib.redirect_stdout(sys.stderr) if as_json else contextlib.nullcontext():
-        result = profile_spec(spec, steps=steps, overrides=list(overrides))
+        result = profile_spec(spec, steps=steps, overrides=list(overrides), unset=list(unset))
     if not _is_main():
         return
     if as_json:
@@ -247,11 +253,12 @@ def generate(model_path, run_dir, prompts, sampler_name, params, chat, dtype, se
 @cli.command()
 @click.argument("spec", type=click.Path(dir_okay=False))
 @click.option("--set", "overrides", multiple=True, help=_OVERRIDE_HELP)
-def validate(spec, overrides):
+@click.option("--unset", "unset", multiple=True, help=_UNSET_HELP)
+def validate(spec, overrides, unset):
     """Validate SPEC (structure, component params, files, model config) without loading weights."""
     from dare.spec import load_spec
 
-    load_spec(spec, overrides=list(overrides))
+    load_spec(spec, overrides=list(overrides), unset=list(unset))
     click.echo(f"{spec}: valid")
 
 
@@ -419,7 +426,8 @@ def main(argv: list[str] | None = None) -> None:
     _load_plugin_commands()
     try:
         check_progress_environment()
-        cli.main(args=argv, standalone_mode=False)
+        with command_log(shlex.join(["dare", *_ARGV])):  # a run's run.log keeps the whole command's console output
+            cli.main(args=argv, standalone_mode=False)
         _leave_process_group()
     except click.exceptions.Abort:
         click.echo("aborted", err=True)

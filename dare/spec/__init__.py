@@ -94,15 +94,16 @@ def validate_spec(raw: dict | RunSpec, source: str | None = None, check: bool = 
     return spec
 
 
-def load_spec(path: str | os.PathLike, overrides: list[str] | None = None, check: bool = True) -> RunSpec:
-    """Read a YAML run spec, apply ``overrides`` (``dotted.key=value``, value parsed as YAML), validate it
-    structurally and (with ``check``) semantically.
+def load_spec(path: str | os.PathLike, overrides: list[str] | None = None, check: bool = True,
+              unset: list[str] | None = None) -> RunSpec:
+    """Read a YAML run spec, apply ``overrides`` (``dotted.key=value``, value parsed as YAML), remove the keys
+    ``unset`` (``--unset``), validate it structurally and (with ``check``) semantically.
 
     :raises SpecError: listing every problem with its YAML path.
     """
     try:
-        return validate_spec(read_spec_file(path, overrides), source=str(path), check=check)
+        return validate_spec(read_spec_file(path, overrides, unset), source=str(path), check=check)
     except SpecError as exc:
-        if not overrides:
+        if not overrides and not unset:
             raise
-        raise SpecError(mark_overrides(exc.problems, overrides), source=exc.source) from None
+        raise SpecError(mark_overrides(exc.problems, overrides or [], unset), source=exc.source) from None
