@@ -205,14 +205,16 @@ def profile(spec, steps, overrides, unset, as_json):
 @click.option("--param", "params", multiple=True, help="Sampler param key=value (YAML value), repeatable; with --run, "
               "changes one of the run's params.")
 @click.option("--chat/--no-chat", default=None,
-              help="Wrap the prompt with the tokenizer's chat template.  [default: --chat; with --run: as the run's evaluation]")
+              help="Wrap the prompt with the tokenizer's chat template.  [default: as the run's evaluation for --run, or "
+                   "for --model DIR when a DARE run wrote DIR (its run.json next to it); else --chat]")
 @click.option("--dtype", default=None, type=click.Choice(["float32", "bfloat16", "float16"]),
               help="Weights dtype.  [default: float32; with --run: the run's model.dtype]")
 @click.option("--seed", default=None, type=int, help="Sampler seed.  [default: 0; with --run: the run's eval.seed]")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON with the trajectory and NFE.")
 def generate(model_path, run_dir, prompts, sampler_name, params, chat, dtype, seed, as_json):
     """Prompt in, text out: with --model (and --sampler/--param), or with everything a run used (--run DIR)."""
-    from dare.generate import GenerateSettings, check_generate_options, generate as generate_texts, run_settings
+    from dare.generate import (check_generate_options, generate as generate_texts, model_settings, prompt_format_line,
+                               run_settings)
     from dare.spec import parse_override_value
 
     if (model_path is None) == (run_dir is None):
@@ -229,19 +231,21 @@ def generate(model_path, run_dir, prompts, sampler_name, params, chat, dtype, se
             raise DareError(f"--param {kv!r} must look like key=value")
         k, v = kv.split("=", 1)
         raw[k.strip()] = parse_override_value(v)
-    settings = run_settings(run_dir) if run_dir is not None else GenerateSettings(model=model_path)
+    settings = run_settings(run_dir) if run_dir is not None else model_settings(model_path)
     if run_dir is not None:
         click.echo(f"using {settings.origin}", err=True)
         if sampler_name is not None and sampler_name != settings.sampler:
             settings.params = {}  # another sampler: the run's params are not its params
         raw = {**settings.params, **raw}
     settings.sampler = sampler_name or settings.sampler
-    settings.chat_template = settings.chat_template if chat is None else chat
+    if chat is not None:
+        settings.chat_template, settings.format_from = chat, "--chat" if chat else "--no-chat"
     settings.dtype = dtype or settings.dtype
     settings.seed = settings.seed if seed is None else seed
     # the spec's checks (model directory, sampler params, sampler vs family) before loading any weights
     sampler = check_generate_options(settings.model, settings.sampler, raw)
     out = generate_texts(settings, sampler, texts, strict_chat=run_dir is not None and chat is None)
+    click.echo(prompt_format_line(settings, out.get("chat_template", settings.chat_template)), err=True)
     if as_json:
         click.echo(json.dumps(out))
     else:
