@@ -79,8 +79,8 @@ def main() -> None:
 
     trees = {"this tree": ROOT}
     if args.baseline is not None:
-        if not (args.baseline / "dare" / "cli.py").is_file():
-            sys.exit(f"--baseline {args.baseline}: not a DARE source tree (no dare/cli.py)")
+        if not any((args.baseline / "dare" / c).exists() for c in ("cli.py", "cli/__init__.py")):
+            sys.exit(f"--baseline {args.baseline}: not a DARE source tree (no dare/cli)")
         trees = {"baseline": args.baseline.resolve(), "this tree": ROOT}
     print(f"CPU: {_cpu_model()} ({os.cpu_count()} logical CPUs); load average before: {os.getloadavg()}")
     for label, tree in trees.items():

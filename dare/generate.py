@@ -7,6 +7,11 @@ evaluation's prompt format (chat template on or off, system prompt; from ``eval.
 so for the same prompts the completions equal the run's ``samples/`` (for greedy samplers: a sampler
 that draws noise draws it from ``--seed`` here, not from the run's per-row keys). ``--sampler``, ``--param``,
 ``--chat/--no-chat``, ``--dtype`` and ``--seed`` override the run's settings.
+
+``dare generate --model DIR`` with a model a DARE run wrote (its ``model/``, ``init-model/``, or a checkpoint under
+``checkpoints/``: the run directory's ``run.json`` is found next to it) formats prompts as that run's evaluation
+did (:func:`model_settings`); a model from elsewhere gets the tokenizer's chat template. Either way the command
+prints on stderr which prompt format it used and why (:func:`prompt_format_line`).
 """
 
 from __future__ import annotations
@@ -17,8 +22,10 @@ from pathlib import Path
 from typing import Any
 
 from dare.errors import DareError
+from dare.rundir import is_run_record
 
-__all__ = ["GenerateSettings", "run_settings", "render_prompts", "generate", "check_generate_options"]
+__all__ = ["GenerateSettings", "run_settings", "model_settings", "run_of_model", "prompt_format_line", "render_prompts",
+           "generate", "check_generate_options"]
 
 
 @dataclass
@@ -34,6 +41,8 @@ class GenerateSettings:
     dtype: str = "float32"
     seed: int = 0
     origin: str = ""
+    #: why the prompt format is what it is (see :func:`prompt_format_line`)
+    format_from: str = "the default for a model that did not come from a DARE run"
 
 
 def run_settings(run_dir: str | Path) -> GenerateSettings:
@@ -63,10 +72,52 @@ def run_settings(run_dir: str | Path) -> GenerateSettings:
         model=str(path), sampler=sampler.get("name"), params=dict(sampler.get("params") or {}),
         chat_template=fmt.get("chat_template", True), system_prompt=fmt.get("system_prompt"),
         dtype=model.get("dtype", "float32"), seed=int(ev.get("seed", 0) or 0),
+        format_from=f"the run's {where}",
         origin=(f"{run_dir}: {which} {path}, sampler {sampler.get('name') or '(family default)'} with the run's params, "
                 f"prompts formatted as {where} (chat template {'on' if fmt.get('chat_template', True) else 'off'}"
                 f"{', system prompt' if fmt.get('system_prompt') else ''})"),
     )
+
+
+def run_of_model(model_path: str | Path) -> Path | None:
+    """The run directory that wrote the model directory ``model_path``: its parent (``model/``, ``init-model/``) or
+    grandparent (``checkpoints/checkpoint-N``, ``checkpoints/best``) holding a ``run.json`` run record; else None."""
+    path = Path(model_path)
+    if not path.is_dir():
+        return None
+    for cand in (path.parent, path.parent.parent):
+        try:
+            record = json.loads((cand / "run.json").read_text())
+        except (OSError, json.JSONDecodeError, UnicodeDecodeError):
+            continue
+        if is_run_record(record):
+            return cand
+    return None
+
+
+def model_settings(model_path: str) -> GenerateSettings:
+    """``dare generate --model``'s settings: when a DARE run wrote the model (:func:`run_of_model`), that run's prompt
+    format (chat template on or off, system prompt; as :func:`run_settings`); else the tokenizer's chat template."""
+    run_dir = run_of_model(model_path)
+    if run_dir is None:
+        return GenerateSettings(model=model_path)
+    spec = json.loads((run_dir / "run.json").read_text())["spec"]
+    fmt, where = _prompt_format(spec)
+    return GenerateSettings(model=model_path, chat_template=fmt.get("chat_template", True),
+                            system_prompt=fmt.get("system_prompt"), format_from=f"the {where} of the run in {run_dir}")
+
+
+def prompt_format_line(settings: GenerateSettings, used_chat: bool) -> str:
+    """The stderr line naming the prompt format used: ``"prompt format: plain text, no chat template (the run's
+    data.train; --chat/--no-chat choose)"``. ``used_chat``: the chat template was applied (a tokenizer without
+    one falls back to plain text)."""
+    what = "the tokenizer's chat template" if used_chat else "plain text, no chat template"
+    if settings.system_prompt:
+        what += ", with the system prompt"
+    why = settings.format_from
+    if settings.chat_template and not used_chat:
+        why += "; the tokenizer has no chat template"
+    return f"prompt format: {what} ({why}; --chat/--no-chat choose)"
 
 
 def _prompt_format(spec: dict[str, Any]) -> tuple[dict[str, Any], str]:
@@ -101,7 +152,8 @@ def render_prompts(tokenizer, texts: list[str], chat_template: bool, system_prom
 def generate(settings: GenerateSettings, sampler, texts: list[str], strict_chat: bool = False) -> dict[str, Any]:
     """Load ``settings.model`` and answer ``texts`` in one batch with ``sampler`` (a built sampler component).
 
-    :returns: ``{"completions": [str], "nfe": int, "unmask_step": [[int]]}``.
+    :returns: ``{"completions": [str], "nfe": int, "unmask_step": [[int]], "chat_template": bool}`` (the last: whether
+        the prompts went through the tokenizer's chat template).
     """
     import torch
 
@@ -118,7 +170,8 @@ def generate(settings: GenerateSettings, sampler, texts: list[str], strict_chat:
     lm.model.eval()
     out = sampler.generate(lm.model, lm.family, lm.tokens, ids, attn, generator=gen)
     return {"completions": decode_completions(lm.tokenizer, out.completions, lm.tokens), "nfe": out.nfe,
-            "unmask_step": out.unmask_step.tolist()}
+            "unmask_step": out.unmask_step.tolist(),
+            "chat_template": settings.chat_template and bool(getattr(lm.tokenizer, "chat_template", None))}
 
 
 def check_generate_options(model_path: str, sampler: str | None, params: dict):

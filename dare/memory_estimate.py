@@ -231,7 +231,7 @@ def estimate_memory(ctx, processes: list[int]) -> list[MemoryEstimate]:
     return out
 
 
-def estimate_report(spec: str, overrides: list[str], gpus: str, as_json: bool) -> str:
+def estimate_report(spec: str, overrides: list[str], gpus: str, as_json: bool, unset: list[str] | None = None) -> str:
     """What ``dare profile SPEC --estimate`` prints: a table (GiB per term and process count) and the formula, or
     JSON (bytes). Only the model, objective, sampler, train and launch sections are checked: the data files
     need not be on this machine.
@@ -250,7 +250,8 @@ def estimate_report(spec: str, overrides: list[str], gpus: str, as_json: bool) -
             raise ValueError
     except ValueError:
         raise DareError(f"--gpus {gpus!r}: give process counts separated by commas, e.g. --gpus 1,8") from None
-    ctx = resolve_spec(load_spec(spec, overrides=list(overrides), check=False), spec, config_only=True)
+    ctx = resolve_spec(load_spec(spec, overrides=list(overrides), unset=list(unset or []), check=False), spec,
+                       config_only=True)
     ctx.problems = [(loc, msg) for loc, msg in ctx.problems if not loc.startswith(("data", "eval", "rewards", "output"))]
     ctx.raise_problems()
     estimates = estimate_memory(ctx, counts)

@@ -125,12 +125,14 @@ def _peak_rss_bytes() -> int:
     return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024  # Linux reports KiB
 
 
-def profile_spec(path: str, steps: int = 5, overrides: list[str] | None = None) -> ProfileResult:
+def profile_spec(path: str, steps: int = 5, overrides: list[str] | None = None,
+                 unset: list[str] | None = None) -> ProfileResult:
     """Train ``path``'s spec for ``steps`` optimizer steps in a temporary directory and measure it.
 
     :param steps: optimizer steps (>= 2: the first is excluded from the timings).
     :param overrides: ``--set`` overrides (``key=value``), applied before the profiler's own
         (``output.dir``, ``train.max_steps``, no in-training evaluation or checkpoints).
+    :param unset: ``--unset`` keys, removed after every override.
     :raises DareError: ``steps < 2``, a spec without ``algorithm``, or any spec problem.
     """
     from dare.run import Run
@@ -143,7 +145,7 @@ def profile_spec(path: str, steps: int = 5, overrides: list[str] | None = None) 
     try:
         forced = [f"output.dir={Path(tmp) / 'run'}", f"train.max_steps={steps}", f"train.save_steps={steps + 1}",
                   "train.logging_steps=1", "train.eval_steps=null", "train.keep_best=false", "train.resume=false"]
-        run = Run.from_file(path, list(overrides or []) + forced)
+        run = Run.from_file(path, list(overrides or []) + forced, unset)
         if run.objective is None:
             raise DareError(f"{path} has no algorithm: section, so there is no training step to profile")
         run.prepare(train=True)

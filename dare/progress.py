@@ -7,6 +7,9 @@ Everything goes to stderr (stdout keeps the results: tables, JSON) and only from
 * ``plain``: when stderr is not a terminal (CI, ``> log.txt``): a task prints one line when it has run
   for ``DARE_PROGRESS_INTERVAL`` seconds (default 30) since its last line, and a last line when it ends.
 
+While a run directory's ``run.log`` is open (:mod:`dare.runlog`), every line shown is copied there (the
+rich style's live bars are not: only the lines they leave).
+
 ``DARE_PROGRESS=rich|plain|off`` chooses the style explicitly. A stage banner (:func:`stage`) names
 what starts: ``evaluate``, ``train``, ``validate``, ``report``. A :class:`Task` counts units of work
 (steps, rows, completions); its rate and time left count only the work done since it started, so a
@@ -19,6 +22,8 @@ import os
 import sys
 import time
 from typing import Callable
+
+from dare.runlog import note
 
 __all__ = ["style", "stage", "log", "Task", "task", "format_seconds"]
 
@@ -94,7 +99,9 @@ class _Display:
         if cls.console is None:
             from rich.console import Console
 
-            cls.console = Console(stderr=True)
+            from dare.runlog import console_stream
+
+            cls.console = Console(file=console_stream())  # stderr; the live bars are not copied into run.log
         return cls.console
 
     @classmethod
@@ -123,6 +130,7 @@ class _Display:
 def _write(line: str) -> None:
     if style() == "rich":
         _Display.get_console().print(line, markup=False, highlight=False)
+        note(line)
     else:
         print(line, file=sys.stderr, flush=True)
 
@@ -139,6 +147,7 @@ def stage(name: str, detail: str = "") -> None:
         return
     if style() == "rich":
         _Display.get_console().rule(f"[bold]{name}[/bold]" + (f": {detail}" if detail else ""), align="left")
+        note(f"== {name}" + (f": {detail}" if detail else "") + " ==")
     else:
         _write(f"== {name}" + (f": {detail}" if detail else "") + " ==")
 

@@ -12,6 +12,7 @@ directory. Layout of ``output.dir``::
     metrics.jsonl     every logged metric; tensorboard/ the same for TensorBoard
     eval/<stage>.json per-stage benchmark results; samples/ per-row completions and rewards
     report.json, report.md, plot.png
+    run.log           the console output of every command of the run (appended; main process only)
 
 While it works, a run prints stage banners (evaluate / train / validate / report) and progress with rate
 and time left on stderr (:mod:`dare.progress`, main process only).
@@ -22,17 +23,13 @@ from __future__ import annotations
 import json
 import logging
 import sys
-import time
 from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-import torch
-
-from dare import distributed, progress, runinfo
+from dare import distributed, runinfo
 from dare.errors import DareError, SpecError
-from dare.eval import BenchmarkResult, evaluate_benchmark, provenance, write_report
-from dare.eval.report import machine_info, plot_training
+from dare.eval import BenchmarkResult, evaluate_benchmark
 from dare.io import atomic_write_json
 from dare.modeling import create_model, enable_gradient_checkpointing, load_model
 from dare.modeling.checkpoint import DTYPES
@@ -41,7 +38,6 @@ from dare.rewards import WeightedReward
 from dare.rundir import (clear_run_dir, discard_new_run_dir, first_missing, format_differences, plan_output_dir,
                          run_record, spec_differences, stored_spec)
 from dare.spec import ResolvedBenchmark, ResolvedSpec, RunSpec, load_spec, resolve_spec, spec_hash
-from dare.trainers.checkpoints import checkpoint_step, last_complete_checkpoint, read_best
 
 __all__ = ["Run"]
 
@@ -65,7 +61,7 @@ class Run:
         self.objective = self.resolved.objective
         self.reward = self._weighted(self.resolved.rewards)
         self.hash = spec_hash(spec)
-        self.stage: str | None = None  # the stage execute() is in (before, train, after, eval): interrupted_message
+        self.stage: str | None = None  # the stage dare.pipeline is in (before, train, after, eval): interrupted_message
         #: extra ``transformers.TrainerCallback``s given to the trainer (e.g. ``dare profile``'s step timer)
         self.callbacks: list = []
         #: the spec hash of the run that owns the directory (differs from ``hash`` only for ``dare eval`` with
@@ -74,16 +70,17 @@ class Run:
         self.eval_overrides: str | None = None
 
     @classmethod
-    def from_file(cls, path: str, overrides: list[str] | None = None) -> Run:
-        spec = load_spec(path, overrides=overrides, check=False)
+    def from_file(cls, path: str, overrides: list[str] | None = None, unset: list[str] | None = None) -> Run:
+        """The run of the spec file ``path`` with ``overrides`` (``--set KEY=VALUE``) and ``unset`` (``--unset KEY``)."""
+        spec = load_spec(path, overrides=overrides, check=False, unset=unset)
         try:
             return cls(spec, source=str(path))
         except SpecError as exc:  # a semantic problem of a --set value: say where it came from
-            if not overrides:
+            if not overrides and not unset:
                 raise
             from dare.spec.problems import mark_overrides
 
-            raise SpecError(mark_overrides(exc.problems, overrides), source=exc.source) from None
+            raise SpecError(mark_overrides(exc.problems, overrides or [], unset), source=exc.source) from None
 
     @staticmethod
     def _weighted(pairs):
@@ -200,7 +197,7 @@ class Run:
     def tokens(self):
         return self.lm.tokens
 
-    def _use_trained_model(self) -> bool:
+    def use_trained_model(self) -> bool:
         """Make the run's model the trained ``model/`` of its directory, if there is one (for eval)."""
         if not (self.model_dir / "config.json").is_file():
             return False
@@ -249,14 +246,6 @@ class Run:
             atomic_write_json(self.dir / "eval" / f"{stage}.json", {"spec_hash": self.hash, "results": [r.to_dict() for r in results]})
         return results
 
-    def _earlier_report(self) -> dict[str, Any] | None:
-        """``report.json`` of an earlier command of this run (dict with ``run`` and ``provenance``), else None."""
-        try:
-            old = json.loads((self.dir / "report.json").read_text())
-        except (OSError, json.JSONDecodeError):
-            return None
-        return old if isinstance(old, dict) and isinstance(old.get("run"), dict) else None
-
     def cached_eval(self, stage: str, spec_hash: str | None = None):
         """Results of an earlier evaluation of this exact spec (``spec_hash``, default this one's) at ``stage``
         (resume), else None."""
@@ -294,17 +283,39 @@ class Run:
         return fn
 
     # ------------------------------------------------------------------ descriptions (dare.runinfo)
+    def facts(self) -> runinfo.RunFacts:
+        """What reports and the Ctrl-C message say about this run, as plain data (:class:`dare.runinfo.RunFacts`)."""
+        spec = self.spec
+        ds = spec.data.train if spec.data is not None else None
+        t = spec.train
+        component = lambda c: {"name": c.name, "params": c.params.model_dump(mode="json")} if c is not None else None  # noqa: E731
+        return runinfo.RunFacts(
+            dir=self.dir, objective=component(self.objective), sampler=component(self.sampler),
+            max_steps=t.max_steps if t is not None else None, save_steps=t.save_steps if t is not None else None,
+            training_data={"path": ds.path, "offset": ds.offset, "limit": ds.limit} if ds is not None else None,
+            in_training_eval=({"every_steps": t.eval_steps, "rows": t.eval_limit}
+                              if t is not None and t.eval_steps and spec.eval is not None else None),
+            validation=_row_set(self.resolved.validation) if spec.eval is not None and self.resolved.validation else None,
+            benchmarks=tuple(_row_set(b) for b in self.resolved.benchmarks) if spec.eval is not None else (),
+        )
+
     def eval_set_labels(self, stages: dict[str, list[BenchmarkResult]]) -> dict[str, str]:
         """Which rows each evaluation scored, in words (:func:`dare.runinfo.eval_set_labels`)."""
-        return runinfo.eval_set_labels(self, stages)
+        return runinfo.eval_set_labels(self.facts(), stages)
 
     def interrupted_message(self, command: str) -> str:
         """What an interrupted command saved and how to resume (:func:`dare.runinfo.interrupted_message`)."""
-        return runinfo.interrupted_message(self, command)
+        before = self.spec.train is not None and self.stage != "eval" and bool(self.cached_eval("before", self.run_hash))
+        return runinfo.interrupted_message(self.facts(), self.stage, before, command)
+
+    def evaluator_descriptions(self) -> dict[str, str]:
+        """Benchmark name -> what its accuracy and mean reward mean (the report's column notes)."""
+        return {b.evaluator.name: b.evaluator.description() for b in self.resolved.benchmarks}
 
     # ------------------------------------------------------------------ whole run
     def execute(self, train: bool = True, evaluate: bool = True) -> dict[str, Any]:
-        """``dare run``: [eval before] -> train -> eval after -> report + plot. Returns the report data.
+        """``dare run``: [eval before] -> train -> eval after -> report + plot (:class:`dare.pipeline.Pipeline`,
+        which enters each stage once). Returns the report data: ``{"stages": {stage: [result dicts]}, "train": metrics}``.
 
         Without training (``dare eval``) the stage is ``eval``; when the run directory already holds
         this spec's trained ``model/`` (an earlier ``dare run``/``dare train``), that model is evaluated
@@ -314,112 +325,15 @@ class Run:
         finished run may change evaluation settings only (:data:`dare.rundir.EVAL_ONLY_KEYS`); the report
         then names them (``eval_overrides``).
 
-        ``train.num_threads`` applies to the whole run (evaluations too), so every stage's tokens/s is
-        measured with the same CPU threads.
+        One CPU thread count applies to the whole command (:mod:`dare.threads`), so every stage's tokens/s is
+        measured with the same threads.
         """
-        do_train = train and self.objective is not None
-        do_eval = evaluate and self.spec.eval is not None
-        distributed.setup()
-        self.prepare(train=do_train)
-        if self.spec.train is not None and self.spec.train.num_threads and not torch.cuda.is_available():
-            torch.set_num_threads(self.spec.train.num_threads)
-        machine = machine_info()
-        torch.manual_seed(self.spec.train.seed if self.spec.train else 0)
-        trained = do_eval and not do_train and self._use_trained_model()
-        stages: dict[str, list] = {}
-        stage_seconds: dict[str, float] = {}
-        if do_eval and (not do_train or self.spec.eval.before_train):
-            label = "before" if do_train else "eval"
-            cached = None if trained else self.cached_eval(label)
-            if cached:
-                progress.stage("evaluate", f"{label}: kept from {self.dir / 'eval' / (label + '.json')}")
-                stages[label] = cached
-            else:
-                stages[label] = self._timed_evaluate(label, stage_seconds)
-        train_metrics: dict[str, float] = {}
-        train_seconds = resumed_from = None
-        finished = False
-        if do_train:
-            ckpt = distributed.from_main(last_complete_checkpoint(self.checkpoint_dir) if self.spec.train.resume else None)
-            resumed_from = checkpoint_step(ckpt) if ckpt else None
-            finished = resumed_from is not None and resumed_from >= self.spec.train.max_steps
-            progress.stage("train", f"{self.objective.name}, {self.spec.train.max_steps} steps"
-                           + (" already trained: nothing to train" if finished
-                              else f", resuming from step {resumed_from}" if resumed_from else "")
-                           + f"; checkpoints every {self.spec.train.save_steps} steps in {self.checkpoint_dir}")
-            t0 = time.perf_counter()
-            self.stage = "train"
-            train_metrics = self.train() or {}
-            train_seconds = round(time.perf_counter() - t0, 1)
-            if self.spec.train.keep_best:
-                best = read_best(self.checkpoint_dir)
-                if best is not None:
-                    train_metrics = {**train_metrics, "best_step": best["step"], "best_validation_accuracy": best["value"]}
-        # the same finished run, run again: its after-training results and report facts stay as they were
-        rerun = finished and self._earlier_report()
-        cached = self.cached_eval("after") if rerun and do_eval else None
-        if do_eval and do_train:
-            if cached:
-                progress.stage("evaluate", f"after: kept from {self.dir / 'eval' / 'after.json'}")
-            stages["after"] = cached or self._timed_evaluate("after", stage_seconds)
-        rerun = rerun if (cached or not do_eval) else None
-        prov = provenance(self.spec, self.sampler, self.spec.eval.seed if self.spec.eval else None, machine=machine)
-        info = runinfo.run_info(self, train_metrics, train_seconds, resumed_from, stage_seconds)
-        extra = {"train_metrics": train_metrics, "run_dir": str(self.dir), "run": info}
-        if rerun:  # nothing was trained or evaluated again: the report keeps the run's own facts
-            extra.update(train_metrics=rerun.get("train_metrics", train_metrics), run=rerun.get("run", info))
-            prov = rerun.get("provenance", prov)
-        if do_eval and not do_train:  # `dare eval` after `dare run`: keep the run's before/after rows
-            earlier = {s: rs for s in ("before", "after") if (rs := self.cached_eval(s, self.run_hash))}
-            if earlier:
-                stages = earlier | stages
-                try:
-                    old = json.loads((self.dir / "report.json").read_text())
-                    extra["train_metrics"] = old.get("train_metrics", {})
-                    if isinstance(old.get("run"), dict):  # the training facts are the run's, not this command's
-                        extra["run"] = {**old["run"], "stage_seconds": {**old["run"].get("stage_seconds", {}),
-                                                                        **stage_seconds}}
-                    if isinstance(old.get("provenance"), dict):  # keep the run's machine; record this command's apart
-                        prov = {**old["provenance"], "evaluated_later": {k: prov.get(k) for k in (
-                            "created", "machine", "sampler", "seed", "git_sha", "versions")}}
-                except (OSError, json.JSONDecodeError, AttributeError):
-                    pass
-            if trained:
-                extra["eval_model"] = str(self.model_dir)
-            if self.eval_overrides:
-                extra["eval_overrides"] = self.eval_overrides
-        if stages and distributed.is_main():
-            progress.stage("report", f"{self.dir / 'report.md'}" + (", plot.png" if do_train else ""))
-            extra["run"]["eval_sets"] = self.eval_set_labels(stages)
-            write_report(self.dir, stages, prov, extra=extra, evaluators=self._evaluator_descriptions())
-        if do_train and distributed.is_main():
-            flat = lambda rs: {r.name: r for r in rs}  # noqa: E731
-            plot_training(
-                self.dir / "metrics.jsonl",
-                self.dir / "plot.png",
-                before=flat(stages.get("before", [])) or None,
-                after=flat(stages.get("after", [])) or None,
-                title=self._plot_title(train_metrics),
-                labels=self.eval_set_labels(stages),
-                after_step=train_metrics.get("best_step"), max_step=self.spec.train.max_steps,
-            )
-        distributed.barrier()
-        return {"stages": {k: [r.to_dict(with_samples=False) for r in v] for k, v in stages.items()}, "train": train_metrics}
+        from dare.pipeline import Pipeline
 
-    def _timed_evaluate(self, label: str, stage_seconds: dict[str, float]) -> list[BenchmarkResult]:
-        self.stage = label  # for interrupted_message
-        what = {"before": "before training", "after": "after training", "eval": "the model"}[label]
-        progress.stage("evaluate", f"{what}: " + ", ".join(b.evaluator.name for b in self.resolved.benchmarks))
-        t0 = time.perf_counter()
-        results = self.evaluate(label)
-        stage_seconds[label] = round(time.perf_counter() - t0, 1)
-        return results
+        return Pipeline(self, train=train, evaluate=evaluate).execute()
 
-    def _evaluator_descriptions(self) -> dict[str, str]:
-        return {b.evaluator.name: b.evaluator.description() for b in self.resolved.benchmarks}
 
-    def _plot_title(self, train_metrics: dict[str, Any]) -> str:
-        obj = self.objective.name if self.objective is not None else "?"
-        steps = train_metrics.get("global_step", self.spec.train.max_steps if self.spec.train else "?")
-        return f"{self.dir}: {obj}, {steps} steps"
-
+def _row_set(bench: ResolvedBenchmark) -> runinfo.RowSet:
+    """The rows ``bench`` scores, as plain data (:class:`dare.runinfo.RowSet`)."""
+    name = f"validation ({bench.evaluator.name})" if bench.loc == "eval.validation" else bench.evaluator.name
+    return runinfo.RowSet(name, bench.spec.path or bench.evaluator.default_path or "?", bench.spec.offset)

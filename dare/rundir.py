@@ -35,12 +35,12 @@ __all__ = ["plan_output_dir", "clear_run_dir", "first_missing", "discard_new_run
 
 #: top-level entries DARE writes in a run directory (temporary siblings start with ``.<entry>.``)
 RUN_ENTRIES = frozenset({"run.json", "init-model", "checkpoints", "model", "metrics.jsonl", "tensorboard", "eval",
-                         "samples", "report.json", "report.md", "plot.png"})
+                         "samples", "report.json", "report.md", "plot.png", "run.log"})
 
 
 #: spec keys (dotted prefixes) that change what an evaluation measures but nothing a run trained: ``dare eval``
 #: of a finished run may override them (``eval.validation`` is not among them: it selected ``train.keep_best``'s weights)
-EVAL_ONLY_KEYS = ("eval.benchmarks", "eval.batch_size", "eval.seed", "eval.before_train")
+EVAL_ONLY_KEYS = ("eval.benchmarks", "eval.batch_size", "eval.seed", "eval.before_train", "eval.num_threads")
 
 #: keys the spec hash ignores (:func:`dare.spec.spec_hash`), so never a difference between runs
 _IGNORED = ("output.overwrite", "train.resume", "launch")
@@ -61,18 +61,33 @@ def spec_differences(old: Any, new: Any, prefix: str = "") -> list[tuple[str, An
         return out
     if isinstance(old, list) and isinstance(new, list) and len(old) == len(new):
         return [d for i, (a, b) in enumerate(zip(old, new)) for d in spec_differences(a, b, f"{prefix}[{i}]")]
+    if old == "<absent>" and new is None:  # an optional key the older spec did not have, left unset
+        return []
     return [] if old == new else [(prefix, old, new)]
 
 
-def format_differences(diffs: list[tuple[str, Any, Any]], most: int = 6) -> str:
-    """``"train.max_steps (750 -> 100), sampler.params.steps (17 -> 8)"``, at most ``most`` keys, then a count."""
-    def short(v: Any) -> str:
-        text = json.dumps(v) if not isinstance(v, str) else v
-        return text if len(text) <= 40 else text[:37] + "..."
+def format_differences(diffs: list[tuple[str, Any, Any]], most: int = 6, width: int = 40) -> str:
+    """``"train.max_steps (750 -> 100), sampler.params.steps (17 -> 8)"``, at most ``most`` keys, then a count.
 
-    shown = [f"{k} ({short(a)} -> {short(b)})" for k, a, b in diffs[:most]]
+    A value longer than ``width`` characters is cut to a window of that width; both sides of a key are cut at the
+    same place, just before their first differing character, so two long values show where they differ
+    (``"...{{ extra_info.puzzle }} Solve it..." -> "...{{ extra_info.puzzle }} Answer..."``), never the same text."""
+    shown = [f"{k} ({' -> '.join(_differing_parts(a, b, width))})" for k, a, b in diffs[:most]]
     more = len(diffs) - most
     return ", ".join(shown) + (f" and {more} more" if more > 0 else "")
+
+
+def _differing_parts(a: Any, b: Any, width: int) -> tuple[str, str]:
+    """The texts of ``a`` and ``b`` cut to ``width`` characters around where they first differ."""
+    ta, tb = (v if isinstance(v, str) else json.dumps(v) for v in (a, b))
+    if len(ta) <= width and len(tb) <= width:
+        return ta, tb
+    start = max(0, len(os.path.commonprefix([ta, tb])) - width // 3)
+
+    def cut(t: str) -> str:
+        return ("..." if start else "") + t[start:start + width] + ("..." if start + width < len(t) else "")
+
+    return cut(ta), cut(tb)
 
 
 def run_record(spec_hash: str, source: str | None, spec: dict) -> dict:
@@ -280,7 +295,7 @@ def first_missing(out: Path) -> Path | None:
 
 
 #: what a run writes before it trains or measures anything (a refused run's directory holds only these)
-_BEFORE_ANY_RESULT = {"run.json", "init-model"}
+_BEFORE_ANY_RESULT = {"run.json", "init-model", "run.log"}
 
 
 def discard_new_run_dir(out: Path, created: Path | None) -> bool:

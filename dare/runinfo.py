@@ -1,31 +1,66 @@
 """What a run's numbers come from, in words: which rows each evaluation scored, the run's context for its
 report (objective, steps, wall time, training data, sampler), and what an interrupted command saved.
 
-Used by :class:`dare.run.Run` for ``report.{json,md}`` (the ``run`` block), ``plot.png``'s legend
-labels and the message printed on Ctrl-C; ``dare compare`` reads the ``run`` block back.
+Every function here takes plain data (:class:`RunFacts`, :class:`RowSet`, dicts of results), which
+:meth:`dare.run.Run.facts` builds from a run; the report stage of :mod:`dare.pipeline` uses them for
+``report.{json,md}`` (the ``run`` block) and ``plot.png``'s legend labels, the CLI for the message printed
+on Ctrl-C; ``dare compare`` reads the ``run`` block back.
 """
 
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from dare.trainers.checkpoints import checkpoint_step, last_complete_checkpoint, read_best
 
-__all__ = ["describe_rows", "eval_set_labels", "run_info", "interrupted_message", "logged_rows"]
+__all__ = ["RowSet", "RunFacts", "describe_rows", "eval_set_labels", "run_info", "interrupted_message", "logged_rows"]
 
 
-def describe_rows(bench, n: int | None = None) -> str:
-    """Which rows a benchmark (a :class:`dare.spec.ResolvedBenchmark`) scores:
+@dataclass(frozen=True)
+class RowSet:
+    """The rows one benchmark scores: its name (``validation (sudoku)`` for ``eval.validation``), its file
+    (``"?"`` when unknown) and the first row (``offset``)."""
+
+    name: str
+    path: str
+    offset: int = 0
+
+
+@dataclass(frozen=True)
+class RunFacts:
+    """What a report and the Ctrl-C message say about a run, as plain data.
+
+    ``objective``/``sampler``: ``{"name", "params"}`` or None; ``max_steps``/``save_steps``: ``train.*`` (None
+    without a train section); ``training_data``: ``{"path", "offset", "limit"}`` of ``data.train`` or None;
+    ``in_training_eval``: ``{"every_steps", "rows"}`` or None; ``validation``/``benchmarks``: the row sets of
+    ``eval.validation`` and ``eval.benchmarks`` (None and () without an eval section).
+    """
+
+    dir: Path
+    objective: dict[str, Any] | None = None
+    sampler: dict[str, Any] | None = None
+    max_steps: int | None = None
+    save_steps: int | None = None
+    training_data: dict[str, Any] | None = None
+    in_training_eval: dict[str, Any] | None = None
+    validation: RowSet | None = None
+    benchmarks: tuple[RowSet, ...] = ()
+
+    @property
+    def checkpoint_dir(self) -> Path:
+        return self.dir / "checkpoints"
+
+
+def describe_rows(rows: RowSet, n: int | None = None) -> str:
+    """Which rows a benchmark scores:
     ``"sudoku: 500 rows (0-499) of dare://sudoku/test.parquet"``,
     ``"validation (sudoku): 100 rows (19000-19099) of dare://sudoku/train.parquet"`` (``n`` unknown: the file)."""
-    b = bench.spec
-    path = b.path or bench.evaluator.default_path or "?"
-    name = f"validation ({bench.evaluator.name})" if bench.loc == "eval.validation" else bench.evaluator.name
     if n is None:
-        return f"{name}: rows from {b.offset} of {path}" if b.offset else f"{name}: {path}"
-    return f"{name}: {n} rows ({b.offset}-{b.offset + n - 1}) of {path}"
+        return f"{rows.name}: rows from {rows.offset} of {rows.path}" if rows.offset else f"{rows.name}: {rows.path}"
+    return f"{rows.name}: {n} rows ({rows.offset}-{rows.offset + n - 1}) of {rows.path}"
 
 
 def logged_rows(metrics_file: str | Path) -> dict[str, int]:
@@ -46,85 +81,82 @@ def logged_rows(metrics_file: str | Path) -> dict[str, int]:
     return out
 
 
-def eval_set_labels(run, stages: dict[str, list]) -> dict[str, str]:
+def eval_set_labels(facts: RunFacts, stages: dict[str, list]) -> dict[str, str]:
     """Labels naming each evaluation's rows: the in-training evaluation's prefix (``validation`` or the first
     benchmark's name; row count from the metrics' ``.../rows``) and ``<stage>:<benchmark>`` for the full
-    evaluations in ``stages``."""
+    evaluations in ``stages`` (stage -> results with ``name`` and ``n``, in ``eval.benchmarks`` order)."""
     labels: dict[str, str] = {}
-    if run.spec.eval is None:
+    if facts.validation is None and not facts.benchmarks:
         return labels
-    rows = logged_rows(run.dir / "metrics.jsonl")
-    if run.resolved.validation is not None:
-        labels["validation"] = describe_rows(run.resolved.validation, rows.get("validation"))
-    elif run.resolved.benchmarks:
-        b = run.resolved.benchmarks[0]
-        labels[b.evaluator.name] = describe_rows(b, rows.get(b.evaluator.name))
+    rows = logged_rows(facts.dir / "metrics.jsonl")
+    if facts.validation is not None:
+        labels["validation"] = describe_rows(facts.validation, rows.get("validation"))
+    else:
+        b = facts.benchmarks[0]
+        labels[b.name] = describe_rows(b, rows.get(b.name))
     for stage, results in stages.items():
-        for bench, res in zip(run.resolved.benchmarks, results):
+        for bench, res in zip(facts.benchmarks, results):
             labels[f"{stage}:{res.name}"] = describe_rows(bench, res.n)
     return labels
 
 
-def run_info(run, train_metrics: dict[str, Any], train_seconds: float | None, resumed_from: int | None,
+def run_info(facts: RunFacts, train_metrics: dict[str, Any], train_seconds: float | None, resumed_from: int | None,
              stage_seconds: dict[str, float]) -> dict[str, Any]:
     """The ``run`` block of ``report.json``: objective (name, params), steps done and planned, training wall
     time of this command (``resumed_from_step`` when it resumed), training data, sampler, in-training
     evaluation, evaluation wall times per stage and :func:`eval_set_labels`."""
-    spec = run.spec
-    ds = spec.data.train if spec.data is not None else None
+    td = facts.training_data
     info: dict[str, Any] = {
-        "objective": ({"name": run.objective.name, "params": run.objective.params.model_dump(mode="json")}
-                      if run.objective is not None else None),
+        "objective": facts.objective,
         "steps": train_metrics.get("global_step"),
-        "max_steps": spec.train.max_steps if spec.train is not None else None,
+        "max_steps": facts.max_steps,
         "train_seconds": train_seconds,
         "resumed_from_step": resumed_from,
-        "training_data": ({"path": ds.path, "offset": ds.offset, "limit": ds.limit, "examples": train_metrics.get("examples")}
-                          if ds is not None else None),
-        "sampler": ({"name": run.sampler.name, "params": run.sampler.params.model_dump(mode="json")}
-                    if run.sampler is not None else None),
+        "training_data": {**td, "examples": train_metrics.get("examples")} if td is not None else None,
+        "sampler": facts.sampler,
         "stage_seconds": stage_seconds,
-        "eval_sets": eval_set_labels(run, {}),
+        "eval_sets": eval_set_labels(facts, {}),
     }
-    if spec.train is not None and spec.train.eval_steps and spec.eval is not None:
-        info["in_training_eval"] = {"every_steps": spec.train.eval_steps, "rows": spec.train.eval_limit}
+    if facts.in_training_eval is not None:
+        info["in_training_eval"] = facts.in_training_eval
     return info
 
 
-def interrupted_message(run, command: str) -> str:
-    """What an interrupted command (Ctrl-C) saved in ``run.dir`` and what re-running it does, as one paragraph.
+def interrupted_message(facts: RunFacts, stage: str | None, before_saved: bool, command: str) -> str:
+    """What an interrupted command (Ctrl-C) saved in ``facts.dir`` and what re-running it does, as one paragraph.
 
-    ``run.stage`` (set by :meth:`dare.run.Run.execute`) says where it stopped: ``before``/``after``/``eval``
-    (an evaluation), ``train``, or None (before any stage began)."""
-    stage = getattr(run, "stage", None)
+    :param stage: where it stopped (the stage :mod:`dare.pipeline` was in): ``before``/``after``/``eval`` (an
+        evaluation), ``train``, or None (before any stage began).
+    :param before_saved: the run's evaluation before training is saved (``eval/before.json`` of its spec).
+    :param command: the command that resumes (quoted at the end)."""
     where = {"before": " during the evaluation before training", "train": " during training",
              "after": " during the evaluation after training", "eval": " during the evaluation"}.get(stage, "")
-    trains = run.spec.train is not None and stage != "eval"
-    ckpt = last_complete_checkpoint(run.checkpoint_dir) if trains else None
+    trains = facts.max_steps is not None and stage != "eval"
+    ckpt = last_complete_checkpoint(facts.checkpoint_dir) if trains else None
     step = checkpoint_step(ckpt) if ckpt is not None else None
     saved = []
     if ckpt is not None:
-        saved.append(f"the checkpoint of step {step} of {run.spec.train.max_steps} ({ckpt})")
-    best = read_best(run.checkpoint_dir) if trains else None
+        saved.append(f"the checkpoint of step {step} of {facts.max_steps} ({ckpt})")
+    best = read_best(facts.checkpoint_dir) if trains else None
     if best is not None:
-        saved.append(f"the best weights so far (step {best['step']}, {run.checkpoint_dir / 'best'})")
-    kept = trains and bool(run.cached_eval("before", run.run_hash))
+        saved.append(f"the best weights so far (step {best['step']}, {facts.checkpoint_dir / 'best'})")
+    kept = trains and before_saved
     if kept:
-        saved.append(f"the evaluation before training ({run.dir / 'eval' / 'before.json'})")
-    model = run.dir / "model"
+        saved.append(f"the evaluation before training ({facts.dir / 'eval' / 'before.json'})")
+    model = facts.dir / "model"
     if stage == "after" and (model / "config.json").is_file():  # training finished; only the last evaluation is lost
         text = (f"interrupted{where}: training finished and the trained model is in {model}"
-                + (f"; the evaluation before training is saved ({run.dir / 'eval' / 'before.json'})" if kept else ""))
+                + (f"; the evaluation before training is saved ({facts.dir / 'eval' / 'before.json'})" if kept else ""))
         return f"{text}. Re-running the same command evaluates the trained model again (no retraining): {command}"
     if saved:
         text = f"interrupted{where}: saved {'; '.join(saved)}"
-    elif stage in ("before", "eval") and (run.dir / "run.json").is_file() and not (model / "config.json").is_file():
-        held = "the run's spec (run.json)" + (" and starting model (init-model/)" if (run.dir / "init-model").is_dir() else "")
-        text = f"interrupted{where}: no results were saved; {run.dir} holds only {held}"
+    elif stage in ("before", "eval") and (facts.dir / "run.json").is_file() and not (model / "config.json").is_file():
+        held = "the run's spec (run.json)" + (" and starting model (init-model/)" if (facts.dir / "init-model").is_dir() else "")
+        text = f"interrupted{where}: no results were saved; {facts.dir} holds only {held}"
     else:
         text = f"interrupted{where}: nothing was saved"
     if stage == "train" and ckpt is None:
-        text += f" (no checkpoint yet: the first is written at step {run.spec.train.save_steps}, train.save_steps)"
+        text += f" (no checkpoint yet: the first is written at step {facts.save_steps}, train.save_steps)"
     reuse = ", reusing the saved evaluation before training" if kept else ""
     if not trains:
         then = "evaluates again"

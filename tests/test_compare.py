@@ -101,7 +101,7 @@ def test_plots_show_zero_integer_steps_and_distinct_series(tmp_path, monkeypatch
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from dare.eval.report import draw_training_curve, plot_training
+    from dare.eval.plots import draw_training_curve, plot_training
 
     fig, ax = plt.subplots()
     draw_training_curve(ax, "loss", [(1, 7.3, None)])

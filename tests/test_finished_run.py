@@ -221,3 +221,38 @@ def test_the_trained_model_ships_no_pickle(finished):
     model = finished["dir"] / "model"
     assert (model / "model.safetensors").is_file()
     assert sorted(p.name for p in model.rglob("*") if p.suffix in (".bin", ".pt", ".pth", ".pkl", ".pickle")) == []
+
+
+def test_generate_model_of_a_run_uses_the_runs_prompt_format_and_says_so(finished, tiny_llada_dir):
+    d = finished["dir"]
+    samples = json.loads((d / "samples" / "after-sudoku.json").read_text())
+    puzzles = [r["extra_info"]["puzzle"] for r in load_rows("dare://sudoku/test.parquet", limit=2)]
+    prompts = [a for p in puzzles for a in ("--prompt", p)]
+    params = [a for kv in ("gen_length=17", "block_length=17", "steps=17") for a in ("--param", kv)]  # the run's sampler
+    code, out, err = _cli("generate", "--model", str(d / "model"), *prompts, *params, "--json")
+    assert code == 0, err
+    assert json.loads(out)["completions"] == [s["completion"] for s in samples[:2]]  # the run's format: same answers
+    assert (f"prompt format: the tokenizer's chat template, with the system prompt (the eval.benchmarks[0] of the run "
+            f"in {d}; --chat/--no-chat choose)") in err
+    # a checkpoint of the run too; --no-chat overrides and is named
+    code, _, err = _cli("generate", "--model", str(d / "checkpoints" / "checkpoint-4"), *prompts, *params, "--no-chat")
+    assert code == 0, err
+    assert "prompt format: plain text, no chat template, with the system prompt (--no-chat;" in err
+    # a model that no DARE run wrote: the tokenizer's chat template, said to be the default
+    code, _, err = _cli("generate", "--model", str(tiny_llada_dir), *prompts, "--param", "gen_length=4",
+                        "--param", "block_length=4", "--param", "steps=4")
+    assert code == 0, err
+    assert "prompt format: the tokenizer's chat template (the default for a model that did not come from a DARE run" in err
+
+
+def test_generate_model_settings_of_a_run_trained_without_chat_template(tmp_path):
+    from dare.generate import model_settings
+
+    run = tmp_path / "run"
+    (run / "model").mkdir(parents=True)
+    spec = {"data": {"train": {"path": "x.parquet", "chat_template": False}}}
+    (run / "run.json").write_text(json.dumps({"spec_hash": "0" * 16, "source": None, "spec": spec}))
+    s = model_settings(str(run / "model"))
+    assert (s.chat_template, s.system_prompt, s.format_from) == (False, None, f"the data.train of the run in {run}")
+    (tmp_path / "elsewhere").mkdir()
+    assert model_settings(str(tmp_path / "elsewhere")).chat_template is True

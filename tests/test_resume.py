@@ -104,11 +104,12 @@ def test_resume_keeps_the_global_batch(tmp_path):
 
 
 def test_interrupted_message_of_several_processes_names_the_launch(monkeypatch):
-    from dare import cli, distributed
+    from dare import distributed
+    from dare.cli.runs import relaunch_command
 
     monkeypatch.setattr(distributed, "world_size", lambda: 1)
-    assert cli._relaunch_command("dare train s.yaml") == "dare train s.yaml"
+    assert relaunch_command("dare train s.yaml") == "dare train s.yaml"
     monkeypatch.setattr(distributed, "world_size", lambda: 2)
     monkeypatch.setenv("ACCELERATE_USE_CPU", "1")
-    assert cli._relaunch_command("dare train s.yaml") == (
+    assert relaunch_command("dare train s.yaml") == (
         "the same launch of 2 processes, e.g. ACCELERATE_USE_CPU=1 torchrun --nproc_per_node 2 --no-python dare train s.yaml")

@@ -61,7 +61,10 @@ def test_scaffolded_plugins_install_list_test_and_run(tmp_path, tiny_llada_dir):
         env=env, capture_output=True, text=True, cwd=tmp_path,
     )
     assert tests.returncode == 0, tests.stdout + tests.stderr
-    assert "18 passed" in tests.stdout  # 2 generic + 1 kind-specific test per plugin
+    # 2 generic + 1 kind-specific test per plugin, and the RL objective's 2 RL steps from a spec (docs/plugins.md)
+    assert "19 passed" in tests.stdout and "skipped" not in tests.stdout
+    rl_test = pkgs[2] / "tests" / "test_dare_plugin_scaf_rl_objective.py"
+    assert "def test_dare_plugin_scaf_rl_objective_trains_two_rl_steps_from_a_spec(" in rl_test.read_text()
 
     # the new objective trains on the core skeleton (keep_best included) and the new reward scores, from a spec
     spec = {

@@ -208,8 +208,8 @@ def _curve_label(run_dir: Path, parsed) -> str:
 def _panels(parsed, rows) -> dict[str, Any]:
     """Plot content: ``accuracy`` / ``mean_reward``: ``(entry label, {benchmark: value})`` for every entry, in order; ``rows``:
     ``{benchmark: sorted row counts}``; ``runs``: one ``(curve label, kind, curve points, eval series,
-    set labels, steps, objective)`` per run directory that trained (:func:`dare.eval.report.training_curve`)."""
-    from dare.eval.report import eval_series, read_metrics, training_curve
+    set labels, steps, objective)`` per run directory that trained (:func:`dare.eval.plots.training_curve`)."""
+    from dare.eval.plots import eval_series, read_metrics, training_curve
 
     panels: dict[str, Any] = {"accuracy": [], "mean_reward": [], "rows": {}, "runs": []}
     for label, _, _ in parsed:
@@ -247,7 +247,7 @@ def _plot(parsed, out_png: Path, title: str, rows=()) -> Path | None:
     import matplotlib.pyplot as plt
 
     from dare.eval.plotstyle import reward_marker, step_axis
-    from dare.eval.report import draw_training_curve
+    from dare.eval.plots import draw_training_curve
 
     panels = _panels(parsed, rows)
     runs = panels["runs"]

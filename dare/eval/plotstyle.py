@@ -1,4 +1,4 @@
-"""Shared plot styling of ``plot.png`` (:func:`dare.eval.report.plot_training`) and ``comparison.png``
+"""Shared plot styling of ``plot.png`` (:func:`dare.eval.plots.plot_training`) and ``comparison.png``
 (:mod:`dare.eval.compare`): integer step axes and the markers that keep every evaluation series distinct."""
 
 from __future__ import annotations

@@ -97,15 +97,17 @@ def validate_spec(raw: dict | RunSpec, source: str | None = None, check: bool = 
 
 
 def load_spec(path: str | os.PathLike, overrides: list[str] | None = None, check: bool = True,
-              config_only: bool = False) -> RunSpec:
-    """Read a YAML run spec, apply ``overrides`` (``dotted.key=value``, value parsed as YAML), validate it
-    structurally and (with ``check``) semantically (``config_only``: :func:`validate_spec`).
+              unset: list[str] | None = None, config_only: bool = False) -> RunSpec:
+    """Read a YAML run spec, apply ``overrides`` (``dotted.key=value``, value parsed as YAML), remove the keys
+    ``unset`` (``--unset``), validate it structurally and (with ``check``) semantically (``config_only``:
+    :func:`validate_spec`).
 
     :raises SpecError: listing every problem with its YAML path.
     """
     try:
-        return validate_spec(read_spec_file(path, overrides), source=str(path), check=check, config_only=config_only)
+        return validate_spec(read_spec_file(path, overrides, unset), source=str(path), check=check,
+                             config_only=config_only)
     except SpecError as exc:
-        if not overrides:
+        if not overrides and not unset:
             raise
-        raise SpecError(mark_overrides(exc.problems, overrides), source=exc.source) from None
+        raise SpecError(mark_overrides(exc.problems, overrides or [], unset), source=exc.source) from None

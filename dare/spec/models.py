@@ -166,7 +166,8 @@ class TrainSpec(_Strict):
     max_length: int | None = Field(None, gt=0, description="Truncate/filter sequences longer than this (tokens).")
     bf16: bool = Field(False, description="bf16 autocast.")
     resume: bool = Field(True, description="Resume from the last checkpoint in the output directory, if any.")
-    num_threads: int | None = Field(None, gt=0, description="torch CPU threads (default: torch's choice).")
+    num_threads: int | None = Field(None, gt=0, description="torch CPU threads of a command that trains, for all its "
+                                    "stages (default: eval.num_threads, else DARE's choice: see dare/threads.py).")
     max_nonfinite_steps: int = Field(3, gt=0, description="Optimizer steps with a NaN/Inf loss or gradient that are skipped "
                                      "in a row before training stops with an error.")
     packing: bool = Field(
@@ -219,6 +220,8 @@ class EvalSpec(_Strict):
     before_train: bool = Field(True, description="With `dare run`: also evaluate the model before training.")
     batch_size: int = Field(32, gt=0)
     seed: int = 0
+    num_threads: int | None = Field(None, gt=0, description="torch CPU threads of a command that only evaluates (dare "
+                                    "eval; no train section needed); default train.num_threads, else DARE's choice.")
 
     @property
     def resolved(self) -> list[BenchmarkSpec]:
@@ -264,6 +267,8 @@ def spec_hash(spec: RunSpec) -> str:
     data = spec.model_dump(mode="json")
     data["output"].pop("overwrite", None)
     data.pop("launch", None)
+    if data.get("eval") and data["eval"].get("num_threads") is None:  # unset: the hash of specs written before the key
+        data["eval"].pop("num_threads", None)
     if data.get("train"):
         data["train"].pop("resume", None)
     blob = json.dumps(data, sort_keys=True, separators=(",", ":"))

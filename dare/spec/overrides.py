@@ -1,8 +1,10 @@
-"""Reading a spec file and applying command-line overrides (``--set key=value``).
+"""Reading a spec file and applying command-line overrides (``--set key=value``, ``--unset key``).
 
 :func:`read_spec_file` returns the raw mapping of a YAML spec with every override applied; values are
 parsed as YAML (:func:`parse_override_value`), list items are addressed by index
-(``eval.benchmarks.0.limit`` or ``eval.benchmarks[0].limit``).
+(``eval.benchmarks.0.limit`` or ``eval.benchmarks[0].limit``). ``--unset key`` removes a key (or a list
+item) after every ``--set``, so the component's default applies again, e.g. ``--set algorithm.name=d1
+--unset algorithm.params.shrink`` when switching from TraceRL, which has that param, to d1, which has not.
 """
 
 from __future__ import annotations
@@ -16,11 +18,13 @@ from dare.errors import SpecError
 from dare.rundir import is_run_record
 from dare.spec.yamlload import NotYAMLError, load_yaml
 
-__all__ = ["read_spec_file", "apply_override", "parse_override_value"]
+__all__ = ["read_spec_file", "apply_override", "apply_unset", "parse_override_value"]
 
 
-def read_spec_file(path: str | os.PathLike, overrides: list[str] | None = None) -> dict[str, Any]:
-    """The YAML mapping of the spec file at ``path`` with ``overrides`` (``dotted.key=value``) applied.
+def read_spec_file(path: str | os.PathLike, overrides: list[str] | None = None,
+                   unset: list[str] | None = None) -> dict[str, Any]:
+    """The YAML mapping of the spec file at ``path`` with ``overrides`` (``dotted.key=value``) applied, then the
+    keys ``unset`` (dotted) removed (:func:`apply_unset`).
 
     A run directory's ``run.json`` (:func:`dare.rundir.run_record`, written by ``dare run``) is read as the
     spec it holds, so ``dare eval runs/x/run.json`` evaluates that run as it was specified.
@@ -39,6 +43,8 @@ def read_spec_file(path: str | os.PathLike, overrides: list[str] | None = None) 
         raw = raw["spec"]
     for ov in overrides or []:
         apply_override(raw, ov)
+    for key in unset or []:
+        apply_unset(raw, key)
     return raw
 
 
@@ -56,6 +62,37 @@ def parse_override_value(value: str, where: str = "") -> Any:
     return parsed
 
 
+def _parts(key: str, where: str) -> list[str]:
+    parts = re.sub(r"\[(\w*)\]", r".\1", key).split(".")
+    if any(not p for p in parts):
+        raise SpecError([(where, "empty path segment; write e.g. eval.benchmarks.0.limit=8 or eval.benchmarks[0].limit=8")])
+    return parts
+
+
+def apply_unset(raw: dict, key: str) -> None:
+    """Remove ``dotted.key`` from ``raw`` (a list item by index: ``eval.benchmarks.1``).
+
+    :raises SpecError: naming the ``--unset`` key when it is not in the spec (a typo is not ignored), with the
+        keys that are there.
+    """
+    key = key.strip()
+    where = f"--unset {key}"
+    parts = _parts(key, where)
+    cur: Any = raw
+    for i, p in enumerate(parts):
+        done = ".".join(parts[:i]) or "the spec"
+        if isinstance(cur, list) and p.isdigit() and int(p) < len(cur):
+            p = int(p)
+        elif not isinstance(cur, dict) or p not in cur:
+            have = (f"it has {', '.join(map(str, cur))}" if isinstance(cur, dict) and cur else
+                    f"it has {len(cur)} item(s)" if isinstance(cur, list) else "it is not a mapping or list")
+            raise SpecError([(where, f"{done} has no {p!r} to remove ({have}); nothing was changed")])
+        if i == len(parts) - 1:
+            del cur[p]
+            return
+        cur = cur[p]
+
+
 def apply_override(raw: dict, override: str) -> None:
     """Set ``dotted.key=value`` in ``raw``; list items by index (``eval.benchmarks.0.limit`` or ``[0]``).
 
@@ -67,9 +104,7 @@ def apply_override(raw: dict, override: str) -> None:
     key, value = override.split("=", 1)
     key = key.strip()
     where = f"--set {key}"
-    parts = re.sub(r"\[(\w*)\]", r".\1", key).split(".")
-    if any(not p for p in parts):
-        raise SpecError([(where, "empty path segment; write e.g. eval.benchmarks.0.limit=8 or eval.benchmarks[0].limit=8")])
+    parts = _parts(key, where)
     cur: Any = raw
     for i, p in enumerate(parts):
         last = i == len(parts) - 1

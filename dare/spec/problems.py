@@ -127,19 +127,21 @@ def _strip_union_tags(root_cls: type[BaseModel], loc: tuple) -> tuple[tuple, Any
     return tuple(out), branch, has_model
 
 
-def mark_overrides(problems: list[tuple[str, str]], overrides: list[str]) -> list[tuple[str, str]]:
-    """``problems`` with ``" (set by --set KEY=VALUE)"`` added to each one whose YAML path is (inside, or
-    holds) a key given with ``--set``, so a typo on the command line is not looked for in the file."""
+def mark_overrides(problems: list[tuple[str, str]], overrides: list[str],
+                   unset: list[str] | None = None) -> list[tuple[str, str]]:
+    """``problems`` with ``" (set by --set KEY=VALUE)"`` (or ``" (removed by --unset KEY)"``) added to each one whose
+    YAML path is (inside, or holds) a key given on the command line, so it is not looked for in the file."""
 
     def norm(key: str) -> str:
         return re.sub(r"\[(\w*)\]", r".\1", key.strip())
 
-    sets = [(norm(ov.split("=", 1)[0]), ov.strip()) for ov in overrides if "=" in ov]
+    sets = [(norm(ov.split("=", 1)[0]), f"set by --set {ov.strip()}") for ov in overrides if "=" in ov]
+    sets += [(norm(key), f"removed by --unset {key.strip()}") for key in unset or []]
     out = []
     for loc, msg in problems:
         n = norm(loc)
         hit = [ov for key, ov in sets if n and (n == key or n.startswith(key + ".") or key.startswith(n + "."))]
-        if hit and not loc.startswith("--set"):
-            msg = f"{msg} (set by --set {hit[-1]})"
+        if hit and not loc.startswith(("--set", "--unset")):
+            msg = f"{msg} ({hit[-1]})"
         out.append((loc, msg))
     return out

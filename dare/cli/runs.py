@@ -1,0 +1,135 @@
+"""``dare run``, ``dare train``, ``dare eval`` (a spec's stages, :class:`dare.run.Run`) and ``dare compare`` (runs side
+by side); what an interrupted command says (Ctrl-C or SIGTERM: what was saved, the command that resumes)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import sys
+from pathlib import Path
+
+import click
+
+from dare.cli.group import ARGV, cli, is_main, spec_overrides
+from dare.cli_help import wide_console
+from dare.errors import DareError
+
+__all__ = ["run", "train", "eval_cmd", "compare", "execute_resumably", "relaunch_command"]
+
+
+@cli.command()
+@click.argument("spec", type=click.Path(dir_okay=False))
+@spec_overrides
+def run(spec, overrides, unset):
+    """Evaluate (before), train, evaluate (after) and write a report, as SPEC says."""
+    from dare.run import Run
+
+    r = Run.from_file(spec, list(overrides), list(unset))
+    out = execute_resumably(r)
+    if is_main():
+        _print_stages(out["stages"])
+        click.echo(f"run directory: {r.dir}")
+
+
+@cli.command()
+@click.argument("spec", type=click.Path(dir_okay=False))
+@spec_overrides
+def train(spec, overrides, unset):
+    """Train only: skips the before/after evaluations (in-training evaluation, train.eval_steps, still runs);
+    resumes from the last checkpoint of the same spec."""
+    from dare.run import Run
+
+    r = Run.from_file(spec, list(overrides), list(unset))
+    out = execute_resumably(r, train=True, evaluate=False)
+    if is_main():
+        click.echo(json.dumps(out["train"], indent=2))
+        click.echo(f"trained model: {r.model_dir}")
+
+
+@cli.command(name="eval")
+@click.argument("spec", type=click.Path(dir_okay=False))
+@spec_overrides
+def eval_cmd(spec, overrides, unset):
+    """Evaluate SPEC's model on its eval benchmarks (no training).
+
+    When SPEC's run directory holds its trained model/ (after `dare run`/`dare train`), that model is
+    evaluated; its report keeps the run's before/after rows and adds an `eval` row. Evaluation settings
+    may differ from the run's (e.g. --set eval.benchmarks.0.limit=100 --set eval.batch_size=64); the
+    report names them.
+    """
+    from dare.run import Run
+
+    r = Run.from_file(spec, list(overrides), list(unset))
+    if r.spec.eval is None:
+        raise DareError("the spec has no eval: section; add eval.benchmarks")
+    out = execute_resumably(r, train=False, evaluate=True)
+    if is_main():
+        _print_stages(out["stages"])
+        click.echo(f"report: {r.dir / 'report.md'}")
+
+
+def execute_resumably(r, **kwargs):
+    """``r.execute(**kwargs)`` holding the run directory's lock (:mod:`dare.runlock`); on Ctrl-C or SIGTERM
+    (:mod:`dare.signals`), say what was saved and that the same command resumes (exit 130 or 143)."""
+    from dare.runlock import hold_run_dir
+    from dare.signals import exit_status, terminate_as_interrupt
+
+    try:
+        with terminate_as_interrupt(), hold_run_dir(r.dir):
+            try:
+                return r.execute(**kwargs)
+            except DareError:
+                r.discard_unused_dir()  # a refused run leaves no files
+                raise
+    except KeyboardInterrupt as exc:
+        if is_main():
+            said = r.interrupted_message(relaunch_command(shlex.join(["dare", *ARGV])))
+            click.echo(("received SIGTERM; " if exit_status(exc) == 143 else "") + said, err=True)
+        sys.exit(exit_status(exc))
+
+
+def relaunch_command(command: str) -> str:
+    """``command`` as the user must re-run it: under a launcher of N processes the same launch, since resuming
+    with another process count would change the global batch (refused on resume)."""
+    from dare.distributed import world_size
+
+    n = world_size()
+    if n == 1:
+        return command
+    cpu = "ACCELERATE_USE_CPU=1 " if os.environ.get("ACCELERATE_USE_CPU") else ""
+    return f"the same launch of {n} processes, e.g. {cpu}torchrun --nproc_per_node {n} --no-python {command}"
+
+
+def _print_stages(stages):
+    if not stages:
+        return
+    from rich.table import Table
+
+    t = Table(title="results")
+    for col in ("stage", "benchmark", "accuracy", "mean reward", "samples", "NFE", "tokens/s"):
+        t.add_column(col)
+    for stage, results in stages.items():
+        for r in results:
+            t.add_row(stage, r["name"], f"{r['accuracy']:.4f}", f"{r['mean_reward']:.4f}", str(r["n"]), str(r["nfe"]),
+                      f"{r['tokens_per_second']:.1f}")
+    wide_console().print(t)
+
+
+@cli.command()
+@click.argument("entries", nargs=-1, required=True)
+@click.option("--output", "-o", required=True, help="Directory for comparison.{md,json,png}.")
+@click.option("--title", default="DARE comparison", show_default=True)
+def compare(entries, output, title):
+    """Put runs side by side: ENTRIES are LABEL=RUN_DIR[:STAGE] (stage before/after/eval, default after).
+
+    RUN_DIR may be a `dare sweep` directory (all its runs). Runs that differ only by seed form groups: n, mean, std
+    and 95% bootstrap interval per benchmark, and paired differences with a significant / not significant verdict
+    (docs/scaling.md, "Reading the comparison")."""
+    from dare.eval.compare import compare_runs
+
+    md, _, png = compare_runs(list(entries), output, title=title)
+    click.echo(Path(md).read_text())
+    if png is not None:
+        click.echo(f"plot: {png}")
+
