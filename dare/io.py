@@ -26,7 +26,7 @@ from safetensors import SafetensorError
 from dare import assets
 from dare.errors import DareError
 
-__all__ = ["atomic_dir", "replace_dir", "describe_write_error", "WRITE_ERRORS", "atomic_write_text", "atomic_write_json", "resolve_path",
+__all__ = ["atomic_dir", "replace_dir", "describe_write_error", "WRITE_ERRORS", "disk_errors_explained", "atomic_write_text", "atomic_write_json", "resolve_path",
            "looks_local", "current_umask", "apply_umask"]
 
 
@@ -162,6 +162,22 @@ def _io_errno(exc: BaseException) -> int | None:
         if os.strerror(code) in text:
             return code
     return None
+
+
+@contextlib.contextmanager
+def disk_errors_explained(where: str | os.PathLike) -> Iterator[None]:
+    """Within the block, an ``OSError`` of a full, read-only or forbidden device (a log line, a report, a
+    checkpoint) becomes a one-paragraph :class:`DareError` (:func:`describe_write_error`); other errors pass."""
+    import errno
+
+    try:
+        yield
+    except OSError as exc:
+        if exc.errno not in (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM):
+            raise
+        raise DareError(f"writing under {where} failed: {describe_write_error(exc, exc.filename or where)}. Files "
+                        "are written to a temporary name and renamed, so what was written before is intact. Free space "
+                        "(or fix the permissions) and re-run the same command to resume") from None
 
 
 def atomic_write_text(path: str | os.PathLike, text: str) -> None:

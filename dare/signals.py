@@ -15,7 +15,7 @@ import signal
 import threading
 from collections.abc import Iterator
 
-__all__ = ["Terminated", "terminate_as_interrupt", "exit_status"]
+__all__ = ["Terminated", "terminate_as_interrupt", "exit_status", "stop_message"]
 
 
 class Terminated(KeyboardInterrupt):
@@ -44,3 +44,8 @@ def terminate_as_interrupt() -> Iterator[None]:
 def exit_status(exc: BaseException) -> int:
     """The exit status of a command stopped by ``exc``: 143 for SIGTERM, 130 for Ctrl-C (shell conventions)."""
     return 128 + signal.SIGTERM if isinstance(exc, Terminated) else 130
+
+
+def stop_message(exc: BaseException, said: str) -> str:
+    """``said`` (what was saved, how to resume), prefixed with ``received SIGTERM; `` when ``exc`` is :class:`Terminated`."""
+    return f"received SIGTERM; {said}" if isinstance(exc, Terminated) else said

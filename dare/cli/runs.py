@@ -72,11 +72,12 @@ def eval_cmd(spec, overrides, unset):
 def execute_resumably(r, **kwargs):
     """``r.execute(**kwargs)`` holding the run directory's lock (:mod:`dare.runlock`); on Ctrl-C or SIGTERM
     (:mod:`dare.signals`), say what was saved and that the same command resumes (exit 130 or 143)."""
+    from dare.io import disk_errors_explained
     from dare.runlock import hold_run_dir
-    from dare.signals import exit_status, terminate_as_interrupt
+    from dare.signals import exit_status, stop_message, terminate_as_interrupt
 
     try:
-        with terminate_as_interrupt(), hold_run_dir(r.dir):
+        with terminate_as_interrupt(), hold_run_dir(r.dir), disk_errors_explained(r.dir):
             try:
                 return r.execute(**kwargs)
             except DareError:
@@ -84,8 +85,7 @@ def execute_resumably(r, **kwargs):
                 raise
     except KeyboardInterrupt as exc:
         if is_main():
-            said = r.interrupted_message(relaunch_command(shlex.join(["dare", *ARGV])))
-            click.echo(("received SIGTERM; " if exit_status(exc) == 143 else "") + said, err=True)
+            click.echo(stop_message(exc, r.interrupted_message(relaunch_command(shlex.join(["dare", *ARGV])))), err=True)
         sys.exit(exit_status(exc))
 
 

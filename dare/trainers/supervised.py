@@ -66,8 +66,12 @@ class SupervisedObjective(TrainerObjective):
                 column = next(c for c in RESPONSE_COLUMNS if c in cols)
                 for col, msg in column_type_problems(ds.path, [column], sample_rows(ds.path, ds.offset)):
                     problems.append(("data.train.path", f"{msg}; or set data.train.response_template"))
-        if ds is not None and not problems and ctx.spec.train is not None and ctx.spec.train.max_length is None:
-            tokenizer = ctx.tokenizer if ctx.spec.model.new is None else None
+        if (ds is not None and not problems and not ctx.problems and ctx.spec.train is not None
+                and ctx.spec.train.max_length is None):
+            try:
+                tokenizer = ctx.tokenizer if ctx.spec.model.new is None else None
+            except Exception:  # noqa: BLE001 - a broken tokenizer: the model check reports it
+                tokenizer = None
             problems += sample_length_problems(ds, "data.train", ctx.model_config, tokenizer, with_response=True)
         return problems
 
