@@ -20,7 +20,7 @@ def test_summary_interval_equals_scipy_bootstrap():
     assert s.n == 6 and s.mean == pytest.approx(x.mean(), abs=0) and s.std == pytest.approx(x.std(ddof=1), abs=0)
     assert (s.ci_low, s.ci_high) == (ref.confidence_interval.low, ref.confidence_interval.high)
     assert s.ci_low < s.mean < s.ci_high
-    # by hand: three seeds of the AMD demo (0.522, 0.460, 0.522): mean 0.50133, std 0.035796
+    # by hand: three seeds of the demo's RL stage on one AMD machine (0.522, 0.460, 0.522): mean 0.50133, std 0.035796
     s3 = summarize([0.522, 0.460, 0.522])
     assert s3.mean == pytest.approx(0.501333, abs=1e-6) and s3.std == pytest.approx(0.0357957, abs=1e-7)
     assert 0.460 <= s3.ci_low <= s3.mean <= s3.ci_high <= 0.522
