@@ -11,7 +11,7 @@ from dare.components.family import ModelFamily, SpecialTokens
 if TYPE_CHECKING:  # pragma: no cover
     import torch
 
-__all__ = ["SamplerOutput", "Sampler"]
+__all__ = ["SamplerOutput", "Sampler", "ResolvedSampler"]
 
 
 @dataclass
@@ -130,3 +130,34 @@ class Sampler(Component):
                 )
             ]
         return []
+
+
+@dataclass(frozen=True)
+class ResolvedSampler:
+    """A sampler as a run uses it, with the YAML path that set each of its parameters.
+
+    RL objectives decode their training rollouts with the spec's ``sampler:`` and the overrides of
+    ``algorithm.params.rollout_sampler`` (:meth:`dare.rl.objective.OnlineRLObjective.resolve_rollout_sampler`); the
+    spec resolution builds it once (``ResolvedSpec.rollout_sampler``) and checks and training read it from there.
+
+    * ``sampler``: the built component (its ``Params`` validated with the overrides applied);
+    * ``origin``: parameter name -> YAML path of the value (``algorithm.params.rollout_sampler.<key>`` for an
+      override); a parameter not listed comes from ``sampler.params.<key>`` or the ``Params`` default.
+    """
+
+    sampler: Sampler
+    origin: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def name(self) -> str:
+        return self.sampler.name
+
+    @property
+    def params(self):
+        return self.sampler.params
+
+    def where(self, key: str) -> str:
+        """The YAML path to name in a message about ``key`` (a parameter name, or ``"name"``: ``sampler.name``)."""
+        if key == "name":
+            return "sampler.name"
+        return self.origin.get(key, f"sampler.params.{key}")

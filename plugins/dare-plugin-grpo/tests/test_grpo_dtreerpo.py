@@ -12,7 +12,7 @@ import torch
 from dare.trainers import DareConfig
 
 from dare_grpo.objectives import DTreeRPO
-from dare_grpo.objectives.dtreerpo import EdgeLossInput, sd_pair_count, sd_schedule, self_distillation
+from dare_grpo.loss_tree import EdgeLossInput, sd_pair_count, sd_schedule, self_distillation
 from dare_grpo.rollout_tree import branch_points, local_advantages, node_indices, propagate_values, transition_mask
 
 

@@ -11,7 +11,7 @@ import torch
 from dare.trainers import DareConfig
 
 from dare_grpo.objectives import MDPO
-from dare_grpo.objectives.mdpo import StepLossInput, select_steps, step_advantages, step_scores
+from dare_grpo.loss_mdpo import StepLossInput, select_steps, step_advantages, step_scores
 from dare_grpo.rollout_mdpo import MDPOTrajectory, mdpo_decode
 
 

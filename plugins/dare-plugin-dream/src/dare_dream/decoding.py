@@ -93,7 +93,7 @@ from dare.sampling import (
     threshold_transfer,
 )
 
-from dare_dream.sampler import ALGORITHMS, Confidence  # the alg values (torch-free)
+from dare_dream.params import ALGORITHMS, Confidence
 
 __all__ = [
     "DreamSamplerError",

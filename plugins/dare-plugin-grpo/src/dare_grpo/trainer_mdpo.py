@@ -32,7 +32,7 @@ import torch
 from dare.diffusion.estimators import Pass, ScoringBatch, score_pass
 from dare.sampling import completion_mask as family_completion_mask
 from dare.sampling.text import encode_prompts
-from dare_grpo.objectives.mdpo import StepLossInput, select_steps, step_advantages, step_scores
+from dare_grpo.loss_mdpo import StepLossInput, select_steps, step_advantages, step_scores
 from dare.rl.batch_totals import whole_batch_metrics, whole_batch_sums, whole_batch_values
 from dare.rl.rollout import Rollout, score_completions
 from dare_grpo.rollout_mdpo import MDPOTrajectory, mdpo_decode

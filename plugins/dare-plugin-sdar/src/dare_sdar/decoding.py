@@ -76,7 +76,7 @@ from dare.randomness import RowGenerators
 
 from dare_sdar.errors import SDARInputError
 from dare_sdar.family import SDARFamily
-from dare_sdar.sampler import REMASKING_STRATEGIES  # the strategy names (torch-free)
+from dare_sdar.params import REMASKING_STRATEGIES
 
 __all__ = ["BlockDecodeResult", "select_transfer", "block_decode", "block_diffusion_generate"]
 
