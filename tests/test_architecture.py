@@ -6,7 +6,9 @@
   its ``generation`` module (the checkpoint class must inherit ``generate``), whose ``generate`` reaches the family
   and the decoder back inside the call;
 * no core module is longer than 450 lines;
-* the core never imports a plugin, and plugins never import each other.
+* the core never imports a plugin, and plugins never import each other;
+* no decoder signature takes more than 8 parameters: decoders take what they decode with, the prompts, their mask
+  and one options object (``dare.sampling.options.DecodeOptions``).
 """
 
 from __future__ import annotations
@@ -239,3 +241,55 @@ def test_trainer_configs_declare_no_objective_param():
                     if isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name) and stmt.target.id in objective_fields:
                         dup.append(f"{path.relative_to(ROOT)}: {node.name}.{stmt.target.id}")
     assert not dup, f"trainer config fields that objectives' Params also declare: {dup}"
+
+
+MAX_DECODER_PARAMS = 8
+#: The release-compatible functions keep their release's signature: thin adapters that build a DecodeOptions.
+RELEASE_SIGNATURES = frozenset({"generate", "generate_v21", "diffusion_generate", "block_diffusion_generate"})
+
+
+def _param_count(fn: ast.FunctionDef, method: bool) -> int:
+    a = fn.args
+    n = len(a.posonlyargs) + len(a.args) + len(a.kwonlyargs) + (a.vararg is not None) + (a.kwarg is not None)
+    return n - 1 if method else n
+
+
+def decoder_signatures(paths) -> dict[str, int]:
+    """``"file:function" -> parameter count`` (``self`` not counted) of every decoder: the public functions of
+    modules named ``decoding*.py`` (release-compatible adapters aside), public functions named ``*decode*``
+    elsewhere (objectives' own rollout decoders, e.g. ``mdpo_decode``), and the ``generate``/``partial_denoise``
+    methods of sampler classes (``Sampler`` and classes with a base named ``...Sampler``)."""
+    out = {}
+    for path in paths:
+        tree = ast.parse(path.read_text())
+        where = str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else path.name
+        for node in tree.body:
+            decoder = path.name.startswith("decoding") or "decode" in getattr(node, "name", "")
+            if (isinstance(node, ast.FunctionDef) and decoder and not node.name.startswith("_")
+                    and node.name not in RELEASE_SIGNATURES):
+                out[f"{where}:{node.name}"] = _param_count(node, method=False)
+            if isinstance(node, ast.ClassDef) and (node.name == "Sampler" or any(
+                    getattr(b, "id", getattr(b, "attr", "")).endswith("Sampler") for b in node.bases)):
+                for fn in node.body:
+                    if isinstance(fn, ast.FunctionDef) and fn.name in ("generate", "partial_denoise"):
+                        out[f"{where}:{node.name}.{fn.name}"] = _param_count(fn, method=True)
+    return out
+
+
+def test_the_signature_check_counts_parameters(tmp_path):
+    src = tmp_path / "decoding.py"
+    src.write_text("def decode(logits_fn, prompt, attention_mask, options):\n    pass\n"
+                   "def wide(a, b, c, d, e, f, g, h, *, i=0, **kw):\n    pass\n"
+                   "def generate(model, a, b, c, d, e, f, g, h, i):\n    pass\n"
+                   "class S(Sampler):\n    def generate(self, model, family, tokens, ids, mask=None, generator=None):\n"
+                   "        pass\n")
+    assert decoder_signatures([src]) == {"decoding.py:decode": 4, "decoding.py:wide": 10, "decoding.py:S.generate": 6}
+
+
+def test_no_decoder_takes_more_than_eight_parameters():
+    paths = sorted(CORE.rglob("*.py")) + _plugin_sources()
+    found = decoder_signatures(paths)
+    assert any(k.endswith("dare_llada/decoding.py:decode") for k in found)  # the check sees the decoders
+    wide = {k: n for k, n in found.items() if n > MAX_DECODER_PARAMS}
+    assert not wide, f"decoders with more than {MAX_DECODER_PARAMS} parameters (use one DecodeOptions): {wide}"
+

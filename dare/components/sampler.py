@@ -84,17 +84,17 @@ class Sampler(Component):
         state: torch.Tensor,
         prompt_length: int,
         attention_mask: torch.Tensor | None = None,
-        start_step: int = 0,
-        end_step: int | None = None,
+        step_range: tuple[int, int | None] = (0, None),
         generator: torch.Generator | None = None,
     ) -> SamplerOutput:
-        """Continue decoding an intermediate state for steps ``start_step .. end_step - 1`` of the schedule.
+        """Continue decoding an intermediate state for steps ``start_step .. end_step - 1`` of the schedule,
+        ``step_range = (start_step, end_step)``.
 
         Optional (tree rollouts such as d-TreeRPO branch a partly decoded state into several children).
         ``state`` ``[B, Lp + G]`` int64 is the left-padded prompt followed by a completion that this
         sampler left after ``start_step`` global steps (all mask tokens when ``start_step = 0``);
         ``attention_mask`` ``[B, Lp]`` marks real prompt tokens. ``end_step`` None runs to the end, so
-        ``partial_denoise(generate's initial state, 0, None)`` decodes like :meth:`generate`.
+        ``partial_denoise(generate's initial state, step_range=(0, None))`` decodes like :meth:`generate`.
 
         :returns: :class:`SamplerOutput` whose ``sequences`` is the new state and ``unmask_step`` the
             global step that committed each completion token *in this call* (-1 elsewhere).

@@ -115,8 +115,8 @@ def test_partial_denoise_with_a_cache_resumes_exactly_for_a_one_layer_model():
     smp = sampler(cache="dual")
     ref = smp.generate(model, FAMILY, TOKENS, ids, am)
     state = torch.cat([ids, torch.full((2, 16), TOKENS.mask_id)], dim=1)
-    a = smp.partial_denoise(model, FAMILY, TOKENS, state, ids.shape[1], am, 0, 6)
-    b = smp.partial_denoise(model, FAMILY, TOKENS, a.sequences, ids.shape[1], am, 6, None)
+    a = smp.partial_denoise(model, FAMILY, TOKENS, state, ids.shape[1], am, (0, 6))
+    b = smp.partial_denoise(model, FAMILY, TOKENS, a.sequences, ids.shape[1], am, (6, None))
     assert torch.equal(b.sequences, ref.sequences)
     assert torch.equal(torch.maximum(a.unmask_step, b.unmask_step), ref.unmask_step)
 

@@ -23,6 +23,7 @@ __all__ = [
     "select_positions_per_row",
     "RELEASE_CONFIG_DEFAULTS",
     "decode",
+    "decode_options",
     "diffusion_generate",
     "DreamSampler",
     "DreamSamplerParams",
@@ -38,6 +39,7 @@ _DECODING = (
     "select_positions_per_row",
     "RELEASE_CONFIG_DEFAULTS",
     "decode",
+    "decode_options",
     "diffusion_generate",
 )
 
@@ -80,30 +82,12 @@ class DreamSampler(Sampler):
         """
         from dare.sampling import completion_mask
         from dare.sampling.checks import bound_kv_logits
+        from dare.sampling.options import DecodeOptions
         from dare_dream.decoding import decode
 
         p = self.params
-        x, unmask_step, nfe = decode(
-            lambda ids, am: family.logits(model, ids, am),
-            prompt_ids,
-            attention_mask,
-            tokens.mask_id,
-            max_new_tokens=p.gen_length,
-            steps=p.steps,
-            eps=p.eps,
-            alg=p.alg,
-            alg_temp=p.alg_temp,
-            temperature=p.temperature,
-            top_p=p.top_p,
-            top_k=p.top_k,
-            generator=generator,
-            release_quirks=p.release_quirks,
-            block_length=p.block_length,
-            cache=p.cache,
-            kv_logits=bound_kv_logits("dream", p.cache, model, family),
-            threshold=p.threshold,
-            factor=p.factor,
-        )
+        options = DecodeOptions(p, tokens, generator, bound_kv_logits("dream", p.cache, model, family))
+        x, unmask_step, nfe = decode(lambda ids, am: family.logits(model, ids, am), prompt_ids, attention_mask, options)
         Lp = prompt_ids.shape[1]
         cmask = completion_mask(x[:, Lp:], tokens.stop_ids, family.pad_in_response)
         return SamplerOutput(

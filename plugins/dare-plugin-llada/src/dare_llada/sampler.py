@@ -66,10 +66,10 @@ class LLaDASampler(Sampler):
             sequences=x, prompt_length=Lp, completion_mask=cmask, unmask_step=unmask_step, nfe=nfe, steps=steps
         )
 
-    def partial_denoise(self, model, family, tokens, state, prompt_length, attention_mask=None, start_step=0,
-                        end_step=None, generator=None) -> SamplerOutput:
-        """Steps ``start_step .. end_step - 1`` of this sampler's schedule from ``state`` (:func:`denoise_steps`),
-        through ``family.logits`` so any full-attention family (LLaDA, Dream) decodes.
+    def partial_denoise(self, model, family, tokens, state, prompt_length, attention_mask=None, step_range=(0, None),
+                        generator=None) -> SamplerOutput:
+        """Steps ``start_step .. end_step - 1`` (``step_range``) of this sampler's schedule from ``state``
+        (:func:`denoise_steps`), through ``family.logits`` so any full-attention family (LLaDA, Dream) decodes.
 
         :returns: ``SamplerOutput`` with the new state; ``unmask_step`` covers this call only.
         :raises DareError: ``threshold``/``factor`` is set (no fixed schedule to resume).
@@ -87,7 +87,7 @@ class LLaDASampler(Sampler):
             )
         options = DecodeOptions(p, tokens, generator, bound_kv_logits("llada", p.cache, model, family))
         x, unmask_step, nfe = denoise_steps(lambda ids, am: family.logits(model, ids, am), state, prompt_length,
-                                            attention_mask, options, start_step, end_step)
+                                            attention_mask, options, *step_range)
         cmask = completion_mask(x[:, prompt_length:], tokens.stop_ids, family.pad_in_response)
         return SamplerOutput(
             sequences=x, prompt_length=prompt_length, completion_mask=cmask, unmask_step=unmask_step, nfe=nfe,

@@ -17,10 +17,10 @@ from dare.lazy import lazy_exports
 from dare.modeling.block_family import block_decoder_problem
 from dare_llada2.params import LLaDA2SamplerParams
 
-__all__ = ["decode", "BlockDecoding", "generate", "generate_v21", "LLaDA2Sampler", "LLaDA2SamplerParams"]
+__all__ = ["decode", "decode_options", "BlockDecoding", "generate", "generate_v21", "LLaDA2Sampler", "LLaDA2SamplerParams"]
 
 #: Names defined by :mod:`dare_llada2.decoding` (torch), re-exported here and imported on first access.
-_DECODING = ("decode", "BlockDecoding", "generate", "generate_v21")
+_DECODING = ("decode", "decode_options", "BlockDecoding", "generate", "generate_v21")
 
 __getattr__, __dir__ = lazy_exports(__name__, dict.fromkeys(_DECODING, "dare_llada2.decoding"))
 
@@ -53,21 +53,15 @@ class LLaDA2Sampler(Sampler):
         import torch
 
         from dare.sampling import completion_mask
+        from dare.sampling.options import DecodeOptions
         from dare_llada2.decoding import decode
 
         problem = block_decoder_problem(family, self.name)
         if problem:
             raise DareError(problem)
         p = self.params
-        res = decode(
-            model, prompt_ids, attention_mask, variant=p.variant, gen_length=p.gen_length,
-            block_length=self._block_length(model, family), steps=p.steps, threshold=p.threshold,
-            temperature=p.temperature, top_k=p.top_k, top_p=p.top_p, minimal_topk=p.minimal_topk,
-            eos_early_stop=p.eos_early_stop, editing_threshold=p.editing_threshold, max_post_steps=p.max_post_steps,
-            num_to_transfer=p.num_to_transfer, mask_id=tokens.mask_id, eos_id=tokens.eos_id, pad_id=tokens.pad_id,
-            use_cache=p.use_cache, official_soft_mask=p.official_soft_mask,
-            official_t0_sampling=p.official_t0_sampling, generator=generator, family=family,
-        )
+        params = p.model_copy(update={"block_length": self._block_length(model, family)})
+        res = decode(model, prompt_ids, attention_mask, DecodeOptions(params, tokens, generator), family)
         completions = res.completions()
         after_eos = torch.cumsum((completions == tokens.eos_id).long(), dim=1) - (completions == tokens.eos_id).long() > 0
         completions = completions.masked_fill(after_eos & (completions == tokens.mask_id), tokens.pad_id)

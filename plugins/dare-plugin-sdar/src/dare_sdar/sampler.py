@@ -84,30 +84,13 @@ class SDARSampler(Sampler):
         import torch
 
         from dare.sampling import completion_mask
+        from dare.sampling.options import DecodeOptions
         from dare_sdar.decoding import block_decode
 
         problem = block_decoder_problem(family, self.name)
         if problem:
             raise SDARInputError(problem)
-        p = self.params
-        res = block_decode(
-            family,
-            model,
-            prompt_ids,
-            attention_mask,
-            mask_id=tokens.mask_id,
-            gen_length=p.gen_length,
-            block_length=p.block_length,
-            denoising_steps=p.denoising_steps,
-            temperature=p.temperature,
-            top_k=p.top_k,
-            top_p=p.top_p,
-            remasking=p.remasking,
-            confidence_threshold=p.confidence_threshold,
-            stop_ids=tokens.stop_ids if p.stop_at_eos else (),
-            use_cache=p.use_cache,
-            generator=generator,
-        )
+        res = block_decode(family, model, prompt_ids, attention_mask, DecodeOptions(self.params, tokens, generator))
         Lp = prompt_ids.shape[1]
         return SamplerOutput(
             sequences=torch.cat([prompt_ids, res.completions], dim=1),

@@ -52,7 +52,7 @@ from pydantic import Field
 from dare.rl import clipped_policy_loss, kl_estimate, ratio_from_log
 from dare.rl import LossTerms, OnlineRLObjective, RLParams
 from dare_grpo.loss_mdpo import StepLossInput, select_steps, step_advantages, step_scores
-from dare_grpo.rollout_mdpo import ConfAlg
+from dare_grpo.rollout_mdpo import ConfAlg, MDPORolloutParams
 
 __all__ = ["MDPO", "MDPOParams", "StepLossInput", "step_scores", "step_advantages", "select_steps"]
 
@@ -81,13 +81,14 @@ class MDPO(OnlineRLObjective):
         """None: the step rows are scored from the recorded states (:mod:`dare_grpo.trainer_mdpo`)."""
         return None
 
-    def rollout_settings(self, sampler) -> dict:
-        """Keyword arguments of :func:`~dare_grpo.rollout_mdpo.mdpo_decode` from the rollout sampler."""
+    def rollout_settings(self, sampler) -> MDPORolloutParams:
+        """The settings of :func:`~dare_grpo.rollout_mdpo.mdpo_decode` from the rollout sampler."""
         sp, p = sampler.params, self.params
         top_k = p.top_k if p.top_k is not None else (getattr(sp, "top_k", None) or None)
         top_p = p.top_p if p.top_p is not None else getattr(sp, "top_p", None)
-        return dict(gen_length=int(sp.gen_length), steps=int(sp.steps), block_length=getattr(sp, "block_length", None),
-                    temperature=float(sp.temperature), top_k=top_k, top_p=top_p, conf_alg=p.conf_alg)
+        return MDPORolloutParams(gen_length=int(sp.gen_length), steps=int(sp.steps),
+                                 block_length=getattr(sp, "block_length", None), temperature=float(sp.temperature),
+                                 top_k=top_k, top_p=top_p, conf_alg=p.conf_alg)
 
     def step_loss(self, inp: StepLossInput) -> LossTerms:
         """``L`` of the rows in ``inp`` with the whole batch's normaliser (module docstring)."""
