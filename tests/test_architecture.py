@@ -169,6 +169,16 @@ def test_plugins_have_no_import_cycle():
     assert not found, f"import cycles in the plugins (besides modeling -> generation mixin): {found}"
 
 
+def test_the_component_contracts_import_nothing_above_them():
+    """``dare.components`` (the contracts every other module implements or calls) depends on itself and
+    ``dare.errors`` only: e.g. padding-free training is ``dare.diffusion.packing.packed_denoiser_logits(family, ...)``,
+    a function of the layer above that takes the family, not a family method reaching up into it."""
+    graph = import_graph(_modules(CORE, ROOT))
+    up = {m: sorted(t for t in targets if not t.startswith("dare.components") and t != "dare.errors")
+          for m, targets in graph.items() if m.startswith("dare.components")}
+    assert not {m: t for m, t in up.items() if t}, up
+
+
 def test_no_core_module_over_the_line_limit():
     long = {str(p.relative_to(ROOT)): n for p in CORE.rglob("*.py") if (n := len(p.read_text().splitlines())) > MAX_CORE_LINES}
     assert not long, f"core modules over {MAX_CORE_LINES} lines: {long}"
