@@ -60,7 +60,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
 
-    from dare_llada2.sampler import decode
+    from dare_llada2.sampler import decode, decode_options
 
     model, tokens = tiny_model()
     prompt = torch.randint(4, 250, (args.batch, args.prompt_length), generator=torch.Generator().manual_seed(0))
@@ -70,9 +70,9 @@ def main(argv=None) -> int:
         kw["steps"] = 32
     else:
         kw.update(editing_threshold=0.9, max_post_steps=4)
-    decode(model, prompt, use_cache=True, **kw)  # warm-up
-    t_cache, cached = timed(lambda: decode(model, prompt, use_cache=True, **kw), args.repeats)
-    t_full, full = timed(lambda: decode(model, prompt, use_cache=False, **kw), args.repeats)
+    decode(model, prompt, None, decode_options(use_cache=True, **kw))  # warm-up
+    t_cache, cached = timed(lambda: decode(model, prompt, None, decode_options(use_cache=True, **kw)), args.repeats)
+    t_full, full = timed(lambda: decode(model, prompt, None, decode_options(use_cache=False, **kw)), args.repeats)
     same = torch.equal(cached.completions(), full.completions()) and torch.equal(cached.unmask_step, full.unmask_step)
     n = args.batch * args.gen_length
     print(f"LLaDA2 {args.variant} decoder, tiny model, batch {args.batch}, prompt {args.prompt_length}, "

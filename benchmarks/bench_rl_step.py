@@ -160,7 +160,7 @@ def run_trl(lm, rows, args, tmp) -> list[dict[str, float]]:
 
     from dare.rewards.sudoku import sudoku_score
     from dare.sampling import completion_mask
-    from dare_llada.sampler import decode
+    from dare_llada.sampler import decode, decode_options
 
     timer = StepTimer()
     family, tokens = lm.family, lm.tokens
@@ -182,8 +182,9 @@ def run_trl(lm, rows, args, tmp) -> list[dict[str, float]]:
             for i, p in enumerate(prompt_ids):
                 ids[i, width - len(p):], attn[i, width - len(p):] = torch.tensor(p), 1
             with torch.no_grad():
-                x, _, _ = decode(lambda a, m: family.logits(self.model, a, m), ids, attn, mask_id=tokens.mask_id,
-                                 eos_id=tokens.eos_id, eot_id=tokens.eot_id, **SAMPLER)
+                x, _, _ = decode(lambda a, m: family.logits(self.model, a, m), ids, attn,
+                                 decode_options(mask_id=tokens.mask_id, eos_id=tokens.eos_id, eot_id=tokens.eot_id,
+                                                **SAMPLER))
             comp = x[:, width:]
             keep = completion_mask(comp, tokens.stop_ids, pad_in_response=False)
             out = [row[m].tolist() for row, m in zip(comp, keep)]

@@ -1,9 +1,14 @@
 """The layout rules of docs/architecture.md, checked on the source tree.
 
-* the core (``dare/``) has no import cycle, counting every import: module level, inside functions and
-  under ``TYPE_CHECKING`` (a typing-only import is still a dependency between modules);
+* the core (``dare/``) and every first-party plugin (``plugins/*/src``) have no import cycle, counting every
+  import: module level, inside functions and under ``TYPE_CHECKING`` (a typing-only import is still a dependency
+  between modules). One pattern is allowed: a model family's ``modeling_*`` module imports the generation mixin of
+  its ``generation`` module (the checkpoint class must inherit ``generate``), whose ``generate`` reaches the family
+  and the decoder back inside the call;
 * no core module is longer than 450 lines;
-* the core never imports a plugin, and plugins never import each other.
+* the core never imports a plugin, and plugins never import each other;
+* no decoder signature takes more than 8 parameters: decoders take what they decode with, the prompts, their mask
+  and one options object (``dare.sampling.options.DecodeOptions``).
 """
 
 from __future__ import annotations
@@ -126,6 +131,54 @@ def test_core_has_no_import_cycle():
     assert not found, f"import cycles in the core: {found}"
 
 
+def _generation_mixin_edge(importer: str, imported: str) -> bool:
+    """True for ``<pkg>.modeling_* -> <pkg>.generation``: a checkpoint class inheriting its family's generation mixin."""
+    pkg, _, leaf = importer.rpartition(".")
+    return leaf.startswith("modeling_") and imported == f"{pkg}.generation"
+
+
+def plugin_import_graph() -> dict[str, set[str]]:
+    """:func:`import_graph` of every first-party plugin package, without the generation-mixin edges."""
+    modules: dict[str, Path] = {}
+    for pkg in _plugin_packages().values():
+        modules.update(_modules(pkg, pkg.parent))
+    graph = import_graph(modules)
+    return {m: {t for t in targets if not _generation_mixin_edge(m, t)} for m, targets in graph.items()}
+
+
+def test_the_plugin_cycle_check_sees_function_level_imports_and_allows_only_the_mixin(tmp_path):
+    pkg = tmp_path / "fam"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "modeling_fam.py").write_text("from fam.generation import FamGenerationMixin\n")
+    (pkg / "generation.py").write_text("def generate():\n    from fam.family import Family\n")
+    (pkg / "family.py").write_text("def model_class():\n    from fam.modeling_fam import Model\n")
+    graph = import_graph(_modules(pkg, tmp_path))
+    assert cycles(graph) == [["fam.family", "fam.generation", "fam.modeling_fam"]]
+    allowed = {m: {t for t in ts if not _generation_mixin_edge(m, t)} for m, ts in graph.items()}
+    assert cycles(allowed) == []
+    (pkg / "family.py").write_text("def model_class():\n    from fam.modeling_fam import Model\n"
+                                   "def decode():\n    from fam.generation import generate\n")
+    graph = import_graph(_modules(pkg, tmp_path))
+    allowed = {m: {t for t in ts if not _generation_mixin_edge(m, t)} for m, ts in graph.items()}
+    assert cycles(allowed) == [["fam.family", "fam.generation"]]
+
+
+def test_plugins_have_no_import_cycle():
+    found = cycles(plugin_import_graph())
+    assert not found, f"import cycles in the plugins (besides modeling -> generation mixin): {found}"
+
+
+def test_the_component_contracts_import_nothing_above_them():
+    """``dare.components`` (the contracts every other module implements or calls) depends on itself and
+    ``dare.errors`` only: e.g. padding-free training is ``dare.diffusion.packing.packed_denoiser_logits(family, ...)``,
+    a function of the layer above that takes the family, not a family method reaching up into it."""
+    graph = import_graph(_modules(CORE, ROOT))
+    up = {m: sorted(t for t in targets if not t.startswith("dare.components") and t != "dare.errors")
+          for m, targets in graph.items() if m.startswith("dare.components")}
+    assert not {m: t for m, t in up.items() if t}, up
+
+
 def test_no_core_module_over_the_line_limit():
     long = {str(p.relative_to(ROOT)): n for p in CORE.rglob("*.py") if (n := len(p.read_text().splitlines())) > MAX_CORE_LINES}
     assert not long, f"core modules over {MAX_CORE_LINES} lines: {long}"
@@ -198,3 +251,55 @@ def test_trainer_configs_declare_no_objective_param():
                     if isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name) and stmt.target.id in objective_fields:
                         dup.append(f"{path.relative_to(ROOT)}: {node.name}.{stmt.target.id}")
     assert not dup, f"trainer config fields that objectives' Params also declare: {dup}"
+
+
+MAX_DECODER_PARAMS = 8
+#: The release-compatible functions keep their release's signature: thin adapters that build a DecodeOptions.
+RELEASE_SIGNATURES = frozenset({"generate", "generate_v21", "diffusion_generate", "block_diffusion_generate"})
+
+
+def _param_count(fn: ast.FunctionDef, method: bool) -> int:
+    a = fn.args
+    n = len(a.posonlyargs) + len(a.args) + len(a.kwonlyargs) + (a.vararg is not None) + (a.kwarg is not None)
+    return n - 1 if method else n
+
+
+def decoder_signatures(paths) -> dict[str, int]:
+    """``"file:function" -> parameter count`` (``self`` not counted) of every decoder: the public functions of
+    modules named ``decoding*.py`` (release-compatible adapters aside), public functions named ``*decode*``
+    elsewhere (objectives' own rollout decoders, e.g. ``mdpo_decode``), and the ``generate``/``partial_denoise``
+    methods of sampler classes (``Sampler`` and classes with a base named ``...Sampler``)."""
+    out = {}
+    for path in paths:
+        tree = ast.parse(path.read_text())
+        where = str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else path.name
+        for node in tree.body:
+            decoder = path.name.startswith("decoding") or "decode" in getattr(node, "name", "")
+            if (isinstance(node, ast.FunctionDef) and decoder and not node.name.startswith("_")
+                    and node.name not in RELEASE_SIGNATURES):
+                out[f"{where}:{node.name}"] = _param_count(node, method=False)
+            if isinstance(node, ast.ClassDef) and (node.name == "Sampler" or any(
+                    getattr(b, "id", getattr(b, "attr", "")).endswith("Sampler") for b in node.bases)):
+                for fn in node.body:
+                    if isinstance(fn, ast.FunctionDef) and fn.name in ("generate", "partial_denoise"):
+                        out[f"{where}:{node.name}.{fn.name}"] = _param_count(fn, method=True)
+    return out
+
+
+def test_the_signature_check_counts_parameters(tmp_path):
+    src = tmp_path / "decoding.py"
+    src.write_text("def decode(logits_fn, prompt, attention_mask, options):\n    pass\n"
+                   "def wide(a, b, c, d, e, f, g, h, *, i=0, **kw):\n    pass\n"
+                   "def generate(model, a, b, c, d, e, f, g, h, i):\n    pass\n"
+                   "class S(Sampler):\n    def generate(self, model, family, tokens, ids, mask=None, generator=None):\n"
+                   "        pass\n")
+    assert decoder_signatures([src]) == {"decoding.py:decode": 4, "decoding.py:wide": 10, "decoding.py:S.generate": 6}
+
+
+def test_no_decoder_takes_more_than_eight_parameters():
+    paths = sorted(CORE.rglob("*.py")) + _plugin_sources()
+    found = decoder_signatures(paths)
+    assert any(k.endswith("dare_llada/decoding.py:decode") for k in found)  # the check sees the decoders
+    wide = {k: n for k, n in found.items() if n > MAX_DECODER_PARAMS}
+    assert not wide, f"decoders with more than {MAX_DECODER_PARAMS} parameters (use one DecodeOptions): {wide}"
+

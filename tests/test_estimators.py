@@ -209,7 +209,7 @@ def test_shrink_splits_at_block_boundaries():
 
 def test_trajectory_replay_reproduces_the_sampler_states():
     pytest.importorskip("dare_llada")
-    from dare_llada.sampler import decode
+    from dare_llada.sampler import decode, decode_options
 
     torch.manual_seed(0)
     table = torch.randn(2, 9, 10)
@@ -220,7 +220,8 @@ def test_trajectory_replay_reproduces_the_sampler_states():
         seen.append(x.clone())
         return table
     prompt = torch.tensor([[1, 2, 3], [4, 5, 6]])
-    x, unmask_step, nfe = decode(logits_fn, prompt, steps=6, gen_length=6, block_length=3, mask_id=MASK)
+    x, unmask_step, nfe = decode(logits_fn, prompt, None,
+                                 decode_options(steps=6, gen_length=6, block_length=3, mask_id=MASK))
     batch = ScoringBatch(x, torch.ones_like(x), torch.ones(2, 6, dtype=torch.bool), 3, MASK, unmask_step)
     passes = TrajectoryEstimator().draw(batch)
     assert len(passes) == nfe == 6

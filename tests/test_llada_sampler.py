@@ -40,11 +40,12 @@ def _family():
 
 
 def test_decode_commits_most_confident_inside_the_block_and_records_steps():
-    from dare_llada.sampler import decode
+    from dare_llada.sampler import decode, decode_options
 
     model = _stub()
     prompt = torch.tensor([[5, 6]])
-    x, steps, nfe = decode(lambda ids, am: model(ids).logits, prompt, steps=4, gen_length=8, block_length=4, mask_id=MASK)
+    x, steps, nfe = decode(lambda ids, am: model(ids).logits, prompt, None,
+                           decode_options(steps=4, gen_length=8, block_length=4, mask_id=MASK))
     # proposals: position i -> (i % 7) + 1, for i = 2..9
     assert x.tolist() == [[5, 6, 3, 4, 5, 6, 7, 1, 2, 3]]
     # 2 blocks x 2 steps, 2 tokens per step; inside a block the later (more confident) positions go first
@@ -53,27 +54,29 @@ def test_decode_commits_most_confident_inside_the_block_and_records_steps():
 
 
 def test_low_confidence_with_uneven_schedule_and_padding():
-    from dare_llada.sampler import decode
+    from dare_llada.sampler import decode, decode_options
 
     model = _stub()
     prompt = torch.tensor([[EOS, 5], [4, 5]])
     am = torch.tensor([[0, 1], [1, 1]])
-    x, steps, nfe = decode(lambda ids, a: model(ids).logits, prompt, am, steps=3, gen_length=5, block_length=5, mask_id=MASK)
+    x, steps, nfe = decode(lambda ids, a: model(ids).logits, prompt, am,
+                           decode_options(steps=3, gen_length=5, block_length=5, mask_id=MASK))
     # 5 tokens over 3 steps: 2, 2, 1 — most confident (rightmost) first
     assert steps.tolist() == [[2, 1, 1, 0, 0], [2, 1, 1, 0, 0]]
     assert nfe == 3
 
 
 def test_random_remasking_uses_the_generator():
-    from dare_llada.sampler import decode
+    from dare_llada.sampler import decode, decode_options
 
     model = _stub()
     prompt = torch.tensor([[5, 6]])
     outs = []
     for seed in (0, 0, 1):
         g = torch.Generator().manual_seed(seed)
-        _, steps, _ = decode(lambda ids, am: model(ids).logits, prompt, steps=8, gen_length=8, block_length=8,
-                             mask_id=MASK, remasking="random", generator=g)
+        _, steps, _ = decode(lambda ids, am: model(ids).logits, prompt, None,
+                             decode_options(steps=8, gen_length=8, block_length=8, mask_id=MASK, remasking="random",
+                                            generator=g))
         outs.append(steps.tolist())
     assert outs[0] == outs[1] != outs[2]
     assert sorted(outs[0][0]) == list(range(8))
@@ -92,11 +95,11 @@ def test_sampler_component_returns_trajectory_and_completion_mask():
 
 
 def test_cfg_counts_two_evaluations_per_step():
-    from dare_llada.sampler import decode
+    from dare_llada.sampler import decode, decode_options
 
     model = _stub()
-    _, _, nfe = decode(lambda ids, am: model(ids).logits, torch.tensor([[5, 6]]), steps=4, gen_length=4, block_length=4,
-                       mask_id=MASK, cfg_scale=1.0)
+    _, _, nfe = decode(lambda ids, am: model(ids).logits, torch.tensor([[5, 6]]), None,
+                       decode_options(steps=4, gen_length=4, block_length=4, mask_id=MASK, cfg_scale=1.0))
     assert nfe == 8 and model.calls == 4  # one batched call of [cond; uncond] per step
 
 

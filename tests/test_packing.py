@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from dare.data.supervised import SupervisedCollator, SupervisedExample
-from dare.diffusion.packing import first_fit_rows, pack_layout
+from dare.diffusion.packing import first_fit_rows, pack_layout, packed_denoiser_logits
 from dare.randomness import RowGenerators
 from dare.trainers import DareConfig
 
@@ -109,7 +109,7 @@ def test_packed_logits_equal_padded_with_left_and_right_padding(models, family):
     noisy = torch.where(torch.rand(B, P + G, generator=g) < 0.5, lm.tokens.mask_id, ids)
     with torch.no_grad():
         padded = lm.family.denoiser_logits(lm.model, noisy, ids, attn)
-        packed = lm.family.packed_denoiser_logits(lm.model, noisy, ids, attn)
+        packed = packed_denoiser_logits(lm.family, lm.model, noisy, ids, attn)
     first = attn.cumsum(1) == 1  # Dream: the first token has no left neighbour (never a target)
     check = attn.bool() & ~(first & torch.tensor(family == "dream"))
     torch.testing.assert_close(packed[check], padded[check], atol=1e-5, rtol=0)
@@ -123,7 +123,7 @@ def test_an_all_padding_batch_gives_zero_logits(models, family):
     lm = _lm(models, family)
     ids = torch.full((2, 6), 11)
     with torch.no_grad():
-        out = lm.family.packed_denoiser_logits(lm.model, ids, ids, torch.zeros(2, 6, dtype=torch.long))
+        out = packed_denoiser_logits(lm.family, lm.model, ids, ids, torch.zeros(2, 6, dtype=torch.long))
     assert out.shape[:2] == (2, 6) and not out.any()
 
 
@@ -139,8 +139,8 @@ def test_an_example_never_attends_across_the_boundary(models, family):
     perturbed = ids.clone()
     perturbed[victim, attn[victim].bool()] = torch.randint(10, 200, (int(attn[victim].sum()),))
     with torch.no_grad():
-        a = lm.family.packed_denoiser_logits(lm.model, ids, ids, attn, max_tokens=lay.source.shape[1])
-        b = lm.family.packed_denoiser_logits(lm.model, perturbed, perturbed, attn, max_tokens=lay.source.shape[1])
+        a = packed_denoiser_logits(lm.family, lm.model, ids, ids, attn, max_tokens=lay.source.shape[1])
+        b = packed_denoiser_logits(lm.family, lm.model, perturbed, perturbed, attn, max_tokens=lay.source.shape[1])
     others = attn.bool().clone()
     others[victim] = False
     torch.testing.assert_close(a[others], b[others], atol=1e-6, rtol=0)
@@ -238,7 +238,7 @@ def test_rl_estimator_pass_packed_equals_padded(models, family):
     passes = CoupledEstimator(full_mask_term=False).draw(batch, RowGenerators.keyed(0, "sft", 1, list(range(B))))
     res = []
     assert pack_layout(attn.bool(), 40, 4 if family in ("sdar", "llada2") else None).source.shape[0] < B
-    packed = lambda model, n, c, a: lm.family.packed_denoiser_logits(model, n, c, a, max_tokens=40)  # noqa: E731
+    packed = lambda model, n, c, a: packed_denoiser_logits(lm.family, model, n, c, a, max_tokens=40)  # noqa: E731
     for fn in (lm.family.denoiser_logits, packed):
         lm.model.zero_grad()
         scores = [score_pass(lambda n, c, a: fn(lm.model, n, c, a), batch, pas) for pas in passes]
@@ -254,26 +254,26 @@ def test_rl_estimator_pass_packed_equals_padded(models, family):
     lm.model.zero_grad()
 
 
-def test_rl_trainer_likelihood_routes_through_packing():
+def test_rl_trainer_likelihood_routes_through_packing(monkeypatch):
     """GRPOTrainer's logits function (every RL likelihood pass) is DareTrainer.denoiser_logits."""
+    import dare.trainers.base as base
     from dare.rl.trainer import GRPOTrainer
-    from dare.trainers.base import DareTrainer
 
     calls = []
 
+    def probe_packed(family, model, noisy, clean, attn, max_tokens):
+        calls.append((family, max_tokens))
+        return "packed"
+
+    monkeypatch.setattr(base, "packed_denoiser_logits", probe_packed)
+
     class Probe:
         args = DareConfig(output_dir="/nonexistent", report_to="none", packing=True, packing_max_tokens=7)
-
-        class family:  # noqa: N801
-            @staticmethod
-            def packed_denoiser_logits(model, noisy, clean, attn, max_tokens):
-                calls.append(max_tokens)
-                return "packed"
-
-        denoiser_logits = DareTrainer.denoiser_logits
+        family = "the family"
+        denoiser_logits = base.DareTrainer.denoiser_logits
 
     fn = GRPOTrainer._logits_fn(Probe(), model=None)
-    assert fn(None, None, None) == "packed" and calls == [7]
+    assert fn(None, None, None) == "packed" and calls == [("the family", 7)]
 
 
 # ---------------------------------------------------------------------------------------------- spec

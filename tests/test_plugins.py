@@ -385,7 +385,7 @@ def test_validate_imports_only_what_the_spec_names(tmp_path):
     assert out.returncode == 0, out.stderr
     line = next(l for l in out.stderr.splitlines() if l.startswith("HEAVY"))
     heavy, components = line[len("HEAVY "):].split(" COMPONENTS ")
-    assert eval(components) == ["dare_llada.family", "dare_llada.sampler", "dare_sft.objective"]
+    assert eval(components) == ["dare_llada.family", "dare_llada.params", "dare_llada.sampler", "dare_sft.objective"]
     assert not {"transformers", "datasets", "pandas", "peft", "accelerate", "trl", "math_verify"} & set(eval(heavy))
 
 

@@ -25,7 +25,7 @@ from dare.components.evaluator import Evaluator
 from dare.components.family import ModelFamily, SpecialTokens
 from dare.components.objective import Objective
 from dare.components.reward import Reward
-from dare.components.sampler import Sampler, SamplerOutput
+from dare.components.sampler import ResolvedSampler, Sampler, SamplerOutput
 
 __all__ = [
     "Params",
@@ -35,6 +35,7 @@ __all__ = [
     "ModelFamily",
     "SamplerOutput",
     "Sampler",
+    "ResolvedSampler",
     "Objective",
     "Estimator",
     "Evaluator",

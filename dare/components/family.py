@@ -198,6 +198,8 @@ class ModelFamily(Component):
             (:func:`dare.diffusion.packing.scaled_dot_product_attention`) applies each segment's own mask.
         :param segment_start: ``[R, T]`` bool, the first slot of each segment (a family whose logits are shifted,
             like Dream, must not shift across a segment boundary).
+
+        :func:`dare.diffusion.packing.packed_denoiser_logits` builds these rows from a padded batch.
         :raises NotImplementedError: the family does not support packed training (``train.packing``).
         """
         raise NotImplementedError(f"model family {self.name!r} does not support packed training (train.packing)")
@@ -206,37 +208,3 @@ class ModelFamily(Component):
     def supports_packing(self) -> bool:
         """True when the family implements :meth:`packed_logits` (``train.packing: true`` is allowed)."""
         return type(self).packed_logits is not ModelFamily.packed_logits
-
-    def packed_denoiser_logits(
-        self,
-        model,
-        noisy_ids: torch.Tensor,
-        clean_ids: torch.Tensor,
-        attention_mask: torch.Tensor | None = None,
-        max_tokens: int | None = None,
-    ) -> torch.Tensor:
-        """:meth:`denoiser_logits` computed padding-free: the valid tokens of each row (``attention_mask``) are
-        packed into rows of at most ``max_tokens`` tokens (default: one row for the whole batch; the longest example
-        when the model uses gradient checkpointing, whose dense mask grows as ``T^2``) with block-diagonal attention
-        computed one example at a time and per-example positions (:mod:`dare.diffusion.packing`), and the aligned logits
-        are scattered back: ``[B, L, V]``, zeros at padding, equal to :meth:`denoiser_logits` on every valid
-        position up to float rounding (Dream: except each example's first token, which has no left neighbour
-        and is never a target).
-
-        :param noisy_ids: ``[B, L]`` int64; :param clean_ids: ``[B, L]`` int64 (unused by full-attention families);
-        :param attention_mask: ``[B, L]`` 1 = valid token, or None (all valid).
-        """
-        import torch
-
-        from dare.diffusion.packing import Segments, needs_dense_mask, pack_layout, packed_segments
-
-        valid = torch.ones_like(noisy_ids, dtype=torch.bool) if attention_mask is None else attention_mask.bool()
-        dev = noisy_ids.device
-        dense = needs_dense_mask(model)  # a layer recompute must see the same attention: the dense mask, no segments
-        capacity = max_tokens or (None if dense else int(valid.sum()) or None)  # default: one row (dense mask: longest)
-        layout = pack_layout(valid, capacity)
-        mask = layout.attention_mask(dev) if dense else None
-        with packed_segments(None if dense else Segments.of(layout, dev)):  # one example at a time
-            logits = self.packed_logits(model, layout.pack(noisy_ids).to(dev), layout.position.to(dev),
-                                        mask, layout.segment_start.to(dev))
-        return layout.unpack(logits)

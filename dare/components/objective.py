@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import ClassVar, Literal
+from typing import Any, ClassVar, Literal
 
 from dare.components.base import Component
 
@@ -21,6 +21,12 @@ class Objective(Component):
 
     def train(self, run) -> dict[str, float]:
         raise NotImplementedError
+
+    def resolve_rollout_sampler(self, sampler, loc: str) -> tuple[Any, list[tuple[str, str]]]:
+        """``(ResolvedSampler or None, problems)``: the sampler this objective's training decodes with, when it
+        decodes (online RL; :class:`~dare.components.sampler.ResolvedSampler`), built once by the spec resolution
+        (``ResolvedSpec.rollout_sampler``). ``loc`` is the objective's YAML path. Default: none, no problem."""
+        return None, []
 
     def check(self, ctx, loc: str) -> list[tuple[str, str]]:
         problems = []

@@ -11,7 +11,7 @@ from dare.components.family import ModelFamily, SpecialTokens
 if TYPE_CHECKING:  # pragma: no cover
     import torch
 
-__all__ = ["SamplerOutput", "Sampler"]
+__all__ = ["SamplerOutput", "Sampler", "ResolvedSampler"]
 
 
 @dataclass
@@ -84,17 +84,17 @@ class Sampler(Component):
         state: torch.Tensor,
         prompt_length: int,
         attention_mask: torch.Tensor | None = None,
-        start_step: int = 0,
-        end_step: int | None = None,
+        step_range: tuple[int, int | None] = (0, None),
         generator: torch.Generator | None = None,
     ) -> SamplerOutput:
-        """Continue decoding an intermediate state for steps ``start_step .. end_step - 1`` of the schedule.
+        """Continue decoding an intermediate state for steps ``start_step .. end_step - 1`` of the schedule,
+        ``step_range = (start_step, end_step)``.
 
         Optional (tree rollouts such as d-TreeRPO branch a partly decoded state into several children).
         ``state`` ``[B, Lp + G]`` int64 is the left-padded prompt followed by a completion that this
         sampler left after ``start_step`` global steps (all mask tokens when ``start_step = 0``);
         ``attention_mask`` ``[B, Lp]`` marks real prompt tokens. ``end_step`` None runs to the end, so
-        ``partial_denoise(generate's initial state, 0, None)`` decodes like :meth:`generate`.
+        ``partial_denoise(generate's initial state, step_range=(0, None))`` decodes like :meth:`generate`.
 
         :returns: :class:`SamplerOutput` whose ``sequences`` is the new state and ``unmask_step`` the
             global step that committed each completion token *in this call* (-1 elsewhere).
@@ -130,3 +130,34 @@ class Sampler(Component):
                 )
             ]
         return []
+
+
+@dataclass(frozen=True)
+class ResolvedSampler:
+    """A sampler as a run uses it, with the YAML path that set each of its parameters.
+
+    RL objectives decode their training rollouts with the spec's ``sampler:`` and the overrides of
+    ``algorithm.params.rollout_sampler`` (:meth:`dare.rl.objective.OnlineRLObjective.resolve_rollout_sampler`); the
+    spec resolution builds it once (``ResolvedSpec.rollout_sampler``) and checks and training read it from there.
+
+    * ``sampler``: the built component (its ``Params`` validated with the overrides applied);
+    * ``origin``: parameter name -> YAML path of the value (``algorithm.params.rollout_sampler.<key>`` for an
+      override); a parameter not listed comes from ``sampler.params.<key>`` or the ``Params`` default.
+    """
+
+    sampler: Sampler
+    origin: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def name(self) -> str:
+        return self.sampler.name
+
+    @property
+    def params(self):
+        return self.sampler.params
+
+    def where(self, key: str) -> str:
+        """The YAML path to name in a message about ``key`` (a parameter name, or ``"name"``: ``sampler.name``)."""
+        if key == "name":
+            return "sampler.name"
+        return self.origin.get(key, f"sampler.params.{key}")

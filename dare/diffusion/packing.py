@@ -19,8 +19,9 @@ runs unchanged on the same per-example noise: packed and padded training agree e
 mask is a dense boolean ``[R, 1, T, T]`` that SDPA takes on any device.
 
 Rows are filled first-fit by decreasing segment length (deterministic: ties keep the batch order).
-:func:`pack_layout`'s default capacity is the longest segment (packed rows never longer than the padded ones); the
-families' packed forwards put a whole batch in one row unless a dense mask is needed (below).
+:func:`pack_layout`'s default capacity is the longest segment (packed rows never longer than the padded ones);
+:func:`packed_denoiser_logits` (the training forward of any family with ``packed_logits``) puts a whole batch in one
+row unless a dense mask is needed (below).
 
 **Segment-wise attention.** A dense block-diagonal mask still makes SDPA compute every ``T x T`` score of a row.
 While a packed forward runs (:func:`packed_segments`), the families' attention calls
@@ -49,7 +50,7 @@ import torch
 import torch.nn.functional as F
 
 __all__ = ["PackedLayout", "pack_layout", "first_fit_rows", "Segments", "packed_segments", "scaled_dot_product_attention",
-           "varlen_kernel", "needs_dense_mask"]
+           "varlen_kernel", "needs_dense_mask", "packed_denoiser_logits"]
 
 
 def first_fit_rows(lengths: list[int], capacity: int) -> list[list[int]]:
@@ -318,3 +319,39 @@ def needs_dense_mask(model) -> bool:
     :func:`packed_segments` and must repeat the forward exactly, so the packed forward uses the dense block-diagonal
     mask instead of segment-wise attention."""
     return any(getattr(m, "gradient_checkpointing", False) is True for m in model.modules())
+
+
+def packed_denoiser_logits(family, model, noisy_ids: torch.Tensor, clean_ids: torch.Tensor,
+                           attention_mask: torch.Tensor | None = None, max_tokens: int | None = None) -> torch.Tensor:
+    """``family.denoiser_logits`` computed padding-free: ``[B, L, V]``, zeros at padding, equal to
+    :meth:`~dare.components.ModelFamily.denoiser_logits` on every valid position up to float rounding (Dream: except
+    each example's first token, which has no left neighbour and is never a target).
+
+    The valid tokens of each row (``attention_mask``) become one segment (a block-diffusion family, ``family.attention
+    == "block"``: one ``[x_t ; x_0]`` pair segment of ``2 n`` slots, positions ``0..n-1`` twice, blocks of
+    ``family.block_size`` counted from the example's first token); segments are packed into rows of at most
+    ``max_tokens`` slots (default: one row for the whole batch; the longest segment when the model uses gradient
+    checkpointing, whose dense mask grows as ``T^2``) with block-diagonal attention computed one example at a time
+    (module docstring), run through ``family.packed_logits`` and scattered back.
+
+    :param family: a :class:`~dare.components.ModelFamily` that implements ``packed_logits``.
+    :param noisy_ids: ``[B, L]`` int64; :param clean_ids: ``[B, L]`` int64 (read by block families only);
+    :param attention_mask: ``[B, L]`` 1 = valid token, or None (all valid).
+    :raises NotImplementedError: the family does not support packed training.
+    """
+    block = None
+    if family.attention == "block":
+        from accelerate.utils import extract_model_from_parallel  # the config of a DDP/DeepSpeed-wrapped model
+
+        block = family.block_size(extract_model_from_parallel(model).config)
+    valid = torch.ones_like(noisy_ids, dtype=torch.bool) if attention_mask is None else attention_mask.bool()
+    dev = noisy_ids.device
+    dense = needs_dense_mask(model)  # a layer recompute must see the same attention: the dense mask, no segments
+    slots = int(valid.sum()) * (1 if block is None else 2)
+    capacity = max_tokens or (None if dense else slots or None)  # default: one row (dense mask: the longest segment)
+    layout = pack_layout(valid, capacity, block_size=block)
+    ids = layout.pack(noisy_ids) if block is None else layout.pack(noisy_ids, clean_ids)
+    mask = layout.attention_mask(dev) if dense else None
+    with packed_segments(None if dense else Segments.of(layout, dev)):  # one example at a time
+        logits = family.packed_logits(model, ids.to(dev), layout.position.to(dev), mask, layout.segment_start.to(dev))
+    return layout.unpack(logits)

@@ -145,29 +145,6 @@ class BlockDiffusionFamily(ModelFamily):
         packed rows' positions and block-diagonal mask (position ``i`` scores token ``i``: no shift)."""
         return self.forward_logits(model, input_ids, attention_mask, position_ids)
 
-    def packed_denoiser_logits(self, model, noisy_ids, clean_ids, attention_mask=None, max_tokens=None) -> torch.Tensor:
-        """:meth:`denoiser_logits` padding-free: each example's valid tokens become one ``[x_t ; x_0]`` pair
-        segment (``2 n`` slots, positions ``0..n-1`` twice, blocks from the example's first token) under the
-        ``M_BD | M_OBC | M_BC`` mask inside the pair and nothing across pairs
-        (:func:`dare.diffusion.packing.pack_layout` with the block size); rows hold at most ``max_tokens`` slots
-        (default as :meth:`ModelFamily.packed_denoiser_logits`: one row, or the longest pair under gradient
-        checkpointing). Returns the noisy half's logits in the padded layout ``[B, L, V]`` (zeros at
-        padding), equal to :meth:`denoiser_logits` on valid positions up to float rounding."""
-        import torch
-
-        from dare.diffusion.packing import Segments, needs_dense_mask, pack_layout, packed_segments
-
-        valid = torch.ones_like(noisy_ids, dtype=torch.bool) if attention_mask is None else attention_mask.bool()
-        dev = noisy_ids.device
-        dense = needs_dense_mask(model)  # a layer recompute must see the same attention: the dense mask, no segments
-        capacity = max_tokens or (None if dense else 2 * int(valid.sum()) or None)  # default: one row (dense: longest)
-        layout = pack_layout(valid, capacity, block_size=self.block_size(_config(model)))
-        mask = layout.attention_mask(dev) if dense else None
-        with packed_segments(None if dense else Segments.of(layout, dev)):  # one example at a time
-            logits = self.packed_logits(model, layout.pack(noisy_ids, clean_ids).to(dev), layout.position.to(dev),
-                                        mask, layout.segment_start.to(dev))
-        return layout.unpack(logits)
-
     # ------------------------------------------------------------------ the KV-cache interface
     def new_cache(self, model) -> Any:
         """An empty KV cache for one decoding run of ``model`` (module docstring).

@@ -34,7 +34,7 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import ValidationError
 
-from dare.components import Estimator
+from dare.components import Estimator, ResolvedSampler
 from dare.errors import DataError
 from dare.rl.losses import LossTerms, PassLossInput, RLParams, SequenceLossInput, clipped_token_loss
 from dare.rl.prompts import PromptDataset, collate_prompts
@@ -84,13 +84,22 @@ class OnlineRLObjective(TrainerObjective):
         return GRPOTrainer
 
     # ------------------------------------------------------------------ rollout sampler
-    def rollout_sampler(self, sampler):
-        """``sampler`` with ``params.rollout_sampler`` overrides applied (a new instance).
+    def resolve_rollout_sampler(self, sampler, loc: str) -> tuple[ResolvedSampler | None, list[tuple[str, str]]]:
+        """``sampler`` with ``params.rollout_sampler`` overrides applied (a new instance), and the YAML path of each
+        override (``{loc}.params.rollout_sampler.<key>``); built once by the spec resolution
+        (``ResolvedSpec.rollout_sampler``), which checks and training read.
 
-        :raises pydantic.ValidationError: overrides the sampler's ``Params`` rejects.
+        :returns: ``(ResolvedSampler, [])``, or ``(None, problems)`` when the sampler's ``Params`` reject the
+            overrides (each problem at ``{loc}.params.rollout_sampler.<key>``).
         """
-        merged = {**sampler.params.model_dump(exclude_unset=True), **self.params.rollout_sampler}
-        return type(sampler)(type(sampler).Params.model_validate(merged))
+        overrides = self.params.rollout_sampler
+        merged = {**sampler.params.model_dump(exclude_unset=True), **overrides}
+        where = f"{loc}.params.rollout_sampler"
+        try:
+            params = type(sampler).Params.model_validate(merged)
+        except ValidationError as exc:
+            return None, pydantic_problems(exc, type(sampler).Params, prefix=where)
+        return ResolvedSampler(type(sampler)(params), {key: f"{where}.{key}" for key in overrides}), []
 
     def resolved_likelihood_temperature(self, rollout_sampler) -> float:
         """``likelihood_temperature`` as a number (``"sampler"`` -> the rollout sampler's temperature)."""
@@ -100,18 +109,14 @@ class OnlineRLObjective(TrainerObjective):
     # ------------------------------------------------------------------ validation
     def check(self, ctx, loc: str) -> list[tuple[str, str]]:
         problems = super().check(ctx, loc)
-        sampler = ctx.sampler
-        if sampler is None:
-            return problems
-        where = f"{loc}.params.rollout_sampler"
-        try:
-            rollout = self.rollout_sampler(sampler)
-        except ValidationError as exc:
-            return problems + pydantic_problems(exc, type(sampler).Params, prefix=where)
+        rollout = ctx.rollout_sampler
+        if rollout is None:
+            return problems  # no sampler, or overrides its Params reject (reported by the resolution)
         temperature = getattr(rollout.params, "temperature", None)
         if temperature is not None and temperature == 0:
-            problems.append((where, "training rollouts are greedy (temperature 0): the completions of a group are "
-                                    "identical and every advantage is 0; set e.g. {temperature: 1.0}"))
+            problems.append((f"{loc}.params.rollout_sampler", "training rollouts are greedy (temperature 0): the "
+                                                              "completions of a group are identical and every "
+                                                              "advantage is 0; set e.g. {temperature: 1.0}"))
         if self.params.likelihood_temperature == "sampler" and not temperature:
             problems.append((f"{loc}.params.likelihood_temperature",
                              "'sampler' needs a rollout sampler with a positive temperature; give a number instead"))
@@ -124,7 +129,7 @@ class OnlineRLObjective(TrainerObjective):
         :raises DataError: no prompt fits.
         """
         rows = self.rows(run, "train")
-        sampler = self.rollout_sampler(run.sampler)
+        sampler = run.resolved.rollout_sampler.sampler
         max_length = run.spec.train.max_length
         dataset = PromptDataset.from_rows(rows, self.prompter(run, "train"), run.tokenizer, max_length, sampler.gen_length)
         if len(dataset) == 0:
@@ -136,6 +141,6 @@ class OnlineRLObjective(TrainerObjective):
         return collate_prompts
 
     def trainer_kwargs(self, run, datasets) -> dict[str, Any]:
-        sampler = self.rollout_sampler(run.sampler)
+        sampler = run.resolved.rollout_sampler.sampler
         return {"estimator": self.make_estimator(run.family, run.model.config, sampler), "sampler": sampler,
                 "reward": run.reward}

@@ -14,7 +14,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from dare.components import Evaluator, ModelFamily, Objective, Reward, Sampler
+from dare.components import Evaluator, ModelFamily, Objective, ResolvedSampler, Reward, Sampler
 from dare.errors import DareError, PluginError, SpecError
 from dare.io import resolve_path
 from dare.modeling.locate import adapter_base, family_of, trained_model_dir
@@ -56,7 +56,8 @@ class ResolvedSpec:
 
     * ``family``/``model_config``: the model's family adapter and ``config.json`` values (None when they
       did not resolve; a problem then says why);
-    * ``objective``, ``sampler``: from ``algorithm:``/``sampler:``; ``rewards``: ``(reward, weight)``
+    * ``objective``, ``sampler``: from ``algorithm:``/``sampler:``; ``rollout_sampler``: the sampler the objective's
+      training decodes with and the YAML path of each of its settings (online RL; else None); ``rewards``: ``(reward, weight)``
       pairs of ``rewards:``; ``benchmarks``/``validation``: ``eval.benchmarks``/``eval.validation``;
     * ``problems``: every ``(yaml_path, message)`` found; :meth:`raise_problems` turns them into one
       :class:`~dare.errors.SpecError`;
@@ -75,6 +76,7 @@ class ResolvedSpec:
     model_config: dict[str, Any] | None = None
     objective: Objective | None = None
     sampler: Sampler | None = None
+    rollout_sampler: ResolvedSampler | None = None
     rewards: list[tuple[Reward, float]] = field(default_factory=list)
     benchmarks: list[ResolvedBenchmark] = field(default_factory=list)
     validation: ResolvedBenchmark | None = None
@@ -169,6 +171,9 @@ def resolve_spec(spec: RunSpec, source: str | None = None, config_only: bool = F
         ctx.objective = _component(ctx, "objective", spec.algorithm, "algorithm")
     if spec.sampler is not None:
         ctx.sampler = _component(ctx, "sampler", spec.sampler, "sampler")
+    if ctx.objective is not None and ctx.sampler is not None:
+        ctx.rollout_sampler, found = ctx.objective.resolve_rollout_sampler(ctx.sampler, "algorithm")
+        problems.extend(found)
     for i, r in enumerate(spec.rewards):
         reward = _component(ctx, "reward", r, f"rewards[{i}]")
         if reward is not None:

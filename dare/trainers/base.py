@@ -46,6 +46,7 @@ from transformers import Trainer, TrainingArguments
 from transformers.trainer_utils import TrainOutput
 
 from dare import distributed
+from dare.diffusion.packing import packed_denoiser_logits
 from dare.errors import DareError
 from dare.io import WRITE_ERRORS, describe_write_error, replace_dir
 from dare.modeling.lora import is_peft_model, save_merged
@@ -77,10 +78,10 @@ class DareConfig(TrainingArguments):
     )
     max_nonfinite_steps: int = field(default=3, metadata={"help": "Optimizer steps with a NaN/Inf loss or gradient "
                                                                   "skipped in a row before training stops."})
-    packing: bool = field(default=False, metadata={"help": "Padding-free training forwards (ModelFamily."
-                                                           "packed_denoiser_logits, dare.diffusion.packing)."})
+    packing: bool = field(default=False, metadata={"help": "Padding-free training forwards (dare.diffusion."
+                                                           "packing.packed_denoiser_logits)."})
     packing_max_tokens: int | None = field(default=None, metadata={"help": "Tokens per packed row (default: the whole "
-                                                                           "batch in one row; ModelFamily.packed_denoiser_logits)."})
+                                                                           "batch in one row; dare.diffusion.packing.packed_denoiser_logits)."})
 
     def __post_init__(self):
         if not torch.cuda.is_available():
@@ -129,11 +130,11 @@ class DareTrainer(Trainer):
     # ------------------------------------------------------------------ training forwards
     def denoiser_logits(self, model, noisy_ids, clean_ids, attention_mask=None):
         """The family's training logits ``[B, L, V]`` (``ModelFamily.denoiser_logits``), computed padding-free with
-        ``ModelFamily.packed_denoiser_logits`` when ``args.packing`` (``train.packing``); same arguments and result
-        on every valid position (dare.diffusion.packing)."""
+        :func:`dare.diffusion.packing.packed_denoiser_logits` when ``args.packing`` (``train.packing``); same arguments
+        and result on every valid position."""
         if self.args.packing:
-            return self.family.packed_denoiser_logits(model, noisy_ids, clean_ids, attention_mask,
-                                                      self.args.packing_max_tokens)
+            return packed_denoiser_logits(self.family, model, noisy_ids, clean_ids, attention_mask,
+                                          self.args.packing_max_tokens)
         return self.family.denoiser_logits(model, noisy_ids, clean_ids, attention_mask)
 
     # ------------------------------------------------------------------ metrics

@@ -21,6 +21,7 @@ from dare_dream.sampler import (
     DreamSampler,
     DreamSamplerError,
     decode,
+    decode_options,
     diffusion_generate,
     sample_tokens,
 )
@@ -152,8 +153,9 @@ def _probability_stub(probs: dict[int, float], V: int = 10):
 
 def test_threshold_commits_the_sure_positions_together_and_one_per_step_otherwise():
     stub = _probability_stub({2: 0.9, 3: 0.2, 4: 0.6, 5: 0.3, 9: 0.95})
-    x, unmask, nfe = decode(lambda ids, am: stub(ids).logits, torch.tensor([[5, 6]]), None, 9, max_new_tokens=8,
-                            steps=8, alg="maskgit_plus", block_length=4, threshold=0.5)
+    x, unmask, nfe = decode(lambda ids, am: stub(ids).logits, torch.tensor([[5, 6]]), None,
+                            decode_options(mask_id=9, gen_length=8, steps=8, alg="maskgit_plus", block_length=4,
+                                           threshold=0.5))
     assert unmask.tolist() == [[0, 2, 0, 1, 5, 6, 7, 4]]
     assert nfe == 7 == stub.calls
     assert x[0, 2:].tolist() == [(i % 7) + 2 for i in range(2, 10)]
@@ -161,8 +163,9 @@ def test_threshold_commits_the_sure_positions_together_and_one_per_step_otherwis
 
 def test_factor_rule_commits_the_count_its_bound_allows():
     stub = _probability_stub({2: 0.99, 3: 0.95, 4: 0.9, 5: 0.7, 6: 0.999, 7: 0.999, 8: 0.999, 9: 0.999})
-    _, unmask, nfe = decode(lambda ids, am: stub(ids).logits, torch.tensor([[5, 6]]), None, 9, max_new_tokens=8,
-                            steps=8, alg="maskgit_plus", block_length=4, factor=1.0)
+    _, unmask, nfe = decode(lambda ids, am: stub(ids).logits, torch.tensor([[5, 6]]), None,
+                            decode_options(mask_id=9, gen_length=8, steps=8, alg="maskgit_plus", block_length=4,
+                                           factor=1.0))
     assert unmask.tolist() == [[0, 0, 0, 1, 4, 4, 4, 4]] and nfe == 3
 
 
@@ -278,8 +281,8 @@ def test_nan_logits_raise_a_clear_error_instead_of_leaving_rows_masked(cache, th
         smp.generate(model, FAMILY, TOKENS, *prompts(2)[1])
     bad_later = LogitsStub(lambda ids: torch.full((*ids.shape, 10), torch.nan if (ids == 9).sum() <= 5 else 0.0))
     with pytest.raises(NonFiniteLogitsError, match="at denoising step 3 "):  # 8 masks, 1 per step: step 3 sees 5 masks
-        decode(lambda ids, am: bad_later(ids).logits, torch.tensor([[5]]), None, 9, max_new_tokens=8, steps=8,
-               alg="maskgit_plus", threshold=0.5)
+        decode(lambda ids, am: bad_later(ids).logits, torch.tensor([[5]]), None,
+               decode_options(mask_id=9, gen_length=8, steps=8, alg="maskgit_plus", threshold=0.5))
 
 
 def test_a_cache_needs_a_family_with_a_cached_forward_and_bad_arguments_are_named():

@@ -18,6 +18,7 @@ from dare_dream.sampler import (
     DreamSampler,
     DreamSamplerError,
     decode,
+    decode_options,
     diffusion_generate,
     sample_tokens,
     select_positions,
@@ -42,7 +43,7 @@ def _aligned_stub():
 
 def _run(model, prompt, **kw):
     attention_mask, mask_id = kw.pop("attention_mask", None), kw.pop("mask_id", MASK)
-    return decode(lambda ids, am: model(ids).logits, prompt, attention_mask, mask_id, **kw)
+    return decode(lambda ids, am: model(ids).logits, prompt, attention_mask, decode_options(mask_id, **kw))
 
 
 # --------------------------------------------------------------------------- schedule
@@ -60,7 +61,7 @@ def test_transfer_count_is_int_of_float32_product():
 def test_maskgit_plus_commits_the_scheduled_count_most_confident_first():
     model = _aligned_stub()
     # linspace(1, 1e-3, 5): counts int(8*.24975)=1, int(7*.3329)=2, int(5*.4990)=2, then the last 3
-    x, steps, nfe = _run(model, torch.tensor([[5, 6]]), max_new_tokens=8, steps=4, alg="maskgit_plus")
+    x, steps, nfe = _run(model, torch.tensor([[5, 6]]), gen_length=8, steps=4, alg="maskgit_plus")
     assert x.tolist() == [[5, 6, 3, 4, 5, 6, 7, 1, 2, 3]]
     assert steps.tolist() == [[3, 3, 3, 2, 2, 1, 1, 0]]
     assert nfe == 4 and model.calls == 4
@@ -104,7 +105,7 @@ def test_sample_tokens_confidences_by_hand():
 def test_each_confidence_alg_commits_its_own_most_confident_position_first(alg, first):
     model = _distribution_stub()
     # linspace(1, 1e-3, 4): counts int(3*.333)=0, int(3*.4993)=1, then the last 2
-    x, steps, nfe = _run(model, torch.tensor([[3]]), max_new_tokens=3, steps=3, alg=alg, mask_id=4)
+    x, steps, nfe = _run(model, torch.tensor([[3]]), gen_length=3, steps=3, alg=alg, mask_id=4)
     assert x.tolist() == [[3, 0, 1, 2]]
     want = [2, 2, 2]
     want[first - 1] = 1
@@ -125,7 +126,7 @@ def test_top_k_and_top_p_filter_before_the_confidence():
 def test_origin_reveals_where_the_generator_uniform_is_below_one_minus_s_over_t():
     model = _aligned_stub()
     g = torch.Generator().manual_seed(11)
-    x, steps, nfe = _run(model, torch.tensor([[5, 6]]), max_new_tokens=8, steps=4, alg="origin", generator=g)
+    x, steps, nfe = _run(model, torch.tensor([[5, 6]]), gen_length=8, steps=4, alg="origin", generator=g)
     # replay the documented draws: one U(0,1) per still-masked position per step, in position order
     ref = torch.Generator().manual_seed(11)
     ts = torch.linspace(1, 1e-3, 5)
@@ -147,7 +148,7 @@ def test_origin_reveals_where_the_generator_uniform_is_below_one_minus_s_over_t(
 def test_alg_temp_draws_positions_from_softmax_of_confidence_over_alg_temp():
     model = _distribution_stub()
     g = torch.Generator().manual_seed(3)
-    _, steps, _ = _run(model, torch.tensor([[3]]), max_new_tokens=3, steps=3, alg="maskgit_plus", alg_temp=0.05,
+    _, steps, _ = _run(model, torch.tensor([[3]]), gen_length=3, steps=3, alg="maskgit_plus", alg_temp=0.05,
                        mask_id=4, generator=g)
     ref = torch.Generator().manual_seed(3)
     conf = torch.tensor([-torch.inf, 0.60, 0.55, 0.58])
@@ -257,7 +258,7 @@ def test_a_proposed_mask_token_stays_masked_and_never_overwrites_other_rows():
     prompt = torch.tensor([[5, 6], [5, 6]])
     # step 0 commits int(8 * .4995) = 3 per row; row 0's 3 picks are mask proposals, so it keeps 8 masks,
     # row 1 keeps 5; the last step commits each row's own masks (per-row counts): 8 and 5
-    x, steps, _ = _run(_mask_proposing_stub(), prompt, max_new_tokens=8, steps=2, alg="maskgit_plus")
+    x, steps, _ = _run(_mask_proposing_stub(), prompt, gen_length=8, steps=2, alg="maskgit_plus")
     assert x[1].tolist() == [5, 6, 3, 4, 5, 6, 7, 1, 2, 3]
     assert steps[1].tolist() == [1, 1, 1, 1, 1, 0, 0, 0]
     # row 0: the 3 mask proposals stay masked, every other position is committed at the last step
@@ -267,7 +268,7 @@ def test_a_proposed_mask_token_stays_masked_and_never_overwrites_other_rows():
 
 def test_release_quirks_commit_the_batch_mean_count_in_every_row():
     prompt = torch.tensor([[5, 6], [5, 6]])
-    x, steps, _ = _run(_mask_proposing_stub(), prompt, max_new_tokens=8, steps=2, alg="maskgit_plus",
+    x, steps, _ = _run(_mask_proposing_stub(), prompt, gen_length=8, steps=2, alg="maskgit_plus",
                        release_quirks=True)
     # the last step commits int((8 + 5) / 2) = 6 in each row: row 0 gets its 3 mask proposals again plus
     # positions 6, 5, 4, and positions 2 and 3 stay masked although the schedule has ended
@@ -277,7 +278,7 @@ def test_release_quirks_commit_the_batch_mean_count_in_every_row():
 
 def test_release_quirk_overwrites_a_non_mask_position_of_a_short_row():
     prompt = torch.tensor([[5, 6], [5, 6]])
-    x, steps, _ = _run(_mask_proposing_stub(), prompt, max_new_tokens=8, steps=2, alg="maskgit_plus",
+    x, steps, _ = _run(_mask_proposing_stub(), prompt, gen_length=8, steps=2, alg="maskgit_plus",
                        release_quirks=True)
     # row 1 holds 5 masks but commits 6: torch.topk also picks one -inf (non-mask) slot and writes the mask id
     assert int((x[1] == MASK).sum()) == 1

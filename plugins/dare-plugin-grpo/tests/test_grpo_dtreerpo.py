@@ -12,7 +12,7 @@ import torch
 from dare.trainers import DareConfig
 
 from dare_grpo.objectives import DTreeRPO
-from dare_grpo.objectives.dtreerpo import EdgeLossInput, sd_pair_count, sd_schedule, self_distillation
+from dare_grpo.loss_tree import EdgeLossInput, sd_pair_count, sd_schedule, self_distillation
 from dare_grpo.rollout_tree import branch_points, local_advantages, node_indices, propagate_values, transition_mask
 
 
@@ -113,8 +113,8 @@ def test_partial_denoising_continues_generate_exactly(tiny_llada_dir):
     full = s.generate(lm.model, lm.family, lm.tokens, prompt, attn, generator=torch.Generator().manual_seed(1))
     g = torch.Generator().manual_seed(1)
     root = torch.cat([prompt, torch.full((2, 4), lm.tokens.mask_id)], 1)
-    mid = s.partial_denoise(lm.model, lm.family, lm.tokens, root, 3, attn, 0, 3, generator=g)
-    end = s.partial_denoise(lm.model, lm.family, lm.tokens, mid.sequences, 3, attn, 3, None, generator=g)
+    mid = s.partial_denoise(lm.model, lm.family, lm.tokens, root, 3, attn, (0, 3), generator=g)
+    end = s.partial_denoise(lm.model, lm.family, lm.tokens, mid.sequences, 3, attn, (3, None), generator=g)
     assert torch.equal(end.sequences, full.sequences)
     assert int((mid.sequences[:, 3:] == lm.tokens.mask_id).sum()) == 2  # 3 of 4 steps done: one mask per row left
     assert torch.equal(torch.where(mid.unmask_step >= 0, mid.unmask_step, end.unmask_step), full.unmask_step)

@@ -8,11 +8,13 @@ import math
 import pytest
 import torch
 
+from dare.components import SpecialTokens
+from dare.sampling.options import DecodeOptions
 from dare.trainers import DareConfig
 
 from dare_grpo.objectives import MDPO
-from dare_grpo.objectives.mdpo import StepLossInput, select_steps, step_advantages, step_scores
-from dare_grpo.rollout_mdpo import MDPOTrajectory, mdpo_decode
+from dare_grpo.loss_mdpo import StepLossInput, select_steps, step_advantages, step_scores
+from dare_grpo.rollout_mdpo import MDPORolloutParams, MDPOTrajectory, mdpo_decode
 
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -70,12 +72,16 @@ def _scripted(V: int, mask_id: int):
     return fn
 
 
+def _options(mask_id, generator=None, **settings):
+    return DecodeOptions(MDPORolloutParams(**settings), SpecialTokens(mask_id=mask_id, eos_id=0, pad_id=0), generator)
+
+
 @pytest.mark.parametrize("conf_alg", ["llada", "entropy", "topk_margin"])
 def test_decoder_records_states_predictions_and_confidence(conf_alg):
     M = 19
     prompt = torch.tensor([[1, 2]])
-    traj = mdpo_decode(_scripted(20, M), prompt, None, M, gen_length=4, steps=4, block_length=4, temperature=0.0,
-                       conf_alg=conf_alg)
+    traj = mdpo_decode(_scripted(20, M), prompt, None,
+                       _options(mask_id=M, gen_length=4, steps=4, block_length=4, temperature=0.0, conf_alg=conf_alg))
     assert traj.nfe == 4 and traj.sequences[0, 2:].tolist() == [10, 11, 12, 13]
     # the surest position (the last) is committed first
     assert [row.tolist() for row in traj.inputs[0]] == [[M] * 4, [M, M, M, 13], [M, M, 12, 13], [M, 11, 12, 13]]
@@ -88,9 +94,9 @@ def test_decoder_records_states_predictions_and_confidence(conf_alg):
 def test_decoder_samples_with_the_generator_and_commits_the_quota():
     M = 19
     prompt = torch.tensor([[1, 2], [3, 4]])
-    run = lambda seed: mdpo_decode(_scripted(20, M), prompt, torch.ones_like(prompt), M, gen_length=4, steps=2,  # noqa: E731
-                                   block_length=2, temperature=1.0, top_k=3, conf_alg="random",
-                                   generator=torch.Generator().manual_seed(seed))
+    run = lambda seed: mdpo_decode(_scripted(20, M), prompt, torch.ones_like(prompt),  # noqa: E731
+                                   _options(mask_id=M, gen_length=4, steps=2, block_length=2, temperature=1.0,
+                                            top_k=3, conf_alg="random", generator=torch.Generator().manual_seed(seed)))
     a, b = run(0), run(0)
     assert torch.equal(a.sequences, b.sequences) and torch.equal(a.inputs, b.inputs)
     masks = (a.inputs == M).sum(-1)  # [B, T]: block 0 then block 1, one step each commits the whole block
@@ -109,9 +115,10 @@ def test_decoder_with_row_generators_gives_each_row_the_same_trajectory_in_any_b
     M = 19
     prompt = torch.tensor([[1, 2], [3, 4], [5, 6]])
     keys = [7, 11, 13]
-    decode = lambda rows: mdpo_decode(_scripted(20, M), prompt[rows], None, M, gen_length=4, steps=4,  # noqa: E731
-                                      block_length=2, temperature=1.0, conf_alg=conf_alg,
-                                      generator=RowGenerators.keyed(0, "rollout", 0, [keys[r] for r in rows]))
+    decode = lambda rows: mdpo_decode(_scripted(20, M), prompt[rows], None,  # noqa: E731
+                                      _options(mask_id=M, gen_length=4, steps=4, block_length=2, temperature=1.0,
+                                               conf_alg=conf_alg,
+                                               generator=RowGenerators.keyed(0, "rollout", 0, [keys[r] for r in rows])))
     together = decode([0, 1, 2])
     for r in range(3):
         alone = decode([r])
@@ -119,8 +126,9 @@ def test_decoder_with_row_generators_gives_each_row_the_same_trajectory_in_any_b
             assert torch.equal(getattr(alone, field)[0], getattr(together, field)[r]), (r, field)
     assert len({tuple(row) for row in together.sequences[:, 2:].tolist()}) > 1  # the rows really differ
     with pytest.raises(ValueError, match="2 row generators for 3 rows"):
-        mdpo_decode(_scripted(20, M), prompt, None, M, gen_length=4, steps=4, temperature=1.0,
-                    generator=RowGenerators.keyed(0, "rollout", 0, [1, 2]))
+        mdpo_decode(_scripted(20, M), prompt, None,
+                    _options(mask_id=M, gen_length=4, steps=4, temperature=1.0,
+                             generator=RowGenerators.keyed(0, "rollout", 0, [1, 2])))
 
 
 def test_one_step_raises_the_step_likelihood_of_a_positive_advantage(tmp_path, tiny_llada_dir):

@@ -103,3 +103,35 @@ def test_tree_and_mdpo_rollout_checks_read_the_rollout_sampler(tiny_llada_dir, t
     raw = spec(tiny_llada_dir, tmp_path, name="mdpo", params={"rollout_sampler": {"temperature": 1.0, "cfg_scale": 2.0}})
     assert "no cfg_scale" in problems(raw)["algorithm.params.rollout_sampler.cfg_scale"]
     validate_spec(spec(tiny_llada_dir, tmp_path, name="mdpo", params={"rollout_sampler": {"temperature": 1.0}}))
+
+
+def test_the_rollout_sampler_is_resolved_once_with_the_yaml_path_of_each_setting(tiny_llada_dir, tmp_path, monkeypatch):
+    """The spec resolution builds the rollout sampler (sampler.params + algorithm.params.rollout_sampler) once; the
+    objectives' checks read it, and name the path that set a value."""
+    from dare.rl import OnlineRLObjective
+    from dare.spec import resolve_spec, structure
+
+    calls = []
+    original = OnlineRLObjective.resolve_rollout_sampler
+    monkeypatch.setattr(OnlineRLObjective, "resolve_rollout_sampler",
+                        lambda self, sampler, loc: calls.append(loc) or original(self, sampler, loc))
+    raw = spec(tiny_llada_dir, tmp_path, name="d-treerpo", params={"rollout_sampler": {"temperature": 0.9, "steps": 4}})
+    ctx = resolve_spec(structure(raw))
+    assert calls == ["algorithm"]
+    rollout = ctx.rollout_sampler
+    assert rollout.name == "llada" and rollout.params.temperature == 0.9 and rollout.params.steps == 4
+    assert rollout.params.gen_length == 8 and ctx.sampler.params.temperature == 0.0  # evaluation keeps sampler.params
+    assert rollout.origin == {"temperature": "algorithm.params.rollout_sampler.temperature",
+                              "steps": "algorithm.params.rollout_sampler.steps"}
+    assert (rollout.where("steps"), rollout.where("gen_length"), rollout.where("name")) == (
+        "algorithm.params.rollout_sampler.steps", "sampler.params.gen_length", "sampler.name")
+    assert ctx.problems == []
+
+
+def test_a_rejected_rollout_override_leaves_no_rollout_sampler(tiny_llada_dir, tmp_path):
+    from dare.spec import resolve_spec, structure
+
+    ctx = resolve_spec(structure(spec(tiny_llada_dir, tmp_path, params={"rollout_sampler": {"steps": 3}})))
+    assert ctx.rollout_sampler is None
+    assert [loc for loc, _ in ctx.problems] == ["algorithm.params.rollout_sampler.steps"]
+    assert "multiple of gen_length / block_length (2)" in ctx.problems[0][1]

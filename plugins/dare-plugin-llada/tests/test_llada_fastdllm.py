@@ -15,7 +15,7 @@ from dare.errors import DareError
 from dare.sampling import NonFiniteLogitsError
 from dare.testing import LogitsStub, check_parallel_block_steps
 from dare_llada.family import LLaDAFamily
-from dare_llada.sampler import LLaDASampler, decode, denoise_steps
+from dare_llada.sampler import LLaDASampler, decode, decode_options, denoise_steps
 
 TOKENS = SpecialTokens(mask_id=2, eos_id=1, pad_id=1, eot_id=3, bos_id=0)
 FAMILY = LLaDAFamily()
@@ -115,8 +115,8 @@ def test_partial_denoise_with_a_cache_resumes_exactly_for_a_one_layer_model():
     smp = sampler(cache="dual")
     ref = smp.generate(model, FAMILY, TOKENS, ids, am)
     state = torch.cat([ids, torch.full((2, 16), TOKENS.mask_id)], dim=1)
-    a = smp.partial_denoise(model, FAMILY, TOKENS, state, ids.shape[1], am, 0, 6)
-    b = smp.partial_denoise(model, FAMILY, TOKENS, a.sequences, ids.shape[1], am, 6, None)
+    a = smp.partial_denoise(model, FAMILY, TOKENS, state, ids.shape[1], am, (0, 6))
+    b = smp.partial_denoise(model, FAMILY, TOKENS, a.sequences, ids.shape[1], am, (6, None))
     assert torch.equal(b.sequences, ref.sequences)
     assert torch.equal(torch.maximum(a.unmask_step, b.unmask_step), ref.unmask_step)
 
@@ -141,8 +141,9 @@ def _probability_stub(probs: dict[int, float], V: int = 10):
 def test_threshold_commits_the_sure_positions_together_and_one_per_step_otherwise():
     # block 0 = positions 2..5, block 1 = positions 6..9 (prompt of 2)
     stub = _probability_stub({2: 0.9, 3: 0.2, 4: 0.6, 5: 0.3, 9: 0.95})
-    x, unmask, nfe = decode(lambda ids, am: stub(ids).logits, torch.tensor([[5, 6]]), steps=8, gen_length=8,
-                            block_length=4, mask_id=TOKENS.mask_id, threshold=0.5)
+    x, unmask, nfe = decode(lambda ids, am: stub(ids).logits, torch.tensor([[5, 6]]), None,
+                            decode_options(steps=8, gen_length=8, block_length=4, mask_id=TOKENS.mask_id,
+                                           threshold=0.5))
     # step 0: {2, 4} >= 0.5; step 1: the most confident left (5); step 2: 3; block 1 (steps from 4): 9, 6, 7, 8
     assert unmask.tolist() == [[0, 2, 0, 1, 5, 6, 7, 4]]
     assert nfe == 7 == stub.calls
@@ -151,8 +152,8 @@ def test_threshold_commits_the_sure_positions_together_and_one_per_step_otherwis
 
 def test_factor_rule_commits_the_count_its_bound_allows():
     stub = _probability_stub({2: 0.99, 3: 0.95, 4: 0.9, 5: 0.7, 6: 0.999, 7: 0.999, 8: 0.999, 9: 0.999})
-    _, unmask, nfe = decode(lambda ids, am: stub(ids).logits, torch.tensor([[5, 6]]), steps=8, gen_length=8,
-                            block_length=4, mask_id=TOKENS.mask_id, factor=1.0)
+    _, unmask, nfe = decode(lambda ids, am: stub(ids).logits, torch.tensor([[5, 6]]), None,
+                            decode_options(steps=8, gen_length=8, block_length=4, mask_id=TOKENS.mask_id, factor=1.0))
     # block 0: (n+1)(1-c_(n)) = 0.02, 0.15, 0.4, 1.5 -> 3 tokens, then the last; block 1: 5 * 0.001 -> all 4
     assert unmask.tolist() == [[0, 0, 0, 1, 4, 4, 4, 4]] and nfe == 3
 
@@ -203,8 +204,8 @@ def test_nan_logits_raise_a_clear_error_instead_of_emitting_token_0(cache, thres
         sampler(cache=cache, threshold=threshold).generate(model, FAMILY, TOKENS, *prompts(2)[1])
     bad_later = LogitsStub(lambda ids: torch.full((*ids.shape, 10), torch.nan if (ids == 2).sum() <= 12 else 0.0))
     with pytest.raises(NonFiniteLogitsError, match="at denoising step 4 "):  # 16 masks, 1 per step: step 4 sees 12 masks
-        decode(lambda ids, am: bad_later(ids).logits, torch.tensor([[5]]), steps=16, gen_length=16, block_length=4,
-               mask_id=2, threshold=threshold)
+        decode(lambda ids, am: bad_later(ids).logits, torch.tensor([[5]]), None,
+               decode_options(steps=16, gen_length=16, block_length=4, mask_id=2, threshold=threshold))
 
 
 @pytest.mark.parametrize(
@@ -240,8 +241,8 @@ def test_a_cache_needs_a_family_with_a_cached_forward():
 
 def test_denoise_steps_refuses_an_unknown_cache():
     with pytest.raises(ValueError, match="cache must be one of"):
-        denoise_steps(lambda ids, am: None, torch.full((1, 6), 2), 2, steps=4, gen_length=4, block_length=4,
-                      cache="full")
+        denoise_steps(lambda ids, am: None, torch.full((1, 6), 2), 2, None,
+                      decode_options(steps=4, gen_length=4, block_length=4, cache="full"))
 
 
 # --------------------------------------------------------------------------- per-row generators

@@ -13,7 +13,7 @@ from dare.modeling.tokenizer import build_byte_tokenizer
 from dare.plugins import get_registry
 from dare.testing import shared_path
 from dare_llada2.family import LLaDA2Family
-from dare_llada2.sampler import LLaDA2Sampler, decode
+from dare_llada2.sampler import LLaDA2Sampler, decode, decode_options
 
 
 def test_registered_family_facts():
@@ -108,8 +108,9 @@ def test_lora_all_linear_adapts_attention_dense_shared_and_routed_experts(tiny_l
     assert torch.allclose(peft_model(input_ids=x).logits, tiny_llada2.model(x).logits, atol=1e-6)  # B = 0 at init
     t = tiny_llada2.tokens
     kw = dict(gen_length=8, block_length=4, steps=2, mask_id=t.mask_id, eos_id=t.eos_id, pad_id=t.pad_id)
-    through_peft = decode(peft_model.eval(), x, use_cache=True, **kw)  # the cache protocol passes through peft
-    assert torch.equal(through_peft.completions(), decode(tiny_llada2.model, x, use_cache=False, **kw).completions())
+    through_peft = decode(peft_model.eval(), x, None, decode_options(use_cache=True, **kw))  # the cache protocol
+    recomputed = decode(tiny_llada2.model, x, None, decode_options(use_cache=False, **kw))   # passes through peft
+    assert torch.equal(through_peft.completions(), recomputed.completions())
 
 
 # --------------------------------------------------------------------------- decoding with the tiny model
@@ -132,15 +133,15 @@ def test_kv_cache_and_batching_reproduce_single_prompt_recompute(tiny_llada2, va
     t = tiny_llada2.tokens
     kw = dict(variant=variant, gen_length=10, block_length=4, mask_id=t.mask_id, eos_id=t.eos_id, pad_id=t.pad_id, **extra)
     ids, attn = _batch(t)
-    cached = decode(tiny_llada2.model, ids, attn, use_cache=True, **kw)
-    recomputed = decode(tiny_llada2.model, ids, attn, use_cache=False, **kw)
+    cached = decode(tiny_llada2.model, ids, attn, decode_options(use_cache=True, **kw))
+    recomputed = decode(tiny_llada2.model, ids, attn, decode_options(use_cache=False, **kw))
     assert torch.equal(cached.completions(), recomputed.completions())
     assert torch.equal(cached.unmask_step, recomputed.unmask_step)
     assert (cached.nfe, cached.steps) == (recomputed.nfe, recomputed.steps)
     assert cached.cache_forwards > 0 and recomputed.cache_forwards == 0
     assert torch.equal(cached.edits, recomputed.edits) and (variant == "2.0") == (int(cached.edits.sum()) == 0)
     for i, p in enumerate(PROMPTS):  # each row decodes as it would alone (the release's B = 1 layout)
-        alone = decode(tiny_llada2.model, torch.tensor([p]), use_cache=False, **kw)
+        alone = decode(tiny_llada2.model, torch.tensor([p]), None, decode_options(use_cache=False, **kw))
         assert torch.equal(alone.completions()[0], cached.completions()[i])
         assert torch.equal(alone.unmask_step[0], cached.unmask_step[i])
     assert len(set(cached.completions().flatten().tolist())) > 3  # the proposals are not degenerate

@@ -15,7 +15,7 @@ from dare.sampling import NonFiniteLogitsError
 from dare.plugins import get_registry
 from dare.testing import LogitsStub
 from dare_llada2.family import LLaDA2Family
-from dare_llada2.sampler import LLaDA2Sampler, decode, generate, generate_v21
+from dare_llada2.sampler import LLaDA2Sampler, decode, decode_options, generate, generate_v21
 
 V, EOS, MASK = 16, 1, 2
 PROMPT = torch.tensor([[10, 11, 12]])
@@ -48,7 +48,7 @@ BASE = {3: (5, 0.5), 4: (6, 0.9), 5: (7, 0.85), 6: (8, 0.3), 7: (9, 0.6)}
 
 def run(model, **kw):
     kw = {"gen_length": 5, "block_length": 4, "mask_id": MASK, "eos_id": EOS, "pad_id": EOS, "use_cache": False, **kw}
-    return decode(model, PROMPT, **kw)
+    return decode(model, PROMPT, None, decode_options(**kw))
 
 
 # --------------------------------------------------------------------------- LLaDA2.0

@@ -81,6 +81,7 @@ from typing import Callable, Literal
 
 import torch
 
+from dare.components import SpecialTokens
 from dare.errors import DareError
 from dare.randomness import RowGenerators, multinomial, rand_entries, row_generator
 from dare.sampling import (
@@ -92,8 +93,8 @@ from dare.sampling import (
     require_finite_logits,
     threshold_transfer,
 )
-
-from dare_dream.sampler import ALGORITHMS, Confidence  # the alg values (torch-free)
+from dare.sampling.options import DecodeOptions
+from dare_dream.params import ALGORITHMS, Confidence, DreamSamplerParams
 
 __all__ = [
     "DreamSamplerError",
@@ -104,6 +105,7 @@ __all__ = [
     "select_positions_per_row",
     "RELEASE_CONFIG_DEFAULTS",
     "decode",
+    "decode_options",
     "diffusion_generate",
 ]
 
@@ -403,22 +405,7 @@ def decode(
     logits_fn: Callable[[torch.Tensor, torch.Tensor | None], torch.Tensor],
     input_ids: torch.Tensor,
     attention_mask: torch.Tensor | None,
-    mask_id: int,
-    max_new_tokens: int = 512,
-    steps: int = 512,
-    eps: float = 1e-3,
-    alg: str = "origin",
-    alg_temp: float | None = None,
-    temperature: float = 0.0,
-    top_p: float | None = None,
-    top_k: int | None = None,
-    generator: torch.Generator | None = None,
-    release_quirks: bool = False,
-    block_length: int | None = None,
-    cache: str = "none",
-    kv_logits: Callable | None = None,
-    threshold: float | None = None,
-    factor: float | None = None,
+    options: DecodeOptions,
 ) -> tuple[torch.Tensor, torch.Tensor, int]:
     """The decoding loop over an aligned-logits function (module docstring).
 
@@ -429,11 +416,14 @@ def decode(
         (position i scores token i), e.g. ``family.logits`` bound to a model.
     :param input_ids: ``[B, Lp]`` int64 prompts, left-padded.
     :param attention_mask: ``[B, Lp]`` (1 real, 0 pad) or None; extended with ones.
-    :param block_length: ``None`` = ``max_new_tokens`` (one block, the release).
-    :param cache: ``none``/``prefix``/``dual``; needs ``kv_logits`` ``(x, attention_mask, past, start, end,
-        use_cache) -> (logits, cache)`` (:mod:`dare.sampling.kv_cache`).
-    :param threshold: / :param factor: Fast-dLLM parallel decoding (at most one; ``alg="maskgit_plus"``).
-    :returns: ``(x [B, Lp + max_new_tokens] int64, unmask_step [B, max_new_tokens] int64, nfe)``;
+    :param options: :class:`~dare.sampling.options.DecodeOptions` with ``params`` a
+        :class:`~dare_dream.params.DreamSamplerParams`: ``gen_length`` (the release's ``max_new_tokens``), ``steps``,
+        ``eps``, ``alg``, ``alg_temp``, ``temperature``, ``top_p``, ``top_k``, ``release_quirks``, ``block_length``
+        (``None`` = ``gen_length``: one block, the release), ``cache`` (``none``/``prefix``/``dual``; needs
+        ``options.kv_logits`` ``(x, attention_mask, past, start, end, use_cache) -> (logits, cache)``,
+        :mod:`dare.sampling.kv_cache`), ``threshold`` / ``factor`` (Fast-dLLM parallel decoding: at most one,
+        ``alg="maskgit_plus"``); ``tokens.mask_id``; the ``generator``.
+    :returns: ``(x [B, Lp + gen_length] int64, unmask_step [B, gen_length] int64, nfe)``;
         ``unmask_step`` is the step that committed each completion token (-1: still masked); with
         ``threshold``/``factor`` a token committed at block ``nb``'s ``i``-th step gets ``nb * block_length + i``
         (a block takes at most ``block_length`` steps), so a row's numbers do not depend on the other rows.
@@ -441,8 +431,11 @@ def decode(
         without ``kv_logits``.
     :raises NonFiniteLogitsError: the model returned NaN/Inf logits.
     """
-    _check_args(steps, max_new_tokens, eps, alg, alg_temp, temperature, top_p, top_k, block_length, cache, threshold,
-                factor)
+    p, mask_id, kv_logits = options.params, options.tokens.mask_id, options.kv_logits
+    steps, max_new_tokens, alg, alg_temp, cache = p.steps, p.gen_length, p.alg, p.alg_temp, p.cache
+    threshold, factor = p.threshold, p.factor
+    _check_args(steps, max_new_tokens, p.eps, alg, alg_temp, p.temperature, p.top_p, p.top_k, p.block_length, cache,
+                threshold, factor)
     if cache != "none" and kv_logits is None:
         raise DreamSamplerError(f"cache={cache!r} needs kv_logits (the family's cached forward)")
     B, Lp = input_ids.shape
@@ -450,12 +443,12 @@ def decode(
     if attention_mask is not None:
         ones = torch.ones((B, max_new_tokens), dtype=attention_mask.dtype, device=attention_mask.device)
         attention_mask = torch.cat([attention_mask, ones], dim=1)
-    block_length = max_new_tokens if block_length is None else block_length
+    block_length = max_new_tokens if p.block_length is None else p.block_length
     num_blocks = max_new_tokens // block_length
     spb = steps // num_blocks
     parallel = threshold is not None or factor is not None
-    timesteps = torch.linspace(1, eps, spb + 1, device=x.device)
-    propose = _Proposer(temperature, top_p, top_k, generator, release_quirks)
+    timesteps = torch.linspace(1, p.eps, spb + 1, device=x.device)
+    propose = _Proposer(p.temperature, p.top_p, p.top_k, options.generator, p.release_quirks)
     kv = None if cache == "none" else BlockKVCache(kv_logits, cache)
     traj = Trajectory(B, max_new_tokens, device=x.device)
     nfe = 0
@@ -487,6 +480,16 @@ def decode(
             traj.unmask_step[now_masked & ~mask_index[:, Lp:]] = -1  # re-masked by a release quirk: decoded again
             traj.record(mask_index[:, Lp:] & ~now_masked, step)
     return x, traj.unmask_step, nfe
+
+
+def decode_options(mask_id: int, generator=None, kv_logits: Callable | None = None, eos_id: int = 151643,
+                   **settings) -> DecodeOptions:
+    """:class:`~dare.sampling.options.DecodeOptions` for :func:`decode` from keyword settings
+    (:class:`~dare_dream.params.DreamSamplerParams` fields; unnamed ones take its defaults); ``eos_id`` (also the pad
+    id; Dream-v0's ``<|endoftext|>`` by default) is not read by the decoder. Built unvalidated
+    (:meth:`DecodeOptions.of`): :func:`decode` checks the settings and raises :class:`DreamSamplerError`."""
+    tokens = SpecialTokens(mask_id=mask_id, eos_id=eos_id, pad_id=eos_id)
+    return DecodeOptions.of(DreamSamplerParams, tokens, generator, kv_logits, **settings)
 
 
 class _Unset:
@@ -581,26 +584,14 @@ def diffusion_generate(
     sampling = resolve_generation_defaults(model, generation_defaults, temperature=temperature, top_p=top_p,
                                            top_k=top_k)
     family = DreamFamily()
-    x, _, _ = decode(
-        lambda ids, am: family.logits(model, ids, am),
-        input_ids,
-        attention_mask,
-        int(mask_token_id),
-        max_new_tokens=max_new_tokens,
-        steps=steps,
-        eps=eps,
-        alg=alg,
-        alg_temp=alg_temp,
-        generator=generator,
-        release_quirks=True,
-        block_length=block_length,
-        cache=cache,
-        kv_logits=lambda ids, am, past, start, end, use_cache: family.kv_logits(model, ids, am, past, start, end,
-                                                                                use_cache),
-        threshold=threshold,
-        factor=factor,
-        **sampling,
-    )
+
+    def kv_logits(ids, am, past, start, end, use_cache):
+        return family.kv_logits(model, ids, am, past, start, end, use_cache)
+
+    options = decode_options(int(mask_token_id), generator, kv_logits, gen_length=max_new_tokens, steps=steps, eps=eps,
+                             alg=alg, alg_temp=alg_temp, release_quirks=True, block_length=block_length, cache=cache,
+                             threshold=threshold, factor=factor, **sampling)
+    x, _, _ = decode(lambda ids, am: family.logits(model, ids, am), input_ids, attention_mask, options)
     return x
 
 

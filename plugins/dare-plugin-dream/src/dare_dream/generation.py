@@ -110,7 +110,7 @@ class DreamGenerationMixin:
         """
         from dare.sampling.hf import IGNORED, GenerateArgumentError
         from dare_dream.family import DreamFamily
-        from dare_dream.sampler import decode
+        from dare_dream.decoding import decode, decode_options
 
         owner = f"{type(self).__name__}.diffusion_generate"
         if inputs is None:
@@ -172,11 +172,11 @@ class DreamGenerationMixin:
             calls[0] += 1
             return logits
 
-        x, _, _ = decode(
-            logits_fn, inputs, attention_mask, int(s["mask_token_id"]), max_new_tokens=gen_length, steps=int(s["steps"]),
-            eps=float(s["eps"]), alg=s["alg"], alg_temp=s["alg_temp"], temperature=float(s["temperature"]),
-            top_p=s["top_p"], top_k=s["top_k"], generator=generator, release_quirks=True,
-        )
+        options = decode_options(int(s["mask_token_id"]), generator, gen_length=gen_length, steps=int(s["steps"]),
+                                 eps=float(s["eps"]), alg=s["alg"], alg_temp=s["alg_temp"],
+                                 temperature=float(s["temperature"]), top_p=s["top_p"], top_k=s["top_k"],
+                                 release_quirks=True)
+        x, _, _ = decode(logits_fn, inputs, attention_mask, options)
         if not s["return_dict_in_generate"]:
             return x
         if history is not None:

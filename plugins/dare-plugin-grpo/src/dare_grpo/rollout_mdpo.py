@@ -32,8 +32,9 @@ import torch
 
 from dare.randomness import RowGenerators, rand_entries
 from dare.sampling import filter_top_k_top_p, num_transfer_tokens, sample_categorical, topk_transfer
+from dare.sampling.options import DecodeOptions
 
-__all__ = ["ConfAlg", "MDPOTrajectory", "mdpo_decode", "remasking_scores"]
+__all__ = ["ConfAlg", "MDPORolloutParams", "MDPOTrajectory", "mdpo_decode", "remasking_scores"]
 
 ConfAlg = Literal["llada", "entropy", "topk_margin", "random"]
 
@@ -98,31 +99,40 @@ def _propose(logits: torch.Tensor, temperature: float, top_k: int | None, top_p:
     return x0, conf, probs
 
 
+@dataclass(frozen=True)
+class MDPORolloutParams:
+    """The settings of an MDPO rollout (:meth:`dare_grpo.objectives.mdpo.MDPO.rollout_settings` takes them from the
+    rollout sampler): ``gen_length``, ``steps``, ``block_length`` (None = one block of ``gen_length``),
+    ``temperature``, ``top_k``/``top_p`` (None = off) and the remasking score ``conf_alg``."""
+
+    gen_length: int
+    steps: int
+    block_length: int | None = None
+    temperature: float = 1.0
+    top_k: int | None = None
+    top_p: float | None = None
+    conf_alg: ConfAlg = "llada"
+
+
 @torch.no_grad()
 def mdpo_decode(
     logits_fn: Callable[[torch.Tensor, torch.Tensor | None], torch.Tensor],
     prompt: torch.Tensor,
     attention_mask: torch.Tensor | None,
-    mask_id: int,
-    gen_length: int,
-    steps: int,
-    block_length: int | None = None,
-    temperature: float = 1.0,
-    top_k: int | None = None,
-    top_p: float | None = None,
-    conf_alg: ConfAlg = "llada",
-    generator: torch.Generator | RowGenerators | None = None,
+    options: DecodeOptions,
 ) -> MDPOTrajectory:
     """Decode and record every step (module docstring).
 
     :param logits_fn: ``(x [B, L] int64, attention_mask [B, L] | None) -> aligned logits [B, L, V]``.
     :param prompt: ``[B, Lp]`` int64, left-padded; :param attention_mask: ``[B, Lp]`` or None.
-    :param block_length: None = one block of ``gen_length``.
-    :param generator: a ``torch.Generator`` (None: the global RNG) or ``B`` row generators.
+    :param options: :class:`~dare.sampling.options.DecodeOptions` with ``params`` a :class:`MDPORolloutParams`,
+        ``tokens.mask_id`` and the ``generator``: a ``torch.Generator`` (None: the global RNG) or ``B`` row generators.
     :raises ValueError: ``gen_length % block_length != 0``, non-positive sizes, or row generators whose count
         is not ``B``.
     """
-    block_length = block_length or gen_length
+    p, mask_id, generator = options.params, options.tokens.mask_id, options.generator
+    gen_length, steps, temperature, top_k, top_p = p.gen_length, p.steps, p.temperature, p.top_k, p.top_p
+    block_length = p.block_length or gen_length
     if gen_length <= 0 or steps <= 0 or block_length <= 0 or gen_length % block_length != 0:
         raise ValueError(f"need positive gen_length ({gen_length}) and steps ({steps}), and gen_length a multiple "
                          f"of block_length ({block_length})")
@@ -154,7 +164,7 @@ def mdpo_decode(
             preds.append(pred[:, Lp:].clone())
             confs.append(conf_full[:, Lp:].clone())
             score = torch.full(x.shape, -torch.inf, dtype=torch.float32, device=x.device)
-            score[mask_index] = remasking_scores(probs, conf, conf_alg, generator, rows)
+            score[mask_index] = remasking_scores(probs, conf, p.conf_alg, generator, rows)
             score[:, end:] = -torch.inf
             transfer = topk_transfer(score, quota[:, i])
             x[transfer] = pred[transfer]

@@ -126,8 +126,7 @@ def grow_tree(sampler, model, family, tokens, prompt_ids: torch.Tensor, attentio
         for i in range(0, states.shape[0], step):
             rows = gen.rows(slice(i, i + step)) if isinstance(gen, RowGenerators) else gen
             res = sampler.partial_denoise(model, family, tokens, states[i:i + step], P, attn[i:i + step],
-                                          start_step=T - points[level], end_step=T - points[level + 1],
-                                          generator=rows)
+                                          step_range=(T - points[level], T - points[level + 1]), generator=rows)
             out.append(res.sequences)
             tree.nfe += int(res.nfe)
         tree.levels.append(torch.cat(out))

@@ -31,8 +31,9 @@ import torch
 
 from dare.diffusion.estimators import Pass, ScoringBatch, score_pass
 from dare.sampling import completion_mask as family_completion_mask
+from dare.sampling.options import DecodeOptions
 from dare.sampling.text import encode_prompts
-from dare_grpo.objectives.mdpo import StepLossInput, select_steps, step_advantages, step_scores
+from dare_grpo.loss_mdpo import StepLossInput, select_steps, step_advantages, step_scores
 from dare.rl.batch_totals import whole_batch_metrics, whole_batch_sums, whole_batch_values
 from dare.rl.rollout import Rollout, score_completions
 from dare_grpo.rollout_mdpo import MDPOTrajectory, mdpo_decode
@@ -98,7 +99,7 @@ class MDPOTrainer(GRPOTrainer):
         step = self.params.rollout_batch_size or prompt_ids.shape[0]
         family, gen = self.family, self.rollout_generator
         parts = [mdpo_decode(lambda ids, am: family.logits(model, ids, am), prompt_ids[i:i + step], attn[i:i + step],
-                             self.tokens.mask_id, generator=gen.rows(slice(i, i + step)), **settings)
+                             DecodeOptions(settings, self.tokens, gen.rows(slice(i, i + step))))
                  for i in range(0, prompt_ids.shape[0], step)]
         return MDPOTrajectory(*(torch.cat([getattr(p, k) for p in parts]) for k in
                                 ("sequences", "inputs", "predictions", "confidence")), nfe=sum(p.nfe for p in parts))

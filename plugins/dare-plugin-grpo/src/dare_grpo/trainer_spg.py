@@ -21,7 +21,7 @@ from __future__ import annotations
 import torch
 
 from dare.diffusion.estimators import score_pass
-from dare_grpo.objectives.spg import JointLossInput
+from dare_grpo.loss_spg import JointLossInput
 from dare.rl.batch_totals import whole_batch_metrics, whole_batch_sums
 from dare.rl.rollout import Rollout
 from dare.rl.trainer import GRPOTrainer

@@ -33,7 +33,7 @@ from dare.diffusion.likelihood import token_entropy
 from dare.randomness import RowGenerators
 from dare.sampling import completion_mask as family_completion_mask
 from dare.sampling.text import encode_prompts
-from dare_grpo.objectives.dtreerpo import EdgeLossInput, sd_pair_count
+from dare_grpo.loss_tree import EdgeLossInput, sd_pair_count
 from dare.rl.batch_totals import whole_batch_metrics, whole_batch_sums, whole_batch_values
 from dare.rl.rollout import Rollout, score_completions
 from dare_grpo.rollout_tree import (Tree, branch_points, grow_tree, local_advantages, node_indices, propagate_values,

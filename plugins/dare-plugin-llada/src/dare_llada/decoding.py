@@ -39,6 +39,7 @@ from typing import Callable, NamedTuple
 
 import torch
 
+from dare.components import SpecialTokens
 from dare.randomness import RowGenerators
 from dare.sampling import (
     CACHE_MODES,
@@ -52,8 +53,10 @@ from dare.sampling import (
     threshold_transfer,
     topk_transfer,
 )
+from dare.sampling.options import DecodeOptions
+from dare_llada.params import LLaDASamplerParams
 
-__all__ = ["generate", "decode", "denoise_steps"]
+__all__ = ["generate", "decode", "denoise_steps", "decode_options"]
 
 
 class _StepOptions(NamedTuple):
@@ -201,50 +204,43 @@ def _parallel_select(accel: _Acceleration, mask_id: int):
 def decode(
     logits_fn: Callable[[torch.Tensor, torch.Tensor | None], torch.Tensor],
     prompt: torch.Tensor,
-    attention_mask: torch.Tensor | None = None,
-    steps: int = 128,
-    gen_length: int = 128,
-    block_length: int = 128,
-    temperature: float = 0.0,
-    cfg_scale: float = 0.0,
-    remasking: str = "low_confidence",
-    mask_id: int = 126336,
-    logits_eos_inf: bool = False,
-    confidence_eos_eot_inf: bool = False,
-    eos_id: int = 126081,
-    eot_id: int | None = 126348,
-    generator: torch.Generator | None = None,
-    cache: str = "none",
-    kv_logits: Callable | None = None,
-    threshold: float | None = None,
-    factor: float | None = None,
+    attention_mask: torch.Tensor | None,
+    options: DecodeOptions,
 ) -> tuple[torch.Tensor, torch.Tensor, int]:
     """The decoding loop over a logits function, with Fast-dLLM acceleration when asked (module docstring).
 
     :param logits_fn: ``(x [B, L] int64, attention_mask [B, L] | None) -> logits [B, L, V]`` aligned.
     :param prompt: ``[B, Lp]`` int64, left-padded.
     :param attention_mask: ``[B, Lp]`` (1 real, 0 pad) or None.
-    :param cache: ``none``, ``prefix`` or ``dual`` (:mod:`dare.sampling.kv_cache`); needs ``kv_logits``,
-        ``(x, attention_mask, past, start, end, use_cache) -> (logits, cache)`` (a family's ``kv_logits``
-        bound to a model).
-    :param threshold: confidence threshold of parallel decoding (:func:`dare.sampling.threshold_transfer`).
-    :param factor: Fast-dLLM's factor rule (:func:`dare.sampling.factor_transfer`). At most one.
+    :param options: :class:`~dare.sampling.options.DecodeOptions` with ``params`` a
+        :class:`~dare_llada.params.LLaDASamplerParams` (``steps``, ``gen_length``, ``block_length``, ``temperature``,
+        ``cfg_scale``, ``remasking``, ``logits_eos_inf``, ``confidence_eos_eot_inf``, ``cache``, ``threshold``,
+        ``factor``), ``tokens`` (``mask_id``, ``eos_id``, ``eot_id``), the ``generator`` and, with ``cache``
+        ``prefix``/``dual`` (:mod:`dare.sampling.kv_cache`), ``kv_logits``: ``(x, attention_mask, past, start, end,
+        use_cache) -> (logits, cache)`` (a family's ``kv_logits`` bound to a model). ``threshold``: confidence
+        threshold of parallel decoding (:func:`dare.sampling.threshold_transfer`); ``factor``: Fast-dLLM's factor
+        rule (:func:`dare.sampling.factor_transfer`); at most one.
     :returns: ``(x [B, Lp + gen_length], unmask_step [B, gen_length] int64, nfe)``.
     :raises ValueError: ``gen_length % block_length != 0``, ``steps % num_blocks != 0``, an unknown cache,
         a cache without ``kv_logits``, or both ``threshold`` and ``factor``.
     :raises NonFiniteLogitsError: the model returned NaN/Inf logits.
     """
+    p, mask_id = options.params, options.tokens.mask_id
     B, Lp = prompt.shape
-    x = torch.full((B, Lp + gen_length), mask_id, dtype=torch.long, device=prompt.device)
+    x = torch.full((B, Lp + p.gen_length), mask_id, dtype=torch.long, device=prompt.device)
     x[:, :Lp] = prompt
-    opts = _StepOptions(temperature, cfg_scale, remasking, mask_id, logits_eos_inf, confidence_eos_eot_inf, eos_id, eot_id,
-                        generator)
-    accel = _acceleration(cache, kv_logits, threshold, factor)
+    opts = _step_options(options)
+    accel = _acceleration(p.cache, options.kv_logits, p.threshold, p.factor)
     # the official prompt index: every position not holding the mask token
     if accel.parallel:
-        return _run_parallel(logits_fn, x, x != mask_id, Lp, attention_mask, gen_length, block_length, opts, accel)
-    return _run_schedule(logits_fn, x, x != mask_id, Lp, attention_mask, 0, steps, steps, gen_length, block_length, opts,
-                         accel)
+        return _run_parallel(logits_fn, x, x != mask_id, Lp, attention_mask, p.gen_length, p.block_length, opts, accel)
+    return _run_schedule(logits_fn, x, x != mask_id, Lp, attention_mask, (0, p.steps), p, opts, accel)
+
+
+def _step_options(options: DecodeOptions) -> _StepOptions:
+    p, tok = options.params, options.tokens
+    return _StepOptions(p.temperature, p.cfg_scale, p.remasking, tok.mask_id, p.logits_eos_inf, p.confidence_eos_eot_inf,
+                        tok.eos_id, tok.eot_id, options.generator)
 
 
 def _acceleration(cache: str, kv_logits, threshold, factor) -> _Acceleration:
@@ -262,23 +258,10 @@ def denoise_steps(
     logits_fn: Callable[[torch.Tensor, torch.Tensor | None], torch.Tensor],
     state: torch.Tensor,
     prompt_length: int,
-    attention_mask: torch.Tensor | None = None,
+    attention_mask: torch.Tensor | None,
+    options: DecodeOptions,
     start_step: int = 0,
     end_step: int | None = None,
-    steps: int = 128,
-    gen_length: int = 128,
-    block_length: int = 128,
-    temperature: float = 0.0,
-    cfg_scale: float = 0.0,
-    remasking: str = "low_confidence",
-    mask_id: int = 126336,
-    logits_eos_inf: bool = False,
-    confidence_eos_eot_inf: bool = False,
-    eos_id: int = 126081,
-    eot_id: int | None = 126348,
-    generator: torch.Generator | None = None,
-    cache: str = "none",
-    kv_logits: Callable | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, int]:
     """Global steps ``start_step .. end_step - 1`` of :func:`decode`'s schedule, from an intermediate state.
 
@@ -300,11 +283,17 @@ def denoise_steps(
         (e.g. ``family.logits`` bound to a model, so any full-attention family decodes).
     :param state: ``[B, prompt_length + gen_length]`` int64, prompt then partly decoded completion.
     :param attention_mask: ``[B, prompt_length]`` (1 real, 0 pad) or None.
+    :param options: as :func:`decode`'s (``threshold``/``factor`` unset).
     :param end_step: ``None`` = ``steps``.
     :returns: ``(x [B, L] new state, unmask_step [B, gen_length] int64 (-1 outside this call), nfe)``.
-    :raises ValueError: block/step divisibility as :func:`decode`, a state of the wrong length, or
-        ``0 <= start_step <= end_step <= steps`` violated.
+    :raises ValueError: block/step divisibility as :func:`decode`, a state of the wrong length,
+        ``0 <= start_step <= end_step <= steps`` violated, or ``threshold``/``factor`` set.
     """
+    p = options.params
+    steps, gen_length = p.steps, p.gen_length
+    if p.threshold is not None or p.factor is not None:
+        raise ValueError("denoise_steps resumes a fixed step schedule, which threshold/factor parallel decoding does "
+                         "not have; unset threshold and factor")
     end_step = steps if end_step is None else end_step
     if not 0 <= start_step <= end_step <= steps:
         raise ValueError(f"need 0 <= start_step ({start_step}) <= end_step ({end_step}) <= steps ({steps})")
@@ -314,10 +303,8 @@ def denoise_steps(
     x = state.clone()
     prompt_index = torch.zeros_like(x, dtype=torch.bool)
     prompt_index[:, :prompt_length] = True
-    opts = _StepOptions(temperature, cfg_scale, remasking, mask_id, logits_eos_inf, confidence_eos_eot_inf, eos_id, eot_id,
-                        generator)
-    return _run_schedule(logits_fn, x, prompt_index, prompt_length, attention_mask, start_step, end_step, steps,
-                         gen_length, block_length, opts, _acceleration(cache, kv_logits, None, None))
+    return _run_schedule(logits_fn, x, prompt_index, prompt_length, attention_mask, (start_step, end_step), p,
+                         _step_options(options), _acceleration(p.cache, options.kv_logits, None, None))
 
 
 def _blocks(gen_length: int, block_length: int) -> int:
@@ -333,10 +320,10 @@ def _full_mask(attention_mask: torch.Tensor | None, B: int, gen_length: int, dev
 
 
 def _run_schedule(logits_fn, x: torch.Tensor, prompt_index: torch.Tensor, prompt_length: int,
-                  attention_mask: torch.Tensor | None, start_step: int, end_step: int, steps: int, gen_length: int,
-                  block_length: int, opts: _StepOptions, accel: _Acceleration = _Acceleration()
-                  ) -> tuple[torch.Tensor, torch.Tensor, int]:
-    """Global steps ``start_step .. end_step - 1`` of the semi-AR schedule on ``x`` (modified in place).
+                  attention_mask: torch.Tensor | None, span: tuple[int, int], p, opts: _StepOptions,
+                  accel: _Acceleration) -> tuple[torch.Tensor, torch.Tensor, int]:
+    """Global steps ``span = (start_step, end_step)``, ``start_step .. end_step - 1``, of the semi-AR schedule of
+    ``p`` (``steps``, ``gen_length``, ``block_length``) on ``x`` (modified in place).
 
     Global step ``s`` belongs to block ``s // steps_per_block``; on entering a block the quota is
     computed over the block's remaining steps from its remaining masks (``num_transfer_tokens``).
@@ -347,6 +334,7 @@ def _run_schedule(logits_fn, x: torch.Tensor, prompt_index: torch.Tensor, prompt
     :returns: ``(x, unmask_step [B, gen_length] int64 (-1 where nothing was committed), nfe)``.
     :raises ValueError: ``gen_length % block_length != 0`` or ``steps % num_blocks != 0``.
     """
+    (start_step, end_step), steps, gen_length, block_length = span, p.steps, p.gen_length, p.block_length
     num_blocks = _blocks(gen_length, block_length)
     if steps % num_blocks != 0:
         raise ValueError(f"steps ({steps}) must be a multiple of the number of blocks ({num_blocks})")
@@ -431,6 +419,16 @@ def _run_parallel(logits_fn, x: torch.Tensor, prompt_index: torch.Tensor, prompt
     return x, traj.unmask_step, nfe
 
 
+def decode_options(mask_id: int = 126336, eos_id: int = 126081, eot_id: int | None = 126348, generator=None,
+                   kv_logits: Callable | None = None, **settings) -> DecodeOptions:
+    """:class:`~dare.sampling.options.DecodeOptions` for :func:`decode` from keyword settings
+    (:class:`~dare_llada.params.LLaDASamplerParams` fields; unnamed ones take its defaults), with LLaDA-8B's special
+    ids by default (``pad_id`` = ``eos_id``). Built unvalidated (:meth:`DecodeOptions.of`): :func:`decode` raises
+    the official decoder's errors."""
+    tokens = SpecialTokens(mask_id=mask_id, eos_id=eos_id, pad_id=eos_id, eot_id=eot_id)
+    return DecodeOptions.of(LLaDASamplerParams, tokens, generator, kv_logits, **settings)
+
+
 def generate(
     model,
     prompt: torch.Tensor,
@@ -449,19 +447,10 @@ def generate(
 
     Stochastic parts draw from the global RNG, as the official code does.
     """
-    x, _, _ = decode(
-        lambda ids, am: model(ids, attention_mask=am).logits,
-        prompt,
-        attention_mask,
-        steps=steps,
-        gen_length=gen_length,
-        block_length=block_length,
-        temperature=temperature,
-        cfg_scale=cfg_scale,
-        remasking=remasking,
-        mask_id=mask_id,
-        logits_eos_inf=logits_eos_inf,
-        confidence_eos_eot_inf=confidence_eos_eot_inf,
-        eos_id=getattr(model.config, "eos_token_id", 126081) or 126081,
+    options = decode_options(
+        mask_id, getattr(model.config, "eos_token_id", 126081) or 126081, steps=steps, gen_length=gen_length,
+        block_length=block_length, temperature=temperature, cfg_scale=cfg_scale, remasking=remasking,
+        logits_eos_inf=logits_eos_inf, confidence_eos_eot_inf=confidence_eos_eot_inf,
     )
+    x, _, _ = decode(lambda ids, am: model(ids, attention_mask=am).logits, prompt, attention_mask, options)
     return x

@@ -54,10 +54,10 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass
-from typing import Literal
 
 import torch
 
+from dare.components import SpecialTokens
 from dare.diffusion.block import block_causal_mask
 from dare.errors import DareError
 from dare.modeling.block_family import BlockDiffusionFamily
@@ -72,10 +72,11 @@ from dare.sampling import (
     topk_transfer,
 )
 from dare.randomness import RowGenerators
-
+from dare.sampling.options import DecodeOptions
 from dare_llada2.family import LLaDA2Family
+from dare_llada2.params import LLaDA2SamplerParams
 
-__all__ = ["decode", "BlockDecoding", "generate", "generate_v21"]
+__all__ = ["decode", "decode_options", "BlockDecoding", "generate", "generate_v21"]
 
 
 # =========================================================================== commit rule
@@ -318,28 +319,8 @@ def _stop_after_block(st: _State, in_block, end: int, variant: str, eos_early_st
 def decode(
     model,
     prompt_ids: torch.Tensor,
-    attention_mask: torch.Tensor | None = None,
-    *,
-    variant: Literal["2.0", "2.1"] = "2.0",
-    gen_length: int = 256,
-    block_length: int = 32,
-    steps: int = 32,
-    threshold: float = 0.95,
-    temperature: float = 0.0,
-    top_k: int | None = None,
-    top_p: float | None = None,
-    minimal_topk: int = 1,
-    eos_early_stop: bool = False,
-    editing_threshold: float = 0.9,
-    max_post_steps: int = 16,
-    num_to_transfer: int = 1,
-    mask_id: int = 156895,
-    eos_id: int = 156892,
-    pad_id: int = 156892,
-    use_cache: bool = True,
-    official_soft_mask: bool = False,
-    official_t0_sampling: bool = False,
-    generator: torch.Generator | RowGenerators | None = None,
+    attention_mask: torch.Tensor | None,
+    options: DecodeOptions,
     family: BlockDiffusionFamily | None = None,
 ) -> BlockDecoding:
     """Block-decode ``gen_length`` tokens after each (left-padded) prompt (module docstring).
@@ -349,11 +330,26 @@ def decode(
     i.e. ``LLaDA2MoeModelLM``'s ``cache=``/``use_cache=`` arguments).
 
     :param prompt_ids: ``[B, Lp]`` int64; :param attention_mask: ``[B, Lp]`` (1 real, 0 left padding).
+    :param options: :class:`~dare.sampling.options.DecodeOptions` with ``params`` a
+        :class:`~dare_llada2.params.LLaDA2SamplerParams` whose ``block_length`` is set (``variant``, ``gen_length``,
+        ``block_length``, ``steps``, ``threshold``, ``temperature``, ``top_k``, ``top_p``, ``minimal_topk``,
+        ``eos_early_stop``, ``editing_threshold``, ``max_post_steps``, ``num_to_transfer``, ``use_cache``,
+        ``official_soft_mask``, ``official_t0_sampling``), ``tokens`` (``mask_id``, ``eos_id``, ``pad_id``) and the
+        ``generator``.
     :raises DareError: invalid settings (non-positive sizes, a negative temperature, ``official_soft_mask`` with
         ``use_cache``, ``num_to_transfer < 1``, ``gen_length // minimal_topk == 0``, a mask that is not left
         padding), or a model that does not fill the cache.
     :raises dare.sampling.NonFiniteLogitsError: the model returned NaN/Inf logits (naming block and step).
     """
+    p, tok, generator = options.params, options.tokens, options.generator
+    variant, gen_length, block_length, steps, threshold = p.variant, p.gen_length, p.block_length, p.steps, p.threshold
+    temperature, top_k, top_p, minimal_topk = p.temperature, p.top_k, p.top_p, p.minimal_topk
+    eos_early_stop = p.eos_early_stop
+    editing_threshold, max_post_steps, num_to_transfer = p.editing_threshold, p.max_post_steps, p.num_to_transfer
+    use_cache, official_soft_mask, official_t0_sampling = p.use_cache, p.official_soft_mask, p.official_t0_sampling
+    mask_id, eos_id, pad_id = tok.mask_id, tok.eos_id, tok.pad_id
+    if block_length is None:
+        raise DareError("block_length is not set: give it (the sampler takes the model's training block size)")
     if gen_length <= 0 or block_length <= 0:
         raise DareError(f"gen_length ({gen_length}) and block_length ({block_length}) must be positive")
     if variant not in ("2.0", "2.1"):
@@ -408,6 +404,17 @@ def decode(
     )
 
 
+def decode_options(mask_id: int = 156895, eos_id: int = 156892, pad_id: int | None = None, generator=None,
+                   **settings) -> DecodeOptions:
+    """:class:`~dare.sampling.options.DecodeOptions` for :func:`decode` from keyword settings
+    (:class:`~dare_llada2.params.LLaDA2SamplerParams` fields; unnamed ones take its defaults, ``block_length`` 32),
+    with LLaDA2.0's special ids by default (``pad_id`` None = ``eos_id``). Built unvalidated
+    (:meth:`DecodeOptions.of`): :func:`decode` raises the errors its checks name."""
+    settings.setdefault("block_length", 32)
+    tokens = SpecialTokens(mask_id=mask_id, eos_id=eos_id, pad_id=eos_id if pad_id is None else pad_id)
+    return DecodeOptions.of(LLaDA2SamplerParams, tokens, generator, **settings)
+
+
 # =========================================================================== the release's generate
 def _official_return(res: BlockDecoding, eos_id: int) -> torch.Tensor:
     """The release's return value for one row: after a 2.0 early stop ``x[:, :eos + 1]`` **with the prompt**
@@ -455,12 +462,12 @@ def generate(
     :param inputs: ``[1, Lp]`` int64 prompt. :returns: ``[1, n]`` int64 (see :func:`_official_return`).
     :raises DareError: a batch of more than one prompt, or invalid settings.
     """
-    res = decode(
-        model, _single_row(inputs), variant="2.0", gen_length=gen_length, block_length=block_length, steps=steps,
+    options = decode_options(
+        mask_id, eos_id, variant="2.0", gen_length=gen_length, block_length=block_length, steps=steps,
         threshold=threshold, temperature=temperature, top_k=top_k, top_p=top_p, minimal_topk=minimal_topk,
-        eos_early_stop=eos_early_stop, mask_id=mask_id, eos_id=eos_id, pad_id=eos_id, use_cache=use_cache,
-        official_t0_sampling=official_t0_sampling,
+        eos_early_stop=eos_early_stop, use_cache=use_cache, official_t0_sampling=official_t0_sampling,
     )
+    res = decode(model, _single_row(inputs), None, options)
     return _official_return(res, eos_id)
 
 
@@ -494,11 +501,11 @@ def generate_v21(
         including the first EOS.
     :raises DareError: a batch of more than one prompt, or invalid settings.
     """
-    res = decode(
-        model, _single_row(inputs), variant="2.1", gen_length=gen_length, block_length=block_length, steps=steps,
+    options = decode_options(
+        mask_id, eos_id, variant="2.1", gen_length=gen_length, block_length=block_length, steps=steps,
         threshold=threshold, temperature=temperature, top_k=top_k, top_p=top_p, minimal_topk=minimal_topk,
         eos_early_stop=eos_early_stop, editing_threshold=editing_threshold, max_post_steps=max_post_steps,
-        num_to_transfer=num_to_transfer, mask_id=mask_id, eos_id=eos_id, pad_id=eos_id, use_cache=use_cache,
-        official_soft_mask=official_soft_mask,
+        num_to_transfer=num_to_transfer, use_cache=use_cache, official_soft_mask=official_soft_mask,
     )
+    res = decode(model, _single_row(inputs), None, options)
     return _official_return(res, eos_id)

@@ -62,6 +62,7 @@ from dataclasses import dataclass
 
 import torch
 
+from dare.components import SpecialTokens
 from dare.modeling.block_family import BlockDiffusionFamily
 from dare.sampling import (
     Trajectory,
@@ -73,10 +74,11 @@ from dare.sampling import (
     sample_tokens,
 )
 from dare.randomness import RowGenerators
+from dare.sampling.options import DecodeOptions
 
 from dare_sdar.errors import SDARInputError
 from dare_sdar.family import SDARFamily
-from dare_sdar.sampler import REMASKING_STRATEGIES  # the strategy names (torch-free)
+from dare_sdar.params import REMASKING_STRATEGIES, SDARSamplerParams
 
 __all__ = ["BlockDecodeResult", "select_transfer", "block_decode", "block_diffusion_generate"]
 
@@ -208,30 +210,30 @@ def block_decode(
     family: BlockDiffusionFamily,
     model,
     prompt: torch.Tensor,
-    attention_mask: torch.Tensor | None = None,
-    *,
-    mask_id: int,
-    gen_length: int,
-    block_length: int,
-    denoising_steps: int,
-    temperature: float = 0.0,
-    top_k: int = 0,
-    top_p: float = 1.0,
-    remasking: str = "low_confidence_dynamic",
-    confidence_threshold: float = 0.9,
-    stop_ids: tuple[int, ...] = (),
-    use_cache: bool = True,
-    generator: torch.Generator | RowGenerators | None = None,
+    attention_mask: torch.Tensor | None,
+    options: DecodeOptions,
+    stop_ids: tuple[int, ...] | None = None,
 ) -> BlockDecodeResult:
     """The block decoding loop of the module docstring, calling ``model`` through the family's KV-cache
     interface (:meth:`dare.modeling.BlockDiffusionFamily.block_logits` / ``new_cache``).
 
     :param prompt: ``[B, Lp]`` int64, left-padded. :param attention_mask: ``[B, Lp]`` 1 real / 0 padding, or None.
-    :param stop_ids: a row stops after the block in which its completion first holds one of these ids.
-    :param use_cache: False recomputes the whole prefix at every step (no prefill, no commit passes).
+    :param options: :class:`~dare.sampling.options.DecodeOptions` with ``params`` a
+        :class:`~dare_sdar.params.SDARSamplerParams` (``gen_length``, ``block_length``, ``denoising_steps``,
+        ``temperature``, ``top_k``, ``top_p``, ``remasking``, ``confidence_threshold``, ``use_cache``: False
+        recomputes the whole prefix at every step (no prefill, no commit passes), ``stop_at_eos``), ``tokens``
+        (``mask_id``, and the stop ids ``eos_id``/``eot_id``) and the ``generator``.
+    :param stop_ids: a row stops after the block in which its completion first holds one of these ids; None:
+        ``options.tokens.stop_ids`` when ``stop_at_eos``, else none.
     :raises SDARInputError: bad shapes, non-left padding, or out-of-range arguments (before any forward).
     :raises dare.sampling.NonFiniteLogitsError: the model returned NaN/Inf logits (naming block and step).
     """
+    p, mask_id, generator = options.params, options.tokens.mask_id, options.generator
+    gen_length, block_length, denoising_steps = p.gen_length, p.block_length, p.denoising_steps
+    remasking, confidence_threshold, use_cache = p.remasking, p.confidence_threshold, p.use_cache
+    if stop_ids is None:
+        stop_ids = options.tokens.stop_ids if p.stop_at_eos else ()
+    temperature, top_k, top_p = p.temperature, p.top_k, p.top_p
     sampling = (temperature, top_k, top_p)
     _check_args(prompt, attention_mask, mask_id, gen_length, block_length, denoising_steps, sampling, remasking)
     canvas = block_canvas(prompt, attention_mask, gen_length=gen_length, block_length=block_length, mask_id=mask_id)
@@ -326,22 +328,11 @@ def block_diffusion_generate(
         input_ids = input_ids["input_ids"]
     if isinstance(stopping_criteria_idx, int):
         stopping_criteria_idx = [stopping_criteria_idx]
-    result = block_decode(
-        SDARFamily(),
-        model,
-        input_ids,
-        None,
-        mask_id=mask_id,
-        gen_length=gen_length,
-        block_length=block_length,
-        denoising_steps=denoising_steps,
-        temperature=temperature,
-        top_k=top_k,
-        top_p=top_p,
-        remasking=remasking_strategy,
-        confidence_threshold=confidence_threshold,
-        stop_ids=tuple(stopping_criteria_idx or ()),
-        use_cache=use_cache,
-        generator=generator,
+    tokens = SpecialTokens(mask_id=mask_id, eos_id=-1, pad_id=-1)  # the release takes its stop ids, not an EOS id
+    options = DecodeOptions.of(
+        SDARSamplerParams, tokens, generator, gen_length=gen_length,
+        block_length=block_length, denoising_steps=denoising_steps, temperature=temperature, top_k=top_k, top_p=top_p,
+        remasking=remasking_strategy, confidence_threshold=confidence_threshold, use_cache=use_cache,
     )
+    result = block_decode(SDARFamily(), model, input_ids, None, options, tuple(stopping_criteria_idx or ()))
     return result.x

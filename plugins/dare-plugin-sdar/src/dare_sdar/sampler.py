@@ -1,23 +1,20 @@
 """The ``sdar`` sampler component: SDAR block-diffusion decoding with a KV cache (JetAstra/SDAR ``generate.py``)
 as a DARE ``Sampler`` (the algorithm and its sources: :mod:`dare_sdar.decoding`).
 
-This module holds the remasking strategies, the parameters and the component class and imports torch only
-when a sampler decodes, so validating a spec imports no torch. ``block_decode``, ``block_diffusion_generate``,
+This module holds the component class (its remasking strategies and parameters: :mod:`dare_sdar.params`) and
+imports torch only when a sampler decodes, so validating a spec imports no torch. ``block_decode``, ``block_diffusion_generate``,
 ``select_transfer`` and ``BlockDecodeResult`` are re-exported from :mod:`dare_sdar.decoding` (imported on
 first access).
 """
 
 from __future__ import annotations
 
-from typing import Literal
-
-from pydantic import Field, model_validator
-
-from dare.components import Params, Sampler, SamplerOutput
+from dare.components import Sampler, SamplerOutput
 from dare.lazy import lazy_exports
 from dare.modeling.block_family import block_decoder_problem
 
 from dare_sdar.errors import SDARInputError
+from dare_sdar.params import REMASKING_STRATEGIES, SDARSamplerParams
 
 __all__ = [
     "REMASKING_STRATEGIES",
@@ -33,47 +30,6 @@ __all__ = [
 _DECODING = ("BlockDecodeResult", "select_transfer", "block_decode", "block_diffusion_generate")
 
 __getattr__, __dir__ = lazy_exports(__name__, dict.fromkeys(_DECODING, "dare_sdar.decoding"))
-
-
-REMASKING_STRATEGIES = ("low_confidence_dynamic", "low_confidence_static", "sequential")
-
-
-class SDARSamplerParams(Params):
-    """Parameters of the ``sdar`` sampler (defaults: the SDAR README's greedy setting, block 4 / 4 steps,
-    ``low_confidence_dynamic`` at 0.9)."""
-
-    gen_length: int = Field(256, gt=0, description="Completion length in tokens; a multiple of block_length.")
-    block_length: int = Field(
-        4, gt=0, description="Decoding block length; a multiple of the model's training block size (4 for SDAR)."
-    )
-    denoising_steps: int = Field(4, gt=0, description="Denoising steps per block (<= block_length).")
-    temperature: float = Field(
-        0.0, ge=0.0, description="Softmax temperature; 0 = greedy (argmax, confidence = softmax prob)."
-    )
-    top_k: int = Field(0, ge=0, description="Top-k filter before sampling (0 = off).")
-    top_p: float = Field(1.0, gt=0.0, le=1.0, description="Nucleus (top-p) filter before sampling (1.0 = off).")
-    remasking: Literal["low_confidence_dynamic", "low_confidence_static", "sequential"] = Field(
-        "low_confidence_dynamic", description="Which masked positions a step commits."
-    )
-    confidence_threshold: float = Field(
-        0.9, ge=0.0, le=1.0, description="low_confidence_dynamic: commit every proposal above this confidence."
-    )
-    use_cache: bool = Field(True, description="KV cache of committed blocks (False recomputes the prefix every step).")
-    stop_at_eos: bool = Field(True, description="Stop a row after the block that produced EOS or end-of-turn.")
-
-    @model_validator(mode="after")
-    def _blocks(self):
-        if self.gen_length % self.block_length != 0:
-            raise ValueError(
-                f"gen_length ({self.gen_length}) must be a multiple of block_length ({self.block_length}): "
-                "the decoder commits whole blocks, so a partial last block would be cut off"
-            )
-        if self.denoising_steps > self.block_length:
-            raise ValueError(
-                f"denoising_steps ({self.denoising_steps}) must be <= block_length ({self.block_length}): "
-                "each step commits at least one token of the block"
-            )
-        return self
 
 
 class SDARSampler(Sampler):
@@ -128,30 +84,13 @@ class SDARSampler(Sampler):
         import torch
 
         from dare.sampling import completion_mask
+        from dare.sampling.options import DecodeOptions
         from dare_sdar.decoding import block_decode
 
         problem = block_decoder_problem(family, self.name)
         if problem:
             raise SDARInputError(problem)
-        p = self.params
-        res = block_decode(
-            family,
-            model,
-            prompt_ids,
-            attention_mask,
-            mask_id=tokens.mask_id,
-            gen_length=p.gen_length,
-            block_length=p.block_length,
-            denoising_steps=p.denoising_steps,
-            temperature=p.temperature,
-            top_k=p.top_k,
-            top_p=p.top_p,
-            remasking=p.remasking,
-            confidence_threshold=p.confidence_threshold,
-            stop_ids=tokens.stop_ids if p.stop_at_eos else (),
-            use_cache=p.use_cache,
-            generator=generator,
-        )
+        res = block_decode(family, model, prompt_ids, attention_mask, DecodeOptions(self.params, tokens, generator))
         Lp = prompt_ids.shape[1]
         return SamplerOutput(
             sequences=torch.cat([prompt_ids, res.completions], dim=1),

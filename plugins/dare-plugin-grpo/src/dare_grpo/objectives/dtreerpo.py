@@ -48,87 +48,16 @@ tau_max 2, beta_sd 0.7.
 
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass
 from typing import Literal
 
 import torch
-from pydantic import Field, ValidationError
+from pydantic import Field
 
 from dare.rl import clipped_policy_loss, kl_estimate, ratio_from_log
 from dare.rl import LossTerms, OnlineRLObjective, RLParams
+from dare_grpo.loss_tree import EdgeLossInput, sd_pair_count, sd_schedule, self_distillation
 
 __all__ = ["DTreeRPO", "DTreeRPOParams", "EdgeLossInput", "sd_schedule", "self_distillation", "sd_pair_count"]
-
-
-def sd_schedule(progress: float, lambda_max: float, gamma: float, tau_max: float, beta: float) -> tuple[float, float]:
-    """``(lambda_t, tau_t)`` at training progress ``p`` (clamped to ``[0, 1]``; module docstring)."""
-    p = min(1.0, max(0.0, progress))
-    lam = lambda_max * (math.exp(gamma * p) - 1.0) / (math.exp(gamma) - 1.0) if gamma != 0 else lambda_max * p
-    tau = max(tau_max * (1.0 - p) ** beta, 1e-6)
-    return lam, tau
-
-
-def _positive_groups(group: torch.Tensor, advantages: torch.Tensor):
-    """Yield ``idx`` (edges with ``A > 0``) of every group of >= 2 edges with a positive advantage."""
-    for g in torch.unique(group).tolist():
-        idx = torch.nonzero(group == g).flatten()
-        if idx.numel() <= 1:
-            continue
-        pos = idx[advantages[idx] > 0]
-        if pos.numel():
-            yield pos
-
-
-def sd_pair_count(group: torch.Tensor, advantages: torch.Tensor, active: torch.Tensor) -> int:
-    """Number of ``(group, position)`` pairs the self-distillation mean runs over."""
-    return sum(int(active[idx].any(dim=0).sum()) for idx in _positive_groups(group, advantages))
-
-
-def self_distillation(logp: torch.Tensor, tokens: torch.Tensor, active: torch.Tensor, group: torch.Tensor,
-                      advantages: torch.Tensor, tau: float) -> torch.Tensor:
-    """``sum_{(group, j)} KL(q_j || p_theta(. | x^p)_j)`` restricted to ``q``'s support (module docstring).
-
-    Because every child of a group shares the parent's forward, ``log p_theta(v | x^p)_j`` for a chosen
-    token ``v`` is the edge log-prob ``logp[c, j]`` of any child ``c`` that chose it, so
-    ``KL_j = sum_c w_hat_{c,j} (log q_j(tok_c) - logp[c, j])`` over the positive children active at ``j``.
-
-    :param logp: ``[n, G]`` float32 edge log-probs (differentiable); :param tokens: ``[n, G]`` child tokens;
-    :param active: ``[n, G]`` bool; :param group: ``[n]`` int64 parent ids; :param advantages: ``[n]``.
-    :returns: float32 scalar (a *sum* over pairs; divide by :func:`sd_pair_count`).
-    """
-    total = logp.new_zeros(())
-    for idx in _positive_groups(group, advantages):
-        w = torch.softmax(advantages[idx].float() / tau, dim=0)
-        W = w[:, None] * active[idx].float()                        # [c, G]
-        w_hat = W / W.sum(dim=0, keepdim=True).clamp(min=1e-30)
-        same = (tokens[idx][:, None, :] == tokens[idx][None, :, :]).float()  # [c, c, G]
-        q = (w_hat[None] * same).sum(dim=1)                          # q_j(tok_c) for every c
-        terms = torch.where(w_hat > 0, w_hat * (torch.log(q.clamp(min=1e-30)) - logp[idx]), torch.zeros_like(w_hat))
-        total = total + terms.sum()
-    return total
-
-
-@dataclass
-class EdgeLossInput:
-    """A chunk of edges (all edges of the parents in the chunk).
-
-    * ``current``: ``[n, G]`` float32 ``l_k`` (differentiable; 0 where not active); ``old``/``ref``: ``[n, G]``;
-    * ``tokens``: ``[n, G]`` child tokens; ``active``: ``[n, G]`` bool; ``advantages``: ``[n]`` local advantages;
-    * ``group``: ``[n]`` parent ids; ``num_edges``: edges of the whole rollout batch; ``sd_pairs``: its
-      :func:`sd_pair_count`; ``progress``: ``global_step / max_steps``.
-    """
-
-    current: torch.Tensor
-    old: torch.Tensor
-    ref: torch.Tensor | None
-    tokens: torch.Tensor
-    active: torch.Tensor
-    advantages: torch.Tensor
-    group: torch.Tensor
-    num_edges: int
-    sd_pairs: int
-    progress: float
 
 
 class DTreeRPOParams(RLParams):
@@ -201,7 +130,7 @@ class DTreeRPO(OnlineRLObjective):
 
     def check(self, ctx, loc):
         problems = super().check(ctx, loc)
-        p, family, sampler = self.params, ctx.family, ctx.sampler
+        p, family, rollout = self.params, ctx.family, ctx.rollout_sampler
         for key, why in (("group_size", "the tree defines the groups (siblings)"),
                          ("advantage", "advantages are the tree's local advantages")):
             if key in p.model_fields_set:
@@ -212,16 +141,8 @@ class DTreeRPO(OnlineRLObjective):
             problems.append((f"{loc}.name", f"d-TreeRPO scores every edge under the parent's full state, later blocks "
                                             f"still masked; {family.name!r} uses {family.attention} attention, which "
                                             "conditions a block only on clean predecessors. Use LLaDA or Dream"))
-        if sampler is not None:
-            try:
-                sampler = self.rollout_sampler(sampler)  # the tree grows with the rollout sampler
-            except ValidationError:
-                return problems  # reported by the base check
-            overrides = p.rollout_sampler
-
-            def where(key: str) -> str:
-                return f"{loc}.params.rollout_sampler.{key}" if key in overrides else f"sampler.params.{key}"
-
+        if rollout is not None:  # the tree grows with the rollout sampler
+            sampler, where = rollout.sampler, rollout.where
             for key in ("threshold", "factor"):
                 if getattr(sampler.params, key, None) is not None:
                     problems.append((where(key), f"d-TreeRPO branches partly decoded states at fixed steps of the "

@@ -30,7 +30,7 @@ from __future__ import annotations
 from typing import Callable, Literal
 
 import torch
-from pydantic import Field, ValidationError
+from pydantic import Field
 
 from dare.diffusion.estimators import AutoregressiveEstimator
 from dare.rl import OnlineRLObjective, RLParams, clipped_token_loss
@@ -127,18 +127,7 @@ class JustGRPO(OnlineRLObjective):
 
     def check(self, ctx, loc):
         problems = super().check(ctx, loc)
-        sampler = ctx.sampler
-        if sampler is None:
-            return problems
-        try:
-            rollout = self.rollout_sampler(sampler)
-        except ValidationError:
-            return problems  # reported by the base check
-        overrides = self.params.rollout_sampler
-
-        def where(key: str) -> str:
-            if key == "name":
-                return "sampler.name"
-            return f"{loc}.params.rollout_sampler.{key}" if key in overrides else f"sampler.params.{key}"
-
-        return problems + autoregressive_sampler_problems(rollout, where)
+        rollout = ctx.rollout_sampler
+        if rollout is None:
+            return problems  # no sampler, or overrides it rejects (reported by the resolution)
+        return problems + autoregressive_sampler_problems(rollout.sampler, rollout.where)

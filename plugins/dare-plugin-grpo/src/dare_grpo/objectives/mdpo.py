@@ -45,70 +45,16 @@ G = 8, mu = 1.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Literal
 
-import torch
-from pydantic import Field, ValidationError
+from pydantic import Field
 
-from dare.rl import clipped_policy_loss, group_advantages, kl_estimate, ratio_from_log
+from dare.rl import clipped_policy_loss, kl_estimate, ratio_from_log
 from dare.rl import LossTerms, OnlineRLObjective, RLParams
-from dare_grpo.rollout_mdpo import ConfAlg
+from dare_grpo.loss_mdpo import StepLossInput, select_steps, step_advantages, step_scores
+from dare_grpo.rollout_mdpo import ConfAlg, MDPORolloutParams
 
 __all__ = ["MDPO", "MDPOParams", "StepLossInput", "step_scores", "step_advantages", "select_steps"]
-
-
-def step_scores(step_rewards: torch.Tensor) -> torch.Tensor:
-    """MDPO's step score (adv-v3 + adv-v4): ``[N, T]`` float32 from per-step rewards ``[N, T]``.
-
-    ``score_s = (r_s - r_{s-1} + 1) + mean_{s' > s} r_{s'}``, ``r_0 = 0``; the last step uses ``r_T``
-    for the second term (DARE ``compute_step_wise_advantage``).
-    :raises ValueError: ``step_rewards`` is not 2-D with at least one step.
-    """
-    if step_rewards.ndim != 2 or step_rewards.shape[1] == 0:
-        raise ValueError(f"step_rewards must be [N, T] with T >= 1, got {tuple(step_rewards.shape)}")
-    r = step_rewards.float()
-    diffs = torch.cat([r[:, :1], r[:, 1:] - r[:, :-1]], dim=1) + 1.0
-    T = r.shape[1]
-    future_sum = r.flip(1).cumsum(1).flip(1) - r                     # sum_{s' > s} r_{s'}
-    count = torch.arange(T - 1, -1, -1, device=r.device, dtype=r.dtype)  # T - 1 - s
-    future = torch.where(count > 0, future_sum / count.clamp(min=1.0), r[:, -1:].expand_as(r))
-    return diffs + future
-
-
-def step_advantages(scores: torch.Tensor, group_size: int, kind: str = "grpo") -> torch.Tensor:
-    """Group advantages of each step's scores: column ``s`` of ``[N, T]`` normalised within groups of
-    ``group_size`` rows (:func:`dare.rl.group_advantages`). :returns: ``[N, T]`` float32."""
-    return torch.stack([group_advantages(scores[:, s], group_size, kind) for s in range(scores.shape[1])], dim=1)
-
-
-def select_steps(advantages: torch.Tensor, k: int) -> torch.Tensor:
-    """The ``min(k, T)`` steps with the largest ``sum_b |A_{b,s}|``, ascending: ``[k]`` int64 (DARE
-    ``select_top_k_steps``). :raises ValueError: ``k < 1``."""
-    if k < 1:
-        raise ValueError(f"k must be >= 1, got {k}")
-    importance = advantages.abs().sum(dim=0)
-    return torch.topk(importance, min(k, importance.numel())).indices.sort().values
-
-
-@dataclass
-class StepLossInput:
-    """A chunk of selected (step, completion) rows.
-
-    * ``current``: ``[n, G]`` float32 ``l_k`` (differentiable); ``old``, ``ref`` (or None): ``[n, G]``;
-    * ``mask``: ``[n, G]`` bool, masked positions of ``x^(s)`` that are scored; ``confidence``: ``[n, G]``;
-    * ``advantages``: ``[n]`` step advantages ``A_{b,s}``; ``completion_length``: ``G``;
-    * ``num_tokens``: ``sum mask`` over every selected row of the rollout batch.
-    """
-
-    current: torch.Tensor
-    old: torch.Tensor
-    ref: torch.Tensor | None
-    mask: torch.Tensor
-    confidence: torch.Tensor
-    advantages: torch.Tensor
-    completion_length: int
-    num_tokens: float
 
 
 class MDPOParams(RLParams):
@@ -135,13 +81,14 @@ class MDPO(OnlineRLObjective):
         """None: the step rows are scored from the recorded states (:mod:`dare_grpo.trainer_mdpo`)."""
         return None
 
-    def rollout_settings(self, sampler) -> dict:
-        """Keyword arguments of :func:`~dare_grpo.rollout_mdpo.mdpo_decode` from the rollout sampler."""
+    def rollout_settings(self, sampler) -> MDPORolloutParams:
+        """The settings of :func:`~dare_grpo.rollout_mdpo.mdpo_decode` from the rollout sampler."""
         sp, p = sampler.params, self.params
         top_k = p.top_k if p.top_k is not None else (getattr(sp, "top_k", None) or None)
         top_p = p.top_p if p.top_p is not None else getattr(sp, "top_p", None)
-        return dict(gen_length=int(sp.gen_length), steps=int(sp.steps), block_length=getattr(sp, "block_length", None),
-                    temperature=float(sp.temperature), top_k=top_k, top_p=top_p, conf_alg=p.conf_alg)
+        return MDPORolloutParams(gen_length=int(sp.gen_length), steps=int(sp.steps),
+                                 block_length=getattr(sp, "block_length", None), temperature=float(sp.temperature),
+                                 top_k=top_k, top_p=top_p, conf_alg=p.conf_alg)
 
     def step_loss(self, inp: StepLossInput) -> LossTerms:
         """``L`` of the rows in ``inp`` with the whole batch's normaliser (module docstring)."""
@@ -166,7 +113,7 @@ class MDPO(OnlineRLObjective):
 
     def check(self, ctx, loc):
         problems = super().check(ctx, loc)
-        family, sampler = ctx.family, ctx.sampler
+        family, rollout = ctx.family, ctx.rollout_sampler
         if self.params.dual_clip_c is not None:
             problems.append((f"{loc}.params.dual_clip_c", "MDPO's surrogate has no dual clip; remove dual_clip_c"))
         if family is not None and family.attention != "full":
@@ -174,24 +121,21 @@ class MDPO(OnlineRLObjective):
                                             f"position predicted at once, no cache); {family.name!r} uses "
                                             f"{family.attention} attention, which cannot express them. Use a "
                                             "full-attention family (LLaDA, Dream)"))
-        if sampler is not None:
-            try:
-                sampler = self.rollout_sampler(sampler)  # MDPO's decoder reads the rollout sampler's settings
-            except ValidationError:
-                return problems  # reported by the base check
+        if rollout is not None:  # MDPO's decoder reads the rollout sampler's settings
+            sampler = rollout.sampler
             missing = [k for k in ("gen_length", "steps", "temperature") if k not in type(sampler.params).model_fields]
             if missing:
                 problems.append(("sampler.name", f"MDPO's rollout takes gen_length, steps and temperature from the "
                                                  f"sampler; {sampler.name!r} lacks {', '.join(missing)} (use 'llada')"))
-            overrides = self.params.rollout_sampler
             ignored = (("threshold", None), ("factor", None), ("cache", "none"), ("cfg_scale", 0.0),
                        ("logits_eos_inf", False), ("confidence_eos_eot_inf", False))
             for key, off in ignored:
                 if getattr(sampler.params, key, off) != off:
-                    at = f"{loc}.params.rollout_sampler.{key}" if key in overrides else f"sampler.params.{key}"
-                    problems.append((at, f"MDPO rolls out with its own recording decoder (uncached, the fixed quota "
-                                         f"of steps per block, remasking by conf_alg; dare_grpo/rollout_mdpo.py), "
-                                         f"which has no {key}: it would be ignored. Remove it from the rollout "
-                                         f"sampler, e.g. override it in {loc}.params.rollout_sampler "
-                                         f"({key}: {off if off is not None else 'null'}) to keep it for evaluation"))
+                    problems.append((rollout.where(key), f"MDPO rolls out with its own recording decoder (uncached, "
+                                                         f"the fixed quota of steps per block, remasking by conf_alg; "
+                                                         f"dare_grpo/rollout_mdpo.py), which has no {key}: it would be "
+                                                         f"ignored. Remove it from the rollout sampler, e.g. override "
+                                                         f"it in {loc}.params.rollout_sampler ({key}: "
+                                                         f"{off if off is not None else 'null'}) to keep it for "
+                                                         "evaluation"))
         return problems
