@@ -57,6 +57,7 @@ from dare.diffusion.estimators import Pass, PassScore, ScoringBatch, score_pass
 from dare.modeling.lora import ReferencePolicy
 from dare.randomness import STREAMS, RowGenerators, key_seed
 from dare.rl.advantages import group_advantages, zero_std_groups
+from dare.rl.conventions import attend_prompt_padding, score_through_first_stop
 from dare.rl.batch_totals import whole_batch_metrics, whole_batch_normalisers, whole_batch_values
 from dare.rl.losses import LossTerms, PassLossInput, SequenceLossInput, vanishes_at_zero_advantage
 from dare.rl.prompts import RepeatChunkSampler, collate_prompts
@@ -178,7 +179,10 @@ class GRPOTrainer(DareTrainer):
         step, completions = self._keys if self._keys is not None else (0, list(range(batch.num_rows)))
         n = self.params.num_iterations
         self.mask_generator = RowGenerators.keyed(self.args.seed, "rl-passes", step, [c * n + iteration for c in completions])
-        return self.estimator.draw(batch, self.mask_generator)
+        passes = self.estimator.draw(batch, self.mask_generator)
+        if self.params.response_tokens == "through_first_eos":  # dare.rl.conventions
+            passes = score_through_first_stop(passes, batch, self.tokens.stop_ids)
+        return passes
 
     # ------------------------------------------------------------------ rollout
     def generate_rollout(self, model, inputs: dict[str, list]) -> Rollout:
@@ -195,6 +199,8 @@ class GRPOTrainer(DareTrainer):
                 inputs["prompt"], a.group_size, generator=self.rollout_generator, batch_size=a.rollout_batch_size,
                 on_batch=bar.advance,
             )
+        if a.prompt_padding == "attend":  # dare.rl.conventions
+            batch = attend_prompt_padding(batch)
         t1 = time.perf_counter()
         texts, rewards, parts, score_stats = score_completions(
             batch, self.processing_class, self.tokens, self.reward, inputs["row"], a.group_size
