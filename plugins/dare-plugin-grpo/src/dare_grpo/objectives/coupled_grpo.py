@@ -12,7 +12,8 @@ The released trainer averages the fully-masked copy in (``(lp_full + coupled) / 
 ``src/open_r1/coupled_grpo.py`` line 122 of apple/ml-diffucoder), which is DARE's default; ``full_mask_term:
 false`` is the paper's equation only. ``preset: official`` gives the released settings
 (``CoupledGRPOParams.official``: leave-one-out advantage, no dual clip, eps 0.5, G = 10, mu = 2, beta 0.01,
-tokens through the first EOS); docs/algorithms.md §10 cites each.
+tokens through the first EOS, prompt padding attended to); docs/algorithms.md §10 cites each,
+tests/parity/test_coupled_grpo.py checks them.
 """
 
 from __future__ import annotations
@@ -51,6 +52,8 @@ class CoupledGRPOParams(RLParams):
         OfficialSetting("full_mask_term", True, f"{DIFFUCODER_TRAINER}:122"),
         OfficialSetting("response_tokens", "through_first_eos", f"{DIFFUCODER_TRAINER}:446-452",
                         "DARE scores every completion token, EOS padding included"),
+        OfficialSetting("prompt_padding", "attend", f"{DIFFUCODER_TRAINER}:283",
+                        "DARE never attends to prompt padding (DiffuCoder never masks the prompt either way)"),
     )
     t_min: float = Field(0.2, gt=0.0, lt=1.0, description="Smallest mask ratio t of the coupled pair.")
     t_max: float = Field(0.8, gt=0.0, lt=1.0, description="Largest mask ratio t of the coupled pair.")
