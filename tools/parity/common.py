@@ -44,6 +44,10 @@ class TinyDenoiser(torch.nn.Module):
         self.mlp = torch.nn.Sequential(torch.nn.Linear(width, 2 * width), torch.nn.GELU(), torch.nn.Linear(2 * width, width))
         self.head = torch.nn.Linear(width, vocab)
 
+    @property
+    def device(self) -> torch.device:
+        return self.head.weight.device
+
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None):
         h = self.embed(input_ids) + self.pos[: input_ids.shape[1]]
         pad = None if attention_mask is None else ~attention_mask.bool()
