@@ -19,8 +19,12 @@ Two conventions differ between DARE and the official trainers (docs/algorithms.m
     prompt mask over every prompt position): the padding is attended to, and masked with the
     prompt-mask probability like any prompt token.
 
-Both act on tensors only (:func:`keep_through_first_stop`, :func:`score_through_first_stop`,
-:func:`attend_prompt_padding`); :class:`~dare.rl.trainer.GRPOTrainer` applies them from ``RLParams``.
+How positions after the first EOS are corrupted differs between the official trainers, and DARE follows
+each: d1 and DiffuCoder draw their corruption over the whole completion and only weigh the later positions 0
+(:func:`score_through_first_stop`, applied by :class:`~dare.rl.trainer.GRPOTrainer`); SPG's response ends at
+the first EOS (its blocks, mask ratios and length weights count only those tokens) and every later position
+is always masked (:func:`cut_response_at_first_stop` then :func:`mask_after_response`, applied by
+``dare_grpo.trainer_spg.SPGTrainer``). :func:`attend_prompt_padding` is applied by the trainer's rollout.
 """
 
 from __future__ import annotations
@@ -33,7 +37,7 @@ import torch
 from dare.diffusion.estimators import Pass, ScoringBatch
 
 __all__ = ["ResponseTokens", "PromptPadding", "keep_through_first_stop", "score_through_first_stop",
-           "attend_prompt_padding"]
+           "cut_response_at_first_stop", "mask_after_response", "attend_prompt_padding"]
 
 ResponseTokens = Literal["all", "through_first_eos"]
 PromptPadding = Literal["exclude", "attend"]
@@ -66,6 +70,20 @@ def score_through_first_stop(passes: list[Pass], batch: ScoringBatch, stop_ids: 
     """
     keep = keep_through_first_stop(batch.input_ids[:, batch.prompt_length:], stop_ids)
     return [Pass(mask=p.mask, weight=p.weight * keep.to(p.weight.dtype)[None], key=p.key) for p in passes]
+
+
+def cut_response_at_first_stop(batch: ScoringBatch, stop_ids: tuple[int, ...]) -> ScoringBatch:
+    """``batch`` whose response (``completion_mask``, hence ``response_lengths``) ends at the first stop id,
+    inclusive; ids and attention are unchanged (SPG ``spg/spg_trainer.py::_generate_and_score_completions``)."""
+    keep = keep_through_first_stop(batch.input_ids[:, batch.prompt_length:], stop_ids)
+    return replace(batch, completion_mask=batch.completion_mask & keep)
+
+
+def mask_after_response(passes: list[Pass], batch: ScoringBatch) -> list[Pass]:
+    """``passes`` with every completion position outside ``batch.completion_mask`` masked (weight unchanged,
+    so 0 there): SPG's ``is_mask | ~completion_mask_append`` (``spg/spg_trainer.py::forward_process``)."""
+    outside = torch.cat([torch.zeros_like(batch.prompt_valid), ~batch.completion_mask], dim=1)
+    return [Pass(mask=p.mask | outside[None].to(p.mask.device), weight=p.weight, key=p.key) for p in passes]
 
 
 def attend_prompt_padding(batch: ScoringBatch) -> ScoringBatch:

@@ -37,7 +37,9 @@ the true log-likelihood, so both push it in the advantage's direction.
 Recipe defaults (docs/algorithms.md §4.2): ``logp_estimation`` mix, ``mix_weight`` 0.5, ``eubo_beta`` 1.5, ``mc_num`` 1,
 mu 1, block length = the rollout sampler's (32), ``p_mask_prompt`` 0.15, ``min_t`` 0, ``max_t`` 1.
 ``preset: official`` gives the released settings DARE can express (``SPGParams.official``: r - mean advantage,
-G = 6, ``mc_num`` 2; docs/algorithms.md §10.6 lists those it cannot: mu = 4 without a ratio).
+G = 6, ``mc_num`` 2, the response ending at the first EOS with every later position masked, which
+:class:`~dare_grpo.trainer_spg.SPGTrainer` applies); docs/algorithms.md §10.6 lists the one it cannot (mu = 4
+without a ratio); tests/parity/test_spg.py checks the loss and gradients against the official code's.
 """
 
 from __future__ import annotations
@@ -138,6 +140,8 @@ class SPGParams(RLParams):
         OfficialSetting("logp_estimation", "mix", f"{SPG_LAUNCH}:48"),
         OfficialSetting("mix_weight", 0.5, f"{SPG_LAUNCH}:49"),
         OfficialSetting("eubo_beta", 1.5, f"{SPG_LAUNCH}:50"),
+        OfficialSetting("response_tokens", "through_first_eos", f"{SPG_TRAINER}:644-648",
+                        "DARE counts the EOS padding as response (blocks, mask ratios, length weights)"),
     )
     logp_estimation: LogpEstimation = Field("mix", description="Surrogate for non-positive advantages.")
     mix_weight: float = Field(0.5, ge=0.0, le=1.0, description="omega of 'mix': omega EUBO + (1 - omega) ELBO.")
