@@ -35,7 +35,11 @@ class RLParams(OfficialParams):
 
     group_size: int = Field(8, ge=2, description="Completions per prompt (G).")
     num_iterations: int = Field(1, ge=1, description="Inner iterations mu per rollout batch (one optimizer step each).")
-    advantage: Literal["grpo", "drgrpo", "rloo"] = Field("grpo", description="Group advantage estimator.")
+    advantage: Literal["grpo", "drgrpo", "rloo"] = Field(
+        "grpo", description="Group advantage: grpo = (r - mean) / (std + advantage_std_eps), drgrpo = r - mean (d1, SPG), "
+        "rloo = leave-one-out r - mean of the others (DiffuCoder).")
+    advantage_std_eps: float = Field(1e-6, gt=0.0, description="Added to the group std by the grpo advantage "
+                                     "(1e-6 as verl; 1e-4 in the TRL-based official trainers).")
     beta: float = Field(0.0, ge=0.0, description="KL coefficient against the reference policy (0 = no reference).")
     kl_estimator: Literal["k1", "k2", "k3"] = Field("k3", description="KL estimator (dare.rl.kl).")
     clip_eps_low: float = Field(0.2, ge=0.0, lt=1.0, description="Lower clip epsilon.")

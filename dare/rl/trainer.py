@@ -205,7 +205,7 @@ class GRPOTrainer(DareTrainer):
         texts, rewards, parts, score_stats = score_completions(
             batch, self.processing_class, self.tokens, self.reward, inputs["row"], a.group_size
         )
-        advantages = group_advantages(rewards, a.group_size, a.advantage).to(batch.input_ids.device)
+        advantages = group_advantages(rewards, a.group_size, a.advantage, a.advantage_std_eps).to(batch.input_ids.device)
         rollout = Rollout(batch=batch, texts=texts, rewards=rewards, reward_parts=parts, advantages=advantages)
         rollout.passes = [self._draw_passes(batch, i) for i in range(a.num_iterations)]
         t2 = time.perf_counter()
