@@ -333,6 +333,7 @@ def test_official_row_check_rejects_an_uncited_value():
 
 def test_every_objective_official_table_entry_is_in_the_docs():
     """Each ``OfficialSetting`` of an objective's ``Params`` appears in docs/algorithms.md §10 with its source."""
+    from dare_grpo.objectives.cj_grpo import CJGRPOParams
     from dare_grpo.objectives.coupled_grpo import CoupledGRPOParams
     from dare_grpo.objectives.d1 import D1Params
     from dare_grpo.objectives.justgrpo import JustGRPOParams
@@ -340,7 +341,7 @@ def test_every_objective_official_table_entry_is_in_the_docs():
 
     text = (REPO / "docs" / "algorithms.md").read_text(encoding="utf-8")
     section = text[text.index("\n## 10."):]
-    for cls in (D1Params, CoupledGRPOParams, SPGParams, JustGRPOParams):
+    for cls in (D1Params, CoupledGRPOParams, SPGParams, JustGRPOParams, CJGRPOParams):
         for s in cls.official:
             repo, rest = s.source.split("@", 1)
             commit = rest.split(":", 1)[0]
