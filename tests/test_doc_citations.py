@@ -336,14 +336,15 @@ def test_every_objective_official_table_entry_is_in_the_docs():
     from dare_grpo.objectives.cj_grpo import CJGRPOParams
     from dare_grpo.objectives.coupled_grpo import CoupledGRPOParams
     from dare_grpo.objectives.d1 import D1Params
+    from dare_grpo.objectives.dtreerpo import DTreeRPOParams
     from dare_grpo.objectives.justgrpo import JustGRPOParams
     from dare_grpo.objectives.spg import SPGParams
 
     text = (REPO / "docs" / "algorithms.md").read_text(encoding="utf-8")
     section = text[text.index("\n## 10."):]
-    for cls in (D1Params, CoupledGRPOParams, SPGParams, JustGRPOParams, CJGRPOParams):
+    for cls in (D1Params, CoupledGRPOParams, SPGParams, JustGRPOParams, CJGRPOParams, DTreeRPOParams):
         for s in cls.official:
             repo, rest = s.source.split("@", 1)
             commit = rest.split(":", 1)[0]
             assert f"{repo}@{commit[:7]}" in section, (cls.__name__, s.param)
-            assert f"| {s.param}" in section or f"/ {s.param}" in section, (cls.__name__, s.param)
+            assert any(f"{sep} {s.param}" in section for sep in ("|", "/")), (cls.__name__, s.param)
