@@ -340,10 +340,11 @@ def test_every_objective_official_table_entry_is_in_the_docs():
     from dare_grpo.objectives.espo import ESPOParams
     from dare_grpo.objectives.justgrpo import JustGRPOParams
     from dare_grpo.objectives.spg import SPGParams
+    from dare_grpo.objectives.tracerl import TraceRLParams
 
     text = (REPO / "docs" / "algorithms.md").read_text(encoding="utf-8")
     section = text[text.index("\n## 10."):]
-    for cls in (D1Params, CoupledGRPOParams, SPGParams, JustGRPOParams, CJGRPOParams, DTreeRPOParams, ESPOParams):
+    for cls in (D1Params, CoupledGRPOParams, SPGParams, JustGRPOParams, CJGRPOParams, DTreeRPOParams, ESPOParams, TraceRLParams):
         for s in cls.official:
             repo, rest = s.source.split("@", 1)
             commit = rest.split(":", 1)[0]

@@ -22,11 +22,20 @@ therefore not used. Metrics are averaged over transitions.
 
 Out of scope: TraceRL's diffusion value model (token-wise GAE baselines) and sliced block training;
 advantages are the group advantages of the trainer (the paper's value-free variant).
+
+``preset: official`` sets the released trainer's values DARE can express (``TraceRLParams.official``: G = 8,
+eps 0.2, no dual clip, shrinkage 8, prompt padding attended to); docs/algorithms.md §10.11 lists those it
+cannot (transition-mean normaliser, KL to the rollout policy summed per transition, per-row step grouping,
+population-std advantages), so TraceRL has no parity test.
 """
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from pydantic import Field
+
+from dare.components.official import OfficialSetting
 
 from dare.diffusion.estimators import TrajectoryEstimator
 from dare.rl import LossTerms, OnlineRLObjective, RLParams, clipped_token_loss
@@ -34,7 +43,21 @@ from dare.rl import LossTerms, OnlineRLObjective, RLParams, clipped_token_loss
 __all__ = ["TraceRL", "TraceRLParams"]
 
 
+#: The released TraceRL code and LLaDA config (docs/algorithms.md §10.11).
+TRACERL_REPO = "Gen-Verse/dLLM-RL@10b4fd1cba83e4496c20585dc2fd01dc02f20255"
+
+
 class TraceRLParams(RLParams):
+    official: ClassVar[tuple[OfficialSetting, ...]] = (
+        OfficialSetting("group_size", 8, f"{TRACERL_REPO}:configs/rl_llada.yaml:34"),
+        OfficialSetting("clip_eps_low", 0.2, f"{TRACERL_REPO}:configs/rl_llada.yaml:65", "DARE's recipes: the same"),
+        OfficialSetting("clip_eps_high", 0.2, f"{TRACERL_REPO}:configs/rl_llada.yaml:65", "DARE's recipes: the same"),
+        OfficialSetting("dual_clip_c", None, f"{TRACERL_REPO}:train/rl_llada.py:584-588",
+                        "DARE's recipes add a dual clip c = 3"),
+        OfficialSetting("shrink", 8, f"{TRACERL_REPO}:configs/rl_llada.yaml:60", "exact replay (s = 1) by default"),
+        OfficialSetting("prompt_padding", "attend", f"{TRACERL_REPO}:train/rl_llada.py:575",
+                        "DARE never attends to prompt padding"),
+    )
     shrink: int = Field(1, ge=1, description="Trajectory shrinkage s: merge every s neighbouring denoising steps.")
 
 
