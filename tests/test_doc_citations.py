@@ -339,12 +339,13 @@ def test_every_objective_official_table_entry_is_in_the_docs():
     from dare_grpo.objectives.dtreerpo import DTreeRPOParams
     from dare_grpo.objectives.espo import ESPOParams
     from dare_grpo.objectives.justgrpo import JustGRPOParams
+    from dare_grpo.objectives.mdpo import MDPOParams
     from dare_grpo.objectives.spg import SPGParams
     from dare_grpo.objectives.tracerl import TraceRLParams
 
     text = (REPO / "docs" / "algorithms.md").read_text(encoding="utf-8")
     section = text[text.index("\n## 10."):]
-    for cls in (D1Params, CoupledGRPOParams, SPGParams, JustGRPOParams, CJGRPOParams, DTreeRPOParams, ESPOParams, TraceRLParams):
+    for cls in (D1Params, CoupledGRPOParams, SPGParams, JustGRPOParams, CJGRPOParams, DTreeRPOParams, ESPOParams, TraceRLParams, MDPOParams):
         for s in cls.official:
             repo, rest = s.source.split("@", 1)
             commit = rest.split(":", 1)[0]

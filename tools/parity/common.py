@@ -11,6 +11,7 @@ compares (:func:`rel_diff`). Nothing of the official code is stored in the repos
 
 from __future__ import annotations
 
+import ast
 import importlib.machinery
 import json
 import os
@@ -24,8 +25,8 @@ from typing import Any
 import torch
 from safetensors.torch import load_file, save_file
 
-__all__ = ["REPO", "FIXTURES", "TinyDenoiser", "official_checkout", "stub_modules", "write_fixture", "read_fixture",
-           "rel_diff", "model_from_state"]
+__all__ = ["REPO", "FIXTURES", "TinyDenoiser", "official_checkout", "stub_modules", "official_functions",
+           "write_fixture", "read_fixture", "rel_diff", "model_from_state"]
 
 REPO = Path(__file__).resolve().parents[2]
 FIXTURES = REPO / "tests" / "fixtures" / "parity"
@@ -104,6 +105,27 @@ def stub_modules(names: dict[str, dict[str, Any]]) -> None:
                 sys.modules[sub] = mod
         for k, v in attrs.items():
             setattr(sys.modules[name], k, v)
+
+
+def official_functions(path: str | os.PathLike, names: tuple[str, ...], namespace: dict[str, Any]) -> dict[str, Any]:
+    """The functions or methods called ``names`` in the official source file ``path``, compiled from that file
+    (wherever they are defined: module level, a class body or nested in a function) into ``namespace`` (the
+    globals they need), for official modules whose imports cannot be satisfied here. Decorators are dropped.
+
+    :raises SystemExit: a name is not defined in the file.
+    """
+    tree = ast.parse(Path(path).read_text(encoding="utf-8"), filename=str(path))
+    found = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.FunctionDef) and node.name in names and node.name not in found:
+            node.decorator_list = []
+            found[node.name] = node
+    missing = sorted(set(names) - set(found))
+    if missing:
+        raise SystemExit(f"{path} defines no {', '.join(missing)}: is the checkout at the pinned commit?")
+    module = ast.Module(body=[found[n] for n in names], type_ignores=[])
+    exec(compile(module, str(path), "exec"), namespace)  # noqa: S102 (the pinned official source, run by hand)
+    return {n: namespace[n] for n in names}
 
 
 def write_fixture(algo: str, tensors: dict[str, torch.Tensor], meta: dict[str, Any]) -> Path:

@@ -40,17 +40,20 @@ like the surrogate, as DARE does. The recipe has the KL off (``beta = 0``; its c
   (non-cached, every masked position predicted at once), which block-diffusion attention cannot express.
 
 Recipe defaults (docs/algorithms.md §4.2): ``sample_train_steps`` 16, eps 0.2, ``conf_alg`` llada (Dream: entropy), KL off,
-G = 8, mu = 1.
+G = 8, mu = 1. ``preset: official`` gives the released LLaDA recipe's settings (``MDPOParams.official``: G = 4, the
+learner at the rollout temperature, std epsilon 1e-4; docs/algorithms.md §10.3); tests/parity/test_mdpo.py checks
+the step loss and its gradients against the official code's.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import ClassVar, Literal
 
 import torch
 from pydantic import Field, ValidationError
 
+from dare.components.official import OfficialSetting
 from dare.rl import clipped_policy_loss, group_advantages, kl_estimate, ratio_from_log
 from dare.rl import LossTerms, OnlineRLObjective, RLParams
 from dare_grpo.rollout_mdpo import ConfAlg
@@ -76,10 +79,12 @@ def step_scores(step_rewards: torch.Tensor) -> torch.Tensor:
     return diffs + future
 
 
-def step_advantages(scores: torch.Tensor, group_size: int, kind: str = "grpo") -> torch.Tensor:
+def step_advantages(scores: torch.Tensor, group_size: int, kind: str = "grpo", std_eps: float = 1e-6) -> torch.Tensor:
     """Group advantages of each step's scores: column ``s`` of ``[N, T]`` normalised within groups of
-    ``group_size`` rows (:func:`dare.rl.group_advantages`). :returns: ``[N, T]`` float32."""
-    return torch.stack([group_advantages(scores[:, s], group_size, kind) for s in range(scores.shape[1])], dim=1)
+    ``group_size`` rows (:func:`dare.rl.group_advantages`, ``std_eps`` added to the std by ``grpo``; the released
+    MDPO trainer uses 1e-4). :returns: ``[N, T]`` float32."""
+    return torch.stack([group_advantages(scores[:, s], group_size, kind, std_eps) for s in range(scores.shape[1])],
+                       dim=1)
 
 
 def select_steps(advantages: torch.Tensor, k: int) -> torch.Tensor:
@@ -111,7 +116,24 @@ class StepLossInput:
     num_tokens: float
 
 
+#: The released MDPO trainer and LLaDA recipe (docs/algorithms.md §10.3).
+MDPO_TRAINER = "autonomousvision/mdpo@e6ae43906d202a11813860746c9f361d2da3ab5d:src/open_r1/mdpo/mdpo_trainer.py"
+MDPO_CONFIG = "autonomousvision/mdpo@e6ae43906d202a11813860746c9f361d2da3ab5d:recipes/LLaDA-Instruct/mdpo/config_demo.yaml"
+
+
 class MDPOParams(RLParams):
+    official: ClassVar[tuple[OfficialSetting, ...]] = (
+        OfficialSetting("group_size", 4, f"{MDPO_CONFIG}:49", "DARE's recipes use G = 8"),
+        OfficialSetting("sample_train_steps", 16, f"{MDPO_CONFIG}:26"),
+        OfficialSetting("beta", 0.0, f"{MDPO_CONFIG}:34"),
+        OfficialSetting("kl_estimator", "k2", f"{MDPO_TRAINER}:1507"),
+        OfficialSetting("clip_eps_low", 0.2, f"{MDPO_TRAINER}:1518"),
+        OfficialSetting("clip_eps_high", 0.2, f"{MDPO_TRAINER}:1518"),
+        OfficialSetting("likelihood_temperature", "sampler", f"{MDPO_TRAINER}:739",
+                        "DARE scores the model's own distribution (temperature 1)"),
+        OfficialSetting("advantage_std_eps", 1e-4, f"{MDPO_TRAINER}:858", "verl's 1e-6"),
+        OfficialSetting("prompt_padding", "exclude", f"{MDPO_TRAINER}:734"),
+    )
     sample_train_steps: int = Field(16, ge=1, description="Steps K trained per rollout (top-K by sum |A|).")
     conf_alg: ConfAlg = Field("llada", description="Rollout remasking score: llada, entropy, topk_margin, random.")
     top_k: int | None = Field(None, ge=1, description="Rollout top-k (null: the sampler's, if it has one).")
