@@ -94,7 +94,8 @@ class PassLossInput:
       rows, so it can exceed this process's own pass count);
     * ``num_tokens``: tokens this pass scores in the *whole* rollout batch; ``num_sequences``: rows
       of the whole batch; ``total_response_tokens``: ``sum |y|`` over the whole batch (global
-      normalisers, so chunk losses add up to the batch loss).
+      normalisers, so chunk losses add up to the batch loss); ``num_row_passes``: ``(row, pass)`` pairs of the
+      whole batch in which the pass scores a token of the row (TraceRL's transition count).
     """
 
     current: PassScore
@@ -107,6 +108,7 @@ class PassLossInput:
     num_tokens: float
     num_sequences: int
     total_response_tokens: float
+    num_row_passes: float = 0.0
 
 
 @dataclass
