@@ -78,7 +78,7 @@ def print_params(con, entry) -> None:
     for col in ("param", "type", "default") + (("official",) if official else ()) + ("description",):
         t.add_column(col, overflow="fold")
     for r in rows:
-        t.add_row(*r[:3], *((official.get(r[0], "="),) if official else ()), r[3])
+        t.add_row(*r[:3], *((official.get(r[0], "–"),) if official else ()), r[3])  # –: no official value recorded
     if rows:
         con.print(t)
     else:

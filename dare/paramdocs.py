@@ -59,7 +59,8 @@ def param_rows(params_cls) -> list[tuple[str, str, str, str]]:
 
 def official_values(params_cls) -> dict[str, str]:
     """``{param: official value as JSON text}`` of an objective's ``Params`` (``preset: official``,
-    :class:`dare.components.official.OfficialParams`); empty for components without an official table."""
+    :class:`dare.components.official.OfficialParams`); empty for components without an official table.
+    ``dare plugins NAME`` prints ``–`` for a parameter without an official value (docs/algorithms.md §10)."""
     table = getattr(params_cls, "official_values", None)
     if table is None:
         return {}

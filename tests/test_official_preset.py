@@ -1,5 +1,6 @@
 """``preset: official`` and the response conventions (dare.components.official, dare.rl.conventions)."""
 
+import json
 import logging
 
 import pytest
@@ -77,3 +78,15 @@ def test_attend_prompt_padding():
     assert b.attention_mask.tolist() == [[1, 1, 1, 1, 1, 1], [1, 1, 1, 1, 1, 1]]
     assert bool(b.prompt_valid.all())
     assert _batch().attention_mask[0, 0] == 0  # the input is not modified
+
+
+def test_dare_plugins_prints_the_official_value_beside_each_default():
+    from click.testing import CliRunner
+
+    from dare.cli import cli
+
+    out = CliRunner().invoke(cli, ["plugins", "d1", "--json"]).output
+    (entry,) = json.loads(out)
+    assert entry["official"]["advantage"] == '"drgrpo"' and entry["official"]["group_size"] == "6"
+    table = CliRunner(env={"COLUMNS": "250"}).invoke(cli, ["plugins", "d1"]).output
+    assert "official" in table and '"drgrpo"' in table
