@@ -17,7 +17,7 @@ Two conventions differ between DARE and the official trainers (docs/algorithms.m
   * ``"exclude"`` (DARE): prompt left-padding has attention 0 and is never masked;
   * ``"attend"`` (official d1, whose trainer calls the model without an attention mask and draws the
     prompt mask over every prompt position): the padding is attended to, and masked with the
-    prompt-mask probability like any prompt token.
+    prompt-mask probability like any prompt token. Rollouts keep the sampler's own attention.
 
 How positions after the first EOS are corrupted differs between the official trainers, and DARE follows
 each: d1 and DiffuCoder draw their corruption over the whole completion and only weigh the later positions 0
