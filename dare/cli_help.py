@@ -71,14 +71,15 @@ def print_params(con, entry) -> None:
     """A component's params as a table (:func:`dare.paramdocs.param_rows`)."""
     from rich.table import Table
 
-    from dare.paramdocs import param_rows
+    from dare.paramdocs import official_values, param_rows
 
     rows = param_rows(entry.cls.Params)
+    official = official_values(entry.cls.Params)
     t = Table(title=f"{entry.kind} {entry.name} ({entry.distribution}): {entry.cls.description()}", title_justify="left")
-    for col in ("param", "type", "default", "description"):
+    for col in ("param", "type", "default") + (("official",) if official else ()) + ("description",):
         t.add_column(col, overflow="fold")
     for r in rows:
-        t.add_row(*r)
+        t.add_row(*r[:3], *((official.get(r[0], "–"),) if official else ()), r[3])  # –: no official value recorded
     if rows:
         con.print(t)
     else:
@@ -93,7 +94,7 @@ def show_component(reg, name: str, as_json: bool) -> None:
     import difflib
 
     from dare.errors import PluginError
-    from dare.paramdocs import param_rows
+    from dare.paramdocs import official_values, param_rows
 
     found = [e for e in reg.all() if e.name == name]
     if not found:
@@ -105,7 +106,8 @@ def show_component(reg, name: str, as_json: bool) -> None:
         click.echo(json.dumps([{"kind": e.kind, "name": e.name, "distribution": e.distribution,
                                 "description": e.cls.description(), "params": e.cls.Params.model_json_schema(),
                                 "rows": [dict(zip(("param", "type", "default", "description"), r))
-                                         for r in param_rows(e.cls.Params)]} for e in found], indent=2))
+                                         for r in param_rows(e.cls.Params)],
+                                "official": official_values(e.cls.Params)} for e in found], indent=2))
         return
     con = wide_console()
     for e in found:

@@ -1,7 +1,8 @@
 """A component's ``params`` as a readable table: name, type (with bounds), default, description.
 
 What ``dare plugins NAME`` and ``dare plugins --params`` print, from the component's ``Params`` JSON
-Schema (pydantic), so the table always matches what the spec accepts.
+Schema (pydantic), so the table always matches what the spec accepts; for objectives with an official
+release, the ``official`` column (:func:`official_values`, :mod:`dare.components.official`).
 """
 
 from __future__ import annotations
@@ -9,7 +10,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-__all__ = ["param_rows", "describe_type"]
+__all__ = ["param_rows", "describe_type", "official_values"]
 
 _BOUNDS = (("minimum", ">="), ("exclusiveMinimum", ">"), ("maximum", "<="), ("exclusiveMaximum", "<"))
 
@@ -54,3 +55,13 @@ def param_rows(params_cls) -> list[tuple[str, str, str, str]]:
             default = json.dumps(f.get_default(call_default_factory=True), default=str)
         rows.append((name, describe_type(prop, defs), default, prop.get("description", "")))
     return rows
+
+
+def official_values(params_cls) -> dict[str, str]:
+    """``{param: official value as JSON text}`` of an objective's ``Params`` (``preset: official``,
+    :class:`dare.components.official.OfficialParams`); empty for components without an official table.
+    ``dare plugins NAME`` prints ``–`` for a parameter without an official value (docs/algorithms.md §10)."""
+    table = getattr(params_cls, "official_values", None)
+    if table is None:
+        return {}
+    return {name: json.dumps(value, default=str) for name, value in table().items()}

@@ -297,3 +297,57 @@ def test_checker_resolves_markdown_links_relative_to_the_file():
     assert check_text("[notes](algorithms.md) and [arch](architecture.md)", doc) == []
     (problem,) = check_text("[notes](missing.md)", doc)
     assert "link target 'missing.md' does not exist" in problem
+
+
+#: An official value's source: ``owner/repo@commit:file`` (7+ hex digits) or a paper section (``arXiv N §S``).
+OFFICIAL_SOURCE_RE = re.compile(r"[\w.-]+/[\w.-]+@[0-9a-f]{7,40}:\S+|arXiv \d{4}\.\d{4,5} §\d")
+
+
+def official_rows(text: str) -> list[tuple[int, str]]:
+    """``(line number, row)`` of every table row in docs/algorithms.md §10 whose official column is given."""
+    start = text.index("\n## 10.")
+    rows = []
+    for n, line in enumerate(text[start:].splitlines(), text[:start].count("\n") + 2):
+        if line.startswith("## ") and not line.startswith("## 10."):
+            break
+        cells = [c.strip() for c in line.replace("\\|", "/").strip().strip("|").split("|")]
+        if line.startswith("|") and len(cells) >= 3 and cells[0] not in ("param",) and not set(cells[0]) <= {"-"}:
+            if cells[1] not in ("–", "-", ""):
+                rows.append((n, line))
+    return rows
+
+
+def test_every_official_value_cites_code_or_a_paper_section():
+    text = (REPO / "docs" / "algorithms.md").read_text(encoding="utf-8")
+    rows = official_rows(text)
+    assert len(rows) >= 25  # d1, coupled-GRPO and SPG tables
+    missing = [f"docs/algorithms.md:{n}: {row}" for n, row in rows if not OFFICIAL_SOURCE_RE.search(row)]
+    assert not missing, "official values without a citation:\n" + "\n".join(missing)
+
+
+def test_official_row_check_rejects_an_uncited_value():
+    text = "# x\n\n## 10. T\n\n| param | official | source |\n|---|---|---|\n| a | 1 | the repo |\n| b | 2 | o/r@abcdef1:f.py:3 |\n"
+    rows = official_rows(text)
+    assert [bool(OFFICIAL_SOURCE_RE.search(r)) for _, r in rows] == [False, True]
+
+
+def test_every_objective_official_table_entry_is_in_the_docs():
+    """Each ``OfficialSetting`` of an objective's ``Params`` appears in docs/algorithms.md §10 with its source."""
+    from dare_grpo.objectives.cj_grpo import CJGRPOParams
+    from dare_grpo.objectives.coupled_grpo import CoupledGRPOParams
+    from dare_grpo.objectives.d1 import D1Params
+    from dare_grpo.objectives.dtreerpo import DTreeRPOParams
+    from dare_grpo.objectives.espo import ESPOParams
+    from dare_grpo.objectives.justgrpo import JustGRPOParams
+    from dare_grpo.objectives.mdpo import MDPOParams
+    from dare_grpo.objectives.spg import SPGParams
+    from dare_grpo.objectives.tracerl import TraceRLParams
+
+    text = (REPO / "docs" / "algorithms.md").read_text(encoding="utf-8")
+    section = text[text.index("\n## 10."):]
+    for cls in (D1Params, CoupledGRPOParams, SPGParams, JustGRPOParams, CJGRPOParams, DTreeRPOParams, ESPOParams, TraceRLParams, MDPOParams):
+        for s in cls.official:
+            repo, rest = s.source.split("@", 1)
+            commit = rest.split(":", 1)[0]
+            assert f"{repo}@{commit[:7]}" in section, (cls.__name__, s.param)
+            assert any(f"{sep} {s.param}" in section for sep in ("|", "/")), (cls.__name__, s.param)

@@ -59,7 +59,7 @@ def register_estimators(register):
     register("dare.diffusion.estimators.onestep:OneStepEstimator", name="one-step",
              description="d1's one-step estimator: fully masked completion, prompt masked with ``p_mask_prompt``.")
     register("dare.diffusion.estimators.coupled:CoupledEstimator", name="coupled",
-             description="DiffuCoder's coupled (complementary) mask pair, with DARE's optional full-mask term.")
+             description="DiffuCoder's coupled (complementary) mask pair, with the released trainer's full-mask term (optional).")
     register("dare.diffusion.estimators.elbo_complement:ComplementaryELBOEstimator", name="complementary-elbo",
              description="ESPO's sequence ELBO: stratified ``k/(L+1)`` masks plus the complementary copy, ``mc_num`` "
                          "passes.")

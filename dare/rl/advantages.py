@@ -54,8 +54,9 @@ def _centred(r: torch.Tensor) -> torch.Tensor:
     return out
 
 
-def grpo_advantages(rewards: torch.Tensor, group_size: int) -> torch.Tensor:
-    """GRPO (arXiv 2402.03300 §4.1.2): ``A_i = (r_i - mean_g r) / (std_g r + 1e-6)``.
+def grpo_advantages(rewards: torch.Tensor, group_size: int, std_eps: float = GRPO_STD_EPS) -> torch.Tensor:
+    """GRPO (arXiv 2402.03300 §4.1.2): ``A_i = (r_i - mean_g r) / (std_g r + std_eps)`` (``std_eps`` 1e-6 as
+    verl; the TRL-based official trainers, e.g. JustGRPO's ``grpo.py::compute_group_advantages``, use 1e-4).
 
     ``std`` is the *unbiased* standard deviation over the group, as DARE/verl compute it
     (``torch.std``). A group of equal rewards gets ``A = 0`` exactly (module docstring). A group of size
@@ -69,7 +70,7 @@ def grpo_advantages(rewards: torch.Tensor, group_size: int) -> torch.Tensor:
     if group_size == 1:
         return r.view(-1).to(torch.float32)
     std = r.std(dim=1, keepdim=True, unbiased=True)
-    return (_centred(r) / (std + GRPO_STD_EPS)).view(-1).to(torch.float32)
+    return (_centred(r) / (std + std_eps)).view(-1).to(torch.float32)
 
 
 def drgrpo_advantages(rewards: torch.Tensor, group_size: int) -> torch.Tensor:
@@ -99,11 +100,14 @@ def rloo_advantages(rewards: torch.Tensor, group_size: int) -> torch.Tensor:
 _KINDS = {"grpo": grpo_advantages, "drgrpo": drgrpo_advantages, "rloo": rloo_advantages}
 
 
-def group_advantages(rewards: torch.Tensor, group_size: int, kind: AdvantageKind = "grpo") -> torch.Tensor:
-    """Dispatch to :func:`grpo_advantages`, :func:`drgrpo_advantages` or :func:`rloo_advantages`.
+def group_advantages(rewards: torch.Tensor, group_size: int, kind: AdvantageKind = "grpo",
+                     std_eps: float = GRPO_STD_EPS) -> torch.Tensor:
+    """Dispatch to :func:`grpo_advantages` (with ``std_eps``), :func:`drgrpo_advantages` or :func:`rloo_advantages`.
 
     :raises ValueError: unknown ``kind``, or the checks of the chosen estimator.
     """
     if kind not in _KINDS:
         raise ValueError(f"unknown advantage estimator {kind!r}; use one of {', '.join(_KINDS)}")
+    if kind == "grpo":
+        return grpo_advantages(rewards, group_size, std_eps)
     return _KINDS[kind](rewards, group_size)

@@ -17,9 +17,10 @@ from typing import Any, Callable, Literal
 import torch
 from pydantic import Field
 
-from dare.components import Params
+from dare.components.official import OfficialParams
 from dare.diffusion.estimators import PassScore
 from dare.rl.aggregation import Aggregation, aggregate
+from dare.rl.conventions import PromptPadding, ResponseTokens
 from dare.rl.kl import kl_estimate
 from dare.rl.policy_loss import clipped_policy_loss, ratio_from_log
 
@@ -27,19 +28,35 @@ __all__ = ["RLParams", "PassLossInput", "SequenceLossInput", "LossTerms", "clipp
            "vanishes_at_zero_advantage"]
 
 
-class RLParams(Params):
+class RLParams(OfficialParams):
     """Parameters every RL objective accepts (DARE recipe defaults, docs/algorithms.md §4.1). The trainer and
-    the losses read them from the objective; the trainer config holds training-loop settings only."""
+    the losses read them from the objective; the trainer config holds training-loop settings only.
+    ``preset: official`` switches to the objective's released settings (:mod:`dare.components.official`)."""
 
     group_size: int = Field(8, ge=2, description="Completions per prompt (G).")
     num_iterations: int = Field(1, ge=1, description="Inner iterations mu per rollout batch (one optimizer step each).")
-    advantage: Literal["grpo", "drgrpo", "rloo"] = Field("grpo", description="Group advantage estimator.")
+    advantage: Literal["grpo", "drgrpo", "rloo"] = Field(
+        "grpo", description="Group advantage: grpo = (r - mean) / (std + advantage_std_eps), drgrpo = r - mean (d1, SPG), "
+        "rloo = leave-one-out r - mean of the others (DiffuCoder).")
+    advantage_std_eps: float = Field(1e-6, gt=0.0, description="Added to the group std by the grpo advantage "
+                                     "(1e-6 as verl; 1e-4 in the TRL-based official trainers).")
     beta: float = Field(0.0, ge=0.0, description="KL coefficient against the reference policy (0 = no reference).")
     kl_estimator: Literal["k1", "k2", "k3"] = Field("k3", description="KL estimator (dare.rl.kl).")
     clip_eps_low: float = Field(0.2, ge=0.0, lt=1.0, description="Lower clip epsilon.")
     clip_eps_high: float = Field(0.2, ge=0.0, description="Upper clip epsilon.")
     dual_clip_c: float | None = Field(3.0, gt=1.0, description="Dual-clip bound for negative advantages (null = off).")
     loss_aggregation: Aggregation = Field("token-mean", description="token-mean or sequence-mean.")
+    response_tokens: ResponseTokens = Field(
+        "all",
+        description="Completion tokens the loss scores and counts: all = every response token, EOS padding included "
+        "(DARE); through_first_eos = up to and including the first EOS/end-of-turn (the official d1, DiffuCoder and "
+        "SPG trainers; later positions stay masked but weigh 0). dare.rl.conventions.",
+    )
+    prompt_padding: PromptPadding = Field(
+        "exclude",
+        description="Prompt left-padding in likelihood forwards: exclude = attention 0, never masked (DARE); "
+        "attend = attended to and masked like a prompt token (the official d1 trainer). dare.rl.conventions.",
+    )
     likelihood_temperature: float | Literal["sampler"] = Field(
         1.0,
         description="Temperature of every likelihood (logits / T). 1 = the model's distribution (DARE); "
@@ -77,7 +94,8 @@ class PassLossInput:
       rows, so it can exceed this process's own pass count);
     * ``num_tokens``: tokens this pass scores in the *whole* rollout batch; ``num_sequences``: rows
       of the whole batch; ``total_response_tokens``: ``sum |y|`` over the whole batch (global
-      normalisers, so chunk losses add up to the batch loss).
+      normalisers, so chunk losses add up to the batch loss); ``num_row_passes``: ``(row, pass)`` pairs of the
+      whole batch in which the pass scores a token of the row (TraceRL's transition count).
     """
 
     current: PassScore
@@ -90,6 +108,7 @@ class PassLossInput:
     num_tokens: float
     num_sequences: int
     total_response_tokens: float
+    num_row_passes: float = 0.0
 
 
 @dataclass

@@ -57,7 +57,8 @@ from dare.diffusion.estimators import Pass, PassScore, ScoringBatch, score_pass
 from dare.modeling.lora import ReferencePolicy
 from dare.randomness import STREAMS, RowGenerators, key_seed
 from dare.rl.advantages import group_advantages, zero_std_groups
-from dare.rl.batch_totals import whole_batch_metrics, whole_batch_normalisers, whole_batch_values
+from dare.rl.conventions import attend_prompt_padding, score_through_first_stop
+from dare.rl.batch_totals import whole_batch_metrics, whole_batch_normalisers, whole_batch_sums, whole_batch_values
 from dare.rl.losses import LossTerms, PassLossInput, SequenceLossInput, vanishes_at_zero_advantage
 from dare.rl.prompts import RepeatChunkSampler, collate_prompts
 from dare.rl.rollout import Rollout, sample_completions, score_completions
@@ -114,7 +115,9 @@ class GRPOTrainer(DareTrainer):
         self.buffers: dict[tuple[int, ...], Rollout] = {}
         if self.params.num_iterations > 1:
             self.add_callback(RolloutBoundarySaves(self.params.num_iterations))
-        self.reference = ReferencePolicy(self.accelerator.unwrap_model(self.model)) if self.params.beta > 0 else None
+        # a KL against the rollout policy (TraceRL's kl_target: rollout) needs no reference copy
+        needs_reference = self.params.beta > 0 and getattr(self.params, "kl_target", "reference") == "reference"
+        self.reference = ReferencePolicy(self.accelerator.unwrap_model(self.model)) if needs_reference else None
 
     # ------------------------------------------------------------------ data order
     def _get_train_sampler(self, train_dataset=None):
@@ -178,7 +181,10 @@ class GRPOTrainer(DareTrainer):
         step, completions = self._keys if self._keys is not None else (0, list(range(batch.num_rows)))
         n = self.params.num_iterations
         self.mask_generator = RowGenerators.keyed(self.args.seed, "rl-passes", step, [c * n + iteration for c in completions])
-        return self.estimator.draw(batch, self.mask_generator)
+        passes = self.estimator.draw(batch, self.mask_generator)
+        if self.params.response_tokens == "through_first_eos":  # dare.rl.conventions
+            passes = score_through_first_stop(passes, batch, self.tokens.stop_ids)
+        return passes
 
     # ------------------------------------------------------------------ rollout
     def generate_rollout(self, model, inputs: dict[str, list]) -> Rollout:
@@ -195,11 +201,13 @@ class GRPOTrainer(DareTrainer):
                 inputs["prompt"], a.group_size, generator=self.rollout_generator, batch_size=a.rollout_batch_size,
                 on_batch=bar.advance,
             )
+        if a.prompt_padding == "attend":  # dare.rl.conventions
+            batch = attend_prompt_padding(batch)
         t1 = time.perf_counter()
         texts, rewards, parts, score_stats = score_completions(
             batch, self.processing_class, self.tokens, self.reward, inputs["row"], a.group_size
         )
-        advantages = group_advantages(rewards, a.group_size, a.advantage).to(batch.input_ids.device)
+        advantages = group_advantages(rewards, a.group_size, a.advantage, a.advantage_std_eps).to(batch.input_ids.device)
         rollout = Rollout(batch=batch, texts=texts, rewards=rewards, reward_parts=parts, advantages=advantages)
         rollout.passes = [self._draw_passes(batch, i) for i in range(a.num_iterations)]
         t2 = time.perf_counter()
@@ -287,6 +295,7 @@ class GRPOTrainer(DareTrainer):
         fn = self._logits_fn(model)
         lengths = batch.response_lengths
         num_tokens, num_sequences, response_tokens, world, num_passes = whole_batch_normalisers(passes, batch)
+        (row_passes,), _ = whole_batch_sums(sum(float(p.scored.any(dim=-1).sum()) for p in passes))
         jobs = self._jobs(passes, self._trained_rows(rollout), batch.num_rows)
         pads = self._run_pads(len(jobs))
         pad_loss = self._first_row_loss(fn, batch, passes)
@@ -302,7 +311,7 @@ class GRPOTrainer(DareTrainer):
                 PassLossInput(current=current, old=old, ref=ref, advantages=rollout.advantages[r],
                               response_lengths=lengths[r], pass_index=p, num_passes=num_passes,
                               num_tokens=num_tokens[p], num_sequences=num_sequences,
-                              total_response_tokens=response_tokens),
+                              total_response_tokens=response_tokens, num_row_passes=row_passes),
             )
             self._backward_or_pad(terms.loss * world, pad_loss)
             total += float(terms.loss.detach()) * world

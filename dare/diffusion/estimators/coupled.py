@@ -6,10 +6,12 @@ Per completion: draw ``t ~ U(t_min, t_max)`` and ``u_k ~ U(0, 1)`` per response 
 exactly one of them (antithetic pair). The prompt is never masked. Per-token score::
 
     coupled_k = 1[u_k < t] lp_k(A) / t + 1[u_k >= t] lp_k(B) / (1 - t)
-    l_k       = (lp_k(full) + coupled_k) / 2       with the full-mask term (DARE)
-    l_k       = coupled_k                           without it (the DiffuCoder paper)
+    l_k       = (lp_k(full) + coupled_k) / 2       with the full-mask term (the released trainer, DARE)
+    l_k       = coupled_k                           without it (the paper's equation, §4.2)
 
-**[DARE]** DARE averages in the fully-masked copy; ``full_mask_term`` chooses.
+The released DiffuCoder trainer averages in the fully-masked copy (apple/ml-diffucoder
+``src/open_r1/coupled_grpo.py::selective_log_softmax``, ``(p0 + weighted_sum(p1, p2)) / 2``), as DARE does;
+``full_mask_term: false`` is the paper's equation only (docs/algorithms.md §3.2).
 **[QUIRK] decided:** DARE calls ``accelerate.set_seed(42)`` inside the corruption, so ``t`` and
 ``u`` are identical for every sample and step, and the global RNGs are reseeded each step. Here
 ``t`` is drawn per completion and ``u`` per token from the caller's generator (fresh per sample
@@ -63,7 +65,7 @@ class CoupledParams(Params):
 
     t_min: float = Field(0.2, gt=0.0, lt=1.0, description="Smallest mask ratio t of the first copy.")
     t_max: float = Field(0.8, gt=0.0, lt=1.0, description="Largest mask ratio t of the first copy.")
-    full_mask_term: bool = Field(True, description="Add DARE's third copy with the whole completion masked.")
+    full_mask_term: bool = Field(True, description="Average in a third copy with the whole completion masked (the released DiffuCoder trainer, DARE).")
 
     @model_validator(mode="after")
     def _order(self):
@@ -73,7 +75,7 @@ class CoupledParams(Params):
 
 
 class CoupledEstimator(Estimator):
-    """DiffuCoder's coupled (complementary) mask pair, with DARE's optional full-mask term."""
+    """DiffuCoder's coupled (complementary) mask pair, with the released trainer's full-mask term (optional)."""
 
     name = "coupled"
     level = "token"

@@ -41,12 +41,15 @@ __all__ = ["TrajectoryParams", "TrajectoryEstimator", "trajectory_passes", "tran
 
 
 def transition_ids(unmask_step: torch.Tensor, valid: torch.Tensor, shrink: int = 1,
-                   block_stride: int | None = None) -> torch.Tensor:
+                   block_stride: int | None = None, per_row: bool = False) -> torch.Tensor:
     """``[N, G]`` int64 transition index of each valid committed token, -1 elsewhere: ``unmask_step // shrink``,
     or with ``block_stride`` ``b`` the split at block boundaries ``(step // b) ceil(b / shrink) + (step % b) // shrink``
     (module docstring).
 
     :param unmask_step: ``[N, G]`` int64 (-1: never committed); :param valid: ``[N, G]`` bool.
+    :param per_row: group ``shrink`` consecutive *distinct* steps of each row instead (the released TraceRL
+        trainer's ``collapse_k_unique``, Gen-Verse/dLLM-RL ``train/rl_llada.py``): the id is the rank of the
+        token's step among the row's committed steps, divided by ``shrink``; blocks are not considered.
     :raises ValueError: ``shrink < 1`` or ``block_stride < 1``.
     """
     if shrink < 1:
@@ -55,6 +58,13 @@ def transition_ids(unmask_step: torch.Tensor, valid: torch.Tensor, shrink: int =
         raise ValueError(f"block_stride must be >= 1, got {block_stride}")
     committed = valid & (unmask_step >= 0)
     step = unmask_step.clamp(min=0)
+    if per_row:
+        ids = torch.full_like(unmask_step, -1)
+        for n in range(unmask_step.shape[0]):
+            steps = unmask_step[n][committed[n]]
+            rank = torch.searchsorted(torch.unique(steps), steps)
+            ids[n][committed[n]] = torch.div(rank, shrink, rounding_mode="floor")
+        return ids
     if block_stride is None or block_stride % shrink == 0:
         ids = torch.div(step, shrink, rounding_mode="floor")
     else:
@@ -64,7 +74,8 @@ def transition_ids(unmask_step: torch.Tensor, valid: torch.Tensor, shrink: int =
     return torch.where(committed, ids, torch.full_like(unmask_step, -1))
 
 
-def trajectory_passes(batch: ScoringBatch, shrink: int = 1, block_stride: int | None = None) -> list[Pass]:
+def trajectory_passes(batch: ScoringBatch, shrink: int = 1, block_stride: int | None = None,
+                      per_row: bool = False) -> list[Pass]:
     """One pass per transition (module docstring); each pass has ``K = 1`` and ``key`` = its transition index.
 
     :param block_stride: the sampler's block stride in ``unmask_step`` numbers (None: unknown, no split).
@@ -73,7 +84,7 @@ def trajectory_passes(batch: ScoringBatch, shrink: int = 1, block_stride: int | 
     if batch.unmask_step is None:
         raise ValueError("trajectory replay needs the sampler's unmask_step (SamplerOutput.unmask_step)")
     resp = batch.completion_mask
-    trans = transition_ids(batch.unmask_step, resp, shrink, block_stride)
+    trans = transition_ids(batch.unmask_step, resp, shrink, block_stride, per_row)
     steps = torch.unique(trans[trans >= 0]).tolist()
     if not steps:
         raise ValueError("trajectory replay: no completion token was committed by the sampler (unmask_step all -1)")
@@ -94,6 +105,8 @@ class TrajectoryParams(Params):
         None, ge=1, description="The sampler's block stride in unmask_step numbers: merged steps never span two "
                                 "blocks (null: unknown, no split)."
     )
+    per_row: bool = Field(False, description="Merge shrink consecutive distinct steps of each row (TraceRL's released "
+                                             "trainer) instead of the global step grid.")
 
 
 class TrajectoryEstimator(Estimator):
@@ -105,4 +118,4 @@ class TrajectoryEstimator(Estimator):
     Params = TrajectoryParams
 
     def draw(self, batch: ScoringBatch, generator: torch.Generator | None = None) -> list[Pass]:
-        return trajectory_passes(batch, self.params.shrink, self.params.block_stride)
+        return trajectory_passes(batch, self.params.shrink, self.params.block_stride, self.params.per_row)

@@ -32,10 +32,12 @@ def step_scores(step_rewards: torch.Tensor) -> torch.Tensor:
     return diffs + future
 
 
-def step_advantages(scores: torch.Tensor, group_size: int, kind: str = "grpo") -> torch.Tensor:
+def step_advantages(scores: torch.Tensor, group_size: int, kind: str = "grpo", std_eps: float = 1e-6) -> torch.Tensor:
     """Group advantages of each step's scores: column ``s`` of ``[N, T]`` normalised within groups of
-    ``group_size`` rows (:func:`dare.rl.group_advantages`). :returns: ``[N, T]`` float32."""
-    return torch.stack([group_advantages(scores[:, s], group_size, kind) for s in range(scores.shape[1])], dim=1)
+    ``group_size`` rows (:func:`dare.rl.group_advantages`, ``std_eps`` added to the std by ``grpo``; the released
+    MDPO trainer uses 1e-4). :returns: ``[N, T]`` float32."""
+    return torch.stack([group_advantages(scores[:, s], group_size, kind, std_eps) for s in range(scores.shape[1])],
+                       dim=1)
 
 
 def select_steps(advantages: torch.Tensor, k: int) -> torch.Tensor:

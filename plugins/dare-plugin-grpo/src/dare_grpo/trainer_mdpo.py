@@ -142,7 +142,7 @@ class MDPOTrainer(GRPOTrainer):
         texts, rewards, parts, score_stats = score_completions(final, self.processing_class, self.tokens, self.reward,
                                                                inputs["row"], a.group_size)
         step_r = self._step_rewards(traj, final, inputs["row"])
-        adv = step_advantages(step_scores(step_r), a.group_size, a.advantage).to(device)
+        adv = step_advantages(step_scores(step_r), a.group_size, a.advantage, a.advantage_std_eps).to(device)
         # the top-K steps of the whole batch: every process's |A| rows, summed in one order
         every = whole_batch_values({"abs_advantage": adv.abs()})["abs_advantage"].view(-1, adv.shape[1])
         steps = select_steps(every, self.objective.params.sample_train_steps).to(device)

@@ -20,9 +20,10 @@ from __future__ import annotations
 
 import torch
 
-from dare.diffusion.estimators import score_pass
+from dare.diffusion.estimators import ScoringBatch, score_pass
 from dare_grpo.loss_spg import JointLossInput
 from dare.rl.batch_totals import whole_batch_metrics, whole_batch_sums
+from dare.rl.conventions import cut_response_at_first_stop, mask_after_response
 from dare.rl.rollout import Rollout
 from dare.rl.trainer import GRPOTrainer
 
@@ -32,9 +33,22 @@ __all__ = ["SPGTrainer"]
 class SPGTrainer(GRPOTrainer):
     """:class:`~dare.rl.trainer.GRPOTrainer` whose update evaluates SPG's coupled loss (module docstring)."""
 
+    def _response(self, batch: ScoringBatch) -> ScoringBatch:
+        """``batch`` with its response ending at the first EOS under ``response_tokens: through_first_eos`` (the
+        official SPG rule: blocks, mask ratios and length weights count those tokens; dare.rl.conventions)."""
+        if self.params.response_tokens == "through_first_eos":
+            return cut_response_at_first_stop(batch, self.tokens.stop_ids)
+        return batch
+
+    def _draw_passes(self, batch: ScoringBatch, iteration: int = 0):
+        """The estimator's passes over :meth:`_response`; positions after the response always masked (SPG)."""
+        cut = self._response(batch)
+        passes = super()._draw_passes(cut, iteration)
+        return mask_after_response(passes, cut) if cut is not batch else passes
+
     def _joint_input(self, token, scored, rollout: Rollout, rows, totals: tuple[float, float]) -> JointLossInput:
         """The rows ``rows`` of ``rollout`` with the whole batch's ``(response tokens, rows)`` ``totals``."""
-        batch = rollout.batch
+        batch = self._response(rollout.batch)
         return JointLossInput(
             token=token, scored=scored, advantages=rollout.advantages[rows],
             response_lengths=batch.response_lengths[rows], total_response_tokens=totals[0],
@@ -49,7 +63,7 @@ class SPGTrainer(GRPOTrainer):
         metrics: dict[str, float] = {}
         total, forwards = 0.0, 0
         entropy_sum, entropy_count = 0.0, 0.0
-        totals, world = whole_batch_sums(float(batch.response_lengths.sum()), batch.num_rows)
+        totals, world = whole_batch_sums(float(self._response(batch).response_lengths.sum()), batch.num_rows)
         chunks = self._row_chunks(batch.num_rows)
         pads = self._backward_pads(len(passes) * len(chunks))
         pad_loss = self._first_row_loss(fn, batch, passes)

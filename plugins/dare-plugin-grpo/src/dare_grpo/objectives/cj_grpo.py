@@ -14,11 +14,19 @@ LLaDA and Dream ``steps // num_blocks``, or ``block_length`` with threshold/fact
 a sampler without one (LLaDA2, whose rows count their steps across blocks) is refused. **[QUIRK] decided:** the
 DARE LLaDA recipe leaves ``step_merge`` unset although the rollout reads it; here it is an explicit
 parameter, default false (exact replay, as the Dream recipe sets).
+
+``preset: official`` gives the released trainer's settings (``CJGRPOParams.official``: r - mean advantage, no
+dual clip, eps 0.5, G = 6, mu = 12, beta 0.04, prompt padding attended to); docs/algorithms.md §10.4 cites each,
+tests/parity/test_cj_grpo.py checks the loss and gradients against the official code's.
 """
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from pydantic import Field
+
+from dare.components.official import OfficialSetting
 
 from dare.diffusion.estimators import TrajectoryEstimator
 from dare.rl import LossTerms, OnlineRLObjective, RLParams, clipped_token_loss
@@ -26,7 +34,25 @@ from dare.rl import LossTerms, OnlineRLObjective, RLParams, clipped_token_loss
 __all__ = ["CJGRPO", "CJGRPOParams"]
 
 
+#: The released CJ-GRPO code and config (docs/algorithms.md §10.4).
+CJ_TRAINER = "yjyddq/EOSER-ASS-RL@5affb4ec0db9d3819175c2011c94e38c74325624:cj-grpo/cj_grpo_trainer_semiar.py"
+CJ_CONFIG = "yjyddq/EOSER-ASS-RL@5affb4ec0db9d3819175c2011c94e38c74325624:cj-grpo/slurm_scripts/train.yaml"
+
+
 class CJGRPOParams(RLParams):
+    official: ClassVar[tuple[OfficialSetting, ...]] = (
+        OfficialSetting("advantage", "drgrpo", f"{CJ_TRAINER}:587",
+                        "DARE's recipes normalise by the group std (GRPO); CJ-GRPO uses r - mean"),
+        OfficialSetting("dual_clip_c", None, f"{CJ_TRAINER}:126-129", "DARE's recipes add a dual clip c = 3"),
+        OfficialSetting("clip_eps_low", 0.5, f"{CJ_CONFIG}:71", "DARE's recipes use the PPO default 0.2"),
+        OfficialSetting("clip_eps_high", 0.5, f"{CJ_CONFIG}:71", "DARE's recipes use the PPO default 0.2"),
+        OfficialSetting("group_size", 6, f"{CJ_CONFIG}:38", "DARE's recipes use G = 8"),
+        OfficialSetting("num_iterations", 12, f"{CJ_CONFIG}:72", "mu = 1 makes one rollout per step"),
+        OfficialSetting("beta", 0.04, f"{CJ_CONFIG}:70", "DARE's recipes train without a reference policy"),
+        OfficialSetting("kl_estimator", "k3", f"{CJ_TRAINER}:115"),
+        OfficialSetting("response_tokens", "all", f"{CJ_TRAINER}:138"),
+        OfficialSetting("prompt_padding", "attend", f"{CJ_TRAINER}:371", "DARE never attends to prompt padding"),
+    )
     step_merge: bool = Field(False, description="Merge the denoising steps of each block into one transition.")
 
 

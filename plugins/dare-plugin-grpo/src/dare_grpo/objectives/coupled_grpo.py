@@ -7,11 +7,22 @@ fully-masked copy (:mod:`dare.diffusion.estimators.coupled`; ``full_mask_term: f
 paper's version). The prompt is never masked. **[QUIRK] decided:** no ``set_seed(42)``; ``t`` and
 the masks are fresh per completion and step, from the trainer's mask generator. Loss: token-level
 clipped GRPO with dual clip, token-mean. Recipe defaults (docs/algorithms.md §4.1): G = 8, mu = 1, eps 0.2, beta 0.
+
+The released trainer averages the fully-masked copy in (``(lp_full + coupled) / 2``,
+``src/open_r1/coupled_grpo.py`` line 122 of apple/ml-diffucoder), which is DARE's default; ``full_mask_term:
+false`` is the paper's equation only. ``preset: official`` gives the released settings
+(``CoupledGRPOParams.official``: leave-one-out advantage, no dual clip, eps 0.5, G = 10, mu = 2, beta 0.01,
+tokens through the first EOS, prompt padding attended to); docs/algorithms.md §10 cites each,
+tests/parity/test_coupled_grpo.py checks them.
 """
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from pydantic import Field, model_validator
+
+from dare.components.official import OfficialSetting
 
 from dare.diffusion.estimators import CoupledEstimator
 from dare.rl import OnlineRLObjective, RLParams, clipped_token_loss
@@ -19,10 +30,34 @@ from dare.rl import OnlineRLObjective, RLParams, clipped_token_loss
 __all__ = ["CoupledGRPO", "CoupledGRPOParams"]
 
 
+#: The released DiffuCoder code and config (docs/algorithms.md §10.2).
+DIFFUCODER_TRAINER = "apple/ml-diffucoder@f735e01376b752b70356efe45192f31499bf30dc:src/open_r1/coupled_grpo.py"
+DIFFUCODER_CONFIG = "apple/ml-diffucoder@f735e01376b752b70356efe45192f31499bf30dc:recipes/config_coupled_code.yaml"
+
+
 class CoupledGRPOParams(RLParams):
+    official: ClassVar[tuple[OfficialSetting, ...]] = (
+        OfficialSetting("advantage", "rloo", f"{DIFFUCODER_TRAINER}:545-561",
+                        "DARE's recipes normalise by the group std (GRPO); DiffuCoder uses leave-one-out"),
+        OfficialSetting("dual_clip_c", None, f"{DIFFUCODER_TRAINER}:216-220", "DARE's recipes add a dual clip c = 3"),
+        OfficialSetting("clip_eps_low", 0.5, f"{DIFFUCODER_CONFIG}:14", "DARE's recipes use the PPO default 0.2"),
+        OfficialSetting("clip_eps_high", 0.5, f"{DIFFUCODER_CONFIG}:14", "DARE's recipes use the PPO default 0.2"),
+        OfficialSetting("group_size", 10, f"{DIFFUCODER_CONFIG}:19", "DARE's recipes use G = 8"),
+        OfficialSetting("num_iterations", 2, f"{DIFFUCODER_CONFIG}:20", "mu = 1 makes one rollout per step"),
+        OfficialSetting("beta", 0.01, f"{DIFFUCODER_CONFIG}:13", "DARE's recipes train without a reference policy"),
+        OfficialSetting("kl_estimator", "k3", f"{DIFFUCODER_TRAINER}:205"),
+        OfficialSetting("loss_aggregation", "token-mean", f"{DIFFUCODER_TRAINER}:224"),
+        OfficialSetting("t_min", 0.2, f"{DIFFUCODER_TRAINER}:259"),
+        OfficialSetting("t_max", 0.8, f"{DIFFUCODER_TRAINER}:259"),
+        OfficialSetting("full_mask_term", True, f"{DIFFUCODER_TRAINER}:122"),
+        OfficialSetting("response_tokens", "through_first_eos", f"{DIFFUCODER_TRAINER}:446-452",
+                        "DARE scores every completion token, EOS padding included"),
+        OfficialSetting("prompt_padding", "attend", f"{DIFFUCODER_TRAINER}:283",
+                        "DARE never attends to prompt padding (DiffuCoder never masks the prompt either way)"),
+    )
     t_min: float = Field(0.2, gt=0.0, lt=1.0, description="Smallest mask ratio t of the coupled pair.")
     t_max: float = Field(0.8, gt=0.0, lt=1.0, description="Largest mask ratio t of the coupled pair.")
-    full_mask_term: bool = Field(True, description="Average in the fully-masked copy (DARE); false = DiffuCoder's pair only.")
+    full_mask_term: bool = Field(True, description="Average in the fully-masked copy (the released DiffuCoder trainer, DARE); false = the paper's pair only.")
 
     @model_validator(mode="after")
     def _range(self):

@@ -7,11 +7,20 @@ prompt tokens masked with ``p_mask_prompt``; ``l_k = log p(y_k | x~)``. Loss: to
 GRPO with dual clip, token-mean, ``+ beta`` x KL. Defaults are DARE's recipe (docs/algorithms.md §4.1): G = 8, mu = 1,
 eps 0.2, c = 3, beta 0 (the d1 paper uses mu > 1 and beta 0.04; set them in the spec). With
 mu > 1 the prompt mask is redrawn at every inner iteration, as in d1.
+
+``preset: official`` gives the released d1 trainer's settings (``D1Params.official``: r - mean advantage, no
+dual clip, eps 0.5, G = 6, mu = 12, beta 0.04, tokens through the first EOS, prompt padding attended to and
+masked); docs/algorithms.md §10 cites each, and tests/parity/test_d1.py checks the loss and gradients
+against the official code's values.
 """
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from pydantic import Field
+
+from dare.components.official import OfficialSetting
 
 from dare.diffusion.estimators import OneStepEstimator
 from dare.rl import OnlineRLObjective, RLParams, clipped_token_loss
@@ -19,7 +28,29 @@ from dare.rl import OnlineRLObjective, RLParams, clipped_token_loss
 __all__ = ["D1", "D1Params"]
 
 
+#: The released d1 code and config (docs/algorithms.md §10.1).
+D1_TRAINER = "dllm-reasoning/d1@837888f22c21a5da91a0af2b0d7b19e81d9b47ec:diffu-grpo/diffu_grpo_trainer.py"
+D1_CONFIG = "dllm-reasoning/d1@837888f22c21a5da91a0af2b0d7b19e81d9b47ec:diffu-grpo/slurm_scripts/train.yaml"
+
+
 class D1Params(RLParams):
+    official: ClassVar[tuple[OfficialSetting, ...]] = (
+        OfficialSetting("advantage", "drgrpo", f"{D1_TRAINER}:539",
+                        "DARE's recipes normalise by the group std (GRPO); d1 uses r - mean"),
+        OfficialSetting("dual_clip_c", None, f"{D1_TRAINER}:115-118", "DARE's recipes add a dual clip c = 3"),
+        OfficialSetting("clip_eps_low", 0.5, f"{D1_CONFIG}:69", "DARE's recipes use the PPO default 0.2"),
+        OfficialSetting("clip_eps_high", 0.5, f"{D1_CONFIG}:69", "DARE's recipes use the PPO default 0.2"),
+        OfficialSetting("group_size", 6, f"{D1_CONFIG}:37", "DARE's recipes use G = 8"),
+        OfficialSetting("num_iterations", 12, f"{D1_CONFIG}:70", "mu = 1 makes one rollout per step (cheaper)"),
+        OfficialSetting("beta", 0.04, f"{D1_CONFIG}:68", "DARE's recipes train without a reference policy"),
+        OfficialSetting("kl_estimator", "k3", f"{D1_TRAINER}:104"),
+        OfficialSetting("p_mask_prompt", 0.15, f"{D1_CONFIG}:67"),
+        OfficialSetting("loss_aggregation", "token-mean", f"{D1_TRAINER}:121"),
+        OfficialSetting("response_tokens", "through_first_eos", f"{D1_TRAINER}:441-445",
+                        "DARE scores every completion token, EOS padding included"),
+        OfficialSetting("prompt_padding", "attend", f"{D1_TRAINER}:247-251,278",
+                        "DARE never attends to or masks prompt padding"),
+    )
     p_mask_prompt: float = Field(0.15, ge=0.0, le=1.0, description="Probability of masking each prompt token.")
 
 

@@ -43,16 +43,19 @@ model has adapters (DARE's ``ref_in_actor``; the recipe trains LoRA r 128 / alph
 
 Recipe defaults (docs/algorithms.md §4.2): ``contraction`` 2, ``num_tree_samples`` 4, ``tree_branch_factor`` 4, eps 0.4,
 ``num_iterations`` (ppo_epochs) 12, beta 0.01 (k3), self-distillation on with lambda_max 3e-3, gamma 2,
-tau_max 2, beta_sd 0.7.
+tau_max 2, beta_sd 0.7: the released configuration (``DTreeRPOParams.official``, docs/algorithms.md §10.8), so
+``preset: official`` changes nothing; tests/parity/test_dtreerpo.py checks the edge loss and its gradients against
+the official code's.
 """
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import ClassVar, Literal
 
 import torch
 from pydantic import Field
 
+from dare.components.official import OfficialSetting
 from dare.rl import clipped_policy_loss, kl_estimate, ratio_from_log
 from dare.rl import LossTerms, OnlineRLObjective, RLParams
 from dare_grpo.loss_tree import EdgeLossInput, sd_pair_count, sd_schedule, self_distillation
@@ -60,7 +63,25 @@ from dare_grpo.loss_tree import EdgeLossInput, sd_pair_count, sd_schedule, self_
 __all__ = ["DTreeRPO", "DTreeRPOParams", "EdgeLossInput", "sd_schedule", "self_distillation", "sd_pair_count"]
 
 
+#: The released d-TreeRPO configuration (docs/algorithms.md §10.8).
+DTREERPO_CONFIG = "THU-BPM/d-TreeRPO@3eb6f215184bd078e948651539ce046133a68174:dtreerpo/slurm_scripts/dtreerpo.yaml"
+
+
 class DTreeRPOParams(RLParams):
+    official: ClassVar[tuple[OfficialSetting, ...]] = (
+        OfficialSetting("beta", 0.01, f"{DTREERPO_CONFIG}:67"),
+        OfficialSetting("clip_eps_low", 0.4, f"{DTREERPO_CONFIG}:68"),
+        OfficialSetting("clip_eps_high", 0.4, f"{DTREERPO_CONFIG}:68"),
+        OfficialSetting("num_iterations", 12, f"{DTREERPO_CONFIG}:69"),
+        OfficialSetting("tree_branch_factor", 4, f"{DTREERPO_CONFIG}:72"),
+        OfficialSetting("contraction", 2, f"{DTREERPO_CONFIG}:73"),
+        OfficialSetting("num_tree_samples", 4, f"{DTREERPO_CONFIG}:74"),
+        OfficialSetting("self_distillation", True, f"{DTREERPO_CONFIG}:77"),
+        OfficialSetting("sd_lambda_max", 3e-3, f"{DTREERPO_CONFIG}:79"),
+        OfficialSetting("sd_gamma", 2.0, f"{DTREERPO_CONFIG}:80"),
+        OfficialSetting("sd_tau_max", 2.0, f"{DTREERPO_CONFIG}:81"),
+        OfficialSetting("sd_beta", 0.7, f"{DTREERPO_CONFIG}:82"),
+    )
     num_tree_samples: int = Field(4, ge=2, description="Children of the root (full trees per prompt).")
     tree_branch_factor: int = Field(4, ge=2, description="Children of every later node (T in the paper).")
     contraction: int = Field(2, ge=1, description="Branching levels s: branch points T, T - T/s, ..., 0.")

@@ -15,15 +15,18 @@ samples, fresh masks at every inner iteration (:mod:`dare.diffusion.estimators.e
 ``pass_mean`` reduction): exact, with one MC sample in memory. Advantages are RLOO. Defaults are the
 math recipe (docs/algorithms.md §4.2): G = 16, mu = 8, mc_num = 2, beta 1e-3 (k2), eps 0.2; Sudoku used G = 6,
 beta 1e-2; countdown eps 0. Not replicated: the official k1 "gradient-corrected" form (k1 here is
-the plain estimator of :mod:`dare.rl.kl`).
+the plain estimator of :mod:`dare.rl.kl`). These defaults are the released math recipe's; ``preset: official``
+adds its prompt-padding rule (``ESPOParams.official``, docs/algorithms.md §10.10); tests/parity/test_espo.py
+checks the ELBOs, loss and gradients against the official code's.
 """
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import ClassVar, Literal
 
 from pydantic import Field
 
+from dare.components.official import OfficialSetting
 from dare.diffusion.estimators import ComplementaryELBOEstimator
 from dare.rl import clipped_policy_loss, kl_estimate, ratio_from_log
 from dare.rl import LossTerms, OnlineRLObjective, RLParams
@@ -31,7 +34,25 @@ from dare.rl import LossTerms, OnlineRLObjective, RLParams
 __all__ = ["ESPO", "ESPOParams"]
 
 
+#: The released ESPO code, config and math launch script (docs/algorithms.md §10.10).
+ESPO_REPO = "ML-GSAI/ESPO@b5f2dac4c54073a2f36c00bb28bc754a99730159"
+
+
 class ESPOParams(RLParams):
+    official: ClassVar[tuple[OfficialSetting, ...]] = (
+        OfficialSetting("group_size", 16, f"{ESPO_REPO}:recipes/run_math_llada.sh:23"),
+        OfficialSetting("num_iterations", 8, f"{ESPO_REPO}:recipes/run_math_llada.sh:3"),
+        OfficialSetting("mc_num", 2, f"{ESPO_REPO}:recipes/run_math_llada.sh:24"),
+        OfficialSetting("beta", 1e-3, f"{ESPO_REPO}:recipes/run_math_llada.sh:28"),
+        OfficialSetting("kl_estimator", "k2", f"{ESPO_REPO}:espo/espo_trainer.py:199"),
+        OfficialSetting("clip_eps_low", 0.2, f"{ESPO_REPO}:recipes/train.yaml:18"),
+        OfficialSetting("clip_eps_high", 0.2, f"{ESPO_REPO}:recipes/train.yaml:18"),
+        OfficialSetting("advantage", "rloo", f"{ESPO_REPO}:espo/espo_trainer.py:694-709"),
+        OfficialSetting("reduce_var", True, f"{ESPO_REPO}:recipes/train.yaml:58"),
+        OfficialSetting("response_tokens", "all", f"{ESPO_REPO}:espo/espo_trainer.py:191"),
+        OfficialSetting("prompt_padding", "attend", f"{ESPO_REPO}:espo/espo_trainer.py:365",
+                        "DARE never attends to prompt padding"),
+    )
     group_size: int = Field(16, ge=2, description="Completions per prompt (G).")
     num_iterations: int = Field(8, ge=1, description="Inner iterations mu per rollout batch, fresh masks each.")
     advantage: Literal["grpo", "drgrpo", "rloo"] = Field("rloo", description="Group advantage estimator.")

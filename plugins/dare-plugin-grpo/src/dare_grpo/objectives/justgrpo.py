@@ -23,15 +23,21 @@ leftmost mask each step; the block-diffusion forward of the scorer sees the same
 clean), without top-k/top-p filtering (a filtered distribution is not ``softmax(logits / T)``). Any other
 sampler (LLaDA2's threshold decoder, Dream's confidence decoder) commits positions out of order, so it is
 rejected with the reason. Greedy rollouts are rejected by the base check.
+
+``preset: official`` gives the released trainer's settings (``JustGRPOParams.official``: G = 16, learner
+temperature 1, std epsilon 1e-4, no dual clip, prompt padding attended to); its normaliser counts only rows of
+non-zero advantage, which DARE does not (docs/algorithms.md §10.9); tests/parity/test_justgrpo.py checks the
+gradients against the official code's.
 """
 
 from __future__ import annotations
 
-from typing import Callable, Literal
+from typing import Callable, ClassVar, Literal
 
 import torch
 from pydantic import Field
 
+from dare.components.official import OfficialSetting
 from dare.diffusion.estimators import AutoregressiveEstimator
 from dare.rl import OnlineRLObjective, RLParams, clipped_token_loss
 
@@ -98,7 +104,25 @@ def autoregressive_sampler_problems(sampler, where: Callable[[str], str]) -> lis
     return problems
 
 
+#: The released JustGRPO code (docs/algorithms.md §10.9).
+JUSTGRPO = "LeapLabTHU/JustGRPO@eebe50e71f5b84ec6b3824cb502664577989db1b"
+
+
 class JustGRPOParams(RLParams):
+    official: ClassVar[tuple[OfficialSetting, ...]] = (
+        OfficialSetting("group_size", 16, f"{JUSTGRPO}:train.py:28-29", "DARE's recipes use G = 8"),
+        OfficialSetting("advantage", "grpo", f"{JUSTGRPO}:grpo.py:58-61"),
+        OfficialSetting("advantage_std_eps", 1e-4, f"{JUSTGRPO}:grpo.py:61", "verl's 1e-6"),
+        OfficialSetting("clip_eps_low", 0.2, f"{JUSTGRPO}:grpo.py:25,47"),
+        OfficialSetting("clip_eps_high", 0.2, f"{JUSTGRPO}:grpo.py:25,47"),
+        OfficialSetting("dual_clip_c", None, f"{JUSTGRPO}:grpo.py:48", "DARE's recipes add a dual clip c = 3"),
+        OfficialSetting("num_iterations", 1, f"{JUSTGRPO}:grpo.py:46"),
+        OfficialSetting("beta", 0.0, f"{JUSTGRPO}:grpo.py:48"),
+        OfficialSetting("likelihood_temperature", 1.0, f"{JUSTGRPO}:grpo.py:25,40",
+                        "DARE's recipe scores at the rollout temperature (0.6), the exact rollout likelihood"),
+        OfficialSetting("response_tokens", "all", f"{JUSTGRPO}:grpo.py:34"),
+        OfficialSetting("prompt_padding", "attend", f"{JUSTGRPO}:grpo.py:40", "DARE never attends to prompt padding"),
+    )
     likelihood_temperature: float | Literal["sampler"] = Field(
         "sampler", description="Temperature of the AR likelihood; 'sampler' = the rollout temperature (exact)."
     )

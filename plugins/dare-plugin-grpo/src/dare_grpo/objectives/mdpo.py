@@ -40,15 +40,18 @@ like the surrogate, as DARE does. The recipe has the KL off (``beta = 0``; its c
   (non-cached, every masked position predicted at once), which block-diffusion attention cannot express.
 
 Recipe defaults (docs/algorithms.md §4.2): ``sample_train_steps`` 16, eps 0.2, ``conf_alg`` llada (Dream: entropy), KL off,
-G = 8, mu = 1.
+G = 8, mu = 1. ``preset: official`` gives the released LLaDA recipe's settings (``MDPOParams.official``: G = 4, the
+learner at the rollout temperature, std epsilon 1e-4; docs/algorithms.md §10.3); tests/parity/test_mdpo.py checks
+the step loss and its gradients against the official code's.
 """
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import ClassVar, Literal
 
 from pydantic import Field
 
+from dare.components.official import OfficialSetting
 from dare.rl import clipped_policy_loss, kl_estimate, ratio_from_log
 from dare.rl import LossTerms, OnlineRLObjective, RLParams
 from dare_grpo.loss_mdpo import StepLossInput, select_steps, step_advantages, step_scores
@@ -57,7 +60,24 @@ from dare_grpo.rollout_mdpo import ConfAlg, MDPORolloutParams
 __all__ = ["MDPO", "MDPOParams", "StepLossInput", "step_scores", "step_advantages", "select_steps"]
 
 
+#: The released MDPO trainer and LLaDA recipe (docs/algorithms.md §10.3).
+MDPO_TRAINER = "autonomousvision/mdpo@e6ae43906d202a11813860746c9f361d2da3ab5d:src/open_r1/mdpo/mdpo_trainer.py"
+MDPO_CONFIG = "autonomousvision/mdpo@e6ae43906d202a11813860746c9f361d2da3ab5d:recipes/LLaDA-Instruct/mdpo/config_demo.yaml"
+
+
 class MDPOParams(RLParams):
+    official: ClassVar[tuple[OfficialSetting, ...]] = (
+        OfficialSetting("group_size", 4, f"{MDPO_CONFIG}:49", "DARE's recipes use G = 8"),
+        OfficialSetting("sample_train_steps", 16, f"{MDPO_CONFIG}:26"),
+        OfficialSetting("beta", 0.0, f"{MDPO_CONFIG}:34"),
+        OfficialSetting("kl_estimator", "k2", f"{MDPO_TRAINER}:1507"),
+        OfficialSetting("clip_eps_low", 0.2, f"{MDPO_TRAINER}:1518"),
+        OfficialSetting("clip_eps_high", 0.2, f"{MDPO_TRAINER}:1518"),
+        OfficialSetting("likelihood_temperature", "sampler", f"{MDPO_TRAINER}:739",
+                        "DARE scores the model's own distribution (temperature 1)"),
+        OfficialSetting("advantage_std_eps", 1e-4, f"{MDPO_TRAINER}:858", "verl's 1e-6"),
+        OfficialSetting("prompt_padding", "exclude", f"{MDPO_TRAINER}:734"),
+    )
     sample_train_steps: int = Field(16, ge=1, description="Steps K trained per rollout (top-K by sum |A|).")
     conf_alg: ConfAlg = Field("llada", description="Rollout remasking score: llada, entropy, topk_margin, random.")
     top_k: int | None = Field(None, ge=1, description="Rollout top-k (null: the sampler's, if it has one).")

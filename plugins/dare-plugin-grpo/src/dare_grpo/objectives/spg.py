@@ -36,19 +36,46 @@ the true log-likelihood, so both push it in the advantage's direction.
 
 Recipe defaults (docs/algorithms.md §4.2): ``logp_estimation`` mix, ``mix_weight`` 0.5, ``eubo_beta`` 1.5, ``mc_num`` 1,
 mu 1, block length = the rollout sampler's (32), ``p_mask_prompt`` 0.15, ``min_t`` 0, ``max_t`` 1.
+``preset: official`` gives the released settings DARE can express (``SPGParams.official``: r - mean advantage,
+G = 6, ``mc_num`` 2, the response ending at the first EOS with every later position masked, which
+:class:`~dare_grpo.trainer_spg.SPGTrainer` applies); docs/algorithms.md §10.6 lists the one it cannot (mu = 4
+without a ratio); tests/parity/test_spg.py checks the loss and gradients against the official code's.
 """
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from pydantic import Field, model_validator
 
+from dare.components.official import OfficialSetting
 from dare.diffusion.estimators import RandomBlockEstimator
 from dare.rl import LossTerms, OnlineRLObjective, RLParams
 from dare_grpo.loss_spg import JointLossInput, LogpEstimation, spg_sequence_logp, spg_surrogates
 
 __all__ = ["SPG", "SPGParams", "JointLossInput", "spg_surrogates", "spg_sequence_logp"]
 
+#: The released SPG code and launch script (docs/algorithms.md §10.6).
+SPG_TRAINER = "facebookresearch/SPG@a1c712091aee3fde759bbf73b7850546265cd52d:spg/spg_trainer.py"
+SPG_LAUNCH = ("facebookresearch/SPG@a1c712091aee3fde759bbf73b7850546265cd52d:"
+              "spg/slurm_scripts/spg_mix/gsm_base_spg_mix_beta1.5_weight0.5.sbatch")
+
+
 class SPGParams(RLParams):
+    official: ClassVar[tuple[OfficialSetting, ...]] = (
+        OfficialSetting("advantage", "drgrpo", f"{SPG_TRAINER}:720",
+                        "DARE's recipes normalise by the group std (GRPO); SPG uses r - mean"),
+        OfficialSetting("group_size", 6, f"{SPG_LAUNCH}:44", "DARE's recipes use G = 8"),
+        OfficialSetting("mc_num", 2, f"{SPG_LAUNCH}:41", "one copy halves the update's forwards"),
+        OfficialSetting("min_t", 0.0, f"{SPG_LAUNCH}:42"),
+        OfficialSetting("max_t", 1.0, f"{SPG_LAUNCH}:43"),
+        OfficialSetting("beta", 0.0, f"{SPG_LAUNCH}:47"),
+        OfficialSetting("logp_estimation", "mix", f"{SPG_LAUNCH}:48"),
+        OfficialSetting("mix_weight", 0.5, f"{SPG_LAUNCH}:49"),
+        OfficialSetting("eubo_beta", 1.5, f"{SPG_LAUNCH}:50"),
+        OfficialSetting("response_tokens", "through_first_eos", f"{SPG_TRAINER}:644-648",
+                        "DARE counts the EOS padding as response (blocks, mask ratios, length weights)"),
+    )
     logp_estimation: LogpEstimation = Field("mix", description="Surrogate for non-positive advantages.")
     mix_weight: float = Field(0.5, ge=0.0, le=1.0, description="omega of 'mix': omega EUBO + (1 - omega) ELBO.")
     eubo_beta: float = Field(1.5, gt=0.0, description="Power beta of the EUBO-like bound.")

@@ -22,20 +22,66 @@ therefore not used. Metrics are averaged over transitions.
 
 Out of scope: TraceRL's diffusion value model (token-wise GAE baselines) and sliced block training;
 advantages are the group advantages of the trainer (the paper's value-free variant).
+
+The released trainer (Gen-Verse/dLLM-RL ``train/rl_llada.py``) differs in three ways, each an option here:
+``transition_grouping: per_row`` merges ``s`` consecutive *distinct* steps of each row (``collapse_k_unique``)
+instead of the global step grid; ``normaliser: transitions`` averages over every (completion, transition) pair
+instead of dividing their sum by the completions; ``kl_target: rollout`` is its KL term, k3 against the rollout
+(old) policy *summed* over each transition's tokens (with the same normaliser), instead of the token-mean KL
+against the reference policy. ``preset: official`` sets them with the released values (``TraceRLParams.official``:
+G = 8, eps 0.2, no dual clip, shrinkage 8, beta 0.01, prompt padding attended to); docs/algorithms.md §10.11
+cites each, tests/parity/test_tracerl.py checks the loss and gradients against the official code's. Its
+advantages (population-std z-scores, ``reward/rl_reward.py``) are not expressible exactly.
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
+from typing import ClassVar, Literal
+
 from pydantic import Field
 
+from dare.components.official import OfficialSetting
+
 from dare.diffusion.estimators import TrajectoryEstimator
-from dare.rl import LossTerms, OnlineRLObjective, RLParams, clipped_token_loss
+from dare.rl import LossTerms, OnlineRLObjective, RLParams, clipped_token_loss, kl_estimate
 
 __all__ = ["TraceRL", "TraceRLParams"]
 
 
+#: The released TraceRL code and LLaDA config (docs/algorithms.md §10.11).
+TRACERL_REPO = "Gen-Verse/dLLM-RL@10b4fd1cba83e4496c20585dc2fd01dc02f20255"
+
+
 class TraceRLParams(RLParams):
+    official: ClassVar[tuple[OfficialSetting, ...]] = (
+        OfficialSetting("group_size", 8, f"{TRACERL_REPO}:configs/rl_llada.yaml:34"),
+        OfficialSetting("clip_eps_low", 0.2, f"{TRACERL_REPO}:configs/rl_llada.yaml:65", "DARE's recipes: the same"),
+        OfficialSetting("clip_eps_high", 0.2, f"{TRACERL_REPO}:configs/rl_llada.yaml:65", "DARE's recipes: the same"),
+        OfficialSetting("dual_clip_c", None, f"{TRACERL_REPO}:train/rl_llada.py:584-588",
+                        "DARE's recipes add a dual clip c = 3"),
+        OfficialSetting("shrink", 8, f"{TRACERL_REPO}:configs/rl_llada.yaml:60", "exact replay (s = 1) by default"),
+        OfficialSetting("transition_grouping", "per_row", f"{TRACERL_REPO}:train/rl_llada.py:203-215,257",
+                        "the global step grid keeps a transition's steps aligned across rows"),
+        OfficialSetting("normaliser", "transitions", f"{TRACERL_REPO}:train/rl_llada.py:589-592",
+                        "the paper's J_policy (arXiv 2509.06949 §3) divides by the completions"),
+        OfficialSetting("beta", 0.01, f"{TRACERL_REPO}:configs/rl_llada.yaml:66", "DARE's recipes train without KL"),
+        OfficialSetting("kl_target", "rollout", f"{TRACERL_REPO}:train/rl_llada.py:596-602",
+                        "DARE's KL is against the reference policy, like its other objectives"),
+        OfficialSetting("prompt_padding", "attend", f"{TRACERL_REPO}:train/rl_llada.py:575",
+                        "DARE never attends to prompt padding"),
+    )
     shrink: int = Field(1, ge=1, description="Trajectory shrinkage s: merge every s neighbouring denoising steps.")
+    transition_grouping: Literal["global", "per_row"] = Field(
+        "global", description="global = s consecutive steps of the step grid (transitions never span blocks); "
+        "per_row = s consecutive distinct steps of each row (the released trainer).")
+    normaliser: Literal["completions", "transitions"] = Field(
+        "completions", description="completions = sum of the transitions' token means / completions (the paper); "
+        "transitions = their mean over every (completion, transition) pair (the released trainer).")
+    kl_target: Literal["reference", "rollout"] = Field(
+        "reference", description="reference = the KL estimator against the reference policy, token mean per "
+        "transition; rollout = k3 against the rollout policy summed over each transition's tokens (the released "
+        "trainer).")
 
 
 class TraceRL(OnlineRLObjective):
@@ -46,8 +92,19 @@ class TraceRL(OnlineRLObjective):
     zero_advantage_rows_vanish = True  # loss -A * clip(rho): identically 0 at A = 0
 
     def make_estimator(self, family, model_config, sampler):
-        return TrajectoryEstimator(shrink=self.params.shrink, block_stride=sampler.steps_per_block())
+        per_row = self.params.transition_grouping == "per_row"
+        return TrajectoryEstimator(shrink=self.params.shrink, block_stride=None if per_row else sampler.steps_per_block(),
+                                   per_row=per_row)
 
     def pass_loss(self, inp):
-        terms = clipped_token_loss(inp, self.params, mode="sequence-mean", num_sequences=inp.num_sequences)
-        return LossTerms(terms.loss, {k: v / inp.num_passes for k, v in terms.metrics.items()})
+        p = self.params
+        rows = inp.num_row_passes if p.normaliser == "transitions" else inp.num_sequences
+        rollout_kl = p.kl_target == "rollout" and p.beta > 0
+        terms = clipped_token_loss(replace(inp, ref=None) if rollout_kl else inp, p, mode="sequence-mean",
+                                   num_sequences=rows)
+        loss, metrics = terms.loss, {k: v / inp.num_passes for k, v in terms.metrics.items()}
+        if rollout_kl:
+            kl = (kl_estimate(inp.current.token, inp.old, "k3") * inp.current.scored).sum() / max(float(rows), 1.0)
+            loss = loss + p.beta * kl
+            metrics["kl"] = kl.detach()
+        return LossTerms(loss, metrics)
