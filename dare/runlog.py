@@ -5,7 +5,8 @@ writes to ``sys.stdout`` and ``sys.stderr`` into ``<output.dir>/run.log`` (appen
 starts with a ``== command (time) ==`` line), ANSI colour and cursor codes removed. Only the main process
 writes the file (:func:`dare.distributed.is_main`: the caller checks), so several processes never interleave
 in it. rich's live progress bars redraw many times a second and are not copied: the progress module writes
-them to :func:`console_stream` and copies each finished line with :func:`note`.
+them to :func:`console_stream` and copies each finished line with :func:`note` (in that style, text other code
+prints while a bar is live goes through rich's display and is not copied).
 
 The CLI holds the log open for the whole command (:func:`command`), so the results table and a Ctrl-C message
 printed after the stages are kept too; a library caller's log closes when :meth:`dare.run.Run.execute` ends.
@@ -60,6 +61,7 @@ def _copy(text: str) -> None:
 
 
 def _untee(stream):
+    stream = getattr(stream, "rich_proxied_file", stream)  # rich's live display redirects stderr through a proxy
     return stream._stream if isinstance(stream, _Tee) else stream
 
 

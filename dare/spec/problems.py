@@ -130,7 +130,8 @@ def _strip_union_tags(root_cls: type[BaseModel], loc: tuple) -> tuple[tuple, Any
 def mark_overrides(problems: list[tuple[str, str]], overrides: list[str],
                    unset: list[str] | None = None) -> list[tuple[str, str]]:
     """``problems`` with ``" (set by --set KEY=VALUE)"`` (or ``" (removed by --unset KEY)"``) added to each one whose
-    YAML path is (inside, or holds) a key given on the command line, so it is not looked for in the file."""
+    YAML path is (inside, or holds) a key given on the command line, so it is not looked for in the file; an unknown
+    key of the file (e.g. a param of the component a ``--set`` replaced) names the ``--unset`` that removes it."""
 
     def norm(key: str) -> str:
         return re.sub(r"\[(\w*)\]", r".\1", key.strip())
@@ -143,5 +144,7 @@ def mark_overrides(problems: list[tuple[str, str]], overrides: list[str],
         hit = [ov for key, ov in sets if n and (n == key or n.startswith(key + ".") or key.startswith(n + "."))]
         if hit and not loc.startswith(("--set", "--unset")):
             msg = f"{msg} ({hit[-1]})"
+        elif msg.startswith("unknown key") and loc:  # e.g. a param the component set by --set does not have
+            msg = f"{msg} (or remove it on the command line: --unset {loc})"
         out.append((loc, msg))
     return out
