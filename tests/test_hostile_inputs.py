@@ -431,3 +431,24 @@ def test_examples_longer_than_the_context(tmp_path):
     code, err = dare("train", _data_spec(tmp_path, templates=True, max_length=32), cwd=tmp_path, timeout=300)
     assert code == 0, err
     assert "data.train: dropped 2 example(s) of data.parquet longer than 32 tokens" in err
+
+
+def test_ten_megabyte_rl_prompt_is_refused_before_tokenising():
+    from dare.data import Prompter
+    from dare.errors import DataError
+    from dare.rl.prompts import PromptDataset
+
+    class NeverTokenise:
+        def get_vocab(self):
+            return {"a": 0, "abcd": 1}
+
+        def __call__(self, *a, **k):
+            raise AssertionError("tokenised")
+
+    rows = [{"p": "short"}, {"p": "x" * 10_000_000}]
+    prompter = Prompter(None, "{{ p }}", chat_template=False)
+    with pytest.raises(DataError, match=r"row 11 of f.parquet is 10000000 characters long, at least 2500000 tokens"):
+        PromptDataset.from_rows(rows, prompter, NeverTokenise(), None, 8, context=64, where="f.parquet", offset=10)
+    kept = PromptDataset.from_rows(rows, prompter, lambda text, **k: {"input_ids": [0] * len(text)}, 40, 8, context=64,
+                                   where="f.parquet")
+    assert kept.prompts == ["short"]  # with train.max_length the long one is dropped, the short one kept
