@@ -452,3 +452,20 @@ def test_ten_megabyte_rl_prompt_is_refused_before_tokenising():
     kept = PromptDataset.from_rows(rows, prompter, lambda text, **k: {"input_ids": [0] * len(text)}, 40, 8, context=64,
                                    where="f.parquet")
     assert kept.prompts == ["short"]  # with train.max_length the long one is dropped, the short one kept
+
+
+def test_ten_megabyte_preference_response_is_refused_before_tokenising():
+    pytest.importorskip("dare_dpo")
+    from dare_dpo.data import PreferencePair, tokenize_pairs
+
+    from dare.data import Prompter
+    from dare.data.checks import LengthCheck
+    from dare.errors import DataError
+
+    def never(*a, **k):
+        raise AssertionError("tokenised")
+
+    pairs = [PreferencePair({"p": "q"}, "x" * 10_000_000, "no")]
+    check = LengthCheck(64, None, 4, "prefs.jsonl", "data.eval")
+    with pytest.raises(DataError, match=r"data\.eval: row 7 of prefs.jsonl is 10000001 characters long"):
+        tokenize_pairs(pairs, Prompter(None, "{{ p }}", chat_template=False), never, None, None, check, offset=7)
