@@ -118,6 +118,16 @@ def test_value_at_the_size_limit_is_accepted():
         load_yaml(f"a: {'x' * (MAX_STRING_CHARS + 1)}\n")
 
 
+def test_deep_nesting_is_refused():
+    from dare.errors import SpecError
+    from dare.spec.yamlload import MAX_DEPTH, load_yaml
+
+    assert load_yaml("a: " + "[" * (MAX_DEPTH - 1) + "]" * (MAX_DEPTH - 1))["a"] is not None
+    for depth in (MAX_DEPTH + 1, 999, 5000):  # 5000: libyaml's own limit (1000) answers first
+        with pytest.raises(SpecError, match="nested more than|maximum nesting depth"):
+            load_yaml("a: " + "[" * depth + "]" * depth)
+
+
 def test_duplicate_top_level_key_names_both_lines(tmp_path):
     text = _spec_text() + "train:\n  max_steps: 5\n"
     first = 1 + text.splitlines().index("train:")
