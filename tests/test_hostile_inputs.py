@@ -479,3 +479,16 @@ def test_ten_megabyte_preference_response_is_refused_before_tokenising():
     check = LengthCheck(64, None, 4, "prefs.jsonl", "data.eval")
     with pytest.raises(DataError, match=r"data\.eval: row 7 of prefs.jsonl is 10000001 characters long"):
         tokenize_pairs(pairs, Prompter(None, "{{ p }}", chat_template=False), never, None, None, check, offset=7)
+
+
+def test_ten_megabyte_rl_prompt_fails_validation(tmp_path):
+    _parquet(tmp_path / "data.parquet", puzzle=["1234", "x" * 10_000_000])
+    spec = tiny_spec("out")
+    spec["data"]["train"] = {"path": "data.parquet", "prompt_template": "{{ puzzle }}", "chat_template": False}
+    spec["algorithm"] = {"name": "tracerl", "params": {"group_size": 2, "rollout_sampler": {"temperature": 1.0}}}
+    spec["sampler"] = {"name": "llada", "params": {"gen_length": 8, "block_length": 8, "steps": 8}}
+    spec["rewards"] = [{"name": "sudoku", "params": {"require_answer_tags": False}}]
+    (tmp_path / "spec.yaml").write_text(yaml.safe_dump(spec, sort_keys=False))
+    code, err = dare("validate", "spec.yaml", cwd=tmp_path)
+    assert code == 2
+    one_paragraph(err, "data.train: row 1 of data.parquet is 10000000 characters long", "found in a sample of 2 rows")
