@@ -492,3 +492,17 @@ def test_ten_megabyte_rl_prompt_fails_validation(tmp_path):
     code, err = dare("validate", "spec.yaml", cwd=tmp_path)
     assert code == 2
     one_paragraph(err, "data.train: row 1 of data.parquet is 10000000 characters long", "found in a sample of 2 rows")
+
+
+def test_rows_of_the_wrong_type_at_load_time():
+    """Rows not covered by the validate-time check (a hub dataset, a JSONL row past the sample) fail as they load."""
+    from dare.data import Prompter
+    from dare.errors import DataError
+
+    p = Prompter(None, None, None, chat_template=False, loc="data.train")
+    with pytest.raises(DataError, match=r"^data\.train: column 'prompt' holds an integer, expected a string or a list of "
+                                        r"chat messages \(\{role, content\} with string values\); or set a prompt_template$"):
+        p.prompt({"prompt": 3})
+    with pytest.raises(DataError, match=r"column 'response' holds a float, expected a string; or set a response_template"):
+        p.response({"response": 0.5})
+    assert p.prompt({"prompt": [{"role": "user", "content": "hi"}]}) == "hi" and p.response({"answer": "4"}) == "4"
