@@ -118,6 +118,16 @@ def test_value_at_the_size_limit_is_accepted():
         load_yaml(f"a: {'x' * (MAX_STRING_CHARS + 1)}\n")
 
 
+def test_deep_nesting_is_refused():
+    from dare.errors import SpecError
+    from dare.spec.yamlload import MAX_DEPTH, load_yaml
+
+    assert load_yaml("a: " + "[" * (MAX_DEPTH - 1) + "]" * (MAX_DEPTH - 1))["a"] is not None
+    for depth in (MAX_DEPTH + 1, 999, 5000):  # 5000: libyaml's own limit (1000) answers first
+        with pytest.raises(SpecError, match="nested more than|maximum nesting depth"):
+            load_yaml("a: " + "[" * depth + "]" * depth)
+
+
 def test_duplicate_top_level_key_names_both_lines(tmp_path):
     text = _spec_text() + "train:\n  max_steps: 5\n"
     first = 1 + text.splitlines().index("train:")
@@ -431,3 +441,68 @@ def test_examples_longer_than_the_context(tmp_path):
     code, err = dare("train", _data_spec(tmp_path, templates=True, max_length=32), cwd=tmp_path, timeout=300)
     assert code == 0, err
     assert "data.train: dropped 2 example(s) of data.parquet longer than 32 tokens" in err
+
+
+def test_ten_megabyte_rl_prompt_is_refused_before_tokenising():
+    from dare.data import Prompter
+    from dare.errors import DataError
+    from dare.rl.prompts import PromptDataset
+
+    class NeverTokenise:
+        def get_vocab(self):
+            return {"a": 0, "abcd": 1}
+
+        def __call__(self, *a, **k):
+            raise AssertionError("tokenised")
+
+    rows = [{"p": "short"}, {"p": "x" * 10_000_000}]
+    prompter = Prompter(None, "{{ p }}", chat_template=False)
+    with pytest.raises(DataError, match=r"row 11 of f.parquet is 10000000 characters long, at least 2500000 tokens"):
+        PromptDataset.from_rows(rows, prompter, NeverTokenise(), None, 8, context=64, where="f.parquet", offset=10)
+    kept = PromptDataset.from_rows(rows, prompter, lambda text, **k: {"input_ids": [0] * len(text)}, 40, 8, context=64,
+                                   where="f.parquet")
+    assert kept.prompts == ["short"]  # with train.max_length the long one is dropped, the short one kept
+
+
+def test_ten_megabyte_preference_response_is_refused_before_tokenising():
+    pytest.importorskip("dare_dpo")
+    from dare_dpo.data import PreferencePair, tokenize_pairs
+
+    from dare.data import Prompter
+    from dare.data.checks import LengthCheck
+    from dare.errors import DataError
+
+    def never(*a, **k):
+        raise AssertionError("tokenised")
+
+    pairs = [PreferencePair({"p": "q"}, "x" * 10_000_000, "no")]
+    check = LengthCheck(64, None, 4, "prefs.jsonl", "data.eval")
+    with pytest.raises(DataError, match=r"data\.eval: row 7 of prefs.jsonl is 10000001 characters long"):
+        tokenize_pairs(pairs, Prompter(None, "{{ p }}", chat_template=False), never, None, None, check, offset=7)
+
+
+def test_ten_megabyte_rl_prompt_fails_validation(tmp_path):
+    _parquet(tmp_path / "data.parquet", puzzle=["1234", "x" * 10_000_000])
+    spec = tiny_spec("out")
+    spec["data"]["train"] = {"path": "data.parquet", "prompt_template": "{{ puzzle }}", "chat_template": False}
+    spec["algorithm"] = {"name": "tracerl", "params": {"group_size": 2, "rollout_sampler": {"temperature": 1.0}}}
+    spec["sampler"] = {"name": "llada", "params": {"gen_length": 8, "block_length": 8, "steps": 8}}
+    spec["rewards"] = [{"name": "sudoku", "params": {"require_answer_tags": False}}]
+    (tmp_path / "spec.yaml").write_text(yaml.safe_dump(spec, sort_keys=False))
+    code, err = dare("validate", "spec.yaml", cwd=tmp_path)
+    assert code == 2
+    one_paragraph(err, "data.train: row 1 of data.parquet is 10000000 characters long", "found in a sample of 2 rows")
+
+
+def test_rows_of_the_wrong_type_at_load_time():
+    """Rows not covered by the validate-time check (a hub dataset, a JSONL row past the sample) fail as they load."""
+    from dare.data import Prompter
+    from dare.errors import DataError
+
+    p = Prompter(None, None, None, chat_template=False, loc="data.train")
+    with pytest.raises(DataError, match=r"^data\.train: column 'prompt' holds an integer, expected a string or a list of "
+                                        r"chat messages \(\{role, content\} with string values\); or set a prompt_template$"):
+        p.prompt({"prompt": 3})
+    with pytest.raises(DataError, match=r"column 'response' holds a float, expected a string; or set a response_template"):
+        p.response({"response": 0.5})
+    assert p.prompt({"prompt": [{"role": "user", "content": "hi"}]}) == "hi" and p.response({"answer": "4"}) == "4"

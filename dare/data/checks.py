@@ -65,10 +65,11 @@ class LengthCheck:
     :param max_length: ``train.max_length`` or None.
     :param token_chars: the most characters one token covers (:func:`max_token_chars`).
     :param where: the dataset file, for messages.
+    :param loc: the dataset's YAML path, for messages.
     """
 
-    def __init__(self, context: int, max_length: int | None, token_chars: int, where: str):
-        self.context, self.max_length, self.where = context, max_length, where
+    def __init__(self, context: int, max_length: int | None, token_chars: int, where: str, loc: str = "data.train"):
+        self.context, self.max_length, self.where, self.loc = context, max_length, where, loc
         self.limit = min(context, max_length) if max_length is not None else context
         self.token_chars = max(1, token_chars)
         self.char_bound = FAR_BEYOND * self.limit * self.token_chars
@@ -85,7 +86,7 @@ class LengthCheck:
         if self.max_length is not None:
             self.dropped += 1
             return False
-        raise DataError(f"data.train: row {row} of {self.where} is {chars} characters long, at least "
+        raise DataError(f"{self.loc}: row {row} of {self.where} is {chars} characters long, at least "
                         f"{-(-chars // self.token_chars)} tokens (a token of this tokenizer covers at most "
                         f"{self.token_chars} characters), more than {FAR_BEYOND} times the model's context of {self.context} tokens "
                         "(max_sequence_length/max_position_embeddings of its config); it was not tokenised. Shorten "
@@ -113,7 +114,7 @@ class LengthCheck:
             parts.append(f"warning: {len(self.over)} example(s) of {self.where} are longer than the model's context of "
                          f"{self.context} tokens (the longest, row {row}, has {n}): the model trains at positions its "
                          f"config does not declare; set train.max_length: {self.context} to drop them")
-        return "data.train: " + "; ".join(parts) if parts else None
+        return f"{self.loc}: " + "; ".join(parts) if parts else None
 
 
 def sample_length_problems(ds, loc: str, model_config: dict | None, tokenizer, with_response: bool
@@ -126,7 +127,7 @@ def sample_length_problems(ds, loc: str, model_config: dict | None, tokenizer, w
         return []
     rows = sample_rows(ds.path, ds.offset)
     token_chars = max_token_chars(tokenizer) if tokenizer is not None else 256
-    check = LengthCheck(context, None, token_chars, ds.path)
+    check = LengthCheck(context, None, token_chars, ds.path, loc)
     prompter = Prompter(tokenizer, ds.prompt_template, ds.response_template if with_response else None,
                         ds.chat_template, ds.system_prompt, loc=loc)
     for i, row in enumerate(rows):
@@ -135,7 +136,7 @@ def sample_length_problems(ds, loc: str, model_config: dict | None, tokenizer, w
             check.text_fits(ds.offset + i, prompt, prompter.response(row) if with_response else "")
         except DataError as exc:
             if "it was not tokenised" in str(exc):
-                return [(loc, str(exc).removeprefix("data.train: ") + f" (found in a sample of {len(rows)} rows)")]
+                return [(loc, str(exc).removeprefix(f"{loc}: ") + f" (found in a sample of {len(rows)} rows)")]
             return []  # a template or column problem: the dataset checks report it
         except DareError:
             return []

@@ -24,6 +24,10 @@ def _type_name(value: Any) -> str:
             "NoneType": "null"}.get(type(value).__name__, type(value).__name__)
 
 
+def _a(noun: str) -> str:
+    return f"an {noun}" if noun[:1] in "aeiou" else f"a {noun}"
+
+
 def _is_messages(value: Any) -> bool:
     return (isinstance(value, list) and bool(value)
             and all(isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str)
@@ -38,9 +42,9 @@ def value_type_problem(column: str, value: Any) -> str | None:
     if column == "prompt":
         if _is_messages(value):
             return None
-        return (f"column 'prompt' holds a {_type_name(value)}, expected a string or a list of chat messages "
+        return (f"column 'prompt' holds {_a(_type_name(value))}, expected a string or a list of chat messages "
                 "({role, content} with string values)")
-    return f"column {column!r} holds a {_type_name(value)}, expected a string"
+    return f"column {column!r} holds {_a(_type_name(value))}, expected a string"
 
 
 def _arrow_type_problem(column: str, typ) -> str | None:

@@ -35,6 +35,7 @@ from typing import Any, ClassVar, Literal
 from pydantic import ValidationError
 
 from dare.components import Estimator, ResolvedSampler
+from dare.data.checks import context_length
 from dare.errors import DataError
 from dare.rl.losses import LossTerms, PassLossInput, RLParams, SequenceLossInput, clipped_token_loss
 from dare.rl.prompts import PromptDataset, collate_prompts
@@ -131,7 +132,9 @@ class OnlineRLObjective(TrainerObjective):
         rows = self.rows(run, "train")
         sampler = run.resolved.rollout_sampler.sampler
         max_length = run.spec.train.max_length
-        dataset = PromptDataset.from_rows(rows, self.prompter(run, "train"), run.tokenizer, max_length, sampler.gen_length)
+        ds = run.spec.data.train
+        dataset = PromptDataset.from_rows(rows, self.prompter(run, "train"), run.tokenizer, max_length, sampler.gen_length,
+                                          context_length(run.resolved.model_config or {}), ds.path, ds.offset)
         if len(dataset) == 0:
             raise DataError(f"data.train: no prompt of {run.spec.data.train.path} fits train.max_length={max_length} "
                             f"with gen_length={sampler.gen_length}; raise train.max_length or lower the sampler's gen_length")

@@ -32,11 +32,24 @@ class PromptDataset:
     rows: list[dict[str, Any]]
 
     @classmethod
-    def from_rows(cls, rows, prompter, tokenizer, max_length: int | None, gen_length: int) -> PromptDataset:
-        """Render prompts with a ``dare.data.Prompter``; drop those with ``len(prompt) + gen_length > max_length``."""
+    def from_rows(cls, rows, prompter, tokenizer, max_length: int | None, gen_length: int, context: int | None = None,
+                  where: str = "data.train", offset: int = 0) -> PromptDataset:
+        """Render prompts with a ``dare.data.Prompter``; drop those with ``len(prompt) + gen_length > max_length``.
+
+        With the model's ``context`` (tokens), a prompt whose text is far beyond it is refused before anything
+        tokenises it (:class:`dare.data.checks.LengthCheck`; dropped with ``max_length``); ``where`` (the file)
+        and ``offset`` (of ``rows[0]``) name its row.
+
+        :raises DataError: such a prompt, without ``max_length``.
+        """
+        from dare.data.checks import LengthCheck, max_token_chars
+
+        check = LengthCheck(context, max_length, max_token_chars(tokenizer), where) if context else None
         keep_p, keep_r = [], []
-        for row in rows:
+        for i, row in enumerate(rows):
             text = prompter.prompt(row)
+            if check is not None and not check.text_fits(offset + i, text, ""):
+                continue
             if max_length is not None:
                 n = len(tokenizer(text, add_special_tokens=False)["input_ids"])
                 if n + gen_length > max_length:

@@ -10,6 +10,7 @@ grows by gigabytes and never answers. :func:`load_yaml` refuses such input befor
   recursive alias (an anchor used inside itself) is refused;
 * **value size**: no single string (a key or a value) may exceed :data:`MAX_STRING_CHARS` characters
   (64 KiB); the error names its YAML path;
+* **depth**: mappings and lists nested at most :data:`MAX_DEPTH` levels deep;
 * **duplicate keys**: a key given twice in one mapping (two ``train:`` blocks) is an error naming the key
   and both line numbers; YAML merge keys (``<<: *base``) still override as YAML specifies.
 
@@ -24,12 +25,14 @@ import yaml
 
 from dare.errors import SpecError
 
-__all__ = ["load_yaml", "NotYAMLError", "MAX_STRING_CHARS", "MAX_EXPANDED_VALUES", "MAX_EXPANDED_CHARS"]
+__all__ = ["load_yaml", "NotYAMLError", "MAX_STRING_CHARS", "MAX_DEPTH", "MAX_EXPANDED_VALUES", "MAX_EXPANDED_CHARS"]
 
 #: Longest string (key or value) a spec may hold, in characters.
 MAX_STRING_CHARS = 64 * 1024
 #: Most values (mappings, lists and scalars) a spec may expand to, aliases counted as copies.
 MAX_EXPANDED_VALUES = 100_000
+#: Deepest nesting of mappings and lists (libyaml refuses 1000; the checks here recurse)
+MAX_DEPTH = 200
 #: Most string characters a spec may expand to, aliases counted as copies.
 MAX_EXPANDED_CHARS = 4 * 1024 * 1024
 
@@ -104,6 +107,9 @@ def _check_strings(root) -> None:
     stack: list[tuple[Any, str]] = [(root, "")]
     while stack:
         node, path = stack.pop()
+        if path.count(".") >= MAX_DEPTH:
+            raise _Refused(path[:80] + "...", f"values nested more than {MAX_DEPTH} levels deep ({_line(node)}); "
+                                               "a run spec needs a few")
         if id(node) in seen:
             continue
         seen.add(id(node))
@@ -145,6 +151,9 @@ def load_yaml(text: str, source: str | None = None, where: str = "") -> Any:
     except _Refused as exc:
         loc = ".".join(p for p in (where, exc.where) if p)
         raise SpecError([(loc, exc.message)], source=source) from None
+    except RecursionError:
+        raise SpecError([(where, f"values nested more than {MAX_DEPTH} levels deep; a run spec needs a few")],
+                        source=source) from None
     except yaml.YAMLError as exc:
         raise NotYAMLError([(where, f"not valid YAML: {yaml_error_line(exc)}")], source=source) from None
 

@@ -34,6 +34,25 @@ __all__ = ["TrainerObjective"]
 class TrainerObjective(Objective):
     """An objective trained by a :class:`~dare.trainers.DareTrainer` subclass (module docstring)."""
 
+    #: whether ``dare validate``'s length sample of ``data.train`` counts responses (supervised data) or prompts only
+    length_sample_with_response = False
+
+    def check(self, ctx, loc: str) -> list[tuple[str, str]]:
+        """:meth:`Objective.check`, then a sample of ``data.train`` against the model's context
+        (:func:`dare.data.checks.sample_length_problems`) when nothing else is wrong and ``train.max_length`` is unset."""
+        problems = super().check(ctx, loc)
+        ds = ctx.spec.data.train if ctx.spec.data is not None else None
+        if ds is None or problems or ctx.problems or ctx.spec.train is None or ctx.spec.train.max_length is not None:
+            return problems
+        from dare.data.checks import sample_length_problems
+
+        try:
+            tokenizer = ctx.tokenizer if ctx.spec.model.new is None else None
+        except Exception:  # noqa: BLE001 - a broken tokenizer: the model check reports it
+            tokenizer = None
+        return problems + sample_length_problems(ds, "data.train", ctx.model_config, tokenizer,
+                                                 self.length_sample_with_response)
+
     # ------------------------------------------------------------------ what subclasses provide
     def trainer_class(self) -> type:
         """The :class:`~dare.trainers.DareTrainer` subclass whose loss implements this objective."""

@@ -17,7 +17,7 @@ import sys
 from typing import Any
 
 from dare.data import dataset_columns
-from dare.data.checks import LengthCheck, context_length, max_token_chars, sample_length_problems
+from dare.data.checks import LengthCheck, context_length, max_token_chars
 from dare.data.columns import column_type_problems
 from dare.data.rows import sample_rows
 from dare.data.supervised import SupervisedCollator, tokenize_example
@@ -48,6 +48,7 @@ class SupervisedObjective(TrainerObjective):
     """Trains on ``data.train`` (prompt, response) examples (module docstring)."""
 
     stage = "supervised"
+    length_sample_with_response = True
 
     def check(self, ctx, loc: str) -> list[tuple[str, str]]:
         problems = super().check(ctx, loc)
@@ -66,13 +67,6 @@ class SupervisedObjective(TrainerObjective):
                 column = next(c for c in RESPONSE_COLUMNS if c in cols)
                 for col, msg in column_type_problems(ds.path, [column], sample_rows(ds.path, ds.offset)):
                     problems.append(("data.train.path", f"{msg}; or set data.train.response_template"))
-        if (ds is not None and not problems and not ctx.problems and ctx.spec.train is not None
-                and ctx.spec.train.max_length is None):
-            try:
-                tokenizer = ctx.tokenizer if ctx.spec.model.new is None else None
-            except Exception:  # noqa: BLE001 - a broken tokenizer: the model check reports it
-                tokenizer = None
-            problems += sample_length_problems(ds, "data.train", ctx.model_config, tokenizer, with_response=True)
         return problems
 
     def build_datasets(self, run) -> dict[str, Any]:

@@ -120,14 +120,22 @@ def load_pairs(
     return pairs
 
 
-def tokenize_pairs(pairs: list[PreferencePair], prompter, tokenizer, tokens, max_length: int | None = None) -> list[PairExample]:
+def tokenize_pairs(pairs: list[PreferencePair], prompter, tokenizer, tokens, max_length: int | None = None,
+                   check=None, offset: int = 0) -> list[PairExample]:
     """Token ids of every pair; pairs with a side longer than ``max_length`` tokens are dropped.
 
     :param prompter: a :class:`dare.data.Prompter` for the dataset's prompt settings.
+    :param check: a :class:`dare.data.checks.LengthCheck`: a side whose text is far beyond the model's context
+        is refused (dropped with ``max_length``) before anything tokenises it; pair ``i`` is reported as row
+        ``offset + i`` of the file.
+    :raises DataError: from ``check``.
     """
     out = []
-    for pair in pairs:
+    for i, pair in enumerate(pairs):
         prompt = prompter.prompt(pair.row)
+        row = offset + i
+        if check is not None and not (check.text_fits(row, prompt, pair.chosen) and check.text_fits(row, prompt, pair.rejected)):
+            continue
         chosen = tokenize_example(tokenizer, prompt, pair.chosen, tokens, max_length)
         rejected = tokenize_example(tokenizer, prompt, pair.rejected, tokens, max_length)
         if chosen is not None and rejected is not None:

@@ -82,6 +82,7 @@ class DPO(TrainerObjective):
 
     def build_datasets(self, run) -> dict[str, Any]:
         from dare_dpo.data import load_pairs, tokenize_pairs
+        from dare.data.checks import LengthCheck, context_length, max_token_chars
         from dare.errors import DataError
 
         out = {}
@@ -90,7 +91,11 @@ class DPO(TrainerObjective):
             if ds is None:
                 continue
             pairs = load_pairs(ds.path, ds.limit, ds.split, f"data.{split}", ds.offset)
-            out[split] = tokenize_pairs(pairs, self.prompter(run, split), run.tokenizer, run.tokens, run.spec.train.max_length)
+            context = context_length(run.resolved.model_config or {})
+            check = (LengthCheck(context, run.spec.train.max_length, max_token_chars(run.tokenizer), ds.path, f"data.{split}")
+                     if context else None)
+            out[split] = tokenize_pairs(pairs, self.prompter(run, split), run.tokenizer, run.tokens, run.spec.train.max_length,
+                                        check, ds.offset)
             if not out[split]:
                 raise DataError(f"data.{split}: no pair of {ds.path} fits train.max_length={run.spec.train.max_length}; "
                                 "raise train.max_length or remove it")
