@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -128,7 +129,9 @@ def main() -> int:
     checks["finished run kept, not retrained"] = ("1 finished, kept" in rerun.stderr
                                                   and (first / "model" / "model.safetensors").stat().st_mtime_ns == stamp)
     vlog = (local / "logs" / f"{victim.name}.log").read_text()
-    checks["interrupted run resumed"] = f"resuming from step {killed_at[-1].split('-')[1]}" in vlog
+    # from checkpoint-2, or from checkpoint-1 when the kill came while checkpoint-2 was being written
+    resumed = re.search(r"resuming from step (\d+)", vlog)
+    checks["interrupted run resumed"] = resumed is not None and 1 <= int(resumed.group(1)) < args.steps
     subprocess.run([*DARE, "run", str(spec), "--set", "train.seed=1", "--set", "eval.seed=1", "--set", f"output.dir={ref}"],
                    check=True, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     checks["resumed run bit-exact with an uninterrupted run"] = same_weights(victim, ref)
@@ -144,7 +147,7 @@ def main() -> int:
     checks["submitit = local: scores and losses"] = all(run_numbers(sub / n) == numbers[n] for n in names)
     checks["submitit = local: weights"] = all(same_weights(sub / n, local / n) for n in names)
     grouped = json.loads((local / "comparison.json").read_text())["grouped"]
-    summary = {"checks": checks, "killed_at": killed_at, "numbers": numbers,
+    summary = {"checks": checks, "killed_at": killed_at, "resumed_from_step": resumed and int(resumed.group(1)), "numbers": numbers,
                "groups": [{"label": g["label"], **{f"{s['benchmark']}/{s['metric']}": {k: s[k] for k in (
                    "n", "mean", "std", "ci_low", "ci_high", "values")} for s in g["stats"]}} for g in grouped["groups"]],
                "differences": [{k: d[k] for k in ("b", "a", "benchmark", "metric", "mean", "ci_low", "ci_high", "t_low",

@@ -24,7 +24,8 @@ __all__ = ["SEED_KEYS", "METRICS", "Group", "expand_sweeps", "group_entries", "g
 SEED_KEYS = ("train.seed", "eval.seed")
 #: the scores summarised per group
 METRICS = ("accuracy", "mean_reward")
-_NOT_SETTINGS = (*SEED_KEYS, "output.dir")
+#: keys that never set runs apart: the seeds, where the run was written, and what the spec hash ignores
+_NOT_SETTINGS = (*SEED_KEYS, "output.dir", "output.overwrite", "train.resume")
 
 
 @dataclass
@@ -40,7 +41,7 @@ class Group:
 
 
 def _strip(spec: dict | None) -> dict | None:
-    """The spec dump without the seed keys and ``output.dir`` (what the runs of one group share)."""
+    """The spec dump without :data:`_NOT_SETTINGS` (what the runs of one group share)."""
     if spec is None:
         return None
     out = json.loads(json.dumps(spec))
