@@ -96,3 +96,52 @@ def test_float32_confidences_break_parity(llada, monkeypatch):
     monkeypatch.setattr(remasking, "FASTDLLM_CONFIDENCE_DTYPE", torch.float32)
     bad = _mismatches(llada, [c for c in COMBOS if c != "none/fixed"])
     assert len(bad) >= 2, bad
+
+
+# --------------------------------------------------------------------------- Dream
+DREAM = json.loads((repo_root() / "tests" / "fixtures" / "parity" / "fastdllm_dream.json").read_text())
+
+
+@pytest.fixture(scope="module")
+def dream():
+    from dare_dream.family import DreamFamily
+
+    r = DREAM["recipe"]
+    family = DreamFamily()
+    config = family.new_config(r["preset"], r["overrides"], r["vocab_size"], SpecialTokens(**r["tokens"]))
+    model = seeded_weights(family.model_class()(config), r["seed"], r["out_name"], r["out_scale"],
+                           (r["tokens"]["mask_id"],))
+    return family, model
+
+
+def _dream_tokens(dream, combo: str, prompt: list[int], refresh_commit: str) -> list[int]:
+    from dare_dream.decoding import decode
+
+    family, model = dream
+    cache, rule = combo.split("/")
+    d = DREAM["decode"]
+    x, _, _ = decode(lambda ids, am: family.logits(model, ids, am), torch.tensor([prompt]), None,
+                     DREAM["recipe"]["tokens"]["mask_id"], max_new_tokens=d["gen_length"], steps=d["steps"],
+                     alg="maskgit_plus" if rule == "threshold" else "entropy", block_length=d["block_length"],
+                     cache=cache, kv_logits=lambda *a: family.kv_logits(model, *a),
+                     threshold=d["threshold"] if rule == "threshold" else None, refresh_commit=refresh_commit)
+    return x[0, len(prompt):].tolist()
+
+
+@pytest.mark.parametrize("combo", sorted(DREAM["expected"]))
+def test_dream_with_fastdllm_refresh_rule_gives_the_official_tokens(dream, combo):
+    """``refresh_commit="first"``: the refresh commits the block's first position, later steps run ``[start, stop)``
+    (dream/model/generation_utils_block.py). Prefix and dual cache, threshold 0.9 and the fixed (entropy) schedule;
+    many compared confidences are exactly 1.0 in float32 (``ones``)."""
+    assert DREAM["source"]["commit"] == FIXTURE["source"]["commit"]
+    assert sum(d["ones"] for d in DREAM["expected"][combo]) > 100
+    for i, p in enumerate(DREAM["prompts"]):
+        assert _dream_tokens(dream, combo, p, "first") == DREAM["expected"][combo][i]["tokens"], (combo, i)
+
+
+def test_dream_default_refresh_rule_is_not_fastdllm_dream(dream):
+    """DARE's default (the refresh step commits by the step's rule, the window starts one position early so every
+    block position is scored) decodes differently from Fast-dLLM's Dream code on this model."""
+    same = [_dream_tokens(dream, c, p, "rule") == DREAM["expected"][c][i]["tokens"]
+            for c in ("dual/threshold", "prefix/fixed") for i, p in enumerate(DREAM["prompts"])]
+    assert sum(same) <= len(same) // 4

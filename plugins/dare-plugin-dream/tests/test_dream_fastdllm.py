@@ -322,3 +322,26 @@ def test_sampled_batch_of_4_equals_the_rows_decoded_alone_with_keyed_row_generat
         assert torch.equal(batched.unmask_step[i], one.unmask_step[0]), i
     other, _ = decode_batched_and_alone(smp, model, FAMILY, TOKENS, rows[:1], seed=1)
     assert not torch.equal(other.completions[0], batched.completions[0])  # the draws are keyed by the seed
+
+
+def test_refresh_commit_is_checked_and_first_commits_only_the_block_start_at_the_refresh():
+    from dare_dream.decoding import DreamSamplerError, decode
+
+    stub_logits = torch.zeros(1, 12, 8)
+    stub_logits[..., 5] = 10.0  # every position proposes token 5 with probability ~0.9994
+
+    def logits_fn(ids, am):
+        return stub_logits[:, : ids.shape[1]]
+
+    def kv_logits(ids, am, past, start, end, use_cache):
+        return stub_logits[:, start:end], object()
+
+    with pytest.raises(DreamSamplerError, match="refresh_commit"):
+        decode(logits_fn, torch.tensor([[1, 2]]), None, 7, max_new_tokens=4, steps=4, cache="dual",
+               kv_logits=kv_logits, refresh_commit="all")
+    x, unmask_step, nfe = decode(logits_fn, torch.tensor([[1, 2]]), None, 7, max_new_tokens=8, steps=8,
+                                 alg="maskgit_plus", block_length=4, cache="dual", kv_logits=kv_logits,
+                                 threshold=0.9, refresh_commit="first")
+    assert x[0, 2:].tolist() == [5] * 8
+    # per block: the refresh commits the block's first position, the next (cached) step the other three
+    assert unmask_step[0].tolist() == [0, 1, 1, 1, 4, 5, 5, 5] and nfe == 4

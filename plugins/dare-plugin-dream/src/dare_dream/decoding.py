@@ -60,11 +60,18 @@ Fast-dLLM (arXiv 2505.22618; NVlabs/Fast-dLLM ``dream/model/generation_utils_blo
 * ``cache: prefix | dual``: block-wise approximate KV cache (:mod:`dare.sampling.kv_cache`) through the
   family's ``kv_logits`` (Dream's shifted logits are aligned exactly by running one extra position,
   :meth:`dare_dream.family.DreamFamily.kv_logits`). The block's first step refreshes the cache and
-  commits like any step (Fast-dLLM's Dream code instead commits the block's first position there);
-  only the block's positions compete. Exact at refresh steps and for a 1-layer model.
+  commits like any step; only the block's positions compete. Exact at refresh steps and for a 1-layer
+  model. ``refresh_commit="first"`` is Fast-dLLM's Dream code instead (token for token, checked by
+  ``tests/test_parity_fastdllm.py``): the refresh commits only the block's first position (its exact
+  proposal, whatever its confidence) and the cached steps run ``[start, stop)``, so the position before the
+  block keeps its refresh-time keys/values (the default re-runs it in every cached step to score ``start``).
 * ``threshold`` / ``factor``: confidence-aware parallel decoding (:mod:`dare.sampling.parallel`) ranked by
   the proposal's probability (``alg: maskgit_plus``, Fast-dLLM's ``confidence_threshold``): each block is
   denoised until it has no mask, every step committing the positions the rule picks (at least one).
+
+Confidence dtype: the logits' dtype, under every rule, Fast-dLLM's included: Fast-dLLM's Dream code scores
+``torch.softmax(logits)`` in the logits' dtype (``generation_utils_block.py`` ``sample_tokens``), unlike its
+LLaDA code (float64, :func:`dare.sampling.fastdllm_confidence`), and so does the Dream release.
 
 Without a cache and a parallel rule, masked positions before the block's end compete (for one block:
 the whole sequence, as in the release). NaN/Inf logits raise :class:`dare.sampling.NonFiniteLogitsError`.
@@ -419,6 +426,7 @@ def decode(
     kv_logits: Callable | None = None,
     threshold: float | None = None,
     factor: float | None = None,
+    refresh_commit: str = "rule",
 ) -> tuple[torch.Tensor, torch.Tensor, int]:
     """The decoding loop over an aligned-logits function (module docstring).
 
@@ -433,6 +441,11 @@ def decode(
     :param cache: ``none``/``prefix``/``dual``; needs ``kv_logits`` ``(x, attention_mask, past, start, end,
         use_cache) -> (logits, cache)`` (:mod:`dare.sampling.kv_cache`).
     :param threshold: / :param factor: Fast-dLLM parallel decoding (at most one; ``alg="maskgit_plus"``).
+    :param refresh_commit: with a cache, what a block's refresh step (its first, a full forward) commits: ``rule``,
+        the step's rule over the block's positions (DARE's default, as LLaDA); ``first``, only the block's first
+        position, its proposal from the exact logits (Fast-dLLM's Dream code, ``generation_utils_block.py``:
+        the cached steps never score that position, whose aligned logits come from the position before the
+        window). The fixed schedule then runs steps ``1 .. steps_per_block - 1`` on the rest, as there.
     :returns: ``(x [B, Lp + max_new_tokens] int64, unmask_step [B, max_new_tokens] int64, nfe)``;
         ``unmask_step`` is the step that committed each completion token (-1: still masked); with
         ``threshold``/``factor`` a token committed at block ``nb``'s ``i``-th step gets ``nb * block_length + i``
@@ -445,6 +458,8 @@ def decode(
                 factor)
     if cache != "none" and kv_logits is None:
         raise DreamSamplerError(f"cache={cache!r} needs kv_logits (the family's cached forward)")
+    if refresh_commit not in ("rule", "first"):
+        raise DreamSamplerError(f"refresh_commit must be 'rule' or 'first' (got {refresh_commit!r})")
     B, Lp = input_ids.shape
     x = torch.nn.functional.pad(input_ids, (0, max_new_tokens), value=mask_id)
     if attention_mask is not None:
@@ -472,10 +487,19 @@ def decode(
             if kv is None:
                 mask_logits = logits_fn(x, attention_mask)[mask_index]
             else:
-                mask_logits = kv.block_logits(x, attention_mask, start, end, refresh=i == 0)[mask_index[:, start:end]]
+                # Fast-dLLM's Dream rule ("first"): the refresh commits position start alone; later steps run the
+                # window [start, stop) and score positions start + 1 .. end - 1
+                w0 = start + 1 if refresh_commit == "first" and i > 0 else start
+                w1 = start + 1 if refresh_commit == "first" and i == 0 else end
+                mask_index[:, :w0] = False
+                mask_index[:, w1:] = False
+                mask_logits = kv.block_logits(x, attention_mask, w0, w1, refresh=i == 0)[mask_index[:, w0:w1]]
             nfe += 1
             require_finite_logits(mask_logits, f"denoising step {step} (sampler 'dream')")
-            if parallel:
+            if kv is not None and i == 0 and refresh_commit == "first":
+                _, x0 = propose(mask_logits, rows=mask_index.nonzero(as_tuple=True)[0])
+                x[mask_index] = x0
+            elif parallel:
                 _parallel_step(x, mask_index, mask_logits, mask_id, threshold, factor, propose)
             else:
                 t, s, last = timesteps[i], timesteps[i + 1], i == spb - 1

@@ -106,6 +106,9 @@ class DreamSamplerParams(Params):
     factor: float | None = Field(
         None, gt=0.0, description="Fast-dLLM factor rule: commit the n most probable with (n+1)(1 - c_(n)) <= factor; "
         "needs alg: maskgit_plus.")
+    refresh_commit: Literal["rule", "first"] = Field(
+        "rule", description="With a cache, what a block's refresh step commits: 'rule' (the step's rule over the "
+        "block, as LLaDA) or 'first' (only the block's first position, as Fast-dLLM's Dream code).")
 
     @model_validator(mode="after")
     def _cross_fields(self):
@@ -215,6 +218,7 @@ class DreamSampler(Sampler):
             kv_logits=self._kv_logits(model, family),
             threshold=p.threshold,
             factor=p.factor,
+            refresh_commit=p.refresh_commit,
         )
         Lp = prompt_ids.shape[1]
         cmask = completion_mask(x[:, Lp:], tokens.stop_ids, family.pad_in_response)
