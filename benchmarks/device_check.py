@@ -128,9 +128,14 @@ def varlen(device: str, dtype: torch.dtype) -> list[str]:
     target = (noisy == loaded.tokens.mask_id) & am.bool()
     clean, noisy, am, target = clean.to(device), noisy.to(device), am.to(device), target.to(device)
 
+    packed = getattr(packing, "packed_denoiser_logits", None)  # a packing function, or the family's method
+
     def loss() -> float:
         with torch.no_grad():
-            logits = loaded.family.packed_denoiser_logits(model, noisy, clean, am).float()
+            if packed is not None:
+                logits = packed(loaded.family, model, noisy, clean, am).float()
+            else:
+                logits = loaded.family.packed_denoiser_logits(model, noisy, clean, am).float()
         return float(torch.nn.functional.cross_entropy(logits[target], clean[target]))
 
     kernel, varlen_call = packing.varlen_kernel, packing._varlen_attention

@@ -48,17 +48,18 @@ def llada():
 
 
 def _decode(llada, combo: str, prompt: list[int]) -> tuple[list[int], int]:
-    from dare_llada.decoding import decode
+    """DARE's ``llada`` sampler (the decoder evaluation and rollouts run) on one prompt: (tokens, NFE)."""
+    from dare_llada.sampler import LLaDASampler
 
     family, model = llada
     cache, rule = combo.split("/")
     d = FIXTURE["decode"]
-    x, _, nfe = decode(lambda ids, am: family.logits(model, ids, am), torch.tensor([prompt]), None, steps=d["steps"],
-                       gen_length=d["gen_length"], block_length=d["block_length"],
-                       mask_id=FIXTURE["recipe"]["tokens"]["mask_id"], cache=cache,
-                       kv_logits=lambda *a: family.kv_logits(model, *a),
-                       threshold=d["threshold"] if rule == "threshold" else None)
-    return x[0, len(prompt):].tolist(), nfe
+    params = {"gen_length": d["gen_length"], "block_length": d["block_length"], "steps": d["steps"], "cache": cache}
+    if rule == "threshold":
+        params["threshold"] = d["threshold"]
+    tokens = SpecialTokens(**FIXTURE["recipe"]["tokens"])
+    out = LLaDASampler(params).generate(model, family, tokens, torch.tensor([prompt]))
+    return out.sequences[0, len(prompt):].tolist(), out.nfe
 
 
 def _compared(combo: str) -> list[int]:
@@ -124,17 +125,19 @@ def dream():
 
 
 def _dream_tokens(dream, combo: str, prompt: list[int], refresh_commit: str) -> list[int]:
-    from dare_dream.decoding import decode
+    """DARE's ``dream`` sampler on one prompt (greedy, ``alg`` maskgit_plus with threshold, else entropy)."""
+    from dare_dream.sampler import DreamSampler
 
     family, model = dream
     cache, rule = combo.split("/")
     d = DREAM["decode"]
-    x, _, _ = decode(lambda ids, am: family.logits(model, ids, am), torch.tensor([prompt]), None,
-                     DREAM["recipe"]["tokens"]["mask_id"], max_new_tokens=d["gen_length"], steps=d["steps"],
-                     alg="maskgit_plus" if rule == "threshold" else "entropy", block_length=d["block_length"],
-                     cache=cache, kv_logits=lambda *a: family.kv_logits(model, *a),
-                     threshold=d["threshold"] if rule == "threshold" else None, refresh_commit=refresh_commit)
-    return x[0, len(prompt):].tolist()
+    params = {"gen_length": d["gen_length"], "steps": d["steps"], "block_length": d["block_length"], "cache": cache,
+              "alg": "maskgit_plus" if rule == "threshold" else "entropy", "refresh_commit": refresh_commit}
+    if rule == "threshold":
+        params["threshold"] = d["threshold"]
+    tokens = SpecialTokens(**DREAM["recipe"]["tokens"])
+    out = DreamSampler(params).generate(model, family, tokens, torch.tensor([prompt]))
+    return out.sequences[0, len(prompt):].tolist()
 
 
 @pytest.mark.parametrize("combo", sorted(DREAM["expected"]))
