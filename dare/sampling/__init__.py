@@ -21,6 +21,7 @@ from dare.sampling.remasking import (
     FASTDLLM_CONFIDENCE_DTYPE,
     confidence_scores,
     fastdllm_confidence,
+    fastdllm_probs,
     proposal_probability,
     topk_transfer,
 )
@@ -47,6 +48,7 @@ __all__ = [
     "confidence_scores",
     "FASTDLLM_CONFIDENCE_DTYPE",
     "fastdllm_confidence",
+    "fastdllm_probs",
     "proposal_probability",
     "topk_transfer",
     "threshold_transfer",

@@ -6,8 +6,8 @@ import torch
 
 from dare.randomness import rand
 
-__all__ = ["FASTDLLM_CONFIDENCE_DTYPE", "proposal_probability", "fastdllm_confidence", "confidence_scores",
-           "topk_transfer"]
+__all__ = ["FASTDLLM_CONFIDENCE_DTYPE", "proposal_probability", "fastdllm_probs", "fastdllm_confidence",
+           "confidence_scores", "topk_transfer"]
 
 #: The dtype Fast-dLLM scores confidences in: ``F.softmax(logits.to(torch.float64))`` in NVlabs/Fast-dLLM
 #: ``llada/generate.py`` ``get_transfer_index`` (commit 24cc59e7). Read at call time by
@@ -27,6 +27,15 @@ def proposal_probability(logits: torch.Tensor, x0: torch.Tensor, dtype: torch.dt
     return torch.gather(p, dim=-1, index=x0.unsqueeze(-1)).squeeze(-1)
 
 
+def fastdllm_probs(logits: torch.Tensor) -> torch.Tensor:
+    """``softmax(logits)`` over the last dim in :data:`FASTDLLM_CONFIDENCE_DTYPE` (float64): the distribution a
+    decoder under a Fast-dLLM rule scores its proposals with (probability, margin or entropy; Dream's rules).
+
+    :param logits: ``[..., V]`` any float dtype. :returns: ``[..., V]`` float64.
+    """
+    return torch.softmax(logits.to(FASTDLLM_CONFIDENCE_DTYPE), dim=-1)
+
+
 def fastdllm_confidence(logits: torch.Tensor, x0: torch.Tensor) -> torch.Tensor:
     """Fast-dLLM's confidence of the proposals ``x0``: ``softmax(logits)[x0]`` in float64.
 
@@ -35,14 +44,14 @@ def fastdllm_confidence(logits: torch.Tensor, x0: torch.Tensor) -> torch.Tensor:
     ~1e-6 of each other near 1.0 on a confident model; in float32 (or bf16, ~3 significant digits) such
     near-ties round to equal values and the commit order falls back to index order, so the decoded tokens
     differ from Fast-dLLM's. Every DARE decoding path under a Fast-dLLM rule (a KV cache, a threshold,
-    a factor) scores through this function; the cache-free fixed-schedule decoders keep their release's
-    rule (docs/architecture.md, "Confidence dtype").
+    a factor) scores through this function or :func:`fastdllm_probs`; the cache-free fixed-schedule decoders
+    keep their release's rule (docs/architecture.md, "Fast-dLLM decoding").
 
     :param logits: ``[B, L, V]`` (or ``[N, V]`` with ``x0`` ``[N]``), any float dtype.
     :param x0: ``[B, L]`` int64 proposed tokens.
     :returns: ``[B, L]`` in :data:`FASTDLLM_CONFIDENCE_DTYPE` (float64).
     """
-    return proposal_probability(logits, x0, FASTDLLM_CONFIDENCE_DTYPE)
+    return torch.gather(fastdllm_probs(logits), dim=-1, index=x0.unsqueeze(-1)).squeeze(-1)
 
 
 def confidence_scores(

@@ -69,9 +69,13 @@ Fast-dLLM (arXiv 2505.22618; NVlabs/Fast-dLLM ``dream/model/generation_utils_blo
   the proposal's probability (``alg: maskgit_plus``, Fast-dLLM's ``confidence_threshold``): each block is
   denoised until it has no mask, every step committing the positions the rule picks (at least one).
 
-Confidence dtype: the logits' dtype, under every rule, Fast-dLLM's included: Fast-dLLM's Dream code scores
-``torch.softmax(logits)`` in the logits' dtype (``generation_utils_block.py`` ``sample_tokens``), unlike its
-LLaDA code (float64, :func:`dare.sampling.fastdllm_confidence`), and so does the Dream release.
+Confidence dtype: under a Fast-dLLM rule (a cache, a threshold, a factor) the confidences (probability, margin,
+entropy) are computed in float64 (:func:`dare.sampling.fastdllm_probs`), as Fast-dLLM's LLaDA code does; the
+tokens are drawn as before. Fast-dLLM's Dream code scores in the logits' dtype (``generation_utils_block.py``
+``sample_tokens``): on fp32 logits both give its tokens on the parity fixture (``tests/test_parity_fastdllm.py``,
+whose near-ties lie at 1.0 above the threshold), while in bf16 (~3 significant digits) the logits' dtype ties many
+confidences at 1.0 and the order falls back to position order. The cache-free decoder keeps the release's rule
+(the logits' dtype), so :func:`diffusion_generate` stays the release token for token.
 
 Without a cache and a parallel rule, masked positions before the block's end compete (for one block:
 the whole sequence, as in the release). NaN/Inf logits raise :class:`dare.sampling.NonFiniteLogitsError`.
@@ -95,6 +99,7 @@ from dare.sampling import (
     BlockKVCache,
     Trajectory,
     factor_transfer,
+    fastdllm_probs,
     filter_top_k_top_p,
     require_finite_logits,
     threshold_transfer,
@@ -147,6 +152,7 @@ def sample_tokens(
     generator: torch.Generator | RowGenerators | None = None,
     release_quirks: bool = False,
     rows: torch.Tensor | None = None,
+    fastdllm: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Propose a token and its confidence for each row (Dream ``generation_utils.sample_tokens``).
 
@@ -158,7 +164,9 @@ def sample_tokens(
     :param release_quirks: fall back to argmax when ``Categorical`` would reject the probabilities.
     :param generator: a ``torch.Generator`` (None = the global RNG), or :class:`dare.randomness.RowGenerators`
         with ``rows`` ``[N]``: the batch row (generator) of each of ``logits``' rows.
-    :returns: ``(confidence [N] logits dtype, tokens [N] int64)``.
+    :param fastdllm: score the confidence from the same (tempered, filtered) logits in float64
+        (:func:`dare.sampling.fastdllm_probs`), for decoding under a Fast-dLLM rule; the tokens are unchanged.
+    :returns: ``(confidence [N] logits dtype (float64 with ``fastdllm``), tokens [N] int64)``.
     """
     if temperature > 0:
         logits = logits / temperature
@@ -172,6 +180,9 @@ def sample_tokens(
             conf, x0 = probs.max(dim=-1)
     else:
         conf, x0 = probs.max(dim=-1)
+    if fastdllm:
+        probs = fastdllm_probs(logits)
+        conf = torch.gather(probs, -1, x0.unsqueeze(-1)).squeeze(-1)
     if confidence == "margin":
         top2 = torch.topk(probs, 2, dim=-1).values
         conf = top2[:, 0] - top2[:, 1]
@@ -311,10 +322,11 @@ class _Proposer:
     top_k: int | None
     generator: torch.Generator | None
     release_quirks: bool
+    fastdllm: bool = False  # a Fast-dLLM rule applies: confidences in float64
 
     def __call__(self, logits: torch.Tensor, confidence: Confidence = "probability", rows: torch.Tensor | None = None):
         return sample_tokens(logits, self.temperature, self.top_p, self.top_k, confidence, self.generator,
-                             self.release_quirks, rows)
+                             self.release_quirks, rows, self.fastdllm)
 
 
 def _origin_step(x, mask_index, mask_logits, p_transfer, mask_id: int, propose: _Proposer) -> None:
@@ -335,7 +347,7 @@ def _confidence_step(x, mask_index, mask_logits, counts: tuple, mask_id: int, al
     same way even at a step that commits nothing.
     """
     conf, x0 = propose(mask_logits, ALGORITHMS[alg], rows=mask_index.nonzero(as_tuple=True)[0])
-    full = torch.full(x.shape, -torch.inf, dtype=mask_logits.dtype, device=x.device)
+    full = torch.full(x.shape, -torch.inf, dtype=conf.dtype, device=x.device)
     full[mask_index] = conf
     if propose.release_quirks:
         n = transfer_count(mask_index, *counts)
@@ -355,7 +367,7 @@ def _parallel_step(x, mask_index, mask_logits, mask_id: int, threshold, factor, 
     (:func:`dare.sampling.threshold_transfer` / :func:`~dare.sampling.factor_transfer`); proposals of the
     mask token are never candidates."""
     conf, x0 = propose(mask_logits, "probability", rows=mask_index.nonzero(as_tuple=True)[0])
-    full = torch.full(x.shape, -torch.inf, dtype=mask_logits.dtype, device=x.device)
+    full = torch.full(x.shape, -torch.inf, dtype=conf.dtype, device=x.device)
     full[mask_index] = conf
     proposal = torch.full_like(x, mask_id)
     proposal[mask_index] = x0
@@ -470,7 +482,7 @@ def decode(
     spb = steps // num_blocks
     parallel = threshold is not None or factor is not None
     timesteps = torch.linspace(1, eps, spb + 1, device=x.device)
-    propose = _Proposer(temperature, top_p, top_k, generator, release_quirks)
+    propose = _Proposer(temperature, top_p, top_k, generator, release_quirks, cache != "none" or parallel)
     kv = None if cache == "none" else BlockKVCache(kv_logits, cache)
     traj = Trajectory(B, max_new_tokens, device=x.device)
     nfe = 0
