@@ -9,6 +9,10 @@ DARE's tokens differ. Decodes where the official code met an *exact* float64 tie
 boundary (``boundary_tie``: confidences equal to the last bit, e.g. both 1.0) are left out of the token
 comparison: there the official order is ``torch.topk``'s over the whole sequence, an implementation detail
 (DARE ranks the block's positions and takes the lower index).
+
+The Dream fixture (``fastdllm_dream.json``, ``tools/parity/build_fastdllm_dream.py``) stores the tokens of
+``dream/model/generation_utils_block.py``: prefix and dual cache, threshold 0.9 and the fixed (entropy) schedule;
+DARE's ``dream`` sampler gives them with ``refresh_commit: first``.
 """
 
 from __future__ import annotations
