@@ -15,7 +15,12 @@ the same weights and ``torch`` threads pinned (``--threads``), every decoder gen
   Dream: ``alg: maskgit_plus``, its low-confidence rule, in blocks of 32);
 * ``prefix cache``, ``dual cache`` (``cache``), ``threshold 0.9`` (``threshold``), ``dual + threshold``;
 * the same rule at a stricter threshold (``--extra-threshold``, default 0.99): ``threshold 0.99``,
-  ``prefix + threshold 0.99``, ``dual + threshold 0.99``, to show what a stricter rule buys back.
+  ``prefix + threshold 0.99``, ``dual + threshold 0.99``, to show what a stricter rule buys back;
+* Fast-dLLM's factor rule at ``f = 1`` (``factor``, Theorem 1's bound), alone and with the dual cache;
+* Dream only: ``dual cache, first`` and ``dual + threshold 0.9, first``, the dual cache with Fast-dLLM's Dream
+  refresh rule (``refresh_commit: first``: the refresh commits the block's first position and the cached steps
+  run the block alone), against DARE's default (the refresh commits by the step's rule and the cached steps
+  re-run the position before the block).
 
 Each of ``--rounds`` rounds takes the next ``--batch`` test puzzles and decodes them with every decoder in
 turn (the order rotates between rounds), so the ratio of a round compares decoders on the same prompts at
@@ -29,9 +34,10 @@ the blank cells of the answer by the confidence of the greedy proposal, and how 
 threshold rule commits every cell above the threshold in that step; a calibrated model is wrong on about
 ``1 - confidence`` of them, and one wrong cell loses the puzzle.
 
-The line before the last summarises the ``--extra-threshold`` rows; the last line summarises the dual cache +
-threshold 0.9 decoder over both models, conservatively: the smaller of the two median speedups and the
-accuracy change (in points, vs vanilla) of larger magnitude.
+Then a line summarising the ``--extra-threshold`` rows and one for the dual cache + threshold 0.9 decoder over both
+models, conservatively: the smaller of the two median speedups and the accuracy change (in points, vs vanilla) of
+larger magnitude. The last lines pick, per family, the fastest decoder (median tokens/s ratio) whose exact-solve is
+at most 1 pt below vanilla's: ``best decoder within 1 pt: NAME, X.XXx (family ...)`` (:func:`best_within`).
 
 Run: ``python benchmarks/bench_decoding.py [--rounds 5] [--batch 32] [--threads 1] [--families llada dream]
 [--extra-threshold 0.99]``.
@@ -70,14 +76,26 @@ DECODERS = {
     "dual cache": {"cache": "dual"},
     "threshold 0.9": {"threshold": 0.9},
     "dual + threshold 0.9": {"cache": "dual", "threshold": 0.9},
+    "factor 1": {"factor": 1.0},
+    "dual + factor 1": {"cache": "dual", "factor": 1.0},
 }
+#: decoders of one family only: Dream's cache with Fast-dLLM's Dream refresh rule (``refresh_commit: first``)
+FAMILY_DECODERS = {
+    "dream": {
+        "dual cache, first": {"cache": "dual", "refresh_commit": "first"},
+        "dual + threshold 0.9, first": {"cache": "dual", "threshold": 0.9, "refresh_commit": "first"},
+    },
+}
+#: the accuracy a decoder may lose against vanilla and still count as keeping it (exact-solve, points)
+KEEP_PT = 1.0
 #: confidence bins of the calibration table (upper bound of the last one is inclusive)
 BINS = (0.0, 0.5, 0.9, 0.95, 0.99, 0.999, 1.0)
 
 
-def decoders(extra_threshold: float | None) -> dict[str, dict]:
-    """:data:`DECODERS`, plus threshold / prefix + threshold / dual + threshold at ``extra_threshold`` if given."""
-    out = dict(DECODERS)
+def decoders(extra_threshold: float | None, family: str | None = None) -> dict[str, dict]:
+    """:data:`DECODERS` and ``family``'s :data:`FAMILY_DECODERS`, plus threshold / prefix + threshold / dual +
+    threshold at ``extra_threshold`` if given."""
+    out = dict(DECODERS) | FAMILY_DECODERS.get(family, {})
     if extra_threshold is not None:
         t = extra_threshold
         out.update({f"threshold {t:g}": {"threshold": t}, f"prefix + threshold {t:g}": {"cache": "prefix", "threshold": t},
@@ -176,7 +194,7 @@ def bench_family(family: str, args) -> dict:
     model, fam, tokens, tokenizer = lm.model.eval(), lm.family, lm.tokens, lm.tokenizer
     sampler_name, base = BASE[family]
     sampler_cls = get_registry().get("sampler", sampler_name).cls
-    configs = decoders(args.extra_threshold)
+    configs = decoders(args.extra_threshold, family)
     samplers = {name: sampler_cls({**base, **extra}) for name, extra in configs.items()}
     names = list(configs)  # also the rotation order of the rounds
     rows = test_puzzles(args.rounds * args.batch)
@@ -216,17 +234,27 @@ def bench_family(family: str, args) -> dict:
     return result
 
 
+def best_within(res: dict, keep_pt: float = KEEP_PT) -> tuple[str, float, float]:
+    """``(decoder, median tokens/s ratio, accuracy change in points)``: the fastest decoder whose exact-solve is at
+    most ``keep_pt`` points below vanilla's (vanilla itself, 1.00x, when no accelerated decoder keeps it)."""
+    vanilla = res["decoders"]["vanilla"]["accuracy"]
+    kept = [(d["ratio"][1], name, 100 * (d["accuracy"] - vanilla)) for name, d in res["decoders"].items()
+            if 100 * (d["accuracy"] - vanilla) >= -keep_pt - 1e-9]
+    ratio, name, change = max(kept)
+    return name, ratio, change
+
+
 def report(res: dict, args) -> None:
     fam = res["family"]
     trained = "reused run, trained in" if res["reused"] else "trained in"
     print(f"\n{fam}: {res['prompts']} Sudoku test puzzles ({args.rounds} rounds x batch {args.batch}), gen length "
           f"{GEN_LENGTH}, block {BLOCK_LENGTH}, {trained} {res['train_seconds']:.0f} s (dare run, incl. its eval)")
-    print(f"  {'decoder':<22} {'tokens/s ratio min/median/max':>31} {'tokens/s':>9} {'NFE/batch':>10} {'exact-solve':>12}")
+    print(f"  {'decoder':<28} {'tokens/s ratio min/median/max':>31} {'tokens/s':>9} {'NFE/batch':>10} {'exact-solve':>12}")
     vanilla = res["decoders"]["vanilla"]["accuracy"]
     for name, d in res["decoders"].items():
         lo, mid, hi = d["ratio"]
         change = 100 * (d["accuracy"] - vanilla)
-        print(f"  {name:<22} {lo:9.2f}x {mid:9.2f}x {hi:9.2f}x {d['tokens_per_s']:9.1f} {d['nfe']:10.1f} "
+        print(f"  {name:<28} {lo:9.2f}x {mid:9.2f}x {hi:9.2f}x {d['tokens_per_s']:9.1f} {d['nfe']:10.1f} "
               f"{d['accuracy']:8.3f} ({change:+.1f} pt)")
     print("  first step of the answer block (exact forward, every answer token masked), blank cells by the "
           "confidence of the greedy proposal:")
@@ -273,6 +301,11 @@ def main() -> int:
             parts.append(f"{name} {min(d['ratio'][1] for d in rows):.2f}x, accuracy change {worst:+.1f} pt")
         print(f"at threshold {t:g} (smaller speedup, larger change of the models): " + "; ".join(parts))
     print(f"decoding speedup (dual+threshold vs vanilla): {speedup:.2f}x, accuracy change: {change:+.1f} pt")
+    for res in results:
+        name, ratio, delta = best_within(res)
+        print(f"best decoder within {KEEP_PT:g} pt: {name}, {ratio:.2f}x (family {res['family']}, exact-solve "
+              f"{res['decoders'][name]['accuracy']:.3f} vs vanilla {res['decoders']['vanilla']['accuracy']:.3f}, "
+              f"{delta:+.1f} pt)")
     return 0
 
 

@@ -7,6 +7,8 @@
 * :func:`decode_batched_and_alone`: a sampler's batch vs one prompt at a time with the same keyed
   per-row generators (batch invariance of sampled decoding).
 * :func:`check_parallel_block_steps`: the per-block ``unmask_step`` numbering of parallel decoding.
+* :func:`seeded_weights`: overwrite a model's parameters from a seed (the same weights in any class with
+  the same tensor names), for fixtures that store a recipe instead of weights.
 """
 
 from __future__ import annotations
@@ -18,11 +20,39 @@ from typing import Callable
 import torch
 
 __all__ = ["shared_path", "tiny_model", "LogitsStub", "repo_root", "left_pad", "decode_batched_and_alone",
-           "check_parallel_block_steps"]
+           "check_parallel_block_steps", "seeded_weights"]
 
 
 def repo_root() -> Path:
     return Path(__file__).resolve().parent.parent
+
+
+def seeded_weights(model: torch.nn.Module, seed: int, out_name: str, out_scale: float = 1.0,
+                   zero_out_rows: tuple[int, ...] = ()) -> torch.nn.Module:
+    """Overwrite every parameter of ``model`` from ``seed`` and return it in eval mode.
+
+    Parameters are visited in sorted name order and drawn from one ``torch.Generator(seed)`` (the global
+    RNG is untouched): matrices ``0.3 * N(0, 1)``, vectors (norm gains, biases) ``1 + 0.1 * N(0, 1)``. The
+    output layer ``out_name`` is then multiplied by ``out_scale`` (a confident model: top probabilities
+    within ~1e-6 of 1.0, so confidences nearly tie) and its rows ``zero_out_rows`` set to 0 (their logit is
+    0: the mask token is never proposed). Two classes with the same tensor names and shapes (DARE's and
+    an official modeling file) get bit-identical weights.
+
+    :raises KeyError: ``out_name`` is not a parameter of ``model``.
+    """
+    g = torch.Generator().manual_seed(seed)
+    params = dict(model.named_parameters())
+    if out_name not in params:
+        raise KeyError(f"out_name {out_name!r} is not a parameter of {type(model).__name__}")
+    with torch.no_grad():
+        for name in sorted(params):
+            p = params[name]
+            r = torch.randn(p.shape, generator=g, dtype=torch.float32)
+            p.copy_(0.3 * r if p.ndim > 1 else 1 + 0.1 * r)
+        params[out_name].mul_(out_scale)
+        for row in zero_out_rows:
+            params[out_name][row] = 0.0
+    return model.eval()
 
 
 def shared_path(*parts: str) -> Path:

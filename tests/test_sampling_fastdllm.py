@@ -80,3 +80,22 @@ def test_block_cache_refreshes_with_a_full_pass_then_runs_the_block_or_block_plu
         assert later[0, :, 0].tolist() == [0.0, 1.0, 2.0] and later.shape == (2, 3, 3)
     with pytest.raises(ValueError, match="prefix or dual"):
         BlockKVCache(kv_logits, "none")
+
+
+def test_fastdllm_confidence_is_float64_and_keeps_near_ties_that_float32_merges():
+    from dare.sampling import confidence_scores, fastdllm_confidence, proposal_probability
+
+    # two positions proposing token 0 with probability 1/(1 + e^-15) ~ 1 - 3.1e-7 and 1/(1 + e^-15.01):
+    # 3.0e-9 apart, below float32's spacing near 1.0 (6e-8), so float32 scores them equal
+    logits = torch.tensor([[[15.0, 0.0], [15.01, 0.0]]])
+    x0 = torch.zeros((1, 2), dtype=torch.long)
+    c64 = fastdllm_confidence(logits, x0)
+    assert c64.dtype == torch.float64
+    expected = 1 / (1 + torch.exp(-logits[0, :, 0].double()))
+    torch.testing.assert_close(c64[0], expected, rtol=0, atol=1e-15)
+    assert c64[0, 1] - c64[0, 0] > 2e-9
+    c32 = proposal_probability(logits, x0)
+    assert c32.dtype == torch.float32 and c32[0, 0] == c32[0, 1]
+    assert torch.topk(c64[0], 1).indices.item() == 1  # float64: the surer position first
+    assert torch.equal(confidence_scores(logits, x0, "low_confidence", fastdllm=True), c64)
+    assert torch.equal(confidence_scores(logits, x0, "low_confidence"), c32)

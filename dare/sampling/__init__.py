@@ -17,7 +17,14 @@ from dare.sampling.tokens import (
     sample_tokens,
 )
 from dare.sampling.canvas import BlockCanvas, block_canvas, left_padding_problem
-from dare.sampling.remasking import confidence_scores, topk_transfer
+from dare.sampling.remasking import (
+    FASTDLLM_CONFIDENCE_DTYPE,
+    confidence_scores,
+    fastdllm_confidence,
+    fastdllm_probs,
+    proposal_probability,
+    topk_transfer,
+)
 from dare.sampling.parallel import factor_transfer, threshold_transfer
 from dare.sampling.kv_cache import CACHE_MODES, BlockKVCache, kv_logits_of
 from dare.sampling.trajectory import Trajectory, completion_mask
@@ -39,6 +46,10 @@ __all__ = [
     "block_canvas",
     "left_padding_problem",
     "confidence_scores",
+    "FASTDLLM_CONFIDENCE_DTYPE",
+    "fastdllm_confidence",
+    "fastdllm_probs",
+    "proposal_probability",
     "topk_transfer",
     "threshold_transfer",
     "factor_transfer",

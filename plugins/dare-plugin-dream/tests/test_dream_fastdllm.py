@@ -325,3 +325,40 @@ def test_sampled_batch_of_4_equals_the_rows_decoded_alone_with_keyed_row_generat
         assert torch.equal(batched.unmask_step[i], one.unmask_step[0]), i
     other, _ = decode_batched_and_alone(smp, model, FAMILY, TOKENS, rows[:1], seed=1)
     assert not torch.equal(other.completions[0], batched.completions[0])  # the draws are keyed by the seed
+
+
+def test_refresh_commit_is_checked_and_first_commits_only_the_block_start_at_the_refresh():
+    from dare_dream.decoding import DreamSamplerError, decode, decode_options
+
+    stub_logits = torch.zeros(1, 12, 8)
+    stub_logits[..., 5] = 10.0  # every position proposes token 5 with probability ~0.9994
+
+    def logits_fn(ids, am):
+        return stub_logits[:, : ids.shape[1]]
+
+    def kv_logits(ids, am, past, start, end, use_cache):
+        return stub_logits[:, start:end], object()
+
+    with pytest.raises(DreamSamplerError, match="refresh_commit"):
+        decode(logits_fn, torch.tensor([[1, 2]]), None,
+               decode_options(mask_id=7, kv_logits=kv_logits, gen_length=4, steps=4, cache="dual", refresh_commit="all"))
+    x, unmask_step, nfe = decode(logits_fn, torch.tensor([[1, 2]]), None,
+                                 decode_options(mask_id=7, kv_logits=kv_logits, gen_length=8, steps=8, alg="maskgit_plus",
+                                                block_length=4, cache="dual", threshold=0.9, refresh_commit="first"))
+    assert x[0, 2:].tolist() == [5] * 8
+    # per block: the refresh commits the block's first position, the next (cached) step the other three
+    assert unmask_step[0].tolist() == [0, 1, 1, 1, 4, 5, 5, 5] and nfe == 4
+
+
+def test_fastdllm_rules_score_dream_proposals_in_float64_and_keep_the_tokens():
+    from dare_dream.decoding import sample_tokens
+
+    # probabilities 1/(1 + e^-15) and 1/(1 + e^-15.01): 3e-9 apart, equal in float32
+    logits = torch.tensor([[15.0, 0.0], [15.01, 0.0]])
+    c32, t32 = sample_tokens(logits)
+    c64, t64 = sample_tokens(logits, fastdllm=True)
+    assert torch.equal(t32, t64) and t64.tolist() == [0, 0]
+    assert c32.dtype == torch.float32 and c32[0] == c32[1]
+    assert c64.dtype == torch.float64 and c64[1] - c64[0] > 2e-9
+    for kind in ("margin", "neg_entropy"):
+        assert sample_tokens(logits, confidence=kind, fastdllm=True)[0].dtype == torch.float64

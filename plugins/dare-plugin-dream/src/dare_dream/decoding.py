@@ -60,11 +60,22 @@ Fast-dLLM (arXiv 2505.22618; NVlabs/Fast-dLLM ``dream/model/generation_utils_blo
 * ``cache: prefix | dual``: block-wise approximate KV cache (:mod:`dare.sampling.kv_cache`) through the
   family's ``kv_logits`` (Dream's shifted logits are aligned exactly by running one extra position,
   :meth:`dare_dream.family.DreamFamily.kv_logits`). The block's first step refreshes the cache and
-  commits like any step (Fast-dLLM's Dream code instead commits the block's first position there);
-  only the block's positions compete. Exact at refresh steps and for a 1-layer model.
+  commits like any step; only the block's positions compete. Exact at refresh steps and for a 1-layer
+  model. ``refresh_commit="first"`` is Fast-dLLM's Dream code instead (token for token, checked by
+  ``tests/test_parity_fastdllm.py``): the refresh commits only the block's first position (its exact
+  proposal, whatever its confidence) and the cached steps run ``[start, stop)``, so the position before the
+  block keeps its refresh-time keys/values (the default re-runs it in every cached step to score ``start``).
 * ``threshold`` / ``factor``: confidence-aware parallel decoding (:mod:`dare.sampling.parallel`) ranked by
   the proposal's probability (``alg: maskgit_plus``, Fast-dLLM's ``confidence_threshold``): each block is
   denoised until it has no mask, every step committing the positions the rule picks (at least one).
+
+Confidence dtype: under a Fast-dLLM rule (a cache, a threshold, a factor) the confidences (probability, margin,
+entropy) are computed in float64 (:func:`dare.sampling.fastdllm_probs`), as Fast-dLLM's LLaDA code does; the
+tokens are drawn as before. Fast-dLLM's Dream code scores in the logits' dtype (``generation_utils_block.py``
+``sample_tokens``): on fp32 logits both give its tokens on the parity fixture (``tests/test_parity_fastdllm.py``,
+whose near-ties lie at 1.0 above the threshold), while in bf16 (~3 significant digits) the logits' dtype ties many
+confidences at 1.0 and the order falls back to position order. The cache-free decoder keeps the release's rule
+(the logits' dtype), so :func:`diffusion_generate` stays the release token for token.
 
 Without a cache and a parallel rule, masked positions before the block's end compete (for one block:
 the whole sequence, as in the release). NaN/Inf logits raise :class:`dare.sampling.NonFiniteLogitsError`.
@@ -89,6 +100,7 @@ from dare.sampling import (
     BlockKVCache,
     Trajectory,
     factor_transfer,
+    fastdllm_probs,
     filter_top_k_top_p,
     require_finite_logits,
     threshold_transfer,
@@ -142,6 +154,7 @@ def sample_tokens(
     generator: torch.Generator | RowGenerators | None = None,
     release_quirks: bool = False,
     rows: torch.Tensor | None = None,
+    fastdllm: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Propose a token and its confidence for each row (Dream ``generation_utils.sample_tokens``).
 
@@ -153,7 +166,9 @@ def sample_tokens(
     :param release_quirks: fall back to argmax when ``Categorical`` would reject the probabilities.
     :param generator: a ``torch.Generator`` (None = the global RNG), or :class:`dare.randomness.RowGenerators`
         with ``rows`` ``[N]``: the batch row (generator) of each of ``logits``' rows.
-    :returns: ``(confidence [N] logits dtype, tokens [N] int64)``.
+    :param fastdllm: score the confidence from the same (tempered, filtered) logits in float64
+        (:func:`dare.sampling.fastdllm_probs`), for decoding under a Fast-dLLM rule; the tokens are unchanged.
+    :returns: ``(confidence [N] logits dtype (float64 with ``fastdllm``), tokens [N] int64)``.
     """
     if temperature > 0:
         logits = logits / temperature
@@ -167,6 +182,9 @@ def sample_tokens(
             conf, x0 = probs.max(dim=-1)
     else:
         conf, x0 = probs.max(dim=-1)
+    if fastdllm:
+        probs = fastdllm_probs(logits)
+        conf = torch.gather(probs, -1, x0.unsqueeze(-1)).squeeze(-1)
     if confidence == "margin":
         top2 = torch.topk(probs, 2, dim=-1).values
         conf = top2[:, 0] - top2[:, 1]
@@ -306,10 +324,11 @@ class _Proposer:
     top_k: int | None
     generator: torch.Generator | None
     release_quirks: bool
+    fastdllm: bool = False  # a Fast-dLLM rule applies: confidences in float64
 
     def __call__(self, logits: torch.Tensor, confidence: Confidence = "probability", rows: torch.Tensor | None = None):
         return sample_tokens(logits, self.temperature, self.top_p, self.top_k, confidence, self.generator,
-                             self.release_quirks, rows)
+                             self.release_quirks, rows, self.fastdllm)
 
 
 def _origin_step(x, mask_index, mask_logits, p_transfer, mask_id: int, propose: _Proposer) -> None:
@@ -330,7 +349,7 @@ def _confidence_step(x, mask_index, mask_logits, counts: tuple, mask_id: int, al
     same way even at a step that commits nothing.
     """
     conf, x0 = propose(mask_logits, ALGORITHMS[alg], rows=mask_index.nonzero(as_tuple=True)[0])
-    full = torch.full(x.shape, -torch.inf, dtype=mask_logits.dtype, device=x.device)
+    full = torch.full(x.shape, -torch.inf, dtype=conf.dtype, device=x.device)
     full[mask_index] = conf
     if propose.release_quirks:
         n = transfer_count(mask_index, *counts)
@@ -350,7 +369,7 @@ def _parallel_step(x, mask_index, mask_logits, mask_id: int, threshold, factor, 
     (:func:`dare.sampling.threshold_transfer` / :func:`~dare.sampling.factor_transfer`); proposals of the
     mask token are never candidates."""
     conf, x0 = propose(mask_logits, "probability", rows=mask_index.nonzero(as_tuple=True)[0])
-    full = torch.full(x.shape, -torch.inf, dtype=mask_logits.dtype, device=x.device)
+    full = torch.full(x.shape, -torch.inf, dtype=conf.dtype, device=x.device)
     full[mask_index] = conf
     proposal = torch.full_like(x, mask_id)
     proposal[mask_index] = x0
@@ -422,7 +441,12 @@ def decode(
         (``None`` = ``gen_length``: one block, the release), ``cache`` (``none``/``prefix``/``dual``; needs
         ``options.kv_logits`` ``(x, attention_mask, past, start, end, use_cache) -> (logits, cache)``,
         :mod:`dare.sampling.kv_cache`), ``threshold`` / ``factor`` (Fast-dLLM parallel decoding: at most one,
-        ``alg="maskgit_plus"``); ``tokens.mask_id``; the ``generator``.
+        ``alg="maskgit_plus"``), ``refresh_commit`` (with a cache, what a block's refresh step, its first, a full
+        forward, commits: ``rule``, the step's rule over the block's positions, DARE's default, as LLaDA; ``first``,
+        only the block's first position, its proposal from the exact logits, as Fast-dLLM's Dream code,
+        ``generation_utils_block.py``: the cached steps never score that position, whose aligned logits come from
+        the position before the window; the fixed schedule then runs steps ``1 .. steps_per_block - 1`` on the
+        rest); ``tokens.mask_id``; the ``generator``.
     :returns: ``(x [B, Lp + gen_length] int64, unmask_step [B, gen_length] int64, nfe)``;
         ``unmask_step`` is the step that committed each completion token (-1: still masked); with
         ``threshold``/``factor`` a token committed at block ``nb``'s ``i``-th step gets ``nb * block_length + i``
@@ -433,11 +457,13 @@ def decode(
     """
     p, mask_id, kv_logits = options.params, options.tokens.mask_id, options.kv_logits
     steps, max_new_tokens, alg, alg_temp, cache = p.steps, p.gen_length, p.alg, p.alg_temp, p.cache
-    threshold, factor = p.threshold, p.factor
+    threshold, factor, refresh_commit = p.threshold, p.factor, p.refresh_commit
     _check_args(steps, max_new_tokens, p.eps, alg, alg_temp, p.temperature, p.top_p, p.top_k, p.block_length, cache,
                 threshold, factor)
     if cache != "none" and kv_logits is None:
         raise DreamSamplerError(f"cache={cache!r} needs kv_logits (the family's cached forward)")
+    if refresh_commit not in ("rule", "first"):
+        raise DreamSamplerError(f"refresh_commit must be 'rule' or 'first' (got {refresh_commit!r})")
     B, Lp = input_ids.shape
     x = torch.nn.functional.pad(input_ids, (0, max_new_tokens), value=mask_id)
     if attention_mask is not None:
@@ -448,7 +474,7 @@ def decode(
     spb = steps // num_blocks
     parallel = threshold is not None or factor is not None
     timesteps = torch.linspace(1, p.eps, spb + 1, device=x.device)
-    propose = _Proposer(p.temperature, p.top_p, p.top_k, options.generator, p.release_quirks)
+    propose = _Proposer(p.temperature, p.top_p, p.top_k, options.generator, p.release_quirks, cache != "none" or parallel)
     kv = None if cache == "none" else BlockKVCache(kv_logits, cache)
     traj = Trajectory(B, max_new_tokens, device=x.device)
     nfe = 0
@@ -465,10 +491,19 @@ def decode(
             if kv is None:
                 mask_logits = logits_fn(x, attention_mask)[mask_index]
             else:
-                mask_logits = kv.block_logits(x, attention_mask, start, end, refresh=i == 0)[mask_index[:, start:end]]
+                # Fast-dLLM's Dream rule ("first"): the refresh commits position start alone; later steps run the
+                # window [start, stop) and score positions start + 1 .. end - 1
+                w0 = start + 1 if refresh_commit == "first" and i > 0 else start
+                w1 = start + 1 if refresh_commit == "first" and i == 0 else end
+                mask_index[:, :w0] = False
+                mask_index[:, w1:] = False
+                mask_logits = kv.block_logits(x, attention_mask, w0, w1, refresh=i == 0)[mask_index[:, w0:w1]]
             nfe += 1
             require_finite_logits(mask_logits, f"denoising step {step} (sampler 'dream')")
-            if parallel:
+            if kv is not None and i == 0 and refresh_commit == "first":
+                _, x0 = propose(mask_logits, rows=mask_index.nonzero(as_tuple=True)[0])
+                x[mask_index] = x0
+            elif parallel:
                 _parallel_step(x, mask_index, mask_logits, mask_id, threshold, factor, propose)
             else:
                 t, s, last = timesteps[i], timesteps[i + 1], i == spb - 1

@@ -70,6 +70,9 @@ class DreamSamplerParams(Params):
     factor: float | None = Field(
         None, gt=0.0, description="Fast-dLLM factor rule: commit the n most probable with (n+1)(1 - c_(n)) <= factor; "
         "needs alg: maskgit_plus.")
+    refresh_commit: Literal["rule", "first"] = Field(
+        "rule", description="With a cache, what a block's refresh step commits: 'rule' (the step's rule over the "
+        "block, as LLaDA) or 'first' (only the block's first position, as Fast-dLLM's Dream code).")
 
     @model_validator(mode="after")
     def _cross_fields(self):

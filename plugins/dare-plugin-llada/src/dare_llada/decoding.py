@@ -22,6 +22,11 @@ Fast-dLLM (arXiv 2505.22618; NVlabs/Fast-dLLM ``llada/generate.py``), as paramet
   factor rule's count); ``steps`` then does not set the per-step count. A proposal of the mask token is
   never committed under these rules.
 
+Confidence dtype: under any Fast-dLLM rule (a cache, a threshold, a factor) the proposals are scored in
+float64 (:func:`dare.sampling.fastdllm_confidence`), as Fast-dLLM's ``get_transfer_index``; the
+cache-free fixed-schedule decoder keeps the LLaDA release's softmax in the logits' dtype, so it stays the
+release token for token (near-ties of confidences then break as the release breaks them).
+
 ``cache: none`` without a parallel rule is the official decoder token for token (any masked position
 before the block's end competes, as there). Every mode works at batch size > 1 with left padding
 (the padding mask reaches the cached forwards; Fast-dLLM's batched dual cache crashed and its model
@@ -69,6 +74,7 @@ class _StepOptions(NamedTuple):
     eos_id: int
     eot_id: int | None
     generator: torch.Generator | None
+    fastdllm: bool = False  # score confidences in float64 (dare.sampling.fastdllm_confidence)
 
 
 class _Acceleration(NamedTuple):
@@ -82,6 +88,11 @@ class _Acceleration(NamedTuple):
     @property
     def parallel(self) -> bool:
         return self.threshold is not None or self.factor is not None
+
+    @property
+    def fastdllm(self) -> bool:
+        """A Fast-dLLM rule applies (cache, threshold or factor): confidences in float64 as Fast-dLLM."""
+        return self.cache != "none" or self.parallel
 
 
 def _step_logits(forward, x, attention_mask, prompt_index, o: _StepOptions):
@@ -146,9 +157,9 @@ def _denoise_step(forward, x, attention_mask, prompt_index, region: tuple[int, i
     if isinstance(o.generator, RowGenerators) and o.remasking == "random":
         x0_p = torch.zeros(x0.shape, dtype=torch.float32, device=x0.device)
         if bool(live.any()):
-            x0_p[live] = confidence_scores(logits[live], x0[live], o.remasking, gen)
+            x0_p[live] = confidence_scores(logits[live], x0[live], o.remasking, gen, o.fastdllm)
     else:
-        x0_p = confidence_scores(logits, x0, o.remasking, o.generator)
+        x0_p = confidence_scores(logits, x0, o.remasking, o.generator, o.fastdllm)
     x0 = torch.where(mask_index, x0, xr)
     conf = torch.where(mask_index & allowed, x0_p, torch.tensor(-torch.inf, dtype=x0_p.dtype, device=x0_p.device))
     transfer = select(conf, x0)
@@ -342,6 +353,7 @@ def _run_schedule(logits_fn, x: torch.Tensor, prompt_index: torch.Tensor, prompt
     B, Lp, L = x.shape[0], prompt_length, x.shape[1]
     attention_mask = _full_mask(attention_mask, B, gen_length, x.device)
     cache = None if accel.cache == "none" else BlockKVCache(accel.kv_logits, accel.cache)
+    opts = opts._replace(fastdllm=accel.fastdllm)
     pos = torch.arange(L, device=x.device)[None]
     c0 = _first_competing_column(x, Lp, opts)
     traj = Trajectory(B, gen_length, device=x.device)
@@ -395,6 +407,7 @@ def _run_parallel(logits_fn, x: torch.Tensor, prompt_index: torch.Tensor, prompt
     B, Lp, L = x.shape[0], prompt_length, x.shape[1]
     attention_mask = _full_mask(attention_mask, B, gen_length, x.device)
     cache = None if accel.cache == "none" else BlockKVCache(accel.kv_logits, accel.cache)
+    opts = opts._replace(fastdllm=accel.fastdllm)
     pos = torch.arange(L, device=x.device)[None]
     c0 = _first_competing_column(x, Lp, opts)
     select = _parallel_select(accel, opts.mask_id)
