@@ -351,14 +351,14 @@ def test_refresh_commit_is_checked_and_first_commits_only_the_block_start_at_the
 
 
 def test_fastdllm_rules_score_dream_proposals_in_float64_and_keep_the_tokens():
-    from dare_dream.decoding import sample_tokens
+    from dare_dream.decoding import _sample_tokens, sample_tokens
 
     # probabilities 1/(1 + e^-15) and 1/(1 + e^-15.01): 3e-9 apart, equal in float32
     logits = torch.tensor([[15.0, 0.0], [15.01, 0.0]])
     c32, t32 = sample_tokens(logits)
-    c64, t64 = sample_tokens(logits, fastdllm=True)
+    c64, t64 = _sample_tokens(logits, fastdllm=True)
     assert torch.equal(t32, t64) and t64.tolist() == [0, 0]
     assert c32.dtype == torch.float32 and c32[0] == c32[1]
     assert c64.dtype == torch.float64 and c64[1] - c64[0] > 2e-9
     for kind in ("margin", "neg_entropy"):
-        assert sample_tokens(logits, confidence=kind, fastdllm=True)[0].dtype == torch.float64
+        assert _sample_tokens(logits, confidence=kind, fastdllm=True)[0].dtype == torch.float64

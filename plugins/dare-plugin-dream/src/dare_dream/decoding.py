@@ -154,6 +154,21 @@ def sample_tokens(
     generator: torch.Generator | RowGenerators | None = None,
     release_quirks: bool = False,
     rows: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Propose a token and its confidence for each row (Dream ``generation_utils.sample_tokens``); the confidence in
+    the logits' dtype, the release's rule (:func:`_sample_tokens` with ``fastdllm`` documents every argument)."""
+    return _sample_tokens(logits, temperature, top_p, top_k, confidence, generator, release_quirks, rows)
+
+
+def _sample_tokens(
+    logits: torch.Tensor,
+    temperature: float = 0.0,
+    top_p: float | None = None,
+    top_k: int | None = None,
+    confidence: Confidence = "probability",
+    generator: torch.Generator | RowGenerators | None = None,
+    release_quirks: bool = False,
+    rows: torch.Tensor | None = None,
     fastdllm: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Propose a token and its confidence for each row (Dream ``generation_utils.sample_tokens``).
@@ -327,8 +342,8 @@ class _Proposer:
     fastdllm: bool = False  # a Fast-dLLM rule applies: confidences in float64
 
     def __call__(self, logits: torch.Tensor, confidence: Confidence = "probability", rows: torch.Tensor | None = None):
-        return sample_tokens(logits, self.temperature, self.top_p, self.top_k, confidence, self.generator,
-                             self.release_quirks, rows, self.fastdllm)
+        return _sample_tokens(logits, self.temperature, self.top_p, self.top_k, confidence, self.generator,
+                              self.release_quirks, rows, self.fastdllm)
 
 
 def _origin_step(x, mask_index, mask_logits, p_transfer, mask_id: int, propose: _Proposer) -> None:
