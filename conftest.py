@@ -36,6 +36,7 @@ FILE_KIND: dict[str, str] = {
     "test_lmeval_acceptance.py": "process",
     "test_lmeval_model.py": "process",
     "test_hostile_inputs.py": "process",    # the real `dare` in subprocesses: SIGTERM, locks, disk full
+    "test_device_check.py": "process",      # benchmarks/device_check.sh end to end (dry mode on a CPU)
     # training runs
     "test_dpo_train.py": "train",
     "test_examples.py": "train",
@@ -58,6 +59,8 @@ FILE_KIND: dict[str, str] = {
     "test_smoke.py": "train",
     "test_trainer.py": "train",
     "test_sdar_training.py": "train",
+    "test_pipeline.py": "train",            # `dare run` through the CLI, stage by stage
+    "test_recipes.py": "train",             # the real 7-16B configs on the meta device; 2 training steps per recipe
 }
 TEST_KIND: dict[str, str] = {
     "test_progress.py::test_ctrl_c_says_what_was_saved_and_how_to_resume": "train",
@@ -74,7 +77,6 @@ TEST_KIND: dict[str, str] = {
     "test_bad_inputs.py::test_bad_input[output-inside-private-dir]": "process",
     "test_bad_inputs.py::test_a_crafted_bin_checkpoint_runs_nothing": "process",
     "test_sweep.py::test_launchers_record_states_and_a_rerun_skips_finished_runs": "process",
-    "test_recipes.py::test_recipe_dry_run_two_steps_on_a_tiny_model": "train",
 }
 KINDS = ("unit", "train", "process")
 
