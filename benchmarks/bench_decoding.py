@@ -1,6 +1,6 @@
 """Fast-dLLM decoding (KV cache, parallel decoding) vs vanilla low-confidence decoding, LLaDA and Dream.
 
-The issue-11 acceptance benchmark. Two tiny models (d 64, 2 layers) are trained with DARE (``dare run``) on
+Two tiny models (d 64, 2 layers) are trained with DARE (``dare run``) on
 the packaged real 4x4 Sudoku puzzles, in stages: the quickstart's compact SFT
 (``examples/bench-decoding-{llada,dream}-warmup.yaml``, 33-token sequences, cheap; Dream, which learns the
 puzzles more slowly, continues it in ``examples/bench-decoding-dream-warmup2.yaml``), then Blockwise SFT

@@ -1,4 +1,4 @@
-"""Sharded evaluation: the 500 Sudoku test puzzles on 2 processes vs 1 (issue 10's benchmark).
+"""Sharded evaluation: the 500 Sudoku test puzzles on 2 processes vs 1 (its speed-up and equal accuracy).
 
 The quickstart-sized LLaDA model (``preset: quickstart``, 0.86 M parameters, fresh weights; greedy decoding
 with the quickstart's sampler) evaluates ``dare://sudoku/test.parquet`` (500 puzzles) with ``dare eval``:

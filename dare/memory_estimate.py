@@ -199,8 +199,13 @@ def estimate_memory(ctx, processes: list[int]) -> list[MemoryEstimate]:
     from dare.plugins import register_auto_classes
 
     spec = ctx.spec
-    if ctx.objective is None or spec.train is None or ctx.family is None or spec.model.path is None:
-        raise SpecError([("algorithm", "`dare profile --estimate` needs model.path, algorithm and train sections")])
+    missing = [(loc, what) for loc, what, absent in (
+        ("model.path", "a model directory or card (model.new has no config.json to read)", spec.model.path is None),
+        ("algorithm", "the objective to size", ctx.objective is None),
+        ("train", "the batch sizes", spec.train is None)) if absent]
+    if missing or ctx.family is None:
+        raise SpecError([(loc, f"`dare profile --estimate` needs {what}") for loc, what in missing]
+                        or [("model.path", "`dare profile --estimate` needs a model whose family resolves")])
     register_auto_classes()
     config = AutoConfig.from_pretrained(str(trained_model_dir(resolve_path(spec.model.path))))
     total, trainable = _counts(ctx, config)

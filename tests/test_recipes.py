@@ -220,3 +220,17 @@ def test_strategy_of_each_shipped_accelerate_config(name, expected):
     s = strategy_from_accelerate_config(str(ROOT / "examples" / "accelerate" / name))
     assert (s.shard_params, s.shard_grads, s.shard_optimizer, s.deepspeed) == expected
     assert not s.offload_optimizer
+
+
+def test_profile_estimate_names_what_is_missing(tmp_path):
+    from dare.errors import SpecError
+    from dare.memory_estimate import estimate_report
+
+    spec = tmp_path / "s.yaml"
+    spec.write_text(yaml.safe_dump({"model": {"new": {"family": "llada"}}, "algorithm": {"name": "sft"},
+                                    "train": {"learning_rate": 1e-4, "max_steps": 1, "max_length": 64},
+                                    "output": {"dir": str(tmp_path / "run")}}))
+    with pytest.raises(SpecError) as err:
+        estimate_report(str(spec), [], "1,8", False)
+    assert [loc for loc, _ in err.value.problems] == ["model.path"]
+    assert "model.new has no config.json" in err.value.problems[0][1]

@@ -162,3 +162,30 @@ def test_evaluation_only_overwrite_never_deletes_a_trained_run(tmp_path):
     assert action == "refuse" and problems[0][0] == "output.overwrite" and "another output.dir" in problems[0][1]
     assert plan_output_dir(out, "bbbb", overwrite=True, train=True)[0] == "replace"  # a training run may replace it
     assert (out / "model").is_dir()
+
+
+def test_overwrite_replaces_a_trained_run_from_the_command_line(tmp_path):
+    """`dare train` with output.overwrite: true replaces a finished run of another spec (validation does not refuse it
+    as if the command only evaluated); `dare eval` of that spec still may not delete it."""
+    from dare.cli import main
+
+    out = tmp_path / "run"
+    first = tmp_path / "a.yaml"
+    first.write_text(yaml.safe_dump(_spec(out, steps=2)))
+    main(["train", str(first), "--set", "train.num_threads=1"])
+    assert (out / "model").is_dir()
+    old_hash = json.loads((out / "run.json").read_text())["spec_hash"]
+    second = tmp_path / "b.yaml"
+    second.write_text(yaml.safe_dump({**_spec(out, steps=2), "output": {"dir": str(out), "overwrite": True}}))
+    with pytest.raises(SystemExit) as refused:  # evaluation only: never deletes the trained run
+        main(["eval", str(second), "--set", "train.learning_rate=1e-3"])
+    assert refused.value.code == 2 and json.loads((out / "run.json").read_text())["spec_hash"] == old_hash
+    main(["train", str(second), "--set", "train.learning_rate=1e-3", "--set", "train.num_threads=1"])
+    assert json.loads((out / "run.json").read_text())["spec_hash"] != old_hash and _steps(out) == [1, 2]
+
+
+def test_a_spec_that_is_not_utf8_is_one_paragraph(tmp_path):
+    spec = tmp_path / "s.yaml"
+    spec.write_bytes(yaml.safe_dump(_spec(tmp_path / "run")).encode() + b"# caf\xe9\n")
+    with pytest.raises(SpecError, match=r"is not UTF-8 text \(byte 0xe9 at offset \d+\); save it as UTF-8"):
+        load_spec(spec)

@@ -334,7 +334,15 @@ def check_keep_best(spec: RunSpec, problems: Problems) -> None:
 
 
 def check_output(spec: RunSpec, problems: Problems) -> None:
-    """``output.dir`` rules of :mod:`dare.rundir` (the ``train.resume`` check is the run's, when it trains)."""
-    _, found = plan_output_dir(spec.output.dir, spec_hash(spec), spec.output.overwrite, train=False,
-                               spec=spec.model_dump(mode="json"))
+    """``output.dir`` rules of :mod:`dare.rundir` (the ``train.resume`` check is the run's, when it trains).
+
+    Validation does not know the command: a spec that trains (``algorithm`` and ``train``) passes when the
+    directory suits either an evaluation-only or a training command (``output.overwrite: true`` replacing another
+    run's directory is for training); :meth:`dare.run.Run.execute` checks again with the command's own stages, so
+    ``dare eval`` never deletes a run's results."""
+    dump = spec.model_dump(mode="json")
+    _, found = plan_output_dir(spec.output.dir, spec_hash(spec), spec.output.overwrite, train=False, spec=dump)
+    if found and spec.algorithm is not None and spec.train is not None:
+        _, as_training = plan_output_dir(spec.output.dir, spec_hash(spec), spec.output.overwrite, train=True, spec=dump)
+        found = found if as_training else []
     problems.extend(found)

@@ -30,13 +30,18 @@ def read_spec_file(path: str | os.PathLike, overrides: list[str] | None = None,
     spec it holds, so ``dare eval runs/x/run.json`` evaluates that run as it was specified.
 
     :raises SpecError: the file is missing, not YAML, not a mapping, breaks a limit of
-        :func:`dare.spec.yamlload.load_yaml` (alias expansion, value size, duplicate key), or an override is
+        :func:`dare.spec.yamlload.load_yaml` (alias expansion, value size, duplicate key), is not UTF-8, or an override is
         malformed.
     """
     path = Path(path)
     if not path.is_file():
         raise SpecError([("", f"spec file {str(path)!r} does not exist")])
-    raw = load_yaml(path.read_text(), source=str(path))
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise SpecError([("", f"spec file {str(path)!r} is not UTF-8 text (byte {exc.object[exc.start]:#04x} at offset "
+                              f"{exc.start}); save it as UTF-8")]) from None
+    raw = load_yaml(text, source=str(path))
     if not isinstance(raw, dict):
         raise SpecError([("", "the spec must be a mapping with sections model, data, algorithm, ...")], source=str(path))
     if is_run_record(raw):
