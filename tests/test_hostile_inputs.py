@@ -506,3 +506,21 @@ def test_rows_of_the_wrong_type_at_load_time():
     with pytest.raises(DataError, match=r"column 'response' holds a float, expected a string; or set a response_template"):
         p.response({"response": 0.5})
     assert p.prompt({"prompt": [{"role": "user", "content": "hi"}]}) == "hi" and p.response({"answer": "4"}) == "4"
+
+
+def test_a_null_in_a_string_column_fails_validation(tmp_path):
+    """A parquet column whose schema is string but whose sampled row holds a null is refused by `dare validate`
+    (the schema alone allows it), naming the column and the row."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from dare.errors import SpecError
+    from dare.spec import validate_spec
+
+    pq.write_table(pa.table({"prompt": ["1+1=", "2+2="], "response": [None, "4"]}), tmp_path / "d.parquet")
+    raw = {"model": {"new": {"family": "llada", "preset": "tiny"}},
+           "data": {"train": {"path": str(tmp_path / "d.parquet"), "chat_template": False}},
+           "algorithm": {"name": "sft"}, "train": {"learning_rate": 1e-3, "max_steps": 1},
+           "output": {"dir": str(tmp_path / "run")}}
+    with pytest.raises(SpecError, match=r"\(sampled row 0\): column 'response' holds a null, expected a string"):
+        validate_spec(raw)

@@ -65,7 +65,8 @@ def _arrow_type_problem(column: str, typ) -> str | None:
 
 def column_type_problems(path: str, columns: list[str], rows: list[dict] | None = None) -> list[tuple[str, str]]:
     """``(column, message)`` for each of ``columns`` whose type is wrong (module docstring): from a parquet
-    file's schema, else from ``rows`` (a sample; the message then names the row)."""
+    file's schema, then (a column the schema allows, e.g. a string column holding a null) from ``rows`` (a sample;
+    the message then names the row)."""
     p = _local(path)
     out: list[tuple[str, str]] = []
     if p is not None and p.is_file() and p.suffix == ".parquet":
@@ -78,8 +79,7 @@ def column_type_problems(path: str, columns: list[str], rows: list[dict] | None 
         for col in columns:
             if col in schema.names and (why := _arrow_type_problem(col, schema.field(col).type)) is not None:
                 out.append((col, f"{path}: {why}"))
-        return out
-    for col in columns:
+    for col in (c for c in columns if c not in {c for c, _ in out}):
         for i, row in enumerate(rows or []):
             if col in row and (why := value_type_problem(col, row[col])) is not None:
                 out.append((col, f"{path} (sampled row {i}): {why}"))
