@@ -25,7 +25,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from tools.parity.common import TinyDenoiser, official_checkout, stub_modules, write_fixture  # noqa: E402
+from tools.parity.common import official_checkout, policy_models, stub_modules, write_fixture  # noqa: E402
 
 COMMIT = "5affb4ec0db9d3819175c2011c94e38c74325624"
 MASK_ID, EOS_ID, PAD_ID = 15, 2, 1
@@ -62,13 +62,7 @@ def main() -> None:
     checkout = official_checkout(ap.parse_args().checkout, COMMIT)
     Trainer = _import_trainer(checkout)
 
-    torch.manual_seed(0)
-    models = {"current": TinyDenoiser(), "old": TinyDenoiser(), "ref": TinyDenoiser()}
-    with torch.no_grad():
-        for name, scale in (("old", 0.15), ("ref", 0.1)):
-            models[name].load_state_dict(models["current"].state_dict())
-            for p in models[name].parameters():
-                p.add_(scale * torch.randn_like(p))
+    models = policy_models()
     prompts = torch.tensor([[PAD_ID, PAD_ID, 4, 5, 6], [PAD_ID, 12, 13, 4, 5]]).repeat_interleave(GROUP, dim=0)
     E = EOS_ID
     completions = torch.tensor([[3, 4, E, E, E], [5, 6, 7, 8, 9], [11, E, E, E, E],

@@ -24,7 +24,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from tools.parity.common import TinyDenoiser, official_checkout, stub_modules, write_fixture  # noqa: E402
+from tools.parity.common import official_checkout, policy_models, stub_modules, write_fixture  # noqa: E402
 
 COMMIT = "837888f22c21a5da91a0af2b0d7b19e81d9b47ec"
 MASK_ID, EOS_ID, PAD_ID = 15, 2, 1
@@ -69,13 +69,7 @@ def main() -> None:
     Trainer = _import_trainer(checkout)
     from accelerate.utils import set_seed
 
-    torch.manual_seed(0)
-    models = {"current": TinyDenoiser(), "old": TinyDenoiser(), "ref": TinyDenoiser()}
-    with torch.no_grad():
-        for name, scale in (("old", 0.15), ("ref", 0.1)):
-            models[name].load_state_dict(models["current"].state_dict())
-            for p in models[name].parameters():
-                p.add_(scale * torch.randn_like(p))
+    models = policy_models()
     prompt_ids, completion_ids, rewards = _inputs()
     prompt_mask = (prompt_ids != PAD_ID).long()
     ids = torch.cat([prompt_ids, completion_ids], 1)

@@ -23,7 +23,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from tools.parity.common import TinyDenoiser, official_checkout, stub_modules, write_fixture  # noqa: E402
+from tools.parity.common import official_checkout, policy_models, stub_modules, write_fixture  # noqa: E402
 
 COMMIT = "3eb6f215184bd078e948651539ce046133a68174"
 MASK_ID, EOS_ID, PAD_ID = 15, 2, 1
@@ -56,13 +56,7 @@ def main() -> None:
     checkout = official_checkout(ap.parse_args().checkout, COMMIT)
     Trainer = _import_trainer(checkout)
 
-    torch.manual_seed(0)
-    models = {"current": TinyDenoiser(), "old": TinyDenoiser(), "ref": TinyDenoiser()}
-    with torch.no_grad():
-        for name, scale in (("old", 0.15), ("ref", 0.1)):
-            models[name].load_state_dict(models["current"].state_dict())
-            for p in models[name].parameters():
-                p.add_(scale * torch.randn_like(p))
+    models = policy_models()
     M, E = MASK_ID, EOS_ID
     parents = torch.tensor([[PAD_ID, 4, 5, 6, 3, M, M, M, M, M], [7, 8, 9, 10, 11, 12, M, M, M, M]])
     children = torch.tensor([

@@ -25,8 +25,8 @@ from typing import Any
 import torch
 from safetensors.torch import load_file, save_file
 
-__all__ = ["REPO", "FIXTURES", "TinyDenoiser", "official_checkout", "stub_modules", "official_functions",
-           "write_fixture", "read_fixture", "rel_diff", "model_from_state"]
+__all__ = ["REPO", "FIXTURES", "TinyDenoiser", "policy_models", "official_checkout", "stub_modules",
+           "official_functions", "write_fixture", "read_fixture", "rel_diff", "model_from_state"]
 
 REPO = Path(__file__).resolve().parents[2]
 FIXTURES = REPO / "tests" / "fixtures" / "parity"
@@ -56,6 +56,20 @@ class TinyDenoiser(torch.nn.Module):
         h = h + a
         h = h + self.mlp(h)
         return types.SimpleNamespace(logits=self.head(h))
+
+
+def policy_models(seed: int = 0) -> dict[str, TinyDenoiser]:
+    """``{"current", "old", "ref"}``: a :class:`TinyDenoiser` drawn with ``torch.manual_seed(seed)`` and two copies
+    of it perturbed by Gaussian noise of scale 0.15 (the rollout policy) and 0.1 (the reference policy), drawn
+    in that order, so a builder's later draws are the same whichever builder calls it."""
+    torch.manual_seed(seed)
+    models = {"current": TinyDenoiser(), "old": TinyDenoiser(), "ref": TinyDenoiser()}
+    with torch.no_grad():
+        for name, scale in (("old", 0.15), ("ref", 0.1)):
+            models[name].load_state_dict(models["current"].state_dict())
+            for p in models[name].parameters():
+                p.add_(scale * torch.randn_like(p))
+    return models
 
 
 def model_from_state(state: dict[str, torch.Tensor], prefix: str) -> TinyDenoiser:
