@@ -5,7 +5,7 @@ model card is enough) to count parameters, and the memory of one training micro-
 closed-form terms. The sharding follows the spec's ``launch.accelerate_config`` (``distributed_type``,
 DeepSpeed ``zero_stage``, FSDP sharding and CPU offload) and is evaluated for several process counts.
 
-Terms, in bytes per GPU, with ``P`` parameters, ``T`` trainable parameters (LoRA: the adapters, ``r * (in +
+Terms, in bytes per GPU, with ``P`` parameters, ``T`` trainable parameters (LoRA: the adapters peft adds, ``r * (in +
 out)`` per adapted linear layer), ``w`` bytes per weight (``model.dtype``), ``N`` processes, and ``shard(x) =
 x / N`` where the strategy shards that state (else ``x``):
 
@@ -143,21 +143,20 @@ def _layers(cfg) -> int:
 
 
 def _counts(ctx, config) -> tuple[int, int]:
-    """``(P, T)``: parameters of the meta-device model and trainable ones (LoRA: adapter parameters)."""
-    from dare.modeling.lora import _matches, resolve_lora_targets
-
+    """``(P, T)``: parameters of the meta-device model and those training would update (LoRA: the adapters
+    peft adds with the spec's ``model.lora``, built as training builds them, :func:`dare.modeling.lora.lora_config`)."""
     with torch.device("meta"):
         model = ctx.family.model_class_for(config)(config)
     total = sum(p.numel() for p in {id(p): p for p in model.parameters()}.values())
     lora = ctx.spec.model.lora
     if lora is None:
         return total, total
-    targets, exclude = resolve_lora_targets(model, ctx.family, lora)
-    trainable = 0
-    for name, mod in model.named_modules():
-        if isinstance(mod, torch.nn.Linear) and name not in exclude and any(_matches(name, t) for t in targets):
-            trainable += lora.r * (mod.in_features + mod.out_features)
-    return total, trainable
+    from peft import get_peft_model
+
+    from dare.modeling.lora import lora_config
+
+    peft_model = get_peft_model(model, lora_config(model, ctx.family, lora))
+    return total, sum(p.numel() for p in peft_model.parameters() if p.requires_grad)
 
 
 def _micro_batch(ctx) -> tuple[int, int]:
