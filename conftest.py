@@ -77,6 +77,7 @@ TEST_KIND: dict[str, str] = {
     "test_bad_inputs.py::test_bad_input[output-inside-private-dir]": "process",
     "test_bad_inputs.py::test_a_crafted_bin_checkpoint_runs_nothing": "process",
     "test_sweep.py::test_launchers_record_states_and_a_rerun_skips_finished_runs": "process",
+    "test_grpo_tracerl_value.py::test_value_model_trains_saves_and_resumes_bit_exact": "train",
 }
 KINDS = ("unit", "train", "process")
 

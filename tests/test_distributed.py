@@ -343,6 +343,8 @@ def test_trajectory_replay_of_threshold_rollouts_on_two_processes_equals_one(tmp
     ("mdpo", {"group_size": 4, "sample_train_steps": 3}),
     ("d-treerpo", {"num_tree_samples": 2, "tree_branch_factor": 2, "self_distillation": True, "num_iterations": 1}),
     ("espo", {"group_size": 4, "num_iterations": 1, "mc_num": 1, "reduce_var": False}),
+    ("tracerl", {"group_size": 4, "shrink": 2, "value_model": True, "value_learning_rate": 1e-3, "gamma": 0.9,
+                 "lam": 0.95}),
 ])
 def test_objectives_with_their_own_rollout_or_update_on_two_processes_equal_one(tmp_path, digit_model, objective,
                                                                                  params):
@@ -350,8 +352,9 @@ def test_objectives_with_their_own_rollout_or_update_on_two_processes_equal_one(
     rollout, edge loss) have their own trainers. They normalise by whole-batch counts (SPG's response tokens,
     MDPO's scored step tokens, d-TreeRPO's edges and self-distillation pairs), MDPO chooses its steps from every
     process's rows, and MDPO's and d-TreeRPO's decoders draw per row, so 2 processes sample the completions
-    of 1. ESPO (the pass-mean update) logs the whole batch's entropy. 3 steps of 4 prompts at
-    temperature 1 on the digit-writing model."""
+    of 1. ESPO (the pass-mean update) logs the whole batch's entropy. TraceRL's value model (dare_grpo.trainer_tracerl)
+    is all-reduced by hand and normalised by the whole batch's (completion, transition) pairs. 3 steps of 4 prompts
+    at temperature 1 on the digit-writing model."""
     spec = {
         "model": {"path": str(digit_model)},
         "data": {"train": {"path": "dare://sudoku/train.parquet", "limit": 64, **SUDOKU}},
@@ -367,7 +370,11 @@ def test_objectives_with_their_own_rollout_or_update_on_two_processes_equal_one(
     _assert_same_losses(one, two)
     _assert_same_weights(one, two)
     _assert_moved(digit_model, one, 1e-5)
-    extra = {"d-treerpo": ("dtreerpo/num_edges", "dtreerpo/mean_root_value"), "mdpo": ("mdpo/num_train_steps",)}
+    extra = {"d-treerpo": ("dtreerpo/num_edges", "dtreerpo/mean_root_value"), "mdpo": ("mdpo/num_train_steps",),
+             "tracerl": ("value/loss", "value/advantage_abs")}
+    if objective == "tracerl":
+        va, vb = (load_file(d / "value_model" / "model.safetensors") for d in (one, two))
+        assert max(float((va[k] - vb[k]).abs().max()) for k in va) <= 1e-5
     _assert_same_metrics(one, two, ("reward", "reward_std", "advantage_std", "entropy", *extra.get(objective, ())))
 
 

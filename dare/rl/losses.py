@@ -88,7 +88,8 @@ class PassLossInput:
       ``current.token.detach()`` when ``num_iterations == 1``; only rows the update runs are passed: rows
       skipped by ``skip_zero_advantage`` have no old scores, docs/algorithms.md §9.6b);
     * ``ref``: ``[n, G]`` float32 under the reference policy, or None when ``beta == 0``;
-    * ``advantages``: ``[n]`` float32; ``response_lengths``: ``[n]`` int64 (``|y|``);
+    * ``advantages``: ``[n]`` float32, or ``[n, G]`` token advantages (TraceRL's value model,
+      :mod:`dare.rl.value`; :func:`clipped_token_loss` takes either); ``response_lengths``: ``[n]`` int64 (``|y|``);
     * ``pass_index``/``num_passes``: this pass's position in this process's list, and how many passes the
       estimate has over the *whole* batch (trajectory replay: distinct denoising steps over every process's
       rows, so it can exceed this process's own pass count);
@@ -166,7 +167,8 @@ def clipped_token_loss(
 
     cur = inp.current.token
     clipped = clipped_policy_loss(
-        ratio_from_log(cur - inp.old), inp.advantages[:, None], params.clip_eps_low, params.clip_eps_high, params.dual_clip_c
+        ratio_from_log(cur - inp.old), inp.advantages if inp.advantages.dim() == 2 else inp.advantages[:, None],
+        params.clip_eps_low, params.clip_eps_high, params.dual_clip_c
     )
     loss = agg(clipped.loss)
     metrics = {

@@ -47,7 +47,8 @@ class PolicyUpdate:
         a = self.params
         if not (a.skip_zero_advantage and vanishes_at_zero_advantage(self.objective) and a.beta == 0):
             return None
-        return torch.nonzero(rollout.advantages != 0).flatten()
+        adv = rollout.advantages
+        return torch.nonzero((adv != 0).reshape(adv.shape[0], -1).any(dim=1)).flatten()
 
     def _jobs(self, passes: list[Pass], rows: torch.Tensor | None, num_rows: int) -> list[tuple[int, Any]]:
         """``(pass index, row index)`` of every forward/backward job of an update: each pass over row chunks

@@ -49,13 +49,22 @@ class TinyDenoiser(torch.nn.Module):
     def device(self) -> torch.device:
         return self.head.weight.device
 
-    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None):
+    def get_output_embeddings(self) -> torch.nn.Linear:
+        return self.head
+
+    def set_output_embeddings(self, head: torch.nn.Linear) -> None:
+        self.head = head
+
+    def hidden(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None) -> torch.Tensor:
+        """``[N, S, width]`` last hidden states (the output layer's input)."""
         h = self.embed(input_ids) + self.pos[: input_ids.shape[1]]
         pad = None if attention_mask is None else ~attention_mask.bool()
         a, _ = self.attn(h, h, h, key_padding_mask=pad, need_weights=False)
         h = h + a
-        h = h + self.mlp(h)
-        return types.SimpleNamespace(logits=self.head(h))
+        return h + self.mlp(h)
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None):
+        return types.SimpleNamespace(logits=self.head(self.hidden(input_ids, attention_mask)))
 
 
 def policy_models(seed: int = 0) -> dict[str, TinyDenoiser]:

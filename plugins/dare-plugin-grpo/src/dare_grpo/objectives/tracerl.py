@@ -20,8 +20,14 @@ i.e. a per-sequence token mean inside each transition, *summed* over transitions
 the ``N`` completions (``C_eps``: clipped surrogate with dual clip). ``loss_aggregation`` is
 therefore not used. Metrics are averaged over transitions.
 
-Out of scope: TraceRL's diffusion value model (token-wise GAE baselines) and sliced block training;
-advantages are the group advantages of the trainer (the paper's value-free variant).
+Value model (``value_model: true``, off by default): the released trainer's optional diffusion value model
+(:mod:`dare_grpo.trainer_tracerl`, :mod:`dare.rl.value`) turns the group advantage into token advantages by
+step-level GAE (``gamma``, ``lam``) and is trained once per rollout with the clipped value loss
+(``value_clip_eps``, ``value_learning_rate``). The released value pipeline's policy loss
+(``train/train_sdar_policy.py``) divides each row's token sum by the completion length:
+``normaliser: response_length``. Its settings (``configs/rl_sdar_with_value.yaml``) are in docs/algorithms.md
+§10.11; tests/parity/test_tracerl_value.py checks values, GAE, the value loss and the policy loss against the
+official code. Sliced block training is out of scope.
 
 The released trainer (Gen-Verse/dLLM-RL ``train/rl_llada.py``) differs in three ways, each an option here:
 ``transition_grouping: per_row`` merges ``s`` consecutive *distinct* steps of each row (``collapse_k_unique``)
@@ -70,26 +76,48 @@ class TraceRLParams(RLParams):
                         "DARE's KL is against the reference policy, like its other objectives"),
         OfficialSetting("prompt_padding", "attend", f"{TRACERL_REPO}:train/rl_llada.py:575",
                         "DARE never attends to prompt padding"),
+        # the optional value model's settings (configs/rl_sdar_with_value.yaml; value_model itself stays off)
+        OfficialSetting("gamma", 1.0, f"{TRACERL_REPO}:configs/rl_sdar_with_value.yaml:70"),
+        OfficialSetting("lam", 1.0, f"{TRACERL_REPO}:configs/rl_sdar_with_value.yaml:71"),
+        OfficialSetting("value_learning_rate", 5e-6, f"{TRACERL_REPO}:configs/rl_sdar_with_value.yaml:79"),
+        OfficialSetting("value_clip_eps", 0.2, f"{TRACERL_REPO}:train/train_sdar_value.py:998"),
     )
     shrink: int = Field(1, ge=1, description="Trajectory shrinkage s: merge every s neighbouring denoising steps.")
     transition_grouping: Literal["global", "per_row"] = Field(
         "global", description="global = s consecutive steps of the step grid (transitions never span blocks); "
         "per_row = s consecutive distinct steps of each row (the released trainer).")
-    normaliser: Literal["completions", "transitions"] = Field(
+    normaliser: Literal["completions", "transitions", "response_length"] = Field(
         "completions", description="completions = sum of the transitions' token means / completions (the paper); "
-        "transitions = their mean over every (completion, transition) pair (the released trainer).")
+        "transitions = their mean over every (completion, transition) pair (the released trainer); "
+        "response_length = each pair's token sum / the completion length G, averaged over pairs (the released "
+        "value pipeline, train/train_sdar_policy.py).")
     kl_target: Literal["reference", "rollout"] = Field(
         "reference", description="reference = the KL estimator against the reference policy, token mean per "
         "transition; rollout = k3 against the rollout policy summed over each transition's tokens (the released "
         "trainer).")
+    value_model: bool = Field(False, description="Train TraceRL's diffusion value model and use its step-level GAE "
+                              "token advantages (dare_grpo.trainer_tracerl); one process or DDP.")
+    gamma: float = Field(1.0, ge=0.0, le=1.0, description="GAE discount over transitions (value_model only).")
+    lam: float = Field(1.0, ge=0.0, le=1.0, description="GAE lambda over transitions (value_model only).")
+    value_learning_rate: float = Field(5e-6, gt=0.0, description="AdamW learning rate of the value model.")
+    value_clip_eps: float = Field(0.2, gt=0.0, description="Clip range of the value loss around the rollout-time "
+                                  "values.")
 
 
 class TraceRL(OnlineRLObjective):
-    """TraceRL (arXiv 2509.06949): trajectory-aware PPO with shrinkage; value model not included."""
+    """TraceRL (arXiv 2509.06949): trajectory-aware PPO with shrinkage, optionally with its value model."""
 
     name = "tracerl"
     Params = TraceRLParams
     zero_advantage_rows_vanish = True  # loss -A * clip(rho): identically 0 at A = 0
+
+    def trainer_class(self) -> type:
+        """:class:`~dare_grpo.trainer_tracerl.TraceRLValueTrainer` with ``value_model``, else the GRPO trainer."""
+        if not self.params.value_model:
+            return super().trainer_class()
+        from dare_grpo.trainer_tracerl import TraceRLValueTrainer
+
+        return TraceRLValueTrainer
 
     def make_estimator(self, family, model_config, sampler):
         per_row = self.params.transition_grouping == "per_row"
@@ -98,13 +126,18 @@ class TraceRL(OnlineRLObjective):
 
     def pass_loss(self, inp):
         p = self.params
-        rows = inp.num_row_passes if p.normaliser == "transitions" else inp.num_sequences
+        rows = inp.num_row_passes if p.normaliser in ("transitions", "response_length") else inp.num_sequences
         rollout_kl = p.kl_target == "rollout" and p.beta > 0
-        terms = clipped_token_loss(replace(inp, ref=None) if rollout_kl else inp, p, mode="sequence-mean",
-                                   num_sequences=rows)
+        core = replace(inp, ref=None) if rollout_kl else inp
+        if p.normaliser == "response_length":  # sum over the pair's tokens / G, mean over pairs
+            kl_denom = max(float(rows), 1.0) * inp.current.token.shape[-1]
+            terms = clipped_token_loss(core, p, mode="token-mean", num_tokens=kl_denom)
+        else:
+            kl_denom = max(float(rows), 1.0)
+            terms = clipped_token_loss(core, p, mode="sequence-mean", num_sequences=rows)
         loss, metrics = terms.loss, {k: v / inp.num_passes for k, v in terms.metrics.items()}
         if rollout_kl:
-            kl = (kl_estimate(inp.current.token, inp.old, "k3") * inp.current.scored).sum() / max(float(rows), 1.0)
+            kl = (kl_estimate(inp.current.token, inp.old, "k3") * inp.current.scored).sum() / kl_denom
             loss = loss + p.beta * kl
             metrics["kl"] = kl.detach()
         return LossTerms(loss, metrics)

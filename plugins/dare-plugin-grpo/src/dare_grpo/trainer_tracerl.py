@@ -1,0 +1,181 @@
+"""TraceRL with its diffusion value model (``algorithm.params.value_model: true``; arXiv 2509.06949 §3.2).
+
+:class:`TraceRLValueTrainer` is the :class:`~dare.rl.trainer.GRPOTrainer` plus the released trainer's value
+stage (Gen-Verse/dLLM-RL@10b4fd1 ``rl.py`` with ``model.value_base_model``: ``train/train_sdar_value.py`` then
+``train/train_sdar_policy.py``), once per rollout:
+
+1. the rollout-time values ``V_j`` of every response token, each from the state before its transition (the
+   trajectory replay's passes through the family's training forward; :func:`dare.rl.value.score_values`);
+2. step-level GAE (:func:`dare.rl.value.step_gae`) of the sequence reward, which TraceRL takes group-normalised
+   (``reward/rl_reward_v.py`` z-scores; here the trainer's group advantages, ``algorithm.params.advantage``),
+   gives token advantages ``A_j`` and returns ``R_j``;
+3. one AdamW step of the value model on the clipped value loss (:func:`dare.rl.value.clipped_value_loss`), each
+   (completion, transition) row's token sum divided by the completion length ``G`` and averaged over rows
+   (``train_sdar_value.py:1003-1005``), gradient norm clipped at ``train.max_grad_norm``;
+4. the policy update with the token advantages ``A_j`` (:class:`~dare_grpo.objectives.tracerl.TraceRL`).
+
+Differences from the released trainer, by design: the value model starts as a copy of the policy's starting
+weights with a zeroed head (the release loads ``model.value_base_model``, usually the same checkpoint); it takes
+one optimizer step per rollout over every row (the release steps every ``batch_size_lm x
+gradient_accumulation_steps x processes`` rows); its gradients are averaged over processes by an all-reduce, so it
+supports one process and DDP, not FSDP or DeepSpeed sharding. Its weights and AdamW state are saved with every
+checkpoint (``value_model.safetensors``, ``value_optimizer.safetensors`` + ``value_optimizer.json``: no pickle) and
+restored on resume; the final value model is written to ``<output_dir>/value_model`` (safetensors).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file, save_file
+
+from dare import distributed
+from dare.errors import DareError
+from dare.rl.batch_totals import whole_batch_sums
+from dare.rl.rollout import Rollout
+from dare.rl.trainer import GRPOTrainer
+from dare.rl.value import clipped_value_loss, score_values, step_gae, transition_ranks, value_model_from
+
+__all__ = ["TraceRLValueTrainer"]
+
+VALUE_WEIGHTS, VALUE_OPT, VALUE_OPT_META = "value_model.safetensors", "value_optimizer.safetensors", "value_optimizer.json"
+
+
+class TraceRLValueTrainer(GRPOTrainer):
+    """:class:`~dare.rl.trainer.GRPOTrainer` with TraceRL's value model (module docstring).
+
+    :raises DareError: FSDP or DeepSpeed (the value model is replicated and all-reduced: one process or DDP), or a
+        policy without a separate output layer (:func:`dare.rl.value.value_model_from`).
+    """
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        kind = str(self.accelerator.distributed_type).rsplit(".", 1)[-1]
+        if kind in ("FSDP", "DEEPSPEED"):
+            raise DareError(f"algorithm.params.value_model: the value model supports one process or DDP, not {kind}: "
+                            "set launch.strategy (or the accelerate config) to ddp, or algorithm.params.value_model: false")
+        p = self.params
+        self.value_model = value_model_from(self.accelerator.unwrap_model(self.model))
+        self.value_optimizer = torch.optim.AdamW(self.value_model.parameters(), lr=p.value_learning_rate,
+                                                 betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0)
+
+    # ------------------------------------------------------------------ values, GAE and the value step
+    def _value_fn(self):
+        return lambda noisy, clean, attn: self.denoiser_logits(self.value_model, noisy, clean, attn)
+
+    def _values(self, batch, passes) -> torch.Tensor:
+        """``[N, G]`` values of every scored token under the value model (no gradient)."""
+        fn = self._value_fn()
+        G = batch.input_ids.shape[1] - batch.prompt_length
+        out = torch.zeros(batch.num_rows, G, dtype=torch.float32, device=batch.input_ids.device)
+        self.value_model.eval()
+        with torch.no_grad(), self.compute_loss_context_manager():
+            for pas in passes:
+                for r in self._row_chunks(batch.num_rows):
+                    if bool(pas.rows(r).scored.any()):
+                        out[r] += score_values(fn, batch.rows(r), pas.rows(r))
+        return out
+
+    def _value_step(self, batch, passes, old_values, returns) -> dict[str, float]:
+        """One AdamW step of the value model on the clipped value loss (module docstring, step 3)."""
+        p = self.params
+        vm = self.value_model.train()
+        fn = self._value_fn()
+        G = batch.input_ids.shape[1] - batch.prompt_length
+        (pairs,), _ = whole_batch_sums(sum(float(x.scored.any(dim=-1).sum()) for x in passes))
+        denom = max(pairs, 1.0) * G
+        total = torch.zeros((), dtype=torch.float32, device=batch.input_ids.device)
+        for pas in passes:
+            for r in self._row_chunks(batch.num_rows):
+                sub = pas.rows(r)
+                if not bool(sub.scored.any()):
+                    continue
+                with self.compute_loss_context_manager():
+                    v = score_values(fn, batch.rows(r), sub)
+                    loss = (clipped_value_loss(v, old_values[r], returns[r], p.value_clip_eps) * sub.scored).sum() / denom
+                loss.backward()
+                total += loss.detach()
+        params = [q for q in vm.parameters() if q.requires_grad]
+        for q in params:
+            if q.grad is None:
+                q.grad = torch.zeros_like(q)
+        if distributed.world_size() > 1:
+            for q in params:  # each process's loss carries the whole batch's normaliser: sum the parts
+                torch.distributed.all_reduce(q.grad)
+            torch.distributed.all_reduce(total)
+        max_norm = self.args.max_grad_norm if self.args.max_grad_norm and self.args.max_grad_norm > 0 else float("inf")
+        norm = torch.nn.utils.clip_grad_norm_(params, max_norm)
+        finite = bool(torch.isfinite(total)) and bool(torch.isfinite(norm))
+        if finite:  # never write non-finite weights: a non-finite value step is skipped on every process alike
+            self.value_optimizer.step()
+        self.value_optimizer.zero_grad(set_to_none=True)
+        return {"value/loss": float(total), "value/grad_norm": float(norm), "value/skipped": float(not finite)}
+
+    def generate_rollout(self, model, inputs: dict[str, list]) -> Rollout:
+        """The rollout of :class:`~dare.rl.trainer.GRPOTrainer`, then values, GAE and the value step (module
+        docstring); ``rollout.advantages`` becomes the ``[N, G]`` token advantages."""
+        rollout = super().generate_rollout(model, inputs)
+        p, batch, passes = self.params, rollout.batch, rollout.passes[0]
+        t0 = time.perf_counter()
+        G = batch.input_ids.shape[1] - batch.prompt_length
+        old_values = self._values(batch, passes)
+        ranks = transition_ranks(passes, batch.num_rows, G)
+        returns, advantages = step_gae(ranks, rollout.advantages, old_values, p.gamma, p.lam)
+        stats = self._value_step(batch, passes, old_values, returns)
+        trained = (ranks >= 0).float()
+        count = max(float(trained.sum()), 1.0)
+        stats |= {"value/mean": float((old_values * trained).sum()) / count,
+                  "value/return_mean": float((returns * trained).sum()) / count,
+                  "value/advantage_abs": float((advantages.abs() * trained).sum()) / count,
+                  "time/value": time.perf_counter() - t0}
+        rollout.advantages = advantages
+        rollout.stats |= stats
+        return rollout
+
+    # ------------------------------------------------------------------ checkpoints and the final save
+    def _save_optimizer_and_scheduler(self, output_dir):
+        super()._save_optimizer_and_scheduler(output_dir)
+        if distributed.is_main():
+            save_value_state(self.value_model, self.value_optimizer, output_dir)
+
+    def _load_optimizer_and_scheduler(self, checkpoint):
+        super()._load_optimizer_and_scheduler(checkpoint)
+        if checkpoint is not None and (Path(checkpoint) / VALUE_WEIGHTS).exists():
+            load_value_state(self.value_model, self.value_optimizer, checkpoint)
+
+    def save_final(self, model_dir) -> None:
+        super().save_final(model_dir)
+
+        def write(staged: str) -> None:
+            if distributed.is_main():
+                self.value_model.save_pretrained(staged, safe_serialization=True)
+
+        self._publish(Path(model_dir).parent / "value_model", "the value model", write)
+
+
+def save_value_state(model: torch.nn.Module, optimizer: torch.optim.Optimizer, directory) -> None:
+    """Write the value model's weights and its AdamW state to ``directory`` as safetensors + JSON (no pickle)."""
+    d = Path(directory)
+    save_file({k: v.detach().contiguous().clone() for k, v in model.state_dict().items()}, str(d / VALUE_WEIGHTS))
+    state = optimizer.state_dict()
+    tensors, meta = {}, {"param_groups": state["param_groups"], "state": {}}
+    for idx, st in state["state"].items():
+        meta["state"][str(idx)] = sorted(st)
+        for name, value in st.items():
+            tensors[f"{idx}.{name}"] = torch.as_tensor(value).detach().contiguous().clone()
+    save_file(tensors, str(d / VALUE_OPT))
+    (d / VALUE_OPT_META).write_text(json.dumps(meta))
+
+
+def load_value_state(model: torch.nn.Module, optimizer: torch.optim.Optimizer, directory) -> None:
+    """Restore what :func:`save_value_state` wrote (``load_state_dict`` strict: a mismatching checkpoint raises)."""
+    d = Path(directory)
+    device = next(model.parameters()).device
+    model.load_state_dict(load_file(str(d / VALUE_WEIGHTS), device=str(device)))
+    meta = json.loads((d / VALUE_OPT_META).read_text())
+    tensors = load_file(str(d / VALUE_OPT), device=str(device))
+    state = {int(i): {n: tensors[f"{i}.{n}"] for n in names} for i, names in meta["state"].items()}
+    optimizer.load_state_dict({"state": state, "param_groups": meta["param_groups"]})
