@@ -41,8 +41,16 @@ def value_model_from(policy: torch.nn.Module) -> torch.nn.Module:
 
     :param policy: an unwrapped model with ``get_output_embeddings``/``set_output_embeddings`` (every DARE family).
     :returns: the value model, same device and dtype, in train mode; its forward's ``.logits`` are ``[B, L, 1]``.
-    :raises DareError: the model has no separate output layer (e.g. LLaDA with ``weight_tying: true``).
+    :raises DareError: the model has no separate output layer (e.g. LLaDA with ``weight_tying: true``), or it is a
+        LoRA (peft) model.
     """
+    from dare.modeling.lora import is_peft_model
+
+    if is_peft_model(policy):
+        raise DareError(
+            "algorithm.params.value_model: the policy is a LoRA (peft) model; TraceRL's value model is a full copy of "
+            "the policy with its own head and cannot share the adapters. Remove model.lora to train the value model, "
+            "or set algorithm.params.value_model: false.")
     getter = getattr(policy, "get_output_embeddings", None)
     head = getter() if callable(getter) else None
     if not isinstance(head, torch.nn.Linear) or not hasattr(policy, "set_output_embeddings"):

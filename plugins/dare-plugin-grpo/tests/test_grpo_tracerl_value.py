@@ -49,6 +49,10 @@ def test_value_model_is_the_policy_with_a_zero_scalar_head(tiny_llada_dir):
     assert lm.model.get_output_embeddings().weight.shape[0] > 1  # the policy keeps its own head
     with pytest.raises(DareError, match="value_model"):
         value_model_from(torch.nn.Linear(2, 2))
+    from peft import LoraConfig, get_peft_model
+
+    with pytest.raises(DareError, match="LoRA"):
+        value_model_from(get_peft_model(lm.model, LoraConfig(r=2, target_modules=["q_proj"])))
 
 
 def _spec(model_dir, out, steps=3):

@@ -135,3 +135,13 @@ def test_a_rejected_rollout_override_leaves_no_rollout_sampler(tiny_llada_dir, t
     assert ctx.rollout_sampler is None
     assert [loc for loc, _ in ctx.problems] == ["algorithm.params.rollout_sampler.steps"]
     assert "multiple of gen_length / block_length (2)" in ctx.problems[0][1]
+
+
+def test_tracerl_value_model_with_lora_is_rejected(tiny_llada_dir, tmp_path):
+    raw = spec(tiny_llada_dir, tmp_path, params={"value_model": True, "rollout_sampler": {"temperature": 1.0}})
+    raw["algorithm"]["name"] = "tracerl"
+    raw["model"]["lora"] = {"r": 4}
+    assert "cannot share LoRA adapters" in problems(raw)["algorithm.params.value_model"]
+    raw.pop("model")
+    raw["model"] = {"path": str(tiny_llada_dir)}
+    validate_spec(raw)  # without LoRA the same spec is valid

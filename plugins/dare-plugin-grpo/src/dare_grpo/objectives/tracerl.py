@@ -119,6 +119,14 @@ class TraceRL(OnlineRLObjective):
 
         return TraceRLValueTrainer
 
+    def check(self, ctx, loc: str) -> list[tuple[str, str]]:
+        problems = super().check(ctx, loc)
+        model = getattr(ctx.spec, "model", None)
+        if self.params.value_model and getattr(model, "lora", None) is not None:
+            problems.append((f"{loc}.params.value_model", "the value model is a full copy of the policy with its own "
+                             "head and cannot share LoRA adapters: remove model.lora, or set value_model: false"))
+        return problems
+
     def make_estimator(self, family, model_config, sampler):
         per_row = self.params.transition_grouping == "per_row"
         return TrajectoryEstimator(shrink=self.params.shrink, block_stride=None if per_row else sampler.steps_per_block(),
