@@ -16,6 +16,8 @@ x / N`` where the strategy shards that state (else ``x``):
   (moments in the parameters' dtype); 0 on the GPU with optimizer offload;
 * reference policy: ``shard_p(P * w)`` when the objective keeps one (preference objectives, RL with ``beta >
   0``) and the model has no LoRA adapters (with LoRA the reference is the base with adapters disabled);
+* TraceRL's value model (``algorithm.params.value_model``): ``4 * P * w`` (a full copy of the model: weights,
+  gradients and torch AdamW's two moments; replicated on every process, never sharded);
 * activations of one micro-batch of ``b`` rows of ``s`` tokens (block-diffusion families run ``[x_t ; x_0]``,
   so ``s`` doubles), hidden size ``h``, ``L`` layers and MLP width ``i`` (MoE: ``moe_intermediate_size *
   num_experts_per_tok`` plus shared experts): a layer keeps about ``s * b * (10 h + 4 i) * w`` bytes for the
@@ -48,7 +50,8 @@ _BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 #: the formula, printed under the table
 FORMULA = (
     "weights = shard_p(P*w); gradients = shard_g(T*w); optimizer = DeepSpeed shard_o(12*T) (16-bit weights) or "
-    "torch AdamW shard_o(2*T*w); reference = shard_p(P*w) when kept without LoRA; activations = L*s*b*h*w + "
+    "torch AdamW shard_o(2*T*w); reference = shard_p(P*w) when kept without LoRA; value model (TraceRL) = 4*P*w; "
+    "activations = L*s*b*h*w + "
     "s*b*(10h+4i)*w with gradient checkpointing, else L*s*b*(10h+4i)*w; logits = s*b*V*(w+4); shard(x) = x/N "
     "where the strategy shards it (dare/memory_estimate.py)"
 )
@@ -228,6 +231,7 @@ def estimate_memory(ctx, processes: list[int]) -> list[MemoryEstimate]:
             "gradients": shard(trainable * w, strategy.shard_grads),
             "optimizer": opt,
             "reference policy": shard(total * w, strategy.shard_params) if _keeps_reference(ctx) else 0.0,
+            "value model": 4.0 * total * w if getattr(getattr(ctx.objective, "params", None), "value_model", False) else 0.0,
             "activations": float(act),
             "logits": float(s * b * vocab * (w + 4)),
         }

@@ -139,6 +139,20 @@ def test_memory_estimate_by_hand(tmp_path):
     assert one.terms["optimizer"] == one.trainable * 12  # DeepSpeed with 16-bit weights
     assert one.terms["gradients"] == one.trainable * w
     assert one.terms["reference policy"] == 0  # LoRA: adapters disabled
+    assert one.terms["value model"] == 0  # not TraceRL's value model
+
+
+def test_memory_estimate_counts_tracerls_value_model(tmp_path):
+    """The TraceRL recipe with ``value_model: true``: a replicated copy of the model, 4 P w per GPU."""
+    from dare.memory_estimate import estimate_memory
+    from dare.spec import load_spec, resolve_spec
+
+    path = ROOT / "examples/recipes/tracerl-sdar-8b-math.yaml"
+    card = _card(_raw(path))
+    spec = load_spec(path, overrides=[f"model.path={card}", f"output.dir={tmp_path / 'run'}",
+                                      "algorithm.params.value_model=true"], check=False)
+    one, eight = estimate_memory(resolve_spec(spec, str(path), config_only=True), [1, 8])
+    assert one.terms["value model"] == eight.terms["value model"] == 4 * one.parameters * 2
 
 
 def test_profile_estimate_cli_prints_formula(tmp_path):
