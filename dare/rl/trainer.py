@@ -211,6 +211,7 @@ class GRPOTrainer(PolicyUpdate, DareTrainer):
         advantages = group_advantages(rewards, a.group_size, a.advantage, a.advantage_std_eps).to(batch.input_ids.device)
         rollout = Rollout(batch=batch, texts=texts, rewards=rewards, reward_parts=parts, advantages=advantages)
         rollout.passes = [self._draw_passes(batch, i) for i in range(a.num_iterations)]
+        extra_stats = self._after_passes(rollout)
         t2 = time.perf_counter()
         model.eval()
         try:
@@ -231,8 +232,15 @@ class GRPOTrainer(PolicyUpdate, DareTrainer):
             "time/rollout": t1 - t0,
             "time/score": score_stats["time/score"],
             "time/old_ref": time.perf_counter() - t2,
+            **extra_stats,
         }
         return rollout
+
+    def _after_passes(self, rollout: Rollout) -> dict[str, float]:
+        """A hook between drawing the passes and scoring the old/reference policies: a subclass may replace
+        ``rollout.advantages`` here (TraceRL's value model: ``[N, G]`` token advantages), so the rows the update runs
+        (:meth:`_trained_rows`) follow them. :returns: extra rollout statistics (default none)."""
+        return {}
 
     def _reward_stats(self, rewards, parts, advantages) -> dict[str, float]:
         """Rollout statistics of the whole batch over every process (means and standard deviations)."""

@@ -106,3 +106,37 @@ def test_value_model_trains_saves_and_resumes_bit_exact(tmp_path, tiny_llada_dir
     value2 = load_file(str(out / "value_model" / "model.safetensors"))
     for k, v in value2.items():
         assert torch.equal(v, value[k]), k
+
+    # killed after the last checkpoint, before the final save: the re-run finds a finished run and must publish the
+    # trained value model from the checkpoint, not the fresh copy it builds at start
+    shutil.rmtree(out / "model")
+    shutil.rmtree(out / "value_model")
+    Run(load_spec(tmp_path / "s.yaml", check=False)).execute(evaluate=False)
+    value3 = load_file(str(out / "value_model" / "model.safetensors"))
+    assert all(torch.equal(v, value[k]) for k, v in value3.items())
+    Run(load_spec(tmp_path / "s.yaml", check=False)).execute(evaluate=False)  # and again, nothing to train
+    value4 = load_file(str(out / "value_model" / "model.safetensors"))
+    assert all(torch.equal(v, value[k]) for k, v in value4.items())
+
+
+def test_rows_scored_under_the_rollout_policy_follow_the_token_advantages(tmp_path, tiny_llada_dir, monkeypatch):
+    """With 2 inner iterations (old-policy scores needed) and skip_zero_advantage, the rows to score are chosen from
+    the token advantages: a tied group (group advantage 0) still trains once its values are non-zero."""
+    from dare.run import Run
+    from dare.spec import load_spec
+    from dare_grpo.trainer_tracerl import TraceRLValueTrainer
+
+    seen = []
+    trained_rows = TraceRLValueTrainer._trained_rows
+
+    def spy(self, rollout):
+        seen.append(rollout.advantages.dim())
+        return trained_rows(self, rollout)
+
+    monkeypatch.setattr(TraceRLValueTrainer, "_trained_rows", spy)
+    monkeypatch.setattr("dare.builtins.rewards.sudoku_score", lambda completion, *a: len(set(completion)) / 8)
+    spec = _spec(tiny_llada_dir, tmp_path / "run", steps=2)
+    spec["algorithm"]["params"]["num_iterations"] = 2
+    (tmp_path / "s.yaml").write_text(yaml.safe_dump(spec))
+    Run(load_spec(tmp_path / "s.yaml")).execute(evaluate=False)
+    assert seen and set(seen) == {2}

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import json
+import shutil
+from pathlib import Path
+
 import pytest
 
 from dare.errors import SpecError
@@ -145,3 +149,15 @@ def test_tracerl_value_model_with_lora_is_rejected(tiny_llada_dir, tmp_path):
     raw.pop("model")
     raw["model"] = {"path": str(tiny_llada_dir)}
     validate_spec(raw)  # without LoRA the same spec is valid
+    configs = Path(__file__).resolve().parents[3] / "examples" / "accelerate"
+    raw["launch"] = {"accelerate_config": str(configs / "zero3.yaml"), "num_processes": 8}
+    assert "deepspeed-zero3" in problems(raw)["algorithm.params.value_model"]
+    raw["launch"]["accelerate_config"] = str(configs / "ddp.yaml")
+    validate_spec(raw)
+    cfg = json.loads((tiny_llada_dir / "config.json").read_text())
+    tied = tmp_path / "tied"
+    shutil.copytree(tiny_llada_dir, tied)
+    (tied / "config.json").write_text(json.dumps({**cfg, "weight_tying": True}))
+    assert "weight_tying" in problems({**raw, "model": {"path": str(tied)}})["algorithm.params.value_model"]
+    raw["algorithm"]["params"]["value_learning_rate"] = 1e39
+    assert "less than or equal to 1" in problems(raw)["algorithm.params.value_learning_rate"]

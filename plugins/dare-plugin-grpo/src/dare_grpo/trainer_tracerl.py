@@ -14,13 +14,19 @@ stage (Gen-Verse/dLLM-RL@10b4fd1 ``rl.py`` with ``model.value_base_model``: ``tr
    (``train_sdar_value.py:1003-1005``), gradient norm clipped at ``train.max_grad_norm``;
 4. the policy update with the token advantages ``A_j`` (:class:`~dare_grpo.objectives.tracerl.TraceRL`).
 
+Steps 1-3 run in :meth:`TraceRLValueTrainer._after_passes`, before the rollout policy scores the passes, so the rows
+the update runs (``skip_zero_advantage``) follow the token advantages. A rollout is one micro-batch of prompts: with
+``train.gradient_accumulation_steps`` k, the value model takes k steps per policy optimizer step.
+
 Differences from the released trainer, by design: the value model starts as a copy of the policy's starting
 weights with a zeroed head (the release loads ``model.value_base_model``, usually the same checkpoint); it takes
 one optimizer step per rollout over every row (the release steps every ``batch_size_lm x
 gradient_accumulation_steps x processes`` rows); its gradients are averaged over processes by an all-reduce, so it
 supports one process and DDP, not FSDP or DeepSpeed sharding. Its weights and AdamW state are saved with every
 checkpoint (``value_model.safetensors``, ``value_optimizer.safetensors`` + ``value_optimizer.json``: no pickle) and
-restored on resume; the final value model is written to ``<output_dir>/value_model`` (safetensors).
+restored on resume (and when a finished run is re-run); the final value model is written to
+``<output_dir>/value_model`` (safetensors): the last step's, also with ``train.keep_best_metric`` (``model/`` then
+holds the best step's policy).
 """
 
 from __future__ import annotations
@@ -114,10 +120,10 @@ class TraceRLValueTrainer(GRPOTrainer):
         self.value_optimizer.zero_grad(set_to_none=True)
         return {"value/loss": float(total), "value/grad_norm": float(norm), "value/skipped": float(not finite)}
 
-    def generate_rollout(self, model, inputs: dict[str, list]) -> Rollout:
-        """The rollout of :class:`~dare.rl.trainer.GRPOTrainer`, then values, GAE and the value step (module
-        docstring); ``rollout.advantages`` becomes the ``[N, G]`` token advantages."""
-        rollout = super().generate_rollout(model, inputs)
+    def _after_passes(self, rollout: Rollout) -> dict[str, float]:
+        """Values, GAE and the value step (module docstring) once the passes are drawn, before the old policy is
+        scored: ``rollout.advantages`` becomes the ``[N, G]`` token advantages, so the rows the update runs (and
+        scores under the rollout policy) are those with a non-zero token advantage."""
         p, batch, passes = self.params, rollout.batch, rollout.passes[0]
         t0 = time.perf_counter()
         G = batch.input_ids.shape[1] - batch.prompt_length
@@ -132,8 +138,7 @@ class TraceRLValueTrainer(GRPOTrainer):
                   "value/advantage_abs": float((advantages.abs() * trained).sum()) / count,
                   "time/value": time.perf_counter() - t0}
         rollout.advantages = advantages
-        rollout.stats |= stats
-        return rollout
+        return stats
 
     # ------------------------------------------------------------------ checkpoints and the final save
     def _save_optimizer_and_scheduler(self, output_dir):
@@ -145,6 +150,13 @@ class TraceRLValueTrainer(GRPOTrainer):
         super()._load_optimizer_and_scheduler(checkpoint)
         if checkpoint is not None and (Path(checkpoint) / VALUE_WEIGHTS).exists():
             load_value_state(self.value_model, self.value_optimizer, checkpoint)
+
+    def _finished_from(self, ckpt: str, state: dict):
+        """A finished run re-run: the policy is loaded from ``ckpt`` (base class), and so is the value model, so the
+        final save publishes the trained value model, not the fresh copy made at start."""
+        if (Path(ckpt) / VALUE_WEIGHTS).exists():
+            load_value_state(self.value_model, self.value_optimizer, ckpt)
+        return super()._finished_from(ckpt, state)
 
     def save_final(self, model_dir) -> None:
         super().save_final(model_dir)

@@ -99,7 +99,7 @@ class TraceRLParams(RLParams):
                               "token advantages (dare_grpo.trainer_tracerl); one process or DDP.")
     gamma: float = Field(1.0, ge=0.0, le=1.0, description="GAE discount over transitions (value_model only).")
     lam: float = Field(1.0, ge=0.0, le=1.0, description="GAE lambda over transitions (value_model only).")
-    value_learning_rate: float = Field(5e-6, gt=0.0, description="AdamW learning rate of the value model.")
+    value_learning_rate: float = Field(5e-6, gt=0.0, le=1.0, description="AdamW learning rate of the value model.")
     value_clip_eps: float = Field(0.2, gt=0.0, description="Clip range of the value loss around the rollout-time "
                                   "values.")
 
@@ -122,9 +122,30 @@ class TraceRL(OnlineRLObjective):
     def check(self, ctx, loc: str) -> list[tuple[str, str]]:
         problems = super().check(ctx, loc)
         model = getattr(ctx.spec, "model", None)
-        if self.params.value_model and getattr(model, "lora", None) is not None:
+        if not self.params.value_model:
+            return problems
+        if getattr(model, "lora", None) is not None:
             problems.append((f"{loc}.params.value_model", "the value model is a full copy of the policy with its own "
                              "head and cannot share LoRA adapters: remove model.lora, or set value_model: false"))
+        cfg = ctx.model_config
+        if (cfg.get("weight_tying") if isinstance(cfg, dict) else getattr(cfg, "weight_tying", False)):
+            problems.append((f"{loc}.params.value_model", "the model ties its output layer to the input embeddings "
+                             "(weight_tying: true), so no value head can replace it: use a checkpoint with an untied "
+                             "output layer, or set value_model: false"))
+        launch = getattr(ctx.spec, "launch", None)
+        if launch is not None and launch.accelerate_config:
+            from dare.errors import SpecError
+            from dare.memory_estimate import strategy_from_accelerate_config
+
+            try:
+                strategy = strategy_from_accelerate_config(launch.accelerate_config, ctx.source)
+            except (SpecError, OSError):
+                strategy = None  # unreadable: `dare profile --estimate` reports it; the launch is not validated here
+            if strategy is not None and strategy.name != "ddp":
+                problems.append((f"{loc}.params.value_model", f"the value model is replicated and all-reduced (one "
+                                 f"process or DDP), but launch.accelerate_config ({launch.accelerate_config}) is "
+                                 f"{strategy.name}: launch with a DDP config (examples/accelerate/ddp.yaml; --set "
+                                 "launch.accelerate_config=examples/accelerate/ddp.yaml), or set value_model: false"))
         return problems
 
     def make_estimator(self, family, model_config, sampler):
