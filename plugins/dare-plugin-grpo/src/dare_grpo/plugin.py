@@ -25,7 +25,7 @@ def register_objectives(register):
     register("dare_grpo.objectives.cj_grpo:CJGRPO", name="cj-grpo",
              description="CJ-GRPO (arXiv 2509.23924): GRPO on the replayed decoding trajectory, averaged over steps.")
     register("dare_grpo.objectives.tracerl:TraceRL", name="tracerl",
-             description="TraceRL (arXiv 2509.06949): trajectory-aware PPO with shrinkage; value model not included.")
+             description="TraceRL (arXiv 2509.06949): trajectory-aware PPO with shrinkage, optionally with its value model.")
     # objectives with their own rollouts or (objective, family, sampler) rules
     register("dare_grpo.objectives.mdpo:MDPO", name="mdpo",
              description="MDPO (arXiv 2508.13148): step-wise rewards on intermediate predictions, top-K steps, weighted "
