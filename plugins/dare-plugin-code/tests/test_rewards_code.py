@@ -239,8 +239,13 @@ def test_write_outside_the_sandbox(mode, unharmed):
     direct = f"open({str(target)!r}, 'w').write('x')"
     score, result, _ = attack(direct, mode)
     assert score == 0.0 and not target.exists()
-    if result.layers["bwrap"]:  # the directory is not even there
+    from dare_code.sandbox import bwrap
+    from dare_code.sandbox.view import view
+
+    if result.layers["bwrap"] and bwrap.workdir(view()) == bwrap.WORKDIR:  # /tmp is the program's own empty tmpfs
         assert "No such file or directory" in result.stderr
+    elif result.layers["bwrap"]:  # a checkout under /tmp: the program's directory is elsewhere, the guard refuses /tmp
+        assert "outside the sandbox directory" in result.stderr
     else:
         assert "outside the sandbox directory" in result.stderr
     if landlock.abi_version() < 1 and not result.layers["bwrap"]:
