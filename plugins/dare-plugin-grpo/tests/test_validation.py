@@ -152,6 +152,8 @@ def test_tracerl_value_model_with_lora_is_rejected(tiny_llada_dir, tmp_path):
     configs = Path(__file__).resolve().parents[3] / "examples" / "accelerate"
     raw["launch"] = {"accelerate_config": str(configs / "zero3.yaml"), "num_processes": 8}
     assert "deepspeed-zero3" in problems(raw)["algorithm.params.value_model"]
+    raw["launch"]["accelerate_config"] = str(configs / "no-such-config.yaml")
+    assert "cannot read accelerate config" in problems(raw)["launch.accelerate_config"]
     raw["launch"]["accelerate_config"] = str(configs / "ddp.yaml")
     validate_spec(raw)
     cfg = json.loads((tiny_llada_dir / "config.json").read_text())

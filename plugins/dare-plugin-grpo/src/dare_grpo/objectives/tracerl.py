@@ -139,8 +139,9 @@ class TraceRL(OnlineRLObjective):
 
             try:
                 strategy = strategy_from_accelerate_config(launch.accelerate_config, ctx.source)
-            except (SpecError, OSError):
-                strategy = None  # unreadable: `dare profile --estimate` reports it; the launch is not validated here
+            except SpecError as exc:  # a missing or unreadable config would hide a ZeRO/FSDP launch
+                problems.extend(exc.problems)
+                strategy = None
             if strategy is not None and strategy.name != "ddp":
                 problems.append((f"{loc}.params.value_model", f"the value model is replicated and all-reduced (one "
                                  f"process or DDP), but launch.accelerate_config ({launch.accelerate_config}) is "
