@@ -110,16 +110,13 @@ def test_values_gae_value_loss_and_policy_loss_reproduce_the_official_trainer():
 
 
 def test_step_gae_reproduces_the_official_recursion_at_other_gamma_and_lambda():
-    t, meta, params, batch, passes, values = setup(gamma=meta_other()["gam"], lam=meta_other()["lam"])
+    other = read_fixture("tracerl_value")[1]["other_gae"]
+    t, meta, params, batch, passes, values = setup(gamma=other["gam"], lam=other["lam"])
     _, returns, adv = gae(t, params, batch, passes, values)
     assert rel_diff(returns, t["expected.other.returns"]) <= TOL
     assert rel_diff(adv, t["expected.other.advantages"]) <= TOL
     # and they differ from the released gam = lam = 1 values, so the recursion is exercised
     assert rel_diff(adv, t["expected.advantages"]) > 1e-2
-
-
-def meta_other() -> dict:
-    return read_fixture("tracerl_value")[1]["other_gae"]
 
 
 def test_gamma_lambda_one_telescopes_to_reward_minus_value():
