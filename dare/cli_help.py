@@ -71,15 +71,17 @@ def print_params(con, entry) -> None:
     """A component's params as a table (:func:`dare.paramdocs.param_rows`)."""
     from rich.table import Table
 
-    from dare.paramdocs import official_values, param_rows
+    from dare.paramdocs import official_by_family, official_note, param_rows
 
     rows = param_rows(entry.cls.Params)
-    official = official_values(entry.cls.Params)
-    t = Table(title=f"{entry.kind} {entry.name} ({entry.distribution}): {entry.cls.description()}", title_justify="left")
-    for col in ("param", "type", "default") + (("official",) if official else ()) + ("description",):
+    by_family = official_by_family(entry.cls.Params)
+    heads = tuple(f"official {fam}".strip() for fam in by_family)  # one column per family the release trains
+    t = Table(title=f"{entry.kind} {entry.name} ({entry.distribution}): {entry.cls.description()}", title_justify="left",
+              caption=official_note(entry.cls.Params) or None, caption_justify="left")
+    for col in ("param", "type", "default") + heads + ("description",):
         t.add_column(col, overflow="fold")
-    for r in rows:
-        t.add_row(*r[:3], *((official.get(r[0], "–"),) if official else ()), r[3])  # –: no official value recorded
+    for r in rows:  # –: no official value recorded
+        t.add_row(*r[:3], *(entry_["values"].get(r[0], "–") for entry_ in by_family.values()), r[3])
     if rows:
         con.print(t)
     else:
@@ -94,7 +96,7 @@ def show_component(reg, name: str, as_json: bool) -> None:
     import difflib
 
     from dare.errors import PluginError
-    from dare.paramdocs import official_values, param_rows
+    from dare.paramdocs import official_by_family, official_values, param_rows
 
     found = [e for e in reg.all() if e.name == name]
     if not found:
@@ -107,7 +109,8 @@ def show_component(reg, name: str, as_json: bool) -> None:
                                 "description": e.cls.description(), "params": e.cls.Params.model_json_schema(),
                                 "rows": [dict(zip(("param", "type", "default", "description"), r))
                                          for r in param_rows(e.cls.Params)],
-                                "official": official_values(e.cls.Params)} for e in found], indent=2))
+                                "official": official_values(e.cls.Params),
+                                "official_by_family": official_by_family(e.cls.Params)} for e in found], indent=2))
         return
     con = wide_console()
     for e in found:

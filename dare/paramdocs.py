@@ -2,7 +2,8 @@
 
 What ``dare plugins NAME`` and ``dare plugins --params`` print, from the component's ``Params`` JSON
 Schema (pydantic), so the table always matches what the spec accepts; for objectives with an official
-release, the ``official`` column (:func:`official_values`, :mod:`dare.components.official`).
+release, the ``official`` column per model family (:func:`official_by_family`, :mod:`dare.components.official`) and
+the files each family's values come from (:func:`official_note`).
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-__all__ = ["param_rows", "describe_type", "official_values"]
+__all__ = ["param_rows", "describe_type", "official_values", "official_by_family", "official_note"]
 
 _BOUNDS = (("minimum", ">="), ("exclusiveMinimum", ">"), ("maximum", "<="), ("exclusiveMaximum", "<"))
 
@@ -65,3 +66,34 @@ def official_values(params_cls) -> dict[str, str]:
     if table is None:
         return {}
     return {name: json.dumps(value, default=str) for name, value in table().items()}
+
+
+def official_by_family(params_cls) -> dict[str, dict[str, Any]]:
+    """``{family: {"values": {param: value as JSON text}, "files": [source file, ...]}}`` of an objective's official
+    table, one entry per family its release trains (key ``""`` for a table without families: any family); empty
+    for components without an official table. ``files``: where the family's rows come from
+    (:func:`dare.components.official.source_file`, first use first)."""
+    from dare.components.official import source_file
+
+    families = getattr(params_cls, "official_table_families", None)
+    if families is None or not params_cls.official:
+        return {}
+    out = {}
+    for fam in families():
+        rows = params_cls.official_rows(fam or None)
+        out[fam] = {"values": {s.param: json.dumps(s.value, default=str) for s in rows},
+                    "files": list(dict.fromkeys(source_file(s.source) for s in rows))}
+    return out
+
+
+def official_note(params_cls) -> str:
+    """One paragraph under ``dare plugins NAME``'s table: per family, the files its official values come from, and
+    what ``preset: official`` does on a family the release did not train ("" without an official table)."""
+    table = official_by_family(params_cls)
+    if not table:
+        return ""
+    lines = [f"official ({fam or 'any family'}): from {', '.join(entry['files'])}" for fam, entry in table.items()]
+    if getattr(params_cls, "official_families", ()):
+        lines.append(f"the release trains {', '.join(params_cls.official_families)} only: preset: official refuses "
+                     "other model families")
+    return "\n".join(lines)

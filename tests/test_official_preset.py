@@ -90,3 +90,120 @@ def test_dare_plugins_prints_the_official_value_beside_each_default():
     assert entry["official"]["advantage"] == '"drgrpo"' and entry["official"]["group_size"] == "6"
     table = CliRunner(env={"COLUMNS": "250"}).invoke(cli, ["plugins", "d1"]).output
     assert "official" in table and '"drgrpo"' in table
+
+
+# --------------------------------------------------------------------------- per (algorithm, model family)
+def test_official_rows_resolve_per_family():
+    from dare.components.official import OfficialParams, OfficialSetting
+    from dare.rl import RLParams
+
+    class Two(RLParams):  # a release with one trainer per family: rows without a family apply to both
+        official_families = ("llada", "sdar")
+        official = (
+            OfficialSetting("group_size", 8, "o/r@c:train/rl_llada.py:10", family="llada"),
+            OfficialSetting("group_size", 16, "o/r@c:train/rl_sdar.py:20", family="sdar"),
+            OfficialSetting("beta", 0.01, "o/r@c:configs/common.yaml:3"),
+        )
+
+    assert Two.official_values("llada") == {"group_size": 8, "beta": 0.01}
+    assert Two.official_values("sdar") == {"group_size": 16, "beta": 0.01}
+    assert Two.official_values() == Two.official_values("llada")  # no family known: the first, the main one
+    assert Two.model_validate({"preset": "official"}, context={"family": "sdar"}).group_size == 16
+    p = Two.model_validate({"preset": "official"}, context={"family": "llada"})
+    assert (p.group_size, p.beta, p.preset_family()) == (8, 0.01, "llada")
+    with pytest.raises(ValueError, match=r"model family 'dream'.*trains llada, sdar only"):
+        Two.model_validate({"preset": "official"}, context={"family": "dream"})
+    assert Two.model_validate({"preset": "dare"}, context={"family": "dream"}).group_size == 8  # DARE's default
+    assert issubclass(Two, OfficialParams) and OfficialParams.official_values("dream") == {}  # no table: nothing
+
+
+def test_the_right_file_for_each_family_and_a_refused_family_named():
+    from dare.paramdocs import official_by_family, official_note
+
+    from dare_grpo.objectives.tracerl import TraceRLParams
+
+    assert D1Params.official_families == ("llada",) and CoupledGRPOParams.official_families == ("dream",)
+    (fam, entry), = official_by_family(CoupledGRPOParams).items()
+    assert fam == "dream" and entry["values"]["group_size"] == "10"
+    assert entry["files"][0] == "apple/ml-diffucoder@f735e01376b752b70356efe45192f31499bf30dc:src/open_r1/coupled_grpo.py"
+    assert "official (llada): from dllm-reasoning/d1@" in official_note(D1Params)
+    assert "trains llada only" in official_note(D1Params)
+    assert any(f.endswith("train/rl_llada.py") for f in official_by_family(TraceRLParams)["llada"]["files"])
+    with pytest.raises(ValueError, match=r"no settings for the model family 'dream'.*dllm-reasoning/d1.*trains llada only"):
+        D1Params.model_validate({"preset": "official"}, context={"family": "dream"})
+    with pytest.raises(ValueError, match=r"model family 'llada'.*apple/ml-diffucoder.*trains dream only"):
+        CoupledGRPOParams.model_validate({"preset": "official"}, context={"family": "llada"})
+
+
+def test_a_spec_on_a_family_the_release_did_not_train_is_refused_at_validation(tmp_path):
+    from dare.errors import SpecError
+    from dare.spec import load_spec
+
+    spec = {"model": {"new": {"family": "dream", "preset": "tiny"}}, "data": {"train": {"path": str(tmp_path / "gsm8k.jsonl")}},
+            "train": {"learning_rate": 1e-5, "max_steps": 1},
+            "algorithm": {"name": "d1", "params": {"preset": "official"}}, "rewards": [{"name": "gsm8k"}],
+            "sampler": {"name": "dream", "params": {"gen_length": 8, "steps": 8}}, "output": {"dir": str(tmp_path / "r")}}
+    (tmp_path / "gsm8k.jsonl").write_text('{"prompt": "1+1?", "answer": "2"}\n')
+    (tmp_path / "s.yaml").write_text(json.dumps(spec))
+    with pytest.raises(SpecError, match=r"algorithm.params(.|\n)*model family 'dream'(.|\n)*trains llada only"):
+        load_spec(tmp_path / "s.yaml")
+    spec["model"]["new"]["family"] = "llada"
+    spec["sampler"] = {"name": "llada", "params": {"gen_length": 8, "block_length": 8, "steps": 8}}
+    (tmp_path / "s.yaml").write_text(json.dumps(spec))
+    assert load_spec(tmp_path / "s.yaml").algorithm.name == "d1"  # the family the release trains: accepted
+
+
+def test_dare_plugins_names_the_file_of_each_familys_rows():
+    from click.testing import CliRunner
+
+    from dare.cli import cli
+
+    (entry,) = json.loads(CliRunner().invoke(cli, ["plugins", "coupled-grpo", "--json"]).output)
+    assert list(entry["official_by_family"]) == ["dream"]
+    assert entry["official_by_family"]["dream"]["values"]["ref_model_sync_steps"] == "64"
+    table = CliRunner(env={"COLUMNS": "400"}).invoke(cli, ["plugins", "d1"]).output
+    assert "official llada" in table and "from dllm-reasoning/d1@" in table and "trains llada only" in table
+
+
+def test_a_mapping_keeps_the_official_keys_the_spec_does_not_set(caplog):
+    c = CoupledGRPOParams.model_validate({"preset": "official", "rollout_sampler": {"steps": 64}})
+    assert c.rollout_sampler == {"temperature": 1.0, "top_p": 0.95, "steps": 64} and c.preset_kept() == ()
+    with caplog.at_level(logging.WARNING, logger="dare.official"):
+        c = CoupledGRPOParams.model_validate({"preset": "official", "rollout_sampler": {"top_p": 1.0}})
+    assert c.rollout_sampler == {"temperature": 1.0, "top_p": 1.0} and c.preset_kept() == ("rollout_sampler",)
+
+
+def test_coupled_grpo_official_rollouts_sample_with_top_p_095():
+    """The release samples its rollouts with top-p 0.95 (ml-diffucoder coupled_grpo.py:427). Hand-checked: one
+    masked position whose distribution is p = (0.6, 0.36, 0.04) over tokens 0, 1, 2; the nucleus of mass 0.95 is
+    {0, 1} (cumulative 0.6, 0.96 >= 0.95), so token 2 never appears under the official rollout sampler, while the
+    same draws without top-p give it to ~4% of the rows."""
+    from dare_dream.decoding import decode
+    from dare_dream.sampler import DreamSampler
+    from dare_grpo.objectives.coupled_grpo import CoupledGRPO
+
+    from dare.components import SpecialTokens
+    from dare.sampling.options import DecodeOptions
+
+    probs = torch.tensor([0.6, 0.36, 0.04])
+    logits = torch.cat([probs.log(), torch.tensor([-1e9, -1e9])])  # token 3 = mask, token 4 unused
+
+    def logits_fn(x, am):
+        return logits.expand(x.shape[0], x.shape[1], 5).clone()
+
+    sampler = DreamSampler({"gen_length": 1, "steps": 1, "alg": "origin"})
+    rollout, problems = CoupledGRPO({"preset": "official"}).resolve_rollout_sampler(sampler, "algorithm")
+    assert problems == [] and (rollout.sampler.params.top_p, rollout.sampler.params.temperature) == (0.95, 1.0)
+    tokens = SpecialTokens(mask_id=3, eos_id=4, pad_id=4)
+    prompts = torch.zeros(400, 2, dtype=torch.long)
+
+    def draw(params):
+        g = torch.Generator().manual_seed(0)
+        x, _, _ = decode(logits_fn, prompts, None, DecodeOptions(params, tokens, g, None))
+        return x[:, -1]
+
+    with_top_p = draw(rollout.sampler.params)
+    without = draw(rollout.sampler.params.model_copy(update={"top_p": None}))
+    assert int((with_top_p == 2).sum()) == 0 and set(with_top_p.tolist()) == {0, 1}
+    assert 5 <= int((without == 2).sum()) <= 30  # 400 x 0.04 = 16 expected
+    assert 0.55 <= float((with_top_p == 0).float().mean()) <= 0.70  # 0.6 / 0.96 = 0.625 after renormalising

@@ -232,6 +232,22 @@ class ReferencePolicy:
         self.shares_weights = is_peft_model(policy)
         self._copy = None if self.shares_weights else copy.deepcopy(policy).eval().requires_grad_(False)
 
+    def mix_in(self, alpha: float) -> bool:
+        """``ref <- alpha * policy + (1 - alpha) * ref``, parameter by parameter, in place: TRL's reference sync
+        (``SyncRefModelCallback._sync_target_model``, huggingface/trl@1bca49515ecd5b85d16e68c42c76670e252e19f1
+        ``trl/trainer/callbacks.py:107-109``; TR-DPO, arXiv 2404.09656). Buffers are not mixed (as TRL).
+
+        :param alpha: the policy's weight in ``[0, 1]`` (1 copies the policy).
+        :returns: False, and nothing changes, for a peft policy: its reference is the base with the adapters
+            disabled, which no sync touches (TRL keeps no reference copy under PEFT either).
+        """
+        if self._copy is None:
+            return False
+        with torch.no_grad():
+            for ref_p, p in zip(self._copy.parameters(), self.policy.parameters()):
+                ref_p.mul_(1.0 - alpha).add_(p.detach().to(ref_p.dtype), alpha=alpha)
+        return True
+
     @contextlib.contextmanager
     def model(self) -> Iterator[Any]:
         """The reference model for the duration of the block (dropout off)."""

@@ -66,6 +66,16 @@ class RLParams(OfficialParams):
         default_factory=dict,
         description="Overrides of sampler.params for training rollouts, e.g. {temperature: 1.0}; evaluation keeps sampler.params.",
     )
+    sync_ref_model: bool = Field(
+        False,
+        description="Mix the policy into the reference policy every ref_model_sync_steps optimizer steps, "
+        "ref = alpha * policy + (1 - alpha) * ref (TRL's GRPOConfig sync_ref_model, TR-DPO). With a LoRA policy the "
+        "reference is the base with the adapters disabled and nothing is mixed, as in TRL (no reference copy under PEFT).",
+    )
+    ref_model_sync_steps: int = Field(512, ge=1, description="Optimizer steps between two reference syncs (TRL's "
+                                      "ref_model_sync_steps; used with sync_ref_model).")
+    ref_model_mixup_alpha: float = Field(0.6, ge=0.0, le=1.0, description="Weight alpha of the policy in a reference "
+                                         "sync (TRL's ref_model_mixup_alpha; 1 = copy the policy).")
     rollout_batch_size: int | None = Field(None, gt=0, description="Completions per sampler call (null = all at once).")
     micro_batch_size: int | None = Field(None, gt=0, description="Completions per likelihood forward/backward (null = all).")
     skip_zero_advantage: bool = Field(

@@ -130,14 +130,17 @@ SpecContext = ResolvedSpec
 
 
 def _component(ctx: ResolvedSpec, kind: str, cspec: ComponentSpec, loc: str):
-    """Build the ``kind`` component ``cspec`` names, its params validated; None (and a problem) on failure."""
+    """Build the ``kind`` component ``cspec`` names, its params validated with the model's family as the validation
+    context (``{"family": name}``, e.g. ``preset: official``); None (and a problem) on failure."""
     try:
         entry = ctx.registry.get(kind, cspec.name)
     except PluginError as exc:
         ctx.problems.append((f"{loc}.name", str(exc)))
         return None
+    # the model family, for values that depend on it (``preset: official``, dare.components.official)
+    context = {"family": ctx.family.name} if ctx.family is not None else None
     try:
-        params = entry.cls.Params.model_validate(cspec.params)
+        params = entry.cls.Params.model_validate(cspec.params, context=context)
     except ValidationError as exc:
         ctx.problems.extend(pydantic_problems(exc, entry.cls.Params, prefix=f"{loc}.params"))
         return None

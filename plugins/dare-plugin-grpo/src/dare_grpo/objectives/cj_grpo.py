@@ -40,6 +40,8 @@ CJ_CONFIG = "yjyddq/EOSER-ASS-RL@5affb4ec0db9d3819175c2011c94e38c74325624:cj-grp
 
 
 class CJGRPOParams(RLParams):
+    #: the release trains LLaDA-8B-Instruct only
+    official_families: ClassVar[tuple[str, ...]] = ("llada",)
     official: ClassVar[tuple[OfficialSetting, ...]] = (
         OfficialSetting("advantage", "drgrpo", f"{CJ_TRAINER}:587",
                         "DARE's recipes normalise by the group std (GRPO); CJ-GRPO uses r - mean"),

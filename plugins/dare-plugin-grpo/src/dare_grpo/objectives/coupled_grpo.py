@@ -11,8 +11,10 @@ clipped GRPO with dual clip, token-mean. Recipe defaults (docs/algorithms.md §4
 The released trainer averages the fully-masked copy in (``(lp_full + coupled) / 2``,
 ``src/open_r1/coupled_grpo.py`` line 122 of apple/ml-diffucoder), which is DARE's default; ``full_mask_term:
 false`` is the paper's equation only. ``preset: official`` gives the released settings
-(``CoupledGRPOParams.official``: leave-one-out advantage, no dual clip, eps 0.5, G = 10, mu = 2, beta 0.01,
-tokens through the first EOS, prompt padding attended to); docs/algorithms.md §10 cites each,
+(``CoupledGRPOParams.official``, for Dream, the architecture of DiffuCoder: leave-one-out advantage, no dual clip,
+eps 0.5, G = 10, mu = 2, beta 0.01, tokens through the first EOS, prompt padding attended to, rollouts at temperature
+1 with top-p 0.95, the reference policy mixed with the policy every 64 steps, alpha 0.6: TRL's ``sync_ref_model``);
+docs/algorithms.md §10 cites each,
 tests/parity/test_coupled_grpo.py checks them.
 """
 
@@ -33,9 +35,13 @@ __all__ = ["CoupledGRPO", "CoupledGRPOParams"]
 #: The released DiffuCoder code and config (docs/algorithms.md §10.2).
 DIFFUCODER_TRAINER = "apple/ml-diffucoder@f735e01376b752b70356efe45192f31499bf30dc:src/open_r1/coupled_grpo.py"
 DIFFUCODER_CONFIG = "apple/ml-diffucoder@f735e01376b752b70356efe45192f31499bf30dc:recipes/config_coupled_code.yaml"
+#: The TRL commit DiffuCoder pins (its setup.py), whose GRPOConfig holds the defaults the config keeps.
+TRL_GRPO_CONFIG = "huggingface/trl@1bca49515ecd5b85d16e68c42c76670e252e19f1:trl/trainer/grpo_config.py"
 
 
 class CoupledGRPOParams(RLParams):
+    #: DiffuCoder-7B, a Dream-architecture model, is the only model the release trains
+    official_families: ClassVar[tuple[str, ...]] = ("dream",)
     official: ClassVar[tuple[OfficialSetting, ...]] = (
         OfficialSetting("advantage", "rloo", f"{DIFFUCODER_TRAINER}:545-561",
                         "DARE's recipes normalise by the group std (GRPO); DiffuCoder uses leave-one-out"),
@@ -54,6 +60,13 @@ class CoupledGRPOParams(RLParams):
                         "DARE scores every completion token, EOS padding included"),
         OfficialSetting("prompt_padding", "attend", f"{DIFFUCODER_TRAINER}:283",
                         "DARE never attends to prompt padding (DiffuCoder never masks the prompt either way)"),
+        OfficialSetting("rollout_sampler", {"temperature": 1.0, "top_p": 0.95}, f"{DIFFUCODER_TRAINER}:409,427",
+                        "DARE's rollouts take the spec's sampler as it is (no nucleus filter); the temperature is the "
+                        "config's generation_temperature (config_coupled_code.yaml:53)"),
+        OfficialSetting("sync_ref_model", True, f"{DIFFUCODER_CONFIG}:11", "DARE's reference policy stays the initial model"),
+        OfficialSetting("ref_model_sync_steps", 64, f"{DIFFUCODER_CONFIG}:12", "TRL's default 512"),
+        OfficialSetting("ref_model_mixup_alpha", 0.6, f"{TRL_GRPO_CONFIG}:376-377",
+                        "TRL's default, which the config keeps"),
     )
     t_min: float = Field(0.2, gt=0.0, lt=1.0, description="Smallest mask ratio t of the coupled pair.")
     t_max: float = Field(0.8, gt=0.0, lt=1.0, description="Largest mask ratio t of the coupled pair.")

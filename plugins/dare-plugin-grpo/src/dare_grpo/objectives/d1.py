@@ -10,7 +10,8 @@ mu > 1 the prompt mask is redrawn at every inner iteration, as in d1.
 
 ``preset: official`` gives the released d1 trainer's settings (``D1Params.official``: r - mean advantage, no
 dual clip, eps 0.5, G = 6, mu = 12, beta 0.04, tokens through the first EOS, prompt padding attended to and
-masked); docs/algorithms.md §10 cites each, and tests/parity/test_d1.py checks the loss and gradients
+masked, rollouts at temperature 0.9, TRL's reference sync every 64 steps, which the release's LoRA makes a no-op;
+LLaDA only, the one family the release trains); docs/algorithms.md §10 cites each, and tests/parity/test_d1.py checks the loss and gradients
 against the official code's values.
 """
 
@@ -31,9 +32,12 @@ __all__ = ["D1", "D1Params"]
 #: The released d1 code and config (docs/algorithms.md §10.1).
 D1_TRAINER = "dllm-reasoning/d1@837888f22c21a5da91a0af2b0d7b19e81d9b47ec:diffu-grpo/diffu_grpo_trainer.py"
 D1_CONFIG = "dllm-reasoning/d1@837888f22c21a5da91a0af2b0d7b19e81d9b47ec:diffu-grpo/slurm_scripts/train.yaml"
+D1_CONFIG_PY = "dllm-reasoning/d1@837888f22c21a5da91a0af2b0d7b19e81d9b47ec:diffu-grpo/diffu_grpo_config.py"
 
 
 class D1Params(RLParams):
+    #: the release trains LLaDA-8B-Instruct only (diffu-grpo/slurm_scripts/gsm_base.sbatch)
+    official_families: ClassVar[tuple[str, ...]] = ("llada",)
     official: ClassVar[tuple[OfficialSetting, ...]] = (
         OfficialSetting("advantage", "drgrpo", f"{D1_TRAINER}:539",
                         "DARE's recipes normalise by the group std (GRPO); d1 uses r - mean"),
@@ -50,6 +54,11 @@ class D1Params(RLParams):
                         "DARE scores every completion token, EOS padding included"),
         OfficialSetting("prompt_padding", "attend", f"{D1_TRAINER}:247-251,278",
                         "DARE never attends to or masks prompt padding"),
+        OfficialSetting("rollout_sampler", {"temperature": 0.9}, f"{D1_CONFIG_PY}:193-194",
+                        "DARE's rollouts take the spec's sampler as it is"),
+        OfficialSetting("sync_ref_model", True, f"{D1_CONFIG}:20",
+                        "a no-op with the release's LoRA (TRL keeps no reference copy under PEFT), as in DARE"),
+        OfficialSetting("ref_model_sync_steps", 64, f"{D1_CONFIG}:21", "TRL's default 512"),
     )
     p_mask_prompt: float = Field(0.15, ge=0.0, le=1.0, description="Probability of masking each prompt token.")
 

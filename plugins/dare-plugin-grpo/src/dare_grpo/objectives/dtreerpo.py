@@ -68,6 +68,8 @@ DTREERPO_CONFIG = "THU-BPM/d-TreeRPO@3eb6f215184bd078e948651539ce046133a68174:dt
 
 
 class DTreeRPOParams(RLParams):
+    #: the release trains LLaDA-8B-Instruct (and LLaDA-MoE, run_llada_moe_*.sh, which no DARE family loads)
+    official_families: ClassVar[tuple[str, ...]] = ("llada",)
     official: ClassVar[tuple[OfficialSetting, ...]] = (
         OfficialSetting("beta", 0.01, f"{DTREERPO_CONFIG}:67"),
         OfficialSetting("clip_eps_low", 0.4, f"{DTREERPO_CONFIG}:68"),

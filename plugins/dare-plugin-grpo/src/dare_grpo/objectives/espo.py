@@ -39,6 +39,8 @@ ESPO_REPO = "ML-GSAI/ESPO@b5f2dac4c54073a2f36c00bb28bc754a99730159"
 
 
 class ESPOParams(RLParams):
+    #: the values are the LLaDA recipes' (recipes/run_math_llada.sh); the release's Dream demo (recipes/run_demo_dream.sh) is not compared
+    official_families: ClassVar[tuple[str, ...]] = ("llada",)
     official: ClassVar[tuple[OfficialSetting, ...]] = (
         OfficialSetting("group_size", 16, f"{ESPO_REPO}:recipes/run_math_llada.sh:23"),
         OfficialSetting("num_iterations", 8, f"{ESPO_REPO}:recipes/run_math_llada.sh:3"),

@@ -109,6 +109,8 @@ JUSTGRPO = "LeapLabTHU/JustGRPO@eebe50e71f5b84ec6b3824cb502664577989db1b"
 
 
 class JustGRPOParams(RLParams):
+    #: the release trains LLaDA-8B-Instruct only (train.py)
+    official_families: ClassVar[tuple[str, ...]] = ("llada",)
     official: ClassVar[tuple[OfficialSetting, ...]] = (
         OfficialSetting("group_size", 16, f"{JUSTGRPO}:train.py:28-29", "DARE's recipes use G = 8"),
         OfficialSetting("advantage", "grpo", f"{JUSTGRPO}:grpo.py:58-61"),

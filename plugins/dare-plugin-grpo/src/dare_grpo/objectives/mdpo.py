@@ -66,6 +66,8 @@ MDPO_CONFIG = "autonomousvision/mdpo@e6ae43906d202a11813860746c9f361d2da3ab5d:re
 
 
 class MDPOParams(RLParams):
+    #: the release ships LLaDA-Instruct recipes only (recipes/LLaDA-Instruct/mdpo/)
+    official_families: ClassVar[tuple[str, ...]] = ("llada",)
     official: ClassVar[tuple[OfficialSetting, ...]] = (
         OfficialSetting("group_size", 4, f"{MDPO_CONFIG}:49", "DARE's recipes use G = 8"),
         OfficialSetting("sample_train_steps", 16, f"{MDPO_CONFIG}:26"),

@@ -62,6 +62,8 @@ SPG_LAUNCH = ("facebookresearch/SPG@a1c712091aee3fde759bbf73b7850546265cd52d:"
 
 
 class SPGParams(RLParams):
+    #: the release trains LLaDA-8B-Instruct only
+    official_families: ClassVar[tuple[str, ...]] = ("llada",)
     official: ClassVar[tuple[OfficialSetting, ...]] = (
         OfficialSetting("advantage", "drgrpo", f"{SPG_TRAINER}:720",
                         "DARE's recipes normalise by the group std (GRPO); SPG uses r - mean"),

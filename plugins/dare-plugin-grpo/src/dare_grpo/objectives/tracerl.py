@@ -60,6 +60,8 @@ TRACERL_REPO = "Gen-Verse/dLLM-RL@10b4fd1cba83e4496c20585dc2fd01dc02f20255"
 
 
 class TraceRLParams(RLParams):
+    #: the rows are rl_llada.py's (LLaDA); the release trains SDAR with train/rl_sdar.py, whose rows are not in this table yet
+    official_families: ClassVar[tuple[str, ...]] = ("llada",)
     official: ClassVar[tuple[OfficialSetting, ...]] = (
         OfficialSetting("group_size", 8, f"{TRACERL_REPO}:configs/rl_llada.yaml:34"),
         OfficialSetting("clip_eps_low", 0.2, f"{TRACERL_REPO}:configs/rl_llada.yaml:65", "DARE's recipes: the same"),
