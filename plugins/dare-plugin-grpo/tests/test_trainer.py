@@ -164,6 +164,31 @@ def test_reference_policy_kl_and_metrics(tmp_path, tiny_llada_dir):
         assert key in recs[0], key
 
 
+def test_reference_sync_in_the_trainer_follows_trls_rule(tmp_path, tiny_llada_dir):
+    """sync_ref_model with N = 2, alpha = 0.5 over 3 steps: the reference is the initial weights after step 1, then
+    0.5 * policy_2 + 0.5 * initial after step 2 and unchanged after step 3 (TRL's SyncRefModelCallback)."""
+    from transformers import TrainerCallback
+
+    lm = load_model(tiny_llada_dir)
+    start = {n: p.detach().clone() for n, p in lm.model.named_parameters()}
+    trainer = make_trainer(lm, D1(), tmp_path, beta=0.1, max_steps=3, sync_ref_model=True, ref_model_sync_steps=2,
+                           ref_model_mixup_alpha=0.5)
+    policy_at = {}
+
+    class Record(TrainerCallback):
+        def on_step_end(self, args, state, control, **kwargs):
+            policy_at[state.global_step] = {n: p.detach().clone() for n, p in lm.model.named_parameters()}
+
+    trainer.add_callback(Record())
+    trainer.train()
+    with trainer.reference.model() as ref:
+        got = dict(ref.named_parameters())
+    name = "model.transformer.wte.weight" if "model.transformer.wte.weight" in got else next(iter(got))
+    want = 0.5 * policy_at[2][name] + 0.5 * start[name]
+    assert not torch.equal(policy_at[2][name], start[name]) and not torch.equal(policy_at[3][name], policy_at[2][name])
+    torch.testing.assert_close(got[name], want, rtol=0, atol=1e-6)
+
+
 def test_reference_of_a_peft_model_is_the_base_without_a_copy(tmp_path, tiny_llada_dir):
     from dare.modeling.lora import apply_lora
     from dare.spec import LoraSpec
