@@ -10,6 +10,7 @@ than the examples), and 16-bit weights become float32 (CPUs lack fast bf16 kerne
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -248,3 +249,65 @@ def test_profile_estimate_names_what_is_missing(tmp_path):
         estimate_report(str(spec), [], "1,8", False)
     assert [loc for loc, _ in err.value.problems] == ["model.path"]
     assert "model.new has no config.json" in err.value.problems[0][1]
+
+
+#: a recipe header line listing one deviation from the official table: ``# deviation: PARAM: reason``
+DEVIATION = re.compile(r"^# deviation: (\w+): (\S.*)$", re.M)
+
+
+def _official_table(params_cls, family: str) -> dict | None:
+    """The official ``{param: value}`` of ``params_cls`` for ``family``, or None when it has none (no table, or a
+    release that did not train that family)."""
+    if not getattr(params_cls, "official", ()):
+        return None
+    try:
+        return params_cls.official_values(family)
+    except ValueError:
+        return None
+
+
+@pytest.mark.parametrize("path", RECIPES, ids=lambda p: p.stem)
+def test_recipe_resolves_to_the_official_table_of_its_algorithm_and_family(path, tmp_path):
+    """A recipe says ``preset: official`` wherever its (algorithm, family) has an official table, states only what the
+    table lacks, and its resolved settings equal the table except the deviations its header lists, each with a reason."""
+    from dare.spec import load_spec, resolve_spec
+
+    raw = _raw(path)
+    card = _card(raw)
+    spec = load_spec(path, overrides=[f"model.path={card}", f"output.dir={tmp_path / 'run'}"], check=False)
+    ctx = resolve_spec(spec, str(path), config_only=True)
+    assert ctx.family.name == FAMILY[card.name] and ctx.objective is not None, ctx.problems
+    params = ctx.objective.params
+    table = _official_table(type(params), ctx.family.name)
+    stated = dict(raw["algorithm"].get("params") or {})
+    deviations = dict(DEVIATION.findall(path.read_text().split("\nmodel:")[0]))
+    if table is None:
+        assert stated.get("preset") != "official" and not deviations, path.name
+        return
+    assert stated.get("preset") == "official", f"{path.name}: {raw['algorithm']['name']} on {ctx.family.name} has an official table"
+    assert params.preset_family() == ctx.family.name
+    assert set(deviations) <= set(table), f"{path.name}: deviations from values the table does not hold"
+    restated = sorted(k for k in stated if k in table and k not in deviations)
+    assert not restated, f"{path.name} restates official values: {restated}"
+    for name, official in table.items():
+        value = getattr(params, name)
+        if name in deviations:
+            assert value != official, f"{path.name}: listed deviation {name} equals the official {official!r}"
+        elif isinstance(official, dict):
+            assert {k: value.get(k) for k in official} == official, name
+        else:
+            assert value == official, f"{path.name}: {name} = {value!r}, official {official!r}"
+    assert set(params.preset_kept()) == set(deviations)
+
+
+def test_the_recipe_check_fails_on_an_unlisted_deviation(tmp_path):
+    """The check is not a no-op: the d1 recipe with group_size 8 restated (no deviation listed) is caught."""
+    from dare.spec import load_spec, resolve_spec
+
+    path = ROOT / "examples/recipes/d1-llada-8b-gsm8k.yaml"
+    card = _card(_raw(path))
+    spec = load_spec(path, overrides=[f"model.path={card}", f"output.dir={tmp_path / 'run'}",
+                                      "algorithm.params.group_size=8"], check=False)
+    params = resolve_spec(spec, str(path), config_only=True).objective.params
+    table = type(params).official_values("llada")
+    assert params.group_size == 8 != table["group_size"] and params.preset_kept() == ("group_size",)

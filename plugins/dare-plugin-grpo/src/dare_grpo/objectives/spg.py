@@ -57,6 +57,7 @@ __all__ = ["SPG", "SPGParams", "JointLossInput", "spg_surrogates", "spg_sequence
 
 #: The released SPG code and launch script (docs/algorithms.md §10.6).
 SPG_TRAINER = "facebookresearch/SPG@a1c712091aee3fde759bbf73b7850546265cd52d:spg/spg_trainer.py"
+SPG_REPO = "facebookresearch/SPG@a1c712091aee3fde759bbf73b7850546265cd52d"
 SPG_LAUNCH = ("facebookresearch/SPG@a1c712091aee3fde759bbf73b7850546265cd52d:"
               "spg/slurm_scripts/spg_mix/gsm_base_spg_mix_beta1.5_weight0.5.sbatch")
 
@@ -77,6 +78,12 @@ class SPGParams(RLParams):
         OfficialSetting("eubo_beta", 1.5, f"{SPG_LAUNCH}:50"),
         OfficialSetting("response_tokens", "through_first_eos", f"{SPG_TRAINER}:644-648",
                         "DARE counts the EOS padding as response (blocks, mask ratios, length weights)"),
+        OfficialSetting("p_mask_prompt", 0.15, f"{SPG_REPO}:spg/slurm_scripts/train.yaml:67"),
+        OfficialSetting("rollout_sampler", {"temperature": 0.9}, f"{SPG_REPO}:spg/diffu_grpo_config.py:186-187",
+                        "DARE's rollouts take the spec's sampler as it is"),
+        OfficialSetting("prompt_padding", "exclude", f"{SPG_TRAINER}:615-618",
+                        "the release creates no prompt padding (one prompt's group per device batch, its note at "
+                        "l.615-618); excluding padding is what makes a padded batch score as its unpadded rows"),
     )
     logp_estimation: LogpEstimation = Field("mix", description="Surrogate for non-positive advantages.")
     mix_weight: float = Field(0.5, ge=0.0, le=1.0, description="omega of 'mix': omega EUBO + (1 - omega) ELBO.")
