@@ -69,7 +69,8 @@ class RLParams(OfficialParams):
     sync_ref_model: bool = Field(
         False,
         description="Mix the policy into the reference policy every ref_model_sync_steps optimizer steps, "
-        "ref = alpha * policy + (1 - alpha) * ref (TRL's GRPOConfig sync_ref_model, TR-DPO). With a LoRA policy the "
+        "ref = alpha * policy + (1 - alpha) * ref (TRL's GRPOConfig sync_ref_model, TR-DPO; only with a reference: beta > 0). "
+        "With a LoRA policy the "
         "reference is the base with the adapters disabled and nothing is mixed, as in TRL (no reference copy under PEFT).",
     )
     ref_model_sync_steps: int = Field(512, ge=1, description="Optimizer steps between two reference syncs (TRL's "
