@@ -10,7 +10,7 @@ import torch
 
 from dare.modeling.lora import ReferencePolicy
 from dare.rl import RLParams
-from dare.rl.reference_sync import ReferenceSync
+from dare.rl.reference_sync import ReferenceSync, reference_sync
 
 
 def _linear(w):
@@ -76,3 +76,14 @@ def test_the_params_hold_trls_defaults():
     assert (p.sync_ref_model, p.ref_model_sync_steps, p.ref_model_mixup_alpha) == (False, 512, 0.6)
     with pytest.raises(ValueError, match="ref_model_mixup_alpha"):
         RLParams(ref_model_mixup_alpha=1.5)
+
+
+def test_no_callback_without_a_reference_and_it_is_said(caplog):
+    ref = ReferencePolicy(_linear([1.0, 2.0]))
+    assert reference_sync(ref, RLParams()) is None  # off
+    on = RLParams(sync_ref_model=True, ref_model_sync_steps=3, ref_model_mixup_alpha=0.25)
+    sync = reference_sync(ref, on)
+    assert (sync.steps, sync.alpha, sync.reference) == (3, 0.25, ref)
+    with caplog.at_level("WARNING", logger="dare.rl"):
+        assert reference_sync(None, on) is None
+    assert "no reference policy" in caplog.text

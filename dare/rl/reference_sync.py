@@ -16,7 +16,7 @@ import logging
 
 from transformers import TrainerCallback
 
-__all__ = ["ReferenceSync"]
+__all__ = ["ReferenceSync", "reference_sync"]
 
 log = logging.getLogger("dare.rl")
 
@@ -37,3 +37,16 @@ class ReferenceSync(TrainerCallback):
         if state.global_step > 0 and state.global_step % self.steps == 0:
             self.reference.mix_in(self.alpha)
         return control
+
+
+def reference_sync(reference, params) -> ReferenceSync | None:
+    """The callback for ``params.sync_ref_model`` (an :class:`~dare.rl.losses.RLParams`), or None when it is off or
+    there is no reference policy to sync (``reference`` None: ``beta = 0``, or a KL against the rollout policy), which
+    is logged, as TRL's callback does nothing without a reference model."""
+    if not params.sync_ref_model:
+        return None
+    if reference is None:
+        log.warning("sync_ref_model: there is no reference policy (beta = 0 or a KL against the rollout policy); "
+                    "nothing to sync")
+        return None
+    return ReferenceSync(reference, params.ref_model_sync_steps, params.ref_model_mixup_alpha)

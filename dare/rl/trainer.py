@@ -61,7 +61,7 @@ from dare.rl.advantages import group_advantages, zero_std_groups
 from dare.rl.conventions import attend_prompt_padding, score_through_first_stop
 from dare.rl.batch_totals import whole_batch_values
 from dare.rl.prompts import RepeatChunkSampler, collate_prompts
-from dare.rl.reference_sync import ReferenceSync
+from dare.rl.reference_sync import reference_sync
 from dare.rl.rollout import Rollout, sample_completions, score_completions
 from dare.rl.update import PolicyUpdate
 from dare.trainers.base import DareTrainer
@@ -120,8 +120,9 @@ class GRPOTrainer(PolicyUpdate, DareTrainer):
         # a KL against the rollout policy (TraceRL's kl_target: rollout) needs no reference copy
         needs_reference = self.params.beta > 0 and getattr(self.params, "kl_target", "reference") == "reference"
         self.reference = ReferencePolicy(self.accelerator.unwrap_model(self.model)) if needs_reference else None
-        if self.reference is not None and self.params.sync_ref_model:  # TRL's reference sync (dare.rl.reference_sync)
-            self.add_callback(ReferenceSync(self.reference, self.params.ref_model_sync_steps, self.params.ref_model_mixup_alpha))
+        sync = reference_sync(self.reference, self.params)  # TRL's sync_ref_model (dare.rl.reference_sync)
+        if sync is not None:
+            self.add_callback(sync)
 
     # ------------------------------------------------------------------ data order
     def _get_train_sampler(self, train_dataset=None):
