@@ -87,3 +87,23 @@ def test_no_callback_without_a_reference_and_it_is_said(caplog):
     with caplog.at_level("WARNING", logger="dare.rl"):
         assert reference_sync(None, on) is None
     assert "no reference policy" in caplog.text
+
+
+def test_a_launch_that_shards_the_parameters_is_refused_at_validation(tmp_path):
+    """The sync needs the policy's whole parameters: ZeRO-3 is refused by name, ZeRO-2 accepted."""
+    from types import SimpleNamespace as NS
+
+    from dare.rl.objective import sync_problems
+    from dare.testing import repo_root
+
+    on = RLParams(sync_ref_model=True, beta=0.01)
+    for config, refused in (("zero3.yaml", True), ("zero2.yaml", False)):
+        path = str(repo_root() / "examples" / "accelerate" / config)
+        ctx = NS(spec=NS(launch=NS(accelerate_config=path), model=NS(lora=None)), source=None)
+        found = sync_problems(on, ctx, "algorithm")
+        assert bool(found) == refused, (config, found)
+        if refused:
+            assert found[0][0] == "algorithm.params.sync_ref_model" and "deepspeed-zero3" in found[0][1]
+        assert sync_problems(RLParams(sync_ref_model=True, beta=0.0), ctx, "algorithm") == []  # nothing to sync
+        lora = NS(spec=NS(launch=ctx.spec.launch, model=NS(lora={"r": 8})), source=None)
+        assert sync_problems(on, lora, "algorithm") == []  # a LoRA reference: nothing is mixed

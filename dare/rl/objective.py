@@ -49,6 +49,7 @@ __all__ = [
     "LossTerms",
     "OnlineRLObjective",
     "clipped_token_loss",
+    "sync_problems",
 ]
 
 
@@ -111,8 +112,8 @@ class OnlineRLObjective(TrainerObjective):
     def check(self, ctx, loc: str) -> list[tuple[str, str]]:
         problems = super().check(ctx, loc)
         rollout = ctx.rollout_sampler
-        if rollout is None:
-            return problems  # no sampler, or overrides its Params reject (reported by the resolution)
+        if rollout is None:  # no sampler, or overrides its Params reject (reported by the resolution)
+            return problems + sync_problems(self.params, ctx, loc)
         temperature = getattr(rollout.params, "temperature", None)
         if temperature is not None and temperature == 0:
             problems.append((f"{loc}.params.rollout_sampler", "training rollouts are greedy (temperature 0): the "
@@ -121,7 +122,7 @@ class OnlineRLObjective(TrainerObjective):
         if self.params.likelihood_temperature == "sampler" and not temperature:
             problems.append((f"{loc}.params.likelihood_temperature",
                              "'sampler' needs a rollout sampler with a positive temperature; give a number instead"))
-        return problems
+        return problems + sync_problems(self.params, ctx, loc)
 
     # ------------------------------------------------------------------ the training skeleton's pieces
     def build_datasets(self, run) -> dict[str, Any]:
@@ -147,3 +148,27 @@ class OnlineRLObjective(TrainerObjective):
         sampler = run.resolved.rollout_sampler.sampler
         return {"estimator": self.make_estimator(run.family, run.model.config, sampler), "sampler": sampler,
                 "reward": run.reward}
+
+
+def sync_problems(params: RLParams, ctx, loc: str) -> list[tuple[str, str]]:
+    """``sync_ref_model`` mixes the policy's whole parameters into the reference copy
+    (:mod:`dare.rl.reference_sync`), which a launch that shards the parameters (ZeRO-3, FSDP) does not hold: a
+    ``(yaml_path, message)`` problem for such a launch (with ``beta > 0`` and no LoRA: otherwise nothing is synced)."""
+    launch = getattr(ctx.spec, "launch", None)
+    if not (params.sync_ref_model and params.beta > 0 and launch is not None and launch.accelerate_config):
+        return []
+    if getattr(getattr(ctx.spec, "model", None), "lora", None) is not None:
+        return []  # a LoRA reference is the base with the adapters disabled: nothing is mixed
+    from dare.errors import SpecError
+    from dare.memory_estimate import strategy_from_accelerate_config
+
+    try:
+        strategy = strategy_from_accelerate_config(launch.accelerate_config, ctx.source)
+    except SpecError as exc:
+        return list(exc.problems)
+    if not strategy.shard_params:
+        return []
+    return [(f"{loc}.params.sync_ref_model", f"the reference sync mixes the policy's whole parameters into the "
+             f"reference copy, but launch.accelerate_config ({launch.accelerate_config}) shards them "
+             f"({strategy.name}): launch with DDP or ZeRO-1/2 (examples/accelerate/zero2.yaml), or set "
+             "sync_ref_model: false")]
