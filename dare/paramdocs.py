@@ -94,6 +94,6 @@ def official_note(params_cls) -> str:
         return ""
     lines = [f"official ({fam or 'any family'}): from {', '.join(entry['files'])}" for fam, entry in table.items()]
     if getattr(params_cls, "official_families", ()):
-        lines.append(f"the release trains {', '.join(params_cls.official_families)} only: preset: official refuses "
-                     "other model families")
+        lines.append(f"the official table holds {', '.join(params_cls.official_families)} only: preset: official "
+                     "refuses other model families")
     return "\n".join(lines)

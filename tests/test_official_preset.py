@@ -111,7 +111,7 @@ def test_official_rows_resolve_per_family():
     assert Two.model_validate({"preset": "official"}, context={"family": "sdar"}).group_size == 16
     p = Two.model_validate({"preset": "official"}, context={"family": "llada"})
     assert (p.group_size, p.beta, p.preset_family()) == (8, 0.01, "llada")
-    with pytest.raises(ValueError, match=r"model family 'dream'.*trains llada, sdar only"):
+    with pytest.raises(ValueError, match=r"model family 'dream'.*for llada, sdar only"):
         Two.model_validate({"preset": "official"}, context={"family": "dream"})
     assert Two.model_validate({"preset": "dare"}, context={"family": "dream"}).group_size == 8  # DARE's default
     assert issubclass(Two, OfficialParams) and OfficialParams.official_values("dream") == {}  # no table: nothing
@@ -127,11 +127,11 @@ def test_the_right_file_for_each_family_and_a_refused_family_named():
     assert fam == "dream" and entry["values"]["group_size"] == "10"
     assert entry["files"][0] == "apple/ml-diffucoder@f735e01376b752b70356efe45192f31499bf30dc:src/open_r1/coupled_grpo.py"
     assert "official (llada): from dllm-reasoning/d1@" in official_note(D1Params)
-    assert "trains llada only" in official_note(D1Params)
+    assert "the official table holds llada only" in official_note(D1Params)
     assert any(f.endswith("train/rl_llada.py") for f in official_by_family(TraceRLParams)["llada"]["files"])
-    with pytest.raises(ValueError, match=r"no settings for the model family 'dream'.*dllm-reasoning/d1.*trains llada only"):
+    with pytest.raises(ValueError, match=r"no settings for the model family 'dream'.*dllm-reasoning/d1.*for llada only"):
         D1Params.model_validate({"preset": "official"}, context={"family": "dream"})
-    with pytest.raises(ValueError, match=r"model family 'llada'.*apple/ml-diffucoder.*trains dream only"):
+    with pytest.raises(ValueError, match=r"model family 'llada'.*apple/ml-diffucoder.*for dream only"):
         CoupledGRPOParams.model_validate({"preset": "official"}, context={"family": "llada"})
 
 
@@ -145,7 +145,7 @@ def test_a_spec_on_a_family_the_release_did_not_train_is_refused_at_validation(t
             "sampler": {"name": "dream", "params": {"gen_length": 8, "steps": 8}}, "output": {"dir": str(tmp_path / "r")}}
     (tmp_path / "gsm8k.jsonl").write_text('{"prompt": "1+1?", "answer": "2"}\n')
     (tmp_path / "s.yaml").write_text(json.dumps(spec))
-    with pytest.raises(SpecError, match=r"algorithm.params(.|\n)*model family 'dream'(.|\n)*trains llada only"):
+    with pytest.raises(SpecError, match=r"algorithm.params(.|\n)*model family 'dream'(.|\n)*for llada only"):
         load_spec(tmp_path / "s.yaml")
     spec["model"]["new"]["family"] = "llada"
     spec["sampler"] = {"name": "llada", "params": {"gen_length": 8, "block_length": 8, "steps": 8}}
@@ -162,7 +162,7 @@ def test_dare_plugins_names_the_file_of_each_familys_rows():
     assert list(entry["official_by_family"]) == ["dream"]
     assert entry["official_by_family"]["dream"]["values"]["ref_model_sync_steps"] == "64"
     table = CliRunner(env={"COLUMNS": "400"}).invoke(cli, ["plugins", "d1"]).output
-    assert "official llada" in table and "from dllm-reasoning/d1@" in table and "trains llada only" in table
+    assert "official llada" in table and "from dllm-reasoning/d1@" in table and "holds llada only" in table
 
 
 def test_a_mapping_keeps_the_official_keys_the_spec_does_not_set(caplog):

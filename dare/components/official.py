@@ -76,8 +76,8 @@ class OfficialParams(Params):
     the table shown, and used, when no model family is known, e.g. ``Params(preset="official")`` in Python)."""
 
     official: ClassVar[tuple[OfficialSetting, ...]] = ()
-    #: The model families the released trainers train (``ModelFamily.name``); () = not recorded: the rows apply
-    #: to any family and no family is refused.
+    #: The model families whose released trainer the table holds (``ModelFamily.name``; the families the release
+    #: trains, or those of them compared so far); () = not recorded: the rows apply to any family, none is refused.
     official_families: ClassVar[tuple[str, ...]] = ()
 
     preset: Preset = Field(
@@ -104,8 +104,8 @@ class OfficialParams(Params):
         """The family whose rows ``preset: official`` uses for a model of ``family`` (None: unknown -> the
         release's main family); None when the table has no family rows at all.
 
-        :raises ValueError: ``family`` is not among ``official_families`` (the message names the release and the
-            families it trained, and the fix).
+        :raises ValueError: ``family`` is not among ``official_families`` (the message names the release, the
+            families its table holds, and the fix).
         """
         if not cls.official_families:
             return family if family is not None else (cls.official_table_families()[0] or None)
@@ -116,9 +116,10 @@ class OfficialParams(Params):
         repos = sorted({s.source.split("@")[0] for s in cls.official if "@" in s.source}) or ["the paper"]
         trained = ", ".join(cls.official_families)
         raise ValueError(
-            f"preset: official has no settings for the model family {family!r}: the release ({', '.join(repos)}) trains "
-            f"{trained} only, so its settings are those of another architecture. Use a {trained} model, or set "
-            f"preset: dare and give the settings yourself (`dare plugins NAME` lists the official values per family).")
+            f"preset: official has no settings for the model family {family!r}: the official table ({', '.join(repos)}) "
+            f"holds the released trainer's settings for {trained} only, and another architecture's would not be the "
+            f"release's. Use a {trained} model, or set preset: dare and give the settings yourself (`dare plugins NAME` "
+            "lists the official values per family).")
 
     @classmethod
     def official_rows(cls, family: str | None = None) -> tuple[OfficialSetting, ...]:
