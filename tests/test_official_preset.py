@@ -207,3 +207,12 @@ def test_coupled_grpo_official_rollouts_sample_with_top_p_095():
     assert int((with_top_p == 2).sum()) == 0 and set(with_top_p.tolist()) == {0, 1}
     assert 5 <= int((without == 2).sum()) <= 30  # 400 x 0.04 = 16 expected
     assert 0.55 <= float((with_top_p == 0).float().mean()) <= 0.70  # 0.6 / 0.96 = 0.625 after renormalising
+
+
+def test_source_file_drops_the_line_numbers_only():
+    from dare.components.official import source_file
+
+    assert source_file("o/r@c:train/rl_sdar.py:748-755") == "o/r@c:train/rl_sdar.py"
+    assert source_file("o/r@c:src/open_r1/coupled_grpo.py:409,427") == "o/r@c:src/open_r1/coupled_grpo.py"
+    assert source_file("o/r@c:LAUNCH") == "o/r@c:LAUNCH"
+    assert source_file("arXiv 2504.12216 §4") == "arXiv 2504.12216 §4"
