@@ -115,6 +115,8 @@ def test_official_rows_resolve_per_family():
         Two.model_validate({"preset": "official"}, context={"family": "dream"})
     assert Two.model_validate({"preset": "dare"}, context={"family": "dream"}).group_size == 8  # DARE's default
     assert issubclass(Two, OfficialParams) and OfficialParams.official_values("dream") == {}  # no table: nothing
+    with pytest.raises(ValueError, match="no official table"):  # so preset: official would change nothing: refused
+        RLParams.model_validate({"preset": "official"})
 
 
 def test_the_right_file_for_each_family_and_a_refused_family_named():

@@ -145,6 +145,10 @@ class OfficialParams(Params):
     def _apply_preset(cls, data: Any, handler, info: ValidationInfo):
         if not (isinstance(data, dict) and data.get("preset") == "official"):
             return handler(data)
+        if not cls.official:
+            raise ValueError("preset: official: this objective has no official table (no released trainer has been "
+                             "compared with it, docs/algorithms.md §10), so the preset would change nothing; remove "
+                             "preset or set preset: dare, and give the settings yourself")
         family = (info.context or {}).get("family") if info is not None else None
         fam = cls.official_family(family)  # ValueError: a family the release did not train
         table = cls.official_values(fam)
