@@ -81,7 +81,7 @@ def print_params(con, entry) -> None:
     for col in ("param", "type", "default") + heads + ("description",):
         t.add_column(col, overflow="fold")
     for r in rows:  # –: no official value recorded
-        t.add_row(*r[:3], *(entry_["values"].get(r[0], "–") for entry_ in by_family.values()), r[3])
+        t.add_row(*r[:3], *(fam["values"].get(r[0], "–") for fam in by_family.values()), r[3])
     if rows:
         con.print(t)
     else:

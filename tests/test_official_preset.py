@@ -218,3 +218,30 @@ def test_source_file_drops_the_line_numbers_only():
     assert source_file("o/r@c:src/open_r1/coupled_grpo.py:409,427") == "o/r@c:src/open_r1/coupled_grpo.py"
     assert source_file("o/r@c:LAUNCH") == "o/r@c:LAUNCH"
     assert source_file("arXiv 2504.12216 §4") == "arXiv 2504.12216 §4"
+
+
+def test_a_hub_models_family_decides_the_official_rows(tmp_path, monkeypatch, caplog):
+    """model.path a hub id: its config.json (the hub or its cache) gives the family before preset: official resolves;
+    when it cannot be read, the release's main family applies and the log says so."""
+    import dare.spec.resolve as resolve
+    from dare.errors import CheckpointError, SpecError
+    from dare.spec import load_spec
+    from dare_dream.family import DreamFamily
+
+    (tmp_path / "rows.jsonl").write_text('{"prompt": "1+1?", "answer": "2"}\n')
+    spec = {"model": {"path": "some-org/some-dream-model"}, "data": {"train": {"path": str(tmp_path / "rows.jsonl")}},
+            "train": {"learning_rate": 1e-5, "max_steps": 1}, "rewards": [{"name": "gsm8k"}],
+            "algorithm": {"name": "d1", "params": {"preset": "official"}}, "output": {"dir": str(tmp_path / "r")}}
+    (tmp_path / "s.yaml").write_text(json.dumps(spec))
+    monkeypatch.setattr(resolve, "family_of", lambda path, registry=None: DreamFamily())
+    with pytest.raises(SpecError, match=r"model family 'dream'(.|\n)*for llada only"):
+        load_spec(tmp_path / "s.yaml")
+
+    def offline(path, registry=None):
+        raise CheckpointError("offline")
+
+    monkeypatch.setattr(resolve, "family_of", offline)
+    with caplog.at_level(logging.WARNING, logger="dare.spec"):
+        ctx = resolve.resolve_spec(load_spec(tmp_path / "s.yaml", check=False))
+    assert ctx.objective.params.group_size == 6 and ctx.objective.params.preset_family() == "llada"
+    assert "family of some-org/some-dream-model is unknown" in caplog.text

@@ -8,6 +8,7 @@ result is what :class:`dare.run.Run` consumes and what component ``check`` metho
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
@@ -16,7 +17,7 @@ from pydantic import ValidationError
 
 from dare.components import Evaluator, ModelFamily, Objective, ResolvedSampler, Reward, Sampler
 from dare.errors import DareError, PluginError, SpecError
-from dare.io import resolve_path
+from dare.io import looks_local, resolve_path
 from dare.modeling.locate import adapter_base, family_of, trained_model_dir
 from dare.plugins import get_registry, register_auto_classes
 from dare.spec.checks import (
@@ -32,6 +33,8 @@ from dare.spec.checks import (
 )
 from dare.spec.models import BenchmarkSpec, ComponentSpec, ModelSpec, OutputSpec, RunSpec
 from dare.spec.problems import pydantic_problems
+
+log = logging.getLogger("dare.spec")
 
 __all__ = ["ResolvedBenchmark", "ResolvedSpec", "SpecContext", "resolve_spec", "resolve_generate"]
 
@@ -129,16 +132,18 @@ class ResolvedSpec:
 SpecContext = ResolvedSpec
 
 
-def _component(ctx: ResolvedSpec, kind: str, cspec: ComponentSpec, loc: str):
-    """Build the ``kind`` component ``cspec`` names, its params validated with the model's family as the validation
-    context (``{"family": name}``, e.g. ``preset: official``); None (and a problem) on failure."""
+def _component(ctx: ResolvedSpec, kind: str, cspec: ComponentSpec, loc: str, family: str | None = None):
+    """Build the ``kind`` component ``cspec`` names, its params validated with the model's family (``family``, else
+    ``ctx.family``) as the validation context (``{"family": name}``, e.g. ``preset: official``); None (and a problem)
+    on failure."""
     try:
         entry = ctx.registry.get(kind, cspec.name)
     except PluginError as exc:
         ctx.problems.append((f"{loc}.name", str(exc)))
         return None
     # the model family, for values that depend on it (``preset: official``, dare.components.official)
-    context = {"family": ctx.family.name} if ctx.family is not None else None
+    family = family or (ctx.family.name if ctx.family is not None else None)
+    context = {"family": family} if family is not None else None
     try:
         params = entry.cls.Params.model_validate(cspec.params, context=context)
     except ValidationError as exc:
@@ -159,6 +164,23 @@ def _benchmark(ctx: ResolvedSpec, b: BenchmarkSpec, loc: str) -> ResolvedBenchma
     return None if reward is None else ResolvedBenchmark(loc, b, ev, reward)
 
 
+def _hub_family(ctx: ResolvedSpec, algorithm: ComponentSpec) -> str | None:
+    """The family of a hub ``model.path`` (from its config.json, the hub or its cache) when the algorithm says
+    ``preset: official``, whose settings depend on it; None otherwise, or when the config cannot be read (then
+    the release's main family's settings apply, which is logged)."""
+    path = ctx.spec.model.path
+    if ctx.family is not None or path is None or (algorithm.params or {}).get("preset") != "official":
+        return None
+    if looks_local(path):
+        return None  # a local path: check_model decided (or reported) its family
+    try:
+        return family_of(path, ctx.registry).name
+    except DareError as exc:
+        log.warning("preset: official: the family of %s is unknown (%s); the release's main family's settings apply",
+                    path, exc)
+        return None
+
+
 def resolve_spec(spec: RunSpec, source: str | None = None, config_only: bool = False) -> ResolvedSpec:
     """Resolve every component of ``spec`` and run all semantic checks (problems collected, not raised).
 
@@ -171,7 +193,7 @@ def resolve_spec(spec: RunSpec, source: str | None = None, config_only: bool = F
     check_gradient_checkpointing(ctx, problems)
     check_packing(ctx, problems)
     if spec.algorithm is not None:
-        ctx.objective = _component(ctx, "objective", spec.algorithm, "algorithm")
+        ctx.objective = _component(ctx, "objective", spec.algorithm, "algorithm", _hub_family(ctx, spec.algorithm))
     if spec.sampler is not None:
         ctx.sampler = _component(ctx, "sampler", spec.sampler, "sampler")
     if ctx.objective is not None and ctx.sampler is not None:
