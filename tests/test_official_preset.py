@@ -245,3 +245,24 @@ def test_a_hub_models_family_decides_the_official_rows(tmp_path, monkeypatch, ca
         ctx = resolve.resolve_spec(load_spec(tmp_path / "s.yaml", check=False))
     assert ctx.objective.params.group_size == 6 and ctx.objective.params.preset_family() == "llada"
     assert "family of some-org/some-dream-model is unknown" in caplog.text
+
+
+def test_every_objectives_table_is_well_formed():
+    """Every official row names a real field and, where it names families, families its table holds; every family's
+    values validate (the preset builds a valid Params for each family the release trained)."""
+    from dare.plugins import get_registry
+
+    reg = get_registry()
+    tables = 0
+    for entry in reg.entries["objective"].values():
+        cls = reg.get("objective", entry.name).cls.Params
+        if not getattr(cls, "official", ()):
+            continue
+        tables += 1
+        assert {s.param for s in cls.official} <= set(cls.model_fields), entry.name
+        for s in cls.official:
+            assert set(s.families) <= set(cls.official_table_families()), (entry.name, s.param)
+        for fam in cls.official_table_families():
+            p = cls.model_validate({"preset": "official"}, context={"family": fam} if fam else None)
+            assert p.preset_kept() == () and p.preset_family() == (fam or None), entry.name
+    assert tables >= 9  # d1, coupled-GRPO, SPG, MDPO, CJ-GRPO, d-TreeRPO, JustGRPO, ESPO, TraceRL
