@@ -136,8 +136,10 @@ def _component(ctx: ResolvedSpec, kind: str, cspec: ComponentSpec, loc: str):
     except PluginError as exc:
         ctx.problems.append((f"{loc}.name", str(exc)))
         return None
+    # an objective's preset: official resolves the release trainer of the spec's model family (dare.components.official)
+    context = {"family": ctx.family.name} if kind == "objective" and ctx.family is not None else None
     try:
-        params = entry.cls.Params.model_validate(cspec.params)
+        params = entry.cls.Params.model_validate(cspec.params, context=context)
     except ValidationError as exc:
         ctx.problems.extend(pydantic_problems(exc, entry.cls.Params, prefix=f"{loc}.params"))
         return None
