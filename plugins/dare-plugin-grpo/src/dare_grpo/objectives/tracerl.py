@@ -176,6 +176,9 @@ class TraceRL(OnlineRLObjective):
                              "set row_layout: transition"))
         if not self.params.value_model:
             return problems
+        if self.params.row_layout == "block_round":
+            problems.append((f"{loc}.params.row_layout", "the value model's step-level GAE runs over transitions, not "
+                             "block rounds: set row_layout: transition with value_model: true"))
         if getattr(model, "lora", None) is not None:
             problems.append((f"{loc}.params.value_model", "the value model is a full copy of the policy with its own "
                              "head and cannot share LoRA adapters: remove model.lora, or set value_model: false"))
