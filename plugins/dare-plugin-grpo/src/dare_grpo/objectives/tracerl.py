@@ -29,15 +29,23 @@ step-level GAE (``gamma``, ``lam``) and is trained once per rollout with the cli
 §10.11; tests/parity/test_tracerl_value.py checks values, GAE, the value loss and the policy loss against the
 official code. Sliced block training is out of scope.
 
-The released trainer (Gen-Verse/dLLM-RL ``train/rl_llada.py``) differs in three ways, each an option here:
-``transition_grouping: per_row`` merges ``s`` consecutive *distinct* steps of each row (``collapse_k_unique``)
-instead of the global step grid; ``normaliser: transitions`` averages over every (completion, transition) pair
-instead of dividing their sum by the completions; ``kl_target: rollout`` is its KL term, k3 against the rollout
-(old) policy *summed* over each transition's tokens (with the same normaliser), instead of the token-mean KL
-against the reference policy. ``preset: official`` sets them with the released values (``TraceRLParams.official``:
-G = 8, eps 0.2, no dual clip, shrinkage 8, beta 0.01, prompt padding attended to); docs/algorithms.md §10.11
-cites each, tests/parity/test_tracerl.py checks the loss and gradients against the official code's. Its
-advantages (population-std z-scores, ``reward/rl_reward.py``) are not expressible exactly.
+The release trains each model family with its own trainer, and ``preset: official`` takes the spec's family
+(``TraceRLParams.official``: rows marked ``llada`` or ``sdar``, docs/algorithms.md §10.11).
+The LLaDA trainer (Gen-Verse/dLLM-RL ``train/rl_llada.py``) differs from the paper's loss in three ways, each an
+option here: ``transition_grouping: per_row`` merges ``s`` consecutive *distinct* steps of each row
+(``collapse_k_unique``) instead of the global step grid; ``normaliser: transitions`` averages over every
+(completion, transition) pair instead of dividing their sum by the completions; ``kl_target: rollout`` is its KL
+term, k3 against the rollout (old) policy *summed* over each transition's tokens (with the same normaliser),
+instead of the token-mean KL against the reference policy (G = 8, eps 0.2, no dual clip, shrinkage 8, beta 0.01,
+prompt padding attended to; tests/parity/test_tracerl.py). The SDAR trainer (``train/rl_sdar.py``) uses shrink 1,
+``normaliser: response_length`` (each row's token sum / the response length, mean over rows), the rollout KL,
+prompt padding excluded, and lays its rows out as options here too: ``row_layout: block_round`` (one training row
+per round, bundling step r of every block, :mod:`dare.diffusion.estimators.trajectory`; the normaliser then
+counts rows), ``block_alignment: prompt_end`` and ``response_padding: masked`` (:mod:`dare.rl.conventions`) and
+``log_ratio_clamp: 10`` (G = 16; tests/parity/test_tracerl_sdar.py). Both take their advantages from
+``reward/rl_reward.py``: population-std z-scores (``advantage_std: population``, ``advantage_std_eps: 0``), a
+response of at least ``max_token - 5`` tokens counted incorrect (``overlong_margin: 5``) and only groups whose
+accuracy is in [0.2, 0.8] trained (``group_filter``), RL options of every objective (:mod:`dare.rl.advantages`).
 """
 
 from __future__ import annotations
@@ -114,7 +122,7 @@ class TraceRLParams(RLParams):
                         "DARE/verl add 1e-6"),
         OfficialSetting("overlong_margin", 5, f"{TRACERL_REPO}:reward/rl_reward.py:100-103",
                         "DARE scores a truncated completion by its reward"),
-        OfficialSetting("group_filter", (0.2, 0.8), f"{TRACERL_REPO}:reward/rl_reward.py:111-114",
+        OfficialSetting("group_filter", (0.2, 0.8), f"{TRACERL_REPO}:reward/rl_reward.py:112-114",
                         "DARE trains every group (equal-reward groups have advantage 0)"),
         # the optional value model's settings (configs/rl_sdar_with_value.yaml; value_model itself stays off)
         OfficialSetting("gamma", 1.0, f"{TRACERL_REPO}:configs/rl_sdar_with_value.yaml:70"),
