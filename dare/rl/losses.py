@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Literal
 
 import torch
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from dare.components.official import OfficialParams
 from dare.diffusion.estimators import PassScore
@@ -47,8 +47,8 @@ class RLParams(OfficialParams):
         None, ge=0, description="A response of at least gen_length - n tokens scores reward 0 (incorrect) before the "
         "advantages (the TraceRL release: 5); null = rewards as scored. dare.rl.advantages.overlong_as_incorrect.")
     group_filter: tuple[float, float] | None = Field(
-        None, description="[low, high]: train only the groups whose mean reward (the accuracy for a 0/1 reward) is in "
-        "the range (the TraceRL release: [0.2, 0.8]); the others get advantage 0 and are not scored, so token and "
+        None, description="(low, high): train only the groups whose mean reward (the accuracy for a 0/1 reward) is in "
+        "the range (the TraceRL release: 0.2 to 0.8); the others get advantage 0 and are not scored, so token and "
         "(row, pass) normalisers do not count them. null = every group. dare.rl.advantages.groups_in_range.")
     beta: float = Field(0.0, ge=0.0, description="KL coefficient against the reference policy (0 = no reference).")
     kl_estimator: Literal["k1", "k2", "k3"] = Field("k3", description="KL estimator (dare.rl.kl).")
@@ -99,6 +99,13 @@ class RLParams(OfficialParams):
         "other dropout masks, so runs agree in distribution only. false = run every row.",
     )
 
+
+    @field_validator("group_filter")
+    @classmethod
+    def _ordered_range(cls, value):
+        if value is not None and value[0] > value[1]:
+            raise ValueError(f"group_filter is (low, high) with low <= high, got {list(value)}: swap the two values")
+        return value
 
 
 @dataclass
