@@ -76,6 +76,10 @@ def test_group_filter_and_overlong_rule():
     assert groups_in_range(r, 4, 0.2, 0.8).tolist() == [False] * 4 + [True] * 4 + [False] * 4 + [True] * 4
     got = overlong_as_incorrect(torch.tensor([1.0, 1.0, 0.5]), torch.tensor([10, 7, 8]), 10, 2)
     assert got.tolist() == [0.0, 1.0, 0.0]  # lengths >= 10 - 2 are incorrect
+    # the lengths the trainer gives it: through the first stop id, EOS padding not counted (LLaDA's too)
+    from dare.rl.rollout import content_lengths
+
+    assert content_lengths(torch.tensor([[5, 2, 2, 2], [5, 6, 7, 8], [3, 9, 4, 2]]), (2, 9)).tolist() == [2, 4, 2]
 
 
 def test_response_padding_is_attended_as_masks():

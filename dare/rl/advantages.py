@@ -138,7 +138,8 @@ def overlong_as_incorrect(rewards: torch.Tensor, response_lengths: torch.Tensor,
     completion that (nearly) filled the decoding budget is treated as truncated (the TraceRL release:
     ``lengths >= max_token - 5``, Gen-Verse/dLLM-RL ``reward/rl_reward.py:100-103``).
 
-    :param rewards: ``[N]`` float; :param response_lengths: ``[N]`` int64 response tokens (``ScoringBatch.response_lengths``);
+    :param rewards: ``[N]`` float; :param response_lengths: ``[N]`` int64 tokens through the first stop id
+        (:func:`dare.rl.rollout.content_lengths`: EOS padding not counted, whatever the family);
     :param completion_length: ``G``, the decoding budget; :param margin: ``>= 0``.
     :returns: ``[N]`` float, a new tensor.
     """

@@ -44,8 +44,9 @@ class RLParams(OfficialParams):
         "sample", description="The grpo advantage's group std: sample = unbiased (DARE/verl); population = divided by "
         "G (the TraceRL release).")
     overlong_margin: int | None = Field(
-        None, ge=0, description="A response of at least gen_length - n tokens scores reward 0 (incorrect) before the "
-        "advantages (the TraceRL release: 5); null = rewards as scored. dare.rl.advantages.overlong_as_incorrect.")
+        None, ge=0, description="A response of at least gen_length - n tokens (through its first EOS or end-of-turn) "
+        "scores reward 0 (incorrect) before the advantages (the TraceRL release: 5); null = rewards as scored. "
+        "dare.rl.advantages.overlong_as_incorrect.")
     group_filter: tuple[float, float] | None = Field(
         None, description="(low, high): train only the groups whose mean reward (the accuracy for a 0/1 reward) is in "
         "the range (the TraceRL release: 0.2 to 0.8); the others get advantage 0 and are not scored, so token and "

@@ -67,7 +67,7 @@ from dare.rl.conventions import (
 )
 from dare.rl.batch_totals import whole_batch_values
 from dare.rl.prompts import RepeatChunkSampler, collate_prompts
-from dare.rl.rollout import Rollout, sample_completions, score_completions
+from dare.rl.rollout import Rollout, content_lengths, sample_completions, score_completions
 from dare.rl.update import PolicyUpdate
 from dare.trainers.base import DareTrainer
 
@@ -221,7 +221,8 @@ class GRPOTrainer(PolicyUpdate, DareTrainer):
             batch, self.processing_class, self.tokens, self.reward, inputs["row"], a.group_size
         )
         if a.overlong_margin is not None:  # dare.rl.advantages
-            rewards = overlong_as_incorrect(rewards, batch.response_lengths, batch.completion_length, a.overlong_margin)
+            lengths = content_lengths(batch.input_ids[:, batch.prompt_length:], self.tokens.stop_ids)
+            rewards = overlong_as_incorrect(rewards, lengths, batch.completion_length, a.overlong_margin)
         advantages = group_advantages(rewards, a.group_size, a.advantage, a.advantage_std_eps,
                                       a.advantage_std == "sample").to(batch.input_ids.device)
         keep = None if a.group_filter is None else groups_in_range(rewards, a.group_size, *a.group_filter)
