@@ -10,9 +10,10 @@ and ``collect_training_data`` (``method: TraceRL``: one training row per round, 
 response padding excluded from ``p_mask`` with ``post_num: 0``), ``compute_logp_old_tok_parallel`` and
 ``forward_process`` (log-ratio clamped to [-10, 10], clipped surrogate, token sum / response length, mean over rows;
 k3 KL against the rollout policy, same normaliser), and runs them with the values of ``configs/rl_sdar.yaml``
-(block 4, shrink 1, eps 0.2, beta 0.01, k3, post_num 0) on a tiny SDAR model (DARE's ``SDARForCausalLM``: the
-release's ``models/sdar/modeling_sdar.py`` needs flash-attn; the two agree, docs/model-families.md §3) with current
-and rollout-policy weights. The rows are left-padded prompts whose real lengths (5, 3, 6, 7) are not multiples of
+(block 4, shrink 1, eps 0.2, beta 0.01, k3, post_num 0) on a tiny SDAR model with current and rollout-policy
+weights. The model is DARE's ``SDARForCausalLM``: the release's copy (``models/sdar/modeling_sdar.py``) imports
+flash-attn, and its training forward is SDPA under the given 0/1 mask made additive (``SDARAttention.forward``),
+the Qwen3 forward DARE's model computes (docs/model-families.md §3.3). The rows are left-padded prompts whose real lengths (5, 3, 6, 7) are not multiples of
 the block, and responses ending in an end-of-turn id then right padding (lengths 6, 10, 3, 8 of 10, the last block
 partial), with a hand-made per-block decoding trajectory with repeated and skipped steps; the step map of the
 padding is extended as the trainer does (``rl_sdar.py:278-287``). ``uni_prompting`` is replaced by the tokenised
