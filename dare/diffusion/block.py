@@ -38,21 +38,31 @@ def block_causal_mask(length: int, block_size: int, device=None) -> torch.Tensor
     return b[:, None] >= b[None, :]
 
 
-def block_diffusion_mask(length: int, block_size: int, valid: torch.Tensor | None = None, device=None) -> torch.Tensor:
+def block_diffusion_mask(length: int, block_size: int, valid: torch.Tensor | None = None, device=None,
+                         offset: torch.Tensor | None = None) -> torch.Tensor:
     """The ``[x_t ; x_0]`` training mask (module docstring).
 
     :param length: ``L`` (each half). :param valid: optional ``[B, L]`` bool, valid (non-padding)
         tokens; padding keys are never attended and padding queries attend only themselves.
+    :param offset: optional ``[B]`` int64, the position where a block starts in each row: ``b(i) =
+        floor((i - offset) / block_size)`` (blocks anchored at ``offset``, a first partial block before it);
+        None = blocks from position 0.
     :returns: ``[B or 1, 1, 2L, 2L]`` bool.
     """
-    b = block_ids(length, block_size, device)
-    same = b[:, None] == b[None, :]
-    later = b[:, None] > b[None, :]
-    later_eq = b[:, None] >= b[None, :]
+    if offset is None:
+        b = block_ids(length, block_size, device)[None]
+    else:
+        if block_size <= 0:
+            raise ValueError(f"block_size must be positive, got {block_size}")
+        pos = torch.arange(length, device=device)[None] - offset.to(device=device, dtype=torch.int64)[:, None]
+        b = torch.div(pos, block_size, rounding_mode="floor")
+    same = b[:, :, None] == b[:, None, :]
+    later = b[:, :, None] > b[:, None, :]
+    later_eq = b[:, :, None] >= b[:, None, :]
     zeros = torch.zeros_like(same)
-    top = torch.cat([same, later], dim=1)          # noisy queries: noisy keys (same block) | clean keys (earlier)
-    bottom = torch.cat([zeros, later_eq], dim=1)   # clean queries: never noisy keys | clean keys (block-causal)
-    mask = torch.cat([top, bottom], dim=0)[None, None]
+    top = torch.cat([same, later], dim=2)          # noisy queries: noisy keys (same block) | clean keys (earlier)
+    bottom = torch.cat([zeros, later_eq], dim=2)   # clean queries: never noisy keys | clean keys (block-causal)
+    mask = torch.cat([top, bottom], dim=1)[:, None]
     if valid is not None:
         v2 = torch.cat([valid, valid], dim=1).to(torch.bool)
         mask = mask & v2[:, None, None, :] & v2[:, None, :, None]
@@ -61,11 +71,13 @@ def block_diffusion_mask(length: int, block_size: int, valid: torch.Tensor | Non
     return mask
 
 
-def block_diffusion_inputs(noisy: torch.Tensor, clean: torch.Tensor, block_size: int, valid: torch.Tensor | None = None):
+def block_diffusion_inputs(noisy: torch.Tensor, clean: torch.Tensor, block_size: int, valid: torch.Tensor | None = None,
+                           offset: torch.Tensor | None = None):
     """Inputs for one block-diffusion training forward.
 
     :param noisy: ``[B, L]`` int64 ``x_t``; :param clean: ``[B, L]`` int64 ``x_0``;
-    :param valid: ``[B, L]`` bool or None.
+    :param valid: ``[B, L]`` bool or None; :param offset: ``[B]`` int64 block start per row
+        (:func:`block_diffusion_mask`), or None.
     :returns: ``(input_ids [B, 2L], position_ids [B, 2L], mask [B|1, 1, 2L, 2L] bool)``; the logits of
         positions ``0..L-1`` of the output belong to the noisy half.
     """
@@ -73,7 +85,7 @@ def block_diffusion_inputs(noisy: torch.Tensor, clean: torch.Tensor, block_size:
     ids = torch.cat([noisy, clean], dim=1)
     pos = torch.arange(L, device=noisy.device)
     position_ids = torch.cat([pos, pos])[None].expand(B, -1)
-    mask = block_diffusion_mask(L, block_size, valid, device=noisy.device)
+    mask = block_diffusion_mask(L, block_size, valid, device=noisy.device, offset=offset)
     return ids, position_ids, mask
 
 

@@ -117,6 +117,7 @@ class BlockDiffusionFamily(ModelFamily):
         noisy_ids: torch.Tensor,
         clean_ids: torch.Tensor,
         attention_mask: torch.Tensor | None = None,
+        block_anchor: int | None = None,
     ) -> torch.Tensor:
         """Block-diffusion training logits ``[B, L, V]`` of the noisy half (BD3-LM, arXiv 2503.09573 §3; SDAR §3).
 
@@ -126,6 +127,12 @@ class BlockDiffusionFamily(ModelFamily):
 
         :param noisy_ids: ``[B, L]`` int64 ``x_t``; :param clean_ids: ``[B, L]`` int64 ``x_0``;
         :param attention_mask: ``[B, L]`` valid tokens (1) vs padding (0), or None.
+        :param block_anchor: None = blocks from each row's first real token (DARE); a column index (the padded
+            prompt's end, ``P``) = a block starts there in every row, so the completion's blocks are
+            ``[P + k b, P + (k + 1) b)`` and the prompt's are counted backwards from ``P`` (the TraceRL SDAR
+            release, Gen-Verse/dLLM-RL ``train/rl_sdar.py::make_basic_block_attention``). RoPE positions are
+            the same either way (real tokens from 0).
+        :raises ValueError: ``block_anchor`` outside ``[0, L]``.
         """
         import torch
 
@@ -134,8 +141,13 @@ class BlockDiffusionFamily(ModelFamily):
         B, L = noisy_ids.shape
         shift = leading_padding(attention_mask, B, noisy_ids.device)
         valid = None if attention_mask is None else roll_rows(attention_mask, shift).to(torch.bool)
+        offset = None
+        if block_anchor is not None:
+            if not 0 <= int(block_anchor) <= L:
+                raise ValueError(f"block_anchor must be a column in [0, {L}], got {block_anchor}")
+            offset = (int(block_anchor) - shift) % self.block_size(_config(model))
         ids, pos, mask = block_diffusion_inputs(
-            roll_rows(noisy_ids, shift), roll_rows(clean_ids, shift), self.block_size(_config(model)), valid
+            roll_rows(noisy_ids, shift), roll_rows(clean_ids, shift), self.block_size(_config(model)), valid, offset
         )
         return roll_rows(self.forward_logits(model, ids, mask, pos, first=L), -shift)
 

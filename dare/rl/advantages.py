@@ -19,7 +19,7 @@ from typing import Literal
 import torch
 
 __all__ = ["AdvantageKind", "group_advantages", "grpo_advantages", "drgrpo_advantages", "rloo_advantages",
-           "zero_std_groups"]
+           "zero_std_groups", "groups_in_range", "overlong_as_incorrect"]
 
 AdvantageKind = Literal["grpo", "drgrpo", "rloo"]
 
@@ -54,13 +54,16 @@ def _centred(r: torch.Tensor) -> torch.Tensor:
     return out
 
 
-def grpo_advantages(rewards: torch.Tensor, group_size: int, std_eps: float = GRPO_STD_EPS) -> torch.Tensor:
+def grpo_advantages(rewards: torch.Tensor, group_size: int, std_eps: float = GRPO_STD_EPS,
+                    unbiased: bool = True) -> torch.Tensor:
     """GRPO (arXiv 2402.03300 §4.1.2): ``A_i = (r_i - mean_g r) / (std_g r + std_eps)`` (``std_eps`` 1e-6 as
     verl; the TRL-based official trainers, e.g. JustGRPO's ``grpo.py::compute_group_advantages``, use 1e-4).
 
     ``std`` is the *unbiased* standard deviation over the group, as DARE/verl compute it
-    (``torch.std``). A group of equal rewards gets ``A = 0`` exactly (module docstring). A group of size
-    1 gets mean 0 and std 1 (verl's convention), so ``A = r``.
+    (``torch.std``), or with ``unbiased=False`` the population one (divided by ``G``; the TraceRL release's
+    ``z_score_normalize``, Gen-Verse/dLLM-RL ``reward/rl_reward.py:74-79``, with ``std_eps = 0``). A group of equal
+    rewards gets ``A = 0`` exactly (module docstring), also with ``std_eps = 0``. A group of size 1 gets mean 0
+    and std 1 (verl's convention), so ``A = r``.
 
     :param rewards: ``[N]`` float, ``N = groups * group_size``.
     :returns: ``[N]`` float32.
@@ -69,8 +72,11 @@ def grpo_advantages(rewards: torch.Tensor, group_size: int, std_eps: float = GRP
     r = _groups(rewards, group_size)
     if group_size == 1:
         return r.view(-1).to(torch.float32)
-    std = r.std(dim=1, keepdim=True, unbiased=True)
-    return (_centred(r) / (std + std_eps)).view(-1).to(torch.float32)
+    if std_eps < 0:
+        raise ValueError(f"std_eps must be >= 0, got {std_eps}")
+    std = r.std(dim=1, keepdim=True, unbiased=unbiased) + std_eps
+    centred = _centred(r)
+    return torch.where(std > 0, centred / torch.where(std > 0, std, 1.0), 0.0).view(-1).to(torch.float32)
 
 
 def drgrpo_advantages(rewards: torch.Tensor, group_size: int) -> torch.Tensor:
@@ -101,13 +107,41 @@ _KINDS = {"grpo": grpo_advantages, "drgrpo": drgrpo_advantages, "rloo": rloo_adv
 
 
 def group_advantages(rewards: torch.Tensor, group_size: int, kind: AdvantageKind = "grpo",
-                     std_eps: float = GRPO_STD_EPS) -> torch.Tensor:
-    """Dispatch to :func:`grpo_advantages` (with ``std_eps``), :func:`drgrpo_advantages` or :func:`rloo_advantages`.
+                     std_eps: float = GRPO_STD_EPS, unbiased: bool = True) -> torch.Tensor:
+    """Dispatch to :func:`grpo_advantages` (with ``std_eps``, ``unbiased``), :func:`drgrpo_advantages` or
+    :func:`rloo_advantages`.
 
     :raises ValueError: unknown ``kind``, or the checks of the chosen estimator.
     """
     if kind not in _KINDS:
         raise ValueError(f"unknown advantage estimator {kind!r}; use one of {', '.join(_KINDS)}")
     if kind == "grpo":
-        return grpo_advantages(rewards, group_size, std_eps)
+        return grpo_advantages(rewards, group_size, std_eps, unbiased)
     return _KINDS[kind](rewards, group_size)
+
+
+def groups_in_range(rewards: torch.Tensor, group_size: int, low: float, high: float) -> torch.Tensor:
+    """``[N]`` bool: the completions of groups whose mean reward is in ``[low, high]`` (the group accuracy for a 0/1
+    correctness reward). The TraceRL release trains only those prompts (Gen-Verse/dLLM-RL ``reward/rl_reward.py:112-114``,
+    ``[0.2, 0.8]``: a group with more than 80% or fewer than 20% correct is dropped).
+
+    :param rewards: ``[N]`` float, ``N = groups * group_size``. :raises ValueError: ``N`` not a multiple of ``G``.
+    """
+    mean = _groups(rewards, group_size).mean(dim=1)
+    keep = (mean >= low) & (mean <= high)
+    return keep.repeat_interleave(group_size)
+
+
+def overlong_as_incorrect(rewards: torch.Tensor, response_lengths: torch.Tensor, completion_length: int,
+                          margin: int) -> torch.Tensor:
+    """``rewards`` with 0 (incorrect) for every response of at least ``completion_length - margin`` tokens: a
+    completion that (nearly) filled the decoding budget is treated as truncated (the TraceRL release:
+    ``lengths >= max_token - 5``, Gen-Verse/dLLM-RL ``reward/rl_reward.py:100-103``).
+
+    :param rewards: ``[N]`` float; :param response_lengths: ``[N]`` int64 tokens through the first stop id
+        (:func:`dare.rl.rollout.content_lengths`: EOS padding not counted, whatever the family);
+    :param completion_length: ``G``, the decoding budget; :param margin: ``>= 0``.
+    :returns: ``[N]`` float, a new tensor.
+    """
+    overlong = response_lengths.to(rewards.device) >= completion_length - margin
+    return torch.where(overlong, torch.zeros_like(rewards), rewards)

@@ -19,12 +19,24 @@ Two conventions differ between DARE and the official trainers (docs/algorithms.m
     prompt mask over every prompt position): the padding is attended to, and masked with the
     prompt-mask probability like any prompt token. Rollouts keep the sampler's own attention.
 
+Two more concern block families (SDAR, LLaDA2) and follow the TraceRL SDAR release (Gen-Verse/dLLM-RL
+``train/rl_sdar.py``):
+
+* ``block_alignment``: ``"first_token"`` (DARE: blocks start at each row's first real token, as single-sequence
+  decoding) or ``"prompt_end"`` (the release's training forward: a block starts at the padded prompt's end ``P``,
+  prompt blocks counted backwards from it; :func:`align_blocks_at_prompt_end`). They differ when a prompt's
+  length is not a multiple of the block size;
+* ``response_padding``: ``"exclude"`` (DARE: positions after a truncating family's response have attention 0)
+  or ``"masked"`` (the release: they are attended to, as the mask token in every corrupted copy, and never
+  scored; :func:`attend_response_padding` then :func:`mask_after_response`).
+
 How positions after the first EOS are corrupted differs between the official trainers, and DARE follows
 each: d1 and DiffuCoder draw their corruption over the whole completion and only weigh the later positions 0
 (:func:`score_through_first_stop`, applied by :class:`~dare.rl.trainer.GRPOTrainer`); SPG's response ends at
 the first EOS (its blocks, mask ratios and length weights count only those tokens) and every later position
 is always masked (:func:`cut_response_at_first_stop` then :func:`mask_after_response`, applied by
-``dare_grpo.trainer_spg.SPGTrainer``). :func:`attend_prompt_padding` is applied by the trainer's rollout.
+``dare_grpo.trainer_spg.SPGTrainer``). :func:`attend_prompt_padding`, :func:`align_blocks_at_prompt_end` and
+:func:`attend_response_padding` are applied by the trainer's rollout.
 """
 
 from __future__ import annotations
@@ -37,10 +49,13 @@ import torch
 from dare.diffusion.estimators import Pass, ScoringBatch
 
 __all__ = ["ResponseTokens", "PromptPadding", "keep_through_first_stop", "score_through_first_stop",
-           "cut_response_at_first_stop", "mask_after_response", "attend_prompt_padding"]
+           "cut_response_at_first_stop", "mask_after_response", "attend_prompt_padding", "BlockAlignment",
+           "ResponsePadding", "align_blocks_at_prompt_end", "attend_response_padding"]
 
 ResponseTokens = Literal["all", "through_first_eos"]
 PromptPadding = Literal["exclude", "attend"]
+BlockAlignment = Literal["first_token", "prompt_end"]
+ResponsePadding = Literal["exclude", "masked"]
 
 
 def keep_through_first_stop(completions: torch.Tensor, stop_ids: tuple[int, ...]) -> torch.Tensor:
@@ -91,4 +106,21 @@ def attend_prompt_padding(batch: ScoringBatch) -> ScoringBatch:
     a prompt token (``ScoringBatch.prompt_valid`` all True: a prompt-masking estimator may mask it)."""
     attn = batch.attention_mask.clone()
     attn[:, : batch.prompt_length] = 1
+    return replace(batch, attention_mask=attn)
+
+
+def align_blocks_at_prompt_end(batch: ScoringBatch) -> ScoringBatch:
+    """``batch`` whose block-family forwards start a block at the padded prompt's end (``block_anchor = P``):
+    the completion's blocks are ``[P + k b, P + (k + 1) b)`` in every row, whatever its prompt length (Gen-Verse/
+    dLLM-RL ``train/rl_sdar.py::make_basic_block_attention``, ``one_round_vectorized``)."""
+    return replace(batch, block_anchor=batch.prompt_length)
+
+
+def attend_response_padding(batch: ScoringBatch) -> ScoringBatch:
+    """``batch`` with attention 1 on the completion positions after the response (``completion_mask`` False), which
+    stay unscored; with :func:`mask_after_response` on the passes they are attended to as mask tokens (the TraceRL
+    SDAR release: response padding is never a masked key, ``rl_sdar.py::process_pad``, and holds the mask token in
+    the noisy copy while its block is scored, ``one_round_vectorized``)."""
+    attn = batch.attention_mask.clone()
+    attn[:, batch.prompt_length:] = 1
     return replace(batch, attention_mask=attn)

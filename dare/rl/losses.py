@@ -15,12 +15,12 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Literal
 
 import torch
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from dare.components.official import OfficialParams
 from dare.diffusion.estimators import PassScore
 from dare.rl.aggregation import Aggregation, aggregate
-from dare.rl.conventions import PromptPadding, ResponseTokens
+from dare.rl.conventions import BlockAlignment, PromptPadding, ResponsePadding, ResponseTokens
 from dare.rl.kl import kl_estimate
 from dare.rl.policy_loss import clipped_policy_loss, ratio_from_log
 
@@ -38,8 +38,19 @@ class RLParams(OfficialParams):
     advantage: Literal["grpo", "drgrpo", "rloo"] = Field(
         "grpo", description="Group advantage: grpo = (r - mean) / (std + advantage_std_eps), drgrpo = r - mean (d1, SPG), "
         "rloo = leave-one-out r - mean of the others (DiffuCoder).")
-    advantage_std_eps: float = Field(1e-6, gt=0.0, description="Added to the group std by the grpo advantage "
-                                     "(1e-6 as verl; 1e-4 in the TRL-based official trainers).")
+    advantage_std_eps: float = Field(1e-6, ge=0.0, description="Added to the group std by the grpo advantage "
+                                     "(1e-6 as verl; 1e-4 in the TRL-based official trainers; 0 in TraceRL's).")
+    advantage_std: Literal["sample", "population"] = Field(
+        "sample", description="The grpo advantage's group std: sample = unbiased (DARE/verl); population = divided by "
+        "G (the TraceRL release).")
+    overlong_margin: int | None = Field(
+        None, ge=0, description="A response of at least gen_length - n tokens (through its first EOS or end-of-turn) "
+        "scores reward 0 (incorrect) before the advantages (the TraceRL release: 5); null = rewards as scored. "
+        "dare.rl.advantages.overlong_as_incorrect.")
+    group_filter: tuple[float, float] | None = Field(
+        None, description="(low, high): train only the groups whose mean reward (the accuracy for a 0/1 reward) is in "
+        "the range (the TraceRL release: 0.2 to 0.8); the others get advantage 0 and are not scored, so token and "
+        "(row, pass) normalisers do not count them. null = every group. dare.rl.advantages.groups_in_range.")
     beta: float = Field(0.0, ge=0.0, description="KL coefficient against the reference policy (0 = no reference).")
     kl_estimator: Literal["k1", "k2", "k3"] = Field("k3", description="KL estimator (dare.rl.kl).")
     clip_eps_low: float = Field(0.2, ge=0.0, lt=1.0, description="Lower clip epsilon.")
@@ -56,6 +67,18 @@ class RLParams(OfficialParams):
         "exclude",
         description="Prompt left-padding in likelihood forwards: exclude = attention 0, never masked (DARE); "
         "attend = attended to and masked like a prompt token (the official d1 trainer). dare.rl.conventions.",
+    )
+    block_alignment: BlockAlignment = Field(
+        "first_token",
+        description="Block families' training forward: first_token = blocks from each row's first real token (DARE, as "
+        "decoding); prompt_end = a block starts at the padded prompt's end (the TraceRL SDAR release). "
+        "dare.rl.conventions.",
+    )
+    response_padding: ResponsePadding = Field(
+        "exclude",
+        description="Positions after a truncating family's response (SDAR, LLaDA2): exclude = attention 0 (DARE); "
+        "masked = attended to as the mask token in every corrupted copy, never scored (the TraceRL SDAR release). "
+        "dare.rl.conventions.",
     )
     likelihood_temperature: float | Literal["sampler"] = Field(
         1.0,
@@ -88,6 +111,13 @@ class RLParams(OfficialParams):
         "other dropout masks, so runs agree in distribution only. false = run every row.",
     )
 
+
+    @field_validator("group_filter")
+    @classmethod
+    def _ordered_range(cls, value):
+        if value is not None and value[0] > value[1]:
+            raise ValueError(f"group_filter is (low, high) with low <= high, got {list(value)}: swap the two values")
+        return value
 
 
 @dataclass
@@ -154,6 +184,7 @@ def clipped_token_loss(
     num_tokens: float | None = None,
     num_sequences: float | None = None,
     agg: Callable[[torch.Tensor], torch.Tensor] | None = None,
+    log_ratio_clamp: float | None = None,
 ) -> LossTerms:
     """Token-level clipped GRPO loss of one pass plus ``beta`` x KL, aggregated over the scored tokens.
 
@@ -166,6 +197,8 @@ def clipped_token_loss(
 
     :param agg: ``[B, L] per-token values -> scalar``, replacing that aggregation (e.g. JustGRPO's
         position chunks, which each see part of the completion but the whole batch's normalisers).
+    :param log_ratio_clamp: ``c``: the log-ratio is clamped to ``[-c, c]`` before the ``exp`` (gradient 0 outside;
+        the TraceRL release, Gen-Verse/dLLM-RL ``train/rl_sdar.py:732``, c = 10); None = no clamp.
     """
     if agg is None:
         mode = mode or params.loss_aggregation
@@ -177,8 +210,11 @@ def clipped_token_loss(
             return aggregate(values, weights, mode, num_tokens=num_tokens, num_sequences=num_sequences)
 
     cur = inp.current.token
+    log_ratio = cur - inp.old
+    if log_ratio_clamp is not None:
+        log_ratio = log_ratio.clamp(-log_ratio_clamp, log_ratio_clamp)
     clipped = clipped_policy_loss(
-        ratio_from_log(cur - inp.old), inp.advantages if inp.advantages.dim() == 2 else inp.advantages[:, None],
+        ratio_from_log(log_ratio), inp.advantages if inp.advantages.dim() == 2 else inp.advantages[:, None],
         params.clip_eps_low, params.clip_eps_high, params.dual_clip_c
     )
     loss = agg(clipped.loss)

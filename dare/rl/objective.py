@@ -111,6 +111,17 @@ class OnlineRLObjective(TrainerObjective):
     # ------------------------------------------------------------------ validation
     def check(self, ctx, loc: str) -> list[tuple[str, str]]:
         problems = super().check(ctx, loc)
+        p, family = self.params, ctx.family
+        block = family is not None and getattr(family, "attention", None) == "block"
+        for name, value, off in (("block_alignment", p.block_alignment, "first_token"),
+                                 ("response_padding", p.response_padding, "exclude")):
+            if value != off and family is not None and not block:
+                problems.append((f"{loc}.params.{name}", f"{name}: {value} is a convention of block-diffusion families "
+                                 f"(SDAR, LLaDA2), and {family.name!r} is not one: set {name}: {off}"))
+        train = getattr(ctx.spec, "train", None)
+        if p.block_alignment == "prompt_end" and getattr(train, "packing", False):
+            problems.append((f"{loc}.params.block_alignment", "block_alignment: prompt_end needs the padded forward: set "
+                             "train.packing: false, or block_alignment: first_token"))
         rollout = ctx.rollout_sampler
         if rollout is None:  # no sampler, or overrides its Params reject (reported by the resolution)
             return problems + sync_problems(self.params, ctx, loc)

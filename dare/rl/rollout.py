@@ -17,7 +17,7 @@ from dare.randomness import RowGenerators
 from dare.sampling import completion_mask as family_completion_mask
 from dare.sampling.text import decode_completions, encode_prompts
 
-__all__ = ["Rollout", "sample_completions", "score_completions"]
+__all__ = ["Rollout", "sample_completions", "score_completions", "content_lengths"]
 
 
 @dataclass
@@ -95,8 +95,11 @@ def sample_completions(model, family, tokens, tokenizer, sampler, prompts: list[
     return batch, {"nfe": float(sum(o.nfe for o in outs)), "rollout_calls": float(len(outs)), "edits": edits}
 
 
-def _content_lengths(completions: torch.Tensor, stop_ids: tuple[int, ...]) -> torch.Tensor:
-    """``[N]`` tokens up to and including the first stop id (``G`` when there is none)."""
+def content_lengths(completions: torch.Tensor, stop_ids: tuple[int, ...]) -> torch.Tensor:
+    """``[N]`` int64 tokens up to and including the first stop id (``G`` when there is none): a completion's length
+    whatever the family's padding convention (the ``completion_length`` metric, the overlong rule).
+
+    :param completions: ``[N, G]`` int64; :param stop_ids: the ids that end a completion (EOS, end-of-turn)."""
     is_stop = torch.zeros_like(completions, dtype=torch.bool)
     for sid in stop_ids:
         is_stop |= completions == sid
@@ -125,7 +128,7 @@ def score_completions(batch: ScoringBatch, tokenizer, tokens, reward, rows: list
             parts.setdefault(name, []).append(value)
     stats = {
         "reward_errors": float(sum(reward.errors.values()) - errors_before),
-        "completion_length": float(_content_lengths(completions, tokens.stop_ids).float().mean()),
+        "completion_length": float(content_lengths(completions, tokens.stop_ids).float().mean()),
         "time/score": time.perf_counter() - t0,
     }
     return texts, torch.tensor(totals, dtype=torch.float32), {k: torch.tensor(v) for k, v in parts.items()}, stats

@@ -57,12 +57,18 @@ from dare.components import Estimator
 from dare.diffusion.estimators import Pass, PassScore, ScoringBatch, score_pass
 from dare.modeling.lora import ReferencePolicy
 from dare.randomness import STREAMS, RowGenerators, key_seed
-from dare.rl.advantages import group_advantages, zero_std_groups
-from dare.rl.conventions import attend_prompt_padding, score_through_first_stop
+from dare.rl.advantages import group_advantages, groups_in_range, overlong_as_incorrect, zero_std_groups
+from dare.rl.conventions import (
+    align_blocks_at_prompt_end,
+    attend_prompt_padding,
+    attend_response_padding,
+    mask_after_response,
+    score_through_first_stop,
+)
 from dare.rl.batch_totals import whole_batch_values
 from dare.rl.prompts import RepeatChunkSampler, collate_prompts
 from dare.rl.reference_sync import reference_sync
-from dare.rl.rollout import Rollout, sample_completions, score_completions
+from dare.rl.rollout import Rollout, content_lengths, sample_completions, score_completions
 from dare.rl.update import PolicyUpdate
 from dare.trainers.base import DareTrainer
 
@@ -133,7 +139,7 @@ class GRPOTrainer(PolicyUpdate, DareTrainer):
 
     # ------------------------------------------------------------------ likelihoods
     def _logits_fn(self, model):
-        return lambda noisy, clean, attn: self.denoiser_logits(model, noisy, clean, attn)
+        return lambda noisy, clean, attn, **options: self.denoiser_logits(model, noisy, clean, attn, **options)
 
     def _row_chunks(self, n: int) -> list[slice]:
         step = self.params.micro_batch_size or max(n, 1)
@@ -189,6 +195,8 @@ class GRPOTrainer(PolicyUpdate, DareTrainer):
         passes = self.estimator.draw(batch, self.mask_generator)
         if self.params.response_tokens == "through_first_eos":  # dare.rl.conventions
             passes = score_through_first_stop(passes, batch, self.tokens.stop_ids)
+        if self.params.response_padding == "masked":  # dare.rl.conventions
+            passes = mask_after_response(passes, batch)
         return passes
 
     # ------------------------------------------------------------------ rollout
@@ -208,13 +216,27 @@ class GRPOTrainer(PolicyUpdate, DareTrainer):
             )
         if a.prompt_padding == "attend":  # dare.rl.conventions
             batch = attend_prompt_padding(batch)
+        if a.block_alignment == "prompt_end":
+            batch = align_blocks_at_prompt_end(batch)
+        if a.response_padding == "masked":
+            batch = attend_response_padding(batch)
         t1 = time.perf_counter()
         texts, rewards, parts, score_stats = score_completions(
             batch, self.processing_class, self.tokens, self.reward, inputs["row"], a.group_size
         )
-        advantages = group_advantages(rewards, a.group_size, a.advantage, a.advantage_std_eps).to(batch.input_ids.device)
+        if a.overlong_margin is not None:  # dare.rl.advantages
+            lengths = content_lengths(batch.input_ids[:, batch.prompt_length:], self.tokens.stop_ids)
+            rewards = overlong_as_incorrect(rewards, lengths, batch.completion_length, a.overlong_margin)
+        advantages = group_advantages(rewards, a.group_size, a.advantage, a.advantage_std_eps,
+                                      a.advantage_std == "sample").to(batch.input_ids.device)
+        keep = None if a.group_filter is None else groups_in_range(rewards, a.group_size, *a.group_filter)
+        if keep is not None:
+            advantages = advantages * keep.to(advantages.device)
         rollout = Rollout(batch=batch, texts=texts, rewards=rewards, reward_parts=parts, advantages=advantages)
         rollout.passes = [self._draw_passes(batch, i) for i in range(a.num_iterations)]
+        if keep is not None:  # filtered groups are not scored (nor counted by token or (row, pass) normalisers)
+            w = keep.to(device=batch.input_ids.device, dtype=torch.float32)[None, :, None]
+            rollout.passes = [[Pass(mask=p.mask, weight=p.weight * w, key=p.key) for p in ps] for ps in rollout.passes]
         extra_stats = self._after_passes(rollout)
         t2 = time.perf_counter()
         model.eval()

@@ -194,9 +194,13 @@ class PolicyUpdate:
             self._pad_backward(1, pad_loss)
 
     def _first_row_loss(self, fn, batch: ScoringBatch, passes: list[Pass]):
-        """A pad job's loss (:meth:`_pad_backward`): the first row's token scores under the first pass."""
+        """A pad job's loss (:meth:`_pad_backward`): the first row's token scores under the first pass's corruption,
+        every completion token weighted 1 (so the forward runs even where the pass scores nothing of that row, e.g.
+        a group left out by ``group_filter``)."""
         first = slice(0, 1)
-        return lambda: score_pass(fn, batch.rows(first), passes[0].rows(first), self.likelihood_temperature).token.sum()
+        pas = passes[0].rows(first)
+        pas = Pass(mask=pas.mask, weight=torch.ones_like(pas.weight), key=pas.key)
+        return lambda: score_pass(fn, batch.rows(first), pas, self.likelihood_temperature).token.sum()
 
     @staticmethod
     def _accumulate(metrics: dict[str, float], terms: LossTerms) -> None:

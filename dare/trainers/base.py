@@ -119,14 +119,21 @@ class DareTrainer(CheckpointSaving, Trainer):
         self._skipped_since_log = 0
 
     # ------------------------------------------------------------------ training forwards
-    def denoiser_logits(self, model, noisy_ids, clean_ids, attention_mask=None):
+    def denoiser_logits(self, model, noisy_ids, clean_ids, attention_mask=None, **options):
         """The family's training logits ``[B, L, V]`` (``ModelFamily.denoiser_logits``), computed padding-free with
         :func:`dare.diffusion.packing.packed_denoiser_logits` when ``args.packing`` (``train.packing``); same arguments
-        and result on every valid position."""
+        and result on every valid position. ``options`` (a block family's ``block_anchor``) go to the family's
+        forward.
+
+        :raises ValueError: ``options`` with ``train.packing`` (the packed forward has none).
+        """
         if self.args.packing:
+            if options:
+                raise ValueError(f"train.packing cannot run a forward with {', '.join(sorted(options))}: "
+                                 "set train.packing: false")
             return packed_denoiser_logits(self.family, model, noisy_ids, clean_ids, attention_mask,
                                           self.args.packing_max_tokens)
-        return self.family.denoiser_logits(model, noisy_ids, clean_ids, attention_mask)
+        return self.family.denoiser_logits(model, noisy_ids, clean_ids, attention_mask, **options)
 
     # ------------------------------------------------------------------ metrics
     def record(self, **values: float) -> None:

@@ -34,7 +34,8 @@ from dare.randomness import rand
 
 __all__ = ["ScoringBatch", "Pass", "PassScore", "Estimator", "LogitsFn", "score_pass", "uniform"]
 
-#: ``(noisy_ids [N, S], clean_ids [N, S], attention_mask [N, S] | None) -> aligned logits [N, S, V]``.
+#: ``(noisy_ids [N, S], clean_ids [N, S], attention_mask [N, S] | None) -> aligned logits [N, S, V]``; called with
+#: the keyword ``block_anchor`` too when the batch sets it (:attr:`ScoringBatch.block_anchor`, block families).
 LogitsFn = Callable[[torch.Tensor, torch.Tensor, "torch.Tensor | None"], torch.Tensor]
 
 
@@ -61,7 +62,10 @@ class ScoringBatch:
       tokens an estimator may mask and score; ``SamplerOutput.completion_mask``);
     * ``prompt_length``: ``P``; ``mask_id``: the family's mask token id;
     * ``unmask_step``: ``[N, G]`` int64 or None, the denoising step that committed each completion
-      token (``SamplerOutput.unmask_step``; -1 = never), for trajectory replay.
+      token (``SamplerOutput.unmask_step``; -1 = never), for trajectory replay;
+    * ``block_anchor``: None (blocks of block families start at each row's first real token), or the column
+      where a block starts in every row (``P``: the padded prompt's end, :func:`dare.rl.conventions.align_blocks_at_prompt_end`),
+      passed to the logits function as ``block_anchor=`` (:meth:`dare.modeling.BlockDiffusionFamily.denoiser_logits`).
     """
 
     input_ids: torch.Tensor
@@ -70,6 +74,7 @@ class ScoringBatch:
     prompt_length: int
     mask_id: int
     unmask_step: torch.Tensor | None = None
+    block_anchor: int | None = None
 
     def __post_init__(self):
         N, S = self.input_ids.shape
@@ -190,7 +195,10 @@ def score_pass(
         if not bool(where.any()):
             continue
         noisy = torch.where(pas.mask[k], torch.full_like(clean, batch.mask_id), clean)
-        logits = logits_fn(noisy, clean, attn)[:, P:]
+        if batch.block_anchor is None:
+            logits = logits_fn(noisy, clean, attn)[:, P:]
+        else:
+            logits = logits_fn(noisy, clean, attn, block_anchor=batch.block_anchor)[:, P:]
         if temperature != 1.0:
             logits = logits / temperature
         token = token + pas.weight[k].to(token.device) * token_logprobs(logits, targets, where)

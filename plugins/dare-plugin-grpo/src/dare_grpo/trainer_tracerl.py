@@ -70,7 +70,7 @@ class TraceRLValueTrainer(GRPOTrainer):
 
     # ------------------------------------------------------------------ values, GAE and the value step
     def _value_fn(self):
-        return lambda noisy, clean, attn: self.denoiser_logits(self.value_model, noisy, clean, attn)
+        return lambda noisy, clean, attn, **options: self.denoiser_logits(self.value_model, noisy, clean, attn, **options)
 
     def _values(self, batch, passes) -> torch.Tensor:
         """``[N, G]`` values of every scored token under the value model (no gradient)."""

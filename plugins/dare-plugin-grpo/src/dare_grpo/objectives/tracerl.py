@@ -29,15 +29,23 @@ step-level GAE (``gamma``, ``lam``) and is trained once per rollout with the cli
 §10.11; tests/parity/test_tracerl_value.py checks values, GAE, the value loss and the policy loss against the
 official code. Sliced block training is out of scope.
 
-The released trainer (Gen-Verse/dLLM-RL ``train/rl_llada.py``) differs in three ways, each an option here:
-``transition_grouping: per_row`` merges ``s`` consecutive *distinct* steps of each row (``collapse_k_unique``)
-instead of the global step grid; ``normaliser: transitions`` averages over every (completion, transition) pair
-instead of dividing their sum by the completions; ``kl_target: rollout`` is its KL term, k3 against the rollout
-(old) policy *summed* over each transition's tokens (with the same normaliser), instead of the token-mean KL
-against the reference policy. ``preset: official`` sets them with the released values (``TraceRLParams.official``:
-G = 8, eps 0.2, no dual clip, shrinkage 8, beta 0.01, prompt padding attended to); docs/algorithms.md §10.11
-cites each, tests/parity/test_tracerl.py checks the loss and gradients against the official code's. Its
-advantages (population-std z-scores, ``reward/rl_reward.py``) are not expressible exactly.
+The release trains each model family with its own trainer, and ``preset: official`` takes the spec's family
+(``TraceRLParams.official``: rows marked ``llada`` or ``sdar``, docs/algorithms.md §10.11).
+The LLaDA trainer (Gen-Verse/dLLM-RL ``train/rl_llada.py``) differs from the paper's loss in three ways, each an
+option here: ``transition_grouping: per_row`` merges ``s`` consecutive *distinct* steps of each row
+(``collapse_k_unique``) instead of the global step grid; ``normaliser: transitions`` averages over every
+(completion, transition) pair instead of dividing their sum by the completions; ``kl_target: rollout`` is its KL
+term, k3 against the rollout (old) policy *summed* over each transition's tokens (with the same normaliser),
+instead of the token-mean KL against the reference policy (G = 8, eps 0.2, no dual clip, shrinkage 8, beta 0.01,
+prompt padding attended to; tests/parity/test_tracerl.py). The SDAR trainer (``train/rl_sdar.py``) uses shrink 1,
+``normaliser: response_length`` (each row's token sum / the response length, mean over rows), the rollout KL,
+prompt padding excluded, and lays its rows out as options here too: ``row_layout: block_round`` (one training row
+per round, bundling step r of every block, :mod:`dare.diffusion.estimators.trajectory`; the normaliser then
+counts rows), ``block_alignment: prompt_end`` and ``response_padding: masked`` (:mod:`dare.rl.conventions`) and
+``log_ratio_clamp: 10`` (G = 16; tests/parity/test_tracerl_sdar.py). Both take their advantages from
+``reward/rl_reward.py``: population-std z-scores (``advantage_std: population``, ``advantage_std_eps: 0``), a
+response of at least ``max_token - 5`` tokens counted incorrect (``overlong_margin: 5``) and only groups whose
+accuracy is in [0.2, 0.8] trained (``group_filter``), RL options of every objective (:mod:`dare.rl.advantages`).
 """
 
 from __future__ import annotations
@@ -45,6 +53,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import ClassVar, Literal
 
+import torch
 from pydantic import Field
 
 from dare.components.official import OfficialSetting
@@ -55,29 +64,67 @@ from dare.rl import LossTerms, OnlineRLObjective, RLParams, clipped_token_loss, 
 __all__ = ["TraceRL", "TraceRLParams"]
 
 
-#: The released TraceRL code and LLaDA config (docs/algorithms.md §10.11).
+#: The released TraceRL code and configs (docs/algorithms.md §10.11).
 TRACERL_REPO = "Gen-Verse/dLLM-RL@10b4fd1cba83e4496c20585dc2fd01dc02f20255"
+_L, _S = "llada", "sdar"
+
+
+def _llada(param, value, where, why=""):
+    return OfficialSetting(param, value, f"{TRACERL_REPO}:{where}", why, family=_L)
+
+
+def _sdar(param, value, where, why=""):
+    return OfficialSetting(param, value, f"{TRACERL_REPO}:{where}", why, family=_S)
 
 
 class TraceRLParams(RLParams):
-    #: the rows are rl_llada.py's (LLaDA); the release trains SDAR with train/rl_sdar.py, whose rows are not in this table yet
-    official_families: ClassVar[tuple[str, ...]] = ("llada",)
+    #: The release trains LLaDA with ``train/rl_llada.py`` (``configs/rl_llada.yaml``) and SDAR/TraDo with
+    #: ``train/rl_sdar.py`` (``configs/rl_sdar.yaml``, ``model_base: sdar``); rows without a family come from
+    #: the shared reward script and value pipeline. ``preset: official`` on another family is refused.
+    official_families: ClassVar[tuple[str, ...]] = ("llada", "sdar")
     official: ClassVar[tuple[OfficialSetting, ...]] = (
-        OfficialSetting("group_size", 8, f"{TRACERL_REPO}:configs/rl_llada.yaml:34"),
-        OfficialSetting("clip_eps_low", 0.2, f"{TRACERL_REPO}:configs/rl_llada.yaml:65", "DARE's recipes: the same"),
-        OfficialSetting("clip_eps_high", 0.2, f"{TRACERL_REPO}:configs/rl_llada.yaml:65", "DARE's recipes: the same"),
-        OfficialSetting("dual_clip_c", None, f"{TRACERL_REPO}:train/rl_llada.py:584-588",
-                        "DARE's recipes add a dual clip c = 3"),
-        OfficialSetting("shrink", 8, f"{TRACERL_REPO}:configs/rl_llada.yaml:60", "exact replay (s = 1) by default"),
-        OfficialSetting("transition_grouping", "per_row", f"{TRACERL_REPO}:train/rl_llada.py:203-215,257",
-                        "the global step grid keeps a transition's steps aligned across rows"),
-        OfficialSetting("normaliser", "transitions", f"{TRACERL_REPO}:train/rl_llada.py:589-592",
-                        "the paper's J_policy (arXiv 2509.06949 §3) divides by the completions"),
-        OfficialSetting("beta", 0.01, f"{TRACERL_REPO}:configs/rl_llada.yaml:66", "DARE's recipes train without KL"),
-        OfficialSetting("kl_target", "rollout", f"{TRACERL_REPO}:train/rl_llada.py:596-602",
-                        "DARE's KL is against the reference policy, like its other objectives"),
-        OfficialSetting("prompt_padding", "attend", f"{TRACERL_REPO}:train/rl_llada.py:575",
-                        "DARE never attends to prompt padding"),
+        _llada("group_size", 8, "configs/rl_llada.yaml:34"),
+        _llada("clip_eps_low", 0.2, "configs/rl_llada.yaml:65", "DARE's recipes: the same"),
+        _llada("clip_eps_high", 0.2, "configs/rl_llada.yaml:65", "DARE's recipes: the same"),
+        _llada("dual_clip_c", None, "train/rl_llada.py:584-588", "DARE's recipes add a dual clip c = 3"),
+        _llada("shrink", 8, "configs/rl_llada.yaml:60", "exact replay (s = 1) by default"),
+        _llada("transition_grouping", "per_row", "train/rl_llada.py:203-215,257",
+               "the global step grid keeps a transition's steps aligned across rows"),
+        _llada("normaliser", "transitions", "train/rl_llada.py:589-592",
+               "the paper's J_policy (arXiv 2509.06949 §3) divides by the completions"),
+        _llada("beta", 0.01, "configs/rl_llada.yaml:66", "DARE's recipes train without KL"),
+        _llada("kl_target", "rollout", "train/rl_llada.py:596-602",
+               "DARE's KL is against the reference policy, like its other objectives"),
+        _llada("prompt_padding", "attend", "train/rl_llada.py:575", "DARE never attends to prompt padding"),
+        _sdar("group_size", 16, "configs/rl_sdar.yaml:37"),
+        _sdar("clip_eps_low", 0.2, "configs/rl_sdar.yaml:68", "DARE's recipes: the same"),
+        _sdar("clip_eps_high", 0.2, "configs/rl_sdar.yaml:68", "DARE's recipes: the same"),
+        _sdar("dual_clip_c", None, "train/rl_sdar.py:734-738", "DARE's recipes add a dual clip c = 3"),
+        _sdar("shrink", 1, "configs/rl_sdar.yaml:62"),
+        _sdar("row_layout", "block_round", "train/rl_sdar.py:514-547",
+              "one row per transition keeps the loss scale independent of the number of blocks"),
+        _sdar("normaliser", "response_length", "train/rl_sdar.py:741-744",
+              "the paper's J_policy (arXiv 2509.06949 §3) divides by the completions"),
+        _sdar("beta", 0.01, "configs/rl_sdar.yaml:69", "DARE's recipes train without KL"),
+        _sdar("kl_target", "rollout", "train/rl_sdar.py:747-755",
+              "DARE's KL is against the reference policy, like its other objectives"),
+        _sdar("prompt_padding", "exclude", "train/rl_sdar.py:344-360"),
+        _sdar("block_alignment", "prompt_end", "train/rl_sdar.py:291-335",
+              "DARE's blocks start at each row's first real token, as in decoding"),
+        _sdar("response_padding", "masked", "train/rl_sdar.py:344-352,401-418",
+              "DARE never attends to positions after a truncating family's response"),
+        _sdar("log_ratio_clamp", 10.0, "train/rl_sdar.py:732,752",
+              "a clamp zeroes the gradient of large but finite log-ratios"),
+        # the shared reward script (reward/rl_reward.py): z-scores with the population std, no epsilon, the
+        # overlong rule and the group-accuracy filter
+        OfficialSetting("advantage_std", "population", f"{TRACERL_REPO}:reward/rl_reward.py:74-79",
+                        "DARE/verl divide by the unbiased std"),
+        OfficialSetting("advantage_std_eps", 0.0, f"{TRACERL_REPO}:reward/rl_reward.py:76-79",
+                        "DARE/verl add 1e-6"),
+        OfficialSetting("overlong_margin", 5, f"{TRACERL_REPO}:reward/rl_reward.py:100-103",
+                        "DARE scores a truncated completion by its reward"),
+        OfficialSetting("group_filter", (0.2, 0.8), f"{TRACERL_REPO}:reward/rl_reward.py:112-114",
+                        "DARE trains every group (equal-reward groups have advantage 0)"),
         # the optional value model's settings (configs/rl_sdar_with_value.yaml; value_model itself stays off)
         OfficialSetting("gamma", 1.0, f"{TRACERL_REPO}:configs/rl_sdar_with_value.yaml:70"),
         OfficialSetting("lam", 1.0, f"{TRACERL_REPO}:configs/rl_sdar_with_value.yaml:71"),
@@ -93,6 +140,13 @@ class TraceRLParams(RLParams):
         "transitions = their mean over every (completion, transition) pair (the released trainer); "
         "response_length = each pair's token sum / the completion length G, averaged over pairs (the released "
         "value pipeline, train/train_sdar_policy.py).")
+    row_layout: Literal["transition", "block_round"] = Field(
+        "transition", description="transition = one pass (training row) per transition; block_round = one per round, "
+        "bundling step r of every block (block families; the released SDAR trainer): the response_length and "
+        "transitions normalisers then count rows, not transitions.")
+    log_ratio_clamp: float | None = Field(
+        None, gt=0.0, description="Clamp the log-ratio (and the rollout KL's exponent) to [-c, c] before exp (the "
+        "released trainer: 10); null = no clamp.")
     kl_target: Literal["reference", "rollout"] = Field(
         "reference", description="reference = the KL estimator against the reference policy, token mean per "
         "transition; rollout = k3 against the rollout policy summed over each transition's tokens (the released "
@@ -124,8 +178,16 @@ class TraceRL(OnlineRLObjective):
     def check(self, ctx, loc: str) -> list[tuple[str, str]]:
         problems = super().check(ctx, loc)
         model = getattr(ctx.spec, "model", None)
+        family = ctx.family
+        if self.params.row_layout == "block_round" and family is not None and getattr(family, "attention", None) != "block":
+            problems.append((f"{loc}.params.row_layout", f"block_round bundles every block's step into one forward, which "
+                             f"is exact only for block-diffusion families (SDAR, LLaDA2), and {family.name!r} is not one: "
+                             "set row_layout: transition"))
         if not self.params.value_model:
             return problems
+        if self.params.row_layout == "block_round":
+            problems.append((f"{loc}.params.row_layout", "the value model's step-level GAE runs over transitions, not "
+                             "block rounds: set row_layout: transition with value_model: true"))
         if getattr(model, "lora", None) is not None:
             problems.append((f"{loc}.params.value_model", "the value model is a full copy of the policy with its own "
                              "head and cannot share LoRA adapters: remove model.lora, or set value_model: false"))
@@ -152,6 +214,8 @@ class TraceRL(OnlineRLObjective):
         return problems
 
     def make_estimator(self, family, model_config, sampler):
+        if self.params.row_layout == "block_round":
+            return TrajectoryEstimator(shrink=self.params.shrink, block_rounds=family.block_size(model_config))
         per_row = self.params.transition_grouping == "per_row"
         return TrajectoryEstimator(shrink=self.params.shrink, block_stride=None if per_row else sampler.steps_per_block(),
                                    per_row=per_row)
@@ -163,13 +227,22 @@ class TraceRL(OnlineRLObjective):
         core = replace(inp, ref=None) if rollout_kl else inp
         if p.normaliser == "response_length":  # sum over the pair's tokens / G, mean over pairs
             kl_denom = max(float(rows), 1.0) * inp.current.token.shape[-1]
-            terms = clipped_token_loss(core, p, mode="token-mean", num_tokens=kl_denom)
+            terms = clipped_token_loss(core, p, mode="token-mean", num_tokens=kl_denom, log_ratio_clamp=p.log_ratio_clamp)
         else:
             kl_denom = max(float(rows), 1.0)
-            terms = clipped_token_loss(core, p, mode="sequence-mean", num_sequences=rows)
+            terms = clipped_token_loss(core, p, mode="sequence-mean", num_sequences=rows, log_ratio_clamp=p.log_ratio_clamp)
         loss, metrics = terms.loss, {k: v / inp.num_passes for k, v in terms.metrics.items()}
         if rollout_kl:
-            kl = (kl_estimate(inp.current.token, inp.old, "k3") * inp.current.scored).sum() / kl_denom
+            kl = (self._rollout_kl(inp.current.token, inp.old) * inp.current.scored).sum() / kl_denom
             loss = loss + p.beta * kl
             metrics["kl"] = kl.detach()
         return LossTerms(loss, metrics)
+
+    def _rollout_kl(self, logp: torch.Tensor, old: torch.Tensor) -> torch.Tensor:
+        """Per-token k3 against the rollout policy, ``[N, G]``; with ``log_ratio_clamp`` c the exponent ``-d`` is
+        clamped to ``[-c, c]`` (``exp(clamp(-d)) - 1 + d``, Gen-Verse/dLLM-RL ``train/rl_sdar.py:749-753``)."""
+        c = self.params.log_ratio_clamp
+        if c is None:
+            return kl_estimate(logp, old, "k3")
+        d = logp.float() - old.float()
+        return torch.exp((-d).clamp(-c, c)) - 1.0 + d
