@@ -11,7 +11,8 @@ What it times, on the quickstart LLaDA (d_model 128, 4 layers, seed 0) and the p
 The two trees are this checkout and ``--baseline-ref`` (any commit, exported with ``git archive`` into a temporary
 directory). Each round starts one worker process per tree, in alternating order (baseline first in even rounds),
 and each worker builds the same model, warms up, then times ``--steps`` updates and ``--decodes`` decodes in its
-own process and prints the medians; the ratio of a round is baseline seconds / candidate seconds (> 1: this tree is
+own process (CPU seconds of the process, one torch thread: less sensitive than wall time to other jobs on a shared
+machine) and prints the medians; the ratio of a round is baseline seconds / candidate seconds (> 1: this tree is
 faster). Printed: the CPU, the load average, per tree min / median / max seconds over rounds, and min / median /
 max of the per-round ratios. Each worker also prints a checksum of the update's losses and of the decoded tokens:
 the two trees must print the same (the optimisation changes no value).
@@ -29,6 +30,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import types
 
 MIN_ROUNDS = 5
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -48,8 +50,10 @@ def worker(args) -> None:
     import torch
 
     torch.set_num_threads(args.threads)
-    sys.path.insert(0, os.path.join(args.tree, "benchmarks"))
-    import bench_rl_step as rl  # the tree's own trainer harness
+    sys.path.insert(0, HERE)
+    import bench_rl_step as rl  # the trainer harness (this checkout's), driving the tree's dare
+
+    rl.time = types.SimpleNamespace(perf_counter=time.process_time)  # CPU seconds: less sensitive to machine load
 
     from dare.randomness import RowGenerators
 
@@ -85,11 +89,11 @@ def worker(args) -> None:
         times, checksum = [], 0
         for i in range(args.decodes + 1):
             gen = RowGenerators.keyed(0, "eval", 0, list(range(len(texts))))
-            t = time.perf_counter()
+            t = time.process_time()
             out = sampler.generate(lm.model, lm.family, lm.tokens, enc["input_ids"], enc["attention_mask"],
                                    generator=gen)
             if i:
-                times.append(time.perf_counter() - t)
+                times.append(time.process_time() - t)
             checksum = int(out.sequences.long().sum())
     print(json.dumps({"update": update, "decode": statistics.median(times),
                       "losses": [round(x, 7) for x in losses], "tokens": checksum}))
