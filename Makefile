@@ -66,10 +66,12 @@ DARE := $(VENV)/bin/dare
 # checkpoint (the same weights examples/quickstart-sft-short.yaml ends with: same spec, constant
 # learning rate, so the demo does not train those 250 steps twice), and one report with untrained, SFT
 # and RL scores side by side (runs/demo/comparison.{md,png}).
+# DEMO_ARGS: overrides for both runs, e.g. make demo DEMO_ARGS="--set train.num_threads=1" (faster under load)
 RL_START := runs/quickstart/checkpoints/checkpoint-250
+DEMO_ARGS ?=
 demo: install
-	$(DARE) run examples/quickstart.yaml
-	$(DARE) run examples/quickstart-rl.yaml --set model.path=$(RL_START)
+	$(DARE) run examples/quickstart.yaml $(DEMO_ARGS)
+	$(DARE) run examples/quickstart-rl.yaml --set model.path=$(RL_START) $(DEMO_ARGS)
 	$(DARE) compare -o runs/demo --title "DARE demo: 4x4 Sudoku (untrained, SFT, SFT + RL)" \
 	  "untrained=runs/quickstart:before" \
 	  "SFT 250 steps (RL start)=runs/quickstart-rl:before" \
@@ -79,8 +81,8 @@ demo: install
 # The RL stage of the demo over seeds 0, 1, 2 (a sweep: docs/scaling.md), from the same SFT start; writes
 # runs/demo-seeds/comparison.{md,png}: before / after per seed, the mean gain and its 95 % intervals
 demo-seeds: install
-	$(DARE) run examples/quickstart.yaml
-	$(DARE) sweep examples/quickstart-rl.yaml --set model.path=$(RL_START) --seeds 0,1,2 -o runs/demo-seeds
+	$(DARE) run examples/quickstart.yaml $(DEMO_ARGS)
+	$(DARE) sweep examples/quickstart-rl.yaml --set model.path=$(RL_START) $(DEMO_ARGS) --seeds 0,1,2 -o runs/demo-seeds
 
 test: install
 	$(VENV)/bin/python -m pytest -q --durations=25

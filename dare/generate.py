@@ -23,6 +23,7 @@ from typing import Any
 
 from dare.errors import DareError
 from dare.rundir import is_run_record
+from dare.trainers.checkpoints import checkpoint_step, last_complete_checkpoint
 
 __all__ = ["GenerateSettings", "run_settings", "model_settings", "run_of_model", "prompt_format_line", "render_prompts",
            "generate", "check_generate_options"]
@@ -46,7 +47,9 @@ class GenerateSettings:
 
 
 def run_settings(run_dir: str | Path) -> GenerateSettings:
-    """The generation settings of the run in ``run_dir`` (from its ``run.json``).
+    """The generation settings of the run in ``run_dir`` (from its ``run.json``): its trained ``model/``; for a run
+    that has not finished, its last complete checkpoint (the message says which step); only a run that has saved
+    neither uses its starting model.
 
     :raises DareError: ``run_dir`` is not a run directory, or holds no model to load yet.
     """
@@ -57,8 +60,13 @@ def run_settings(run_dir: str | Path) -> GenerateSettings:
         raise DareError(f"--run {run_dir}: not a DARE run directory (no readable run.json with the run's spec); give the "
                         "output.dir of a `dare run`/`dare train`") from None
     model = spec.get("model") or {}
+    ckpt = last_complete_checkpoint(run_dir / "checkpoints") if (run_dir / "checkpoints").is_dir() else None
     if (run_dir / "model" / "config.json").is_file():
         path, which = run_dir / "model", "its trained model"
+    elif ckpt is not None and (Path(ckpt) / "config.json").is_file():
+        # an unfinished run: its newest weights, not the untrained start
+        path, which = Path(ckpt), (f"its last checkpoint (step {checkpoint_step(ckpt)}; the run has not finished, so "
+                                   "there is no model/ yet)")
     elif model.get("new") and (run_dir / "init-model" / "config.json").is_file():
         path, which = run_dir / "init-model", "its starting model (no trained model/ yet)"
     elif model.get("path"):

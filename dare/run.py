@@ -70,9 +70,15 @@ class Run:
         self.eval_overrides: str | None = None
 
     @classmethod
-    def from_file(cls, path: str, overrides: list[str] | None = None, unset: list[str] | None = None) -> Run:
-        """The run of the spec file ``path`` with ``overrides`` (``--set KEY=VALUE``) and ``unset`` (``--unset KEY``)."""
-        spec = load_spec(path, overrides=overrides, check=False, unset=unset)
+    def from_file(cls, path: str, overrides: list[str] | None = None, unset: list[str] | None = None,
+                  spec: RunSpec | None = None) -> Run:
+        """The run of the spec file ``path`` with ``overrides`` (``--set KEY=VALUE``) and ``unset`` (``--unset KEY``).
+
+        :param spec: the file's structurally validated spec when the caller has read it already (the CLI reads it
+            first to lock ``output.dir`` before the slow checks); the semantic checks run here.
+        """
+        if spec is None:
+            spec = load_spec(path, overrides=overrides, check=False, unset=unset)
         try:
             return cls(spec, source=str(path))
         except SpecError as exc:  # a semantic problem of a --set value: say where it came from

@@ -54,6 +54,8 @@ def test_missing_run_model_suggests_running_its_spec(tmp_path, monkeypatch):
     monkeypatch.chdir(Path(__file__).resolve().parents[1])
     assert run_first_hint("runs/quickstart-sft-short/model").endswith(
         "or run the spec that produces it first (e.g. dare run examples/quickstart-sft-short.yaml)")
+    assert run_first_hint("runs/quickstart/checkpoints/checkpoint-250").endswith(
+        "or run the spec that produces it first (e.g. dare run examples/quickstart.yaml)")
     assert run_first_hint("runs/some-run/model") == " or run the spec whose output.dir is 'runs/some-run' first"
     assert run_first_hint("./typo-dir") == ""
 

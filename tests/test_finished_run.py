@@ -256,3 +256,28 @@ def test_generate_model_settings_of_a_run_trained_without_chat_template(tmp_path
     assert (s.chat_template, s.system_prompt, s.format_from) == (False, None, f"the data.train of the run in {run}")
     (tmp_path / "elsewhere").mkdir()
     assert model_settings(str(tmp_path / "elsewhere")).chat_template is True
+
+
+def test_generate_run_of_an_unfinished_run_uses_its_last_checkpoint(tmp_path):
+    """A run stopped before model/ was written: --run loads its newest complete checkpoint and says so (not the
+    untrained init-model/); a checkpoint cut short (no trainer_state.json) is not used; with none, the start model."""
+    from dare.generate import run_settings
+
+    run = tmp_path / "run"
+    for d in ("init-model", "checkpoints/checkpoint-2", "checkpoints/checkpoint-4", "checkpoints/checkpoint-6"):
+        (run / d).mkdir(parents=True)
+        (run / d / "config.json").write_text("{}")
+    for d in ("checkpoint-2", "checkpoint-4"):  # checkpoint-6 was cut short by a kill
+        (run / "checkpoints" / d / "trainer_state.json").write_text("{}")
+    spec = {"model": {"new": {"family": "llada", "preset": "tiny"}}, "sampler": {"name": "llada"}}
+    (run / "run.json").write_text(json.dumps({"spec_hash": "0" * 16, "source": None, "spec": spec}))
+    s = run_settings(run)
+    assert s.model == str(run / "checkpoints" / "checkpoint-4")
+    assert "its last checkpoint (step 4; the run has not finished" in s.origin
+    for d in ("checkpoint-2", "checkpoint-4"):
+        (run / "checkpoints" / d / "trainer_state.json").unlink()
+    s = run_settings(run)
+    assert s.model == str(run / "init-model") and "its starting model" in s.origin
+    (run / "model").mkdir()
+    (run / "model" / "config.json").write_text("{}")
+    assert run_settings(run).model == str(run / "model")

@@ -181,6 +181,26 @@ def test_a_held_lock_names_its_process_and_a_dead_ones_is_taken_over(tmp_path, c
     assert not (tmp_path / "new").exists()  # the parent made for the lock file is removed with it
 
 
+def test_the_lock_comes_before_the_slow_checks(tmp_path):
+    """A command on a run directory in use stops at the lock, before it checks (or loads) anything: here the spec's
+    model does not exist, and the error is the lock's, not the model's."""
+    spec = tiny_spec("out")
+    spec["model"] = {"path": str(tmp_path / "no-such-model")}
+    (tmp_path / "s.yaml").write_text(yaml.safe_dump(spec, sort_keys=False))
+    holder = _hold_lock_in_child(tmp_path / "out")
+    try:
+        for command in ("run", "train"):
+            out = subprocess.run([DARE, command, "s.yaml"], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+            assert out.returncode == 2, out.stderr
+            assert f"is in use by process {holder.pid}" in out.stderr and "no-such-model" not in out.stderr, out.stderr
+    finally:
+        holder.kill()
+        holder.wait()
+    out = subprocess.run([DARE, "run", "s.yaml"], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 2 and "model.path" in out.stderr and "Traceback" not in out.stderr, out.stderr
+    assert not (tmp_path / "out").exists()
+
+
 def _spec_file(d: Path, name: str, **train) -> str:
     (d / f"{name}.yaml").write_text(yaml.safe_dump(tiny_spec("out", **train), sort_keys=False))
     return f"{name}.yaml"

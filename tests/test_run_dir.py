@@ -101,6 +101,14 @@ def test_resume_false_on_this_runs_checkpoints(tmp_path):
     assert exc.value.problems[0][0] == "train.resume"
     assert "train.resume: true" in str(exc.value) and "output.overwrite: true" in str(exc.value)
     assert (out / "metrics.jsonl").read_text() == metrics  # nothing touched
+    # `dare validate` (as `dare run` by default, or --command train) refuses it as the run does; --command eval accepts
+    path = tmp_path / "no-resume.yaml"
+    path.write_text(yaml.safe_dump(no_resume))
+    for command in ("run", "train"):
+        with pytest.raises(SpecError) as exc:
+            load_spec(path, command=command)
+        assert [loc for loc, _ in exc.value.problems] == ["train.resume"]
+    load_spec(path, command="eval")
 
     # with output.overwrite the run starts fresh: each step logged once, no checkpoint of the old run left
     fresh = no_resume | {"output": {"dir": str(out), "overwrite": True}}

@@ -15,7 +15,7 @@ from dare.cli.group import ARGV, cli, is_main, spec_overrides
 from dare.cli_help import wide_console
 from dare.errors import DareError
 
-__all__ = ["run", "train", "eval_cmd", "compare", "execute_resumably", "relaunch_command"]
+__all__ = ["run", "train", "eval_cmd", "compare", "run_resumably", "relaunch_command"]
 
 
 @cli.command()
@@ -25,8 +25,7 @@ def run(spec, overrides, unset):
     """Evaluate (before), train, evaluate (after) and write a report, as SPEC says."""
     from dare.run import Run
 
-    r = Run.from_file(spec, list(overrides), list(unset))
-    out = execute_resumably(r)
+    r, out = run_resumably(spec, overrides, unset)
     if is_main():
         _print_stages(out["stages"])
         click.echo(f"run directory: {r.dir}")
@@ -40,8 +39,7 @@ def train(spec, overrides, unset):
     resumes from the last checkpoint of the same spec."""
     from dare.run import Run
 
-    r = Run.from_file(spec, list(overrides), list(unset))
-    out = execute_resumably(r, train=True, evaluate=False)
+    r, out = run_resumably(spec, overrides, unset, train=True, evaluate=False)
     if is_main():
         click.echo(json.dumps(out["train"], indent=2))
         click.echo(f"trained model: {r.model_dir}")
@@ -60,32 +58,43 @@ def eval_cmd(spec, overrides, unset):
     """
     from dare.run import Run
 
-    r = Run.from_file(spec, list(overrides), list(unset))
-    if r.spec.eval is None:
-        raise DareError("the spec has no eval: section; add eval.benchmarks")
-    out = execute_resumably(r, train=False, evaluate=True)
+    r, out = run_resumably(spec, overrides, unset, train=False, evaluate=True)
     if is_main():
         _print_stages(out["stages"])
         click.echo(f"report: {r.dir / 'report.md'}")
 
 
-def execute_resumably(r, **kwargs):
-    """``r.execute(**kwargs)`` holding the run directory's lock (:mod:`dare.runlock`); on Ctrl-C or SIGTERM
-    (:mod:`dare.signals`), say what was saved and that the same command resumes (exit 130 or 143)."""
+def run_resumably(path: str, overrides, unset, **kwargs):
+    """``(run, r.execute(**kwargs))`` of the spec file ``path``, holding the run directory's lock
+    (:mod:`dare.runlock`) from before the slow checks (model config and weights, data files) to the end: the
+    spec's structure is read first (it names ``output.dir``), then the lock is taken, then the run is resolved and
+    executed, so a second command on the same ``output.dir`` stops at once. On Ctrl-C or SIGTERM
+    (:mod:`dare.signals`), say what was saved and that the same command resumes (exit 130 or 143). ``dare eval``
+    (``train=False``) needs an ``eval:`` section."""
     from dare.io import disk_errors_explained
+    from dare.run import Run
     from dare.runlock import hold_run_dir
     from dare.signals import exit_status, stop_message, terminate_as_interrupt
+    from dare.spec import load_spec
 
+    spec = load_spec(path, overrides=list(overrides), check=False, unset=list(unset))
+    if kwargs.get("train") is False and spec.eval is None:
+        raise DareError("the spec has no eval: section; add eval.benchmarks")
+    r = None
     try:
-        with terminate_as_interrupt(), hold_run_dir(r.dir), disk_errors_explained(r.dir):
-            try:
-                return r.execute(**kwargs)
-            except DareError:
-                r.discard_unused_dir()  # a refused run leaves no files
-                raise
+        with terminate_as_interrupt(), hold_run_dir(spec.output.dir):
+            r = Run.from_file(path, list(overrides), list(unset), spec=spec)
+            with disk_errors_explained(r.dir):
+                try:
+                    return r, r.execute(**kwargs)
+                except DareError:
+                    r.discard_unused_dir()  # a refused run leaves no files
+                    raise
     except KeyboardInterrupt as exc:
         if is_main():
-            click.echo(stop_message(exc, r.interrupted_message(relaunch_command(shlex.join(["dare", *ARGV])))), err=True)
+            said = ("stopped while checking the spec; nothing was written" if r is None
+                    else r.interrupted_message(relaunch_command(shlex.join(["dare", *ARGV]))))
+            click.echo(stop_message(exc, said), err=True)
         sys.exit(exit_status(exc))
 
 

@@ -19,11 +19,14 @@ __all__ = ["validate", "schema"]
 @spec_overrides
 @click.option("--config-only", is_flag=True, help="model.path is a model card without weights: check config.json and the "
               "weight index's tensor names; skip shards and a tokenizer that does not load.")
-def validate(spec, overrides, unset, config_only):
+@click.option("--command", "command", type=click.Choice(["run", "train", "eval"]), default="run", show_default=True,
+              help="The command SPEC is meant for: output.dir is checked by its rules (train.resume: false with "
+                   "this run's checkpoints in output.dir is refused for run and train, as they refuse it).")
+def validate(spec, overrides, unset, config_only, command):
     """Validate SPEC (structure, component params, files, model config) without loading weights."""
     from dare.spec import load_spec
 
-    load_spec(spec, overrides=list(overrides), unset=list(unset), config_only=config_only)
+    load_spec(spec, overrides=list(overrides), unset=list(unset), config_only=config_only, command=command)
     click.echo(f"{spec}: valid")
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-__all__ = ["token_logprobs", "token_entropy", "masked_diffusion_loss"]
+__all__ = ["token_logprobs", "token_logprobs_and_entropy", "token_entropy", "masked_diffusion_loss"]
 
 
 def token_logprobs(logits: torch.Tensor, targets: torch.Tensor, where: torch.Tensor | None = None) -> torch.Tensor:
@@ -19,11 +19,47 @@ def token_logprobs(logits: torch.Tensor, targets: torch.Tensor, where: torch.Ten
     """
     if where is None:
         return -F.cross_entropy(logits.float().transpose(1, 2), targets, reduction="none")
+    if bool(where.all()):  # every position scored: no gather of the selected logits, no scatter back
+        return _gather(torch.log_softmax(logits.float(), dim=-1), targets)
     out = torch.zeros(targets.shape, dtype=torch.float32, device=logits.device)
     if bool(where.any()):
         sel = logits[where].float()
         out[where] = -F.cross_entropy(sel, targets[where], reduction="none")
     return out
+
+
+def _gather(logp: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """``logp[..., targets]``: ``[..., V]`` log-probs and ``[...]`` int64 targets -> ``[...]``."""
+    return logp.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+
+
+def token_logprobs_and_entropy(
+    logits: torch.Tensor, targets: torch.Tensor, where: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`token_logprobs` and :func:`token_entropy` from one log-softmax.
+
+    The entropy metric of an RL update reuses the log-softmax the log-probs are taken from instead of a second
+    softmax over the vocabulary; both values equal those of the two functions called separately, bit for bit
+    (``cross_entropy`` is ``-log_softmax`` gathered at the target).
+
+    :param logits: ``[B, L, V]`` aligned logits; :param targets: ``[B, L]`` int64; :param where: ``[B, L]`` bool,
+        the scored positions.
+    :returns: ``(log-probs [B, L] float32, 0 outside where and differentiable; entropy [B, L] float32 in nats, 0
+        outside where, without gradient)``.
+    """
+    logp = torch.zeros(targets.shape, dtype=torch.float32, device=logits.device)
+    ent = torch.zeros(targets.shape, dtype=torch.float32, device=logits.device)
+    if bool(where.all()):
+        full = torch.log_softmax(logits.float(), dim=-1)
+        with torch.no_grad():
+            ent = -(full.exp() * full).sum(dim=-1)
+        return _gather(full, targets), ent
+    if bool(where.any()):
+        sel = torch.log_softmax(logits[where].float(), dim=-1)
+        logp[where] = _gather(sel, targets[where])
+        with torch.no_grad():
+            ent[where] = -(sel.exp() * sel).sum(dim=-1)
+    return logp, ent
 
 
 def masked_diffusion_loss(

@@ -106,10 +106,13 @@ def missing_local_path(path: str | Path) -> str | None:
 
 def run_first_hint(path: str | Path) -> str:
     """``" or run the spec that produces it first (e.g. dare run examples/<run>.yaml)"`` when the missing ``path``
-    looks like (the model of) a run directory: it ends in ``/model``, its parent holds ``run.json``, or its
+    looks like (the model or a checkpoint of) a run directory: it ends in ``/model`` or
+    ``/checkpoints/checkpoint-N``, its parent holds ``run.json``, or its
     run folder is named like an ``examples/*.yaml`` spec; else ``""``."""
     p = Path(str(path).rstrip("/\\"))
     run_dir = p.parent if p.name == "model" else p
+    if p.parent.name == "checkpoints" and p.name.startswith("checkpoint-"):  # a run's checkpoint
+        run_dir = p.parent.parent
     candidates = [run_dir.name, p.parent.name]
     for examples in (Path("examples"), Path(__file__).resolve().parents[2] / "examples"):
         for stem in candidates:

@@ -84,20 +84,23 @@ def structure(raw: dict, source: str | None = None) -> RunSpec:
 
 
 def validate_spec(raw: dict | RunSpec, source: str | None = None, check: bool = True,
-                  config_only: bool = False) -> RunSpec:
+                  config_only: bool = False, command: str | None = None) -> RunSpec:
     """Validate a spec mapping (both passes, the second only with ``check``). Returns the :class:`RunSpec`.
 
     :param config_only: ``model.path`` is a model card without weights (config and weight index only).
+    :param command: the command the spec is validated for (``run``, ``train``, ``eval``): the output directory is
+        checked by that command's rules (:func:`dare.spec.checks.check_output`); None accepts a directory that suits
+        either a training or an evaluation-only command.
     :raises SpecError: listing every problem with its YAML path.
     """
     spec = raw if isinstance(raw, RunSpec) else structure(raw, source)
     if check:
-        resolve_spec(spec, source, config_only=config_only).raise_problems()
+        resolve_spec(spec, source, config_only=config_only, command=command).raise_problems()
     return spec
 
 
 def load_spec(path: str | os.PathLike, overrides: list[str] | None = None, check: bool = True,
-              unset: list[str] | None = None, config_only: bool = False) -> RunSpec:
+              unset: list[str] | None = None, config_only: bool = False, command: str | None = None) -> RunSpec:
     """Read a YAML run spec, apply ``overrides`` (``dotted.key=value``, value parsed as YAML), remove the keys
     ``unset`` (``--unset``), validate it structurally and (with ``check``) semantically (``config_only``:
     :func:`validate_spec`).
@@ -106,7 +109,7 @@ def load_spec(path: str | os.PathLike, overrides: list[str] | None = None, check
     """
     try:
         return validate_spec(read_spec_file(path, overrides, unset), source=str(path), check=check,
-                             config_only=config_only)
+                             config_only=config_only, command=command)
     except SpecError as exc:
         if not overrides and not unset:
             raise

@@ -333,16 +333,26 @@ def check_keep_best(spec: RunSpec, problems: Problems) -> None:
                                              "see the evaluation before training; lower train.eval_steps"))
 
 
-def check_output(spec: RunSpec, problems: Problems) -> None:
-    """``output.dir`` rules of :mod:`dare.rundir` (the ``train.resume`` check is the run's, when it trains).
+def check_output(spec: RunSpec, problems: Problems, command: str | None = None) -> None:
+    """``output.dir`` rules of :mod:`dare.rundir`, as the command that uses the spec applies them.
 
-    Validation does not know the command: a spec that trains (``algorithm`` and ``train``) passes when the
-    directory suits either an evaluation-only or a training command (``output.overwrite: true`` replacing another
-    run's directory is for training); :meth:`dare.run.Run.execute` checks again with the command's own stages, so
-    ``dare eval`` never deletes a run's results."""
+    ``command`` ``run`` or ``train`` (``dare validate``'s default is ``run``): a spec that trains (``algorithm`` and
+    ``train``) is checked as training checks it, ``train.resume`` included, so ``dare validate`` accepts exactly what
+    ``dare run`` accepts; ``eval``: as an evaluation-only command. None (the command is not known): the directory
+    passes when it suits either (``output.overwrite: true`` replacing another run's directory is for training).
+    :meth:`dare.run.Run.prepare` checks again with the command's own stages, so ``dare eval`` never deletes a run's
+    results."""
     dump = spec.model_dump(mode="json")
+    trains = spec.algorithm is not None and spec.train is not None
+    resume = spec.train.resume if spec.train is not None else True
+    if command in ("run", "train") and trains:
+        _, found = plan_output_dir(spec.output.dir, spec_hash(spec), spec.output.overwrite, resume=resume, train=True,
+                                   spec=dump)
+        problems.extend(found)
+        return
     _, found = plan_output_dir(spec.output.dir, spec_hash(spec), spec.output.overwrite, train=False, spec=dump)
-    if found and spec.algorithm is not None and spec.train is not None:
-        _, as_training = plan_output_dir(spec.output.dir, spec_hash(spec), spec.output.overwrite, train=True, spec=dump)
+    if found and trains and command is None:
+        _, as_training = plan_output_dir(spec.output.dir, spec_hash(spec), spec.output.overwrite, resume=resume,
+                                         train=True, spec=dump)
         found = found if as_training else []
     problems.extend(found)

@@ -181,10 +181,12 @@ def _hub_family(ctx: ResolvedSpec, algorithm: ComponentSpec) -> str | None:
         return None
 
 
-def resolve_spec(spec: RunSpec, source: str | None = None, config_only: bool = False) -> ResolvedSpec:
+def resolve_spec(spec: RunSpec, source: str | None = None, config_only: bool = False,
+                 command: str | None = None) -> ResolvedSpec:
     """Resolve every component of ``spec`` and run all semantic checks (problems collected, not raised).
 
     :param config_only: ``model.path`` is a model card without weights (:class:`ResolvedSpec`).
+    :param command: ``run``/``train``/``eval``: check ``output.dir`` by that command's rules (:func:`check_output`).
     """
     ctx = ResolvedSpec(spec=spec, registry=get_registry(), source=source, config_only=config_only)
     problems = ctx.problems
@@ -222,7 +224,7 @@ def resolve_spec(spec: RunSpec, source: str | None = None, config_only: bool = F
             ds = getattr(spec.data, split)
             if ds is not None:
                 check_dataset(ds, f"data.{split}", problems)
-    check_output(spec, problems)
+    check_output(spec, problems, command)
     check_keep_best(spec, problems)
     for loc, comp in ctx.components():  # component cross-checks, once everything structural passed
         try:

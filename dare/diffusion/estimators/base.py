@@ -29,7 +29,7 @@ from typing import Callable
 import torch
 
 from dare.components import Estimator
-from dare.diffusion.likelihood import token_entropy, token_logprobs
+from dare.diffusion.likelihood import token_logprobs, token_logprobs_and_entropy
 from dare.randomness import rand
 
 __all__ = ["ScoringBatch", "Pass", "PassScore", "Estimator", "LogitsFn", "score_pass", "uniform"]
@@ -201,9 +201,12 @@ def score_pass(
             logits = logits_fn(noisy, clean, attn, block_anchor=batch.block_anchor)[:, P:]
         if temperature != 1.0:
             logits = logits / temperature
-        token = token + pas.weight[k].to(token.device) * token_logprobs(logits, targets, where)
-        if with_entropy:
-            ent_sum[where] += token_entropy(logits[where].detach())
+        if with_entropy:  # the entropy metric from the log-softmax of the log-probs (no second softmax)
+            lp, ent = token_logprobs_and_entropy(logits, targets, where)
+            ent_sum += ent
             ent_count += where.float()
+        else:
+            lp = token_logprobs(logits, targets, where)
+        token = token + pas.weight[k].to(token.device) * lp
     entropy = ent_sum / ent_count.clamp(min=1.0) if with_entropy else None
     return PassScore(token=token, scored=pas.scored, entropy=entropy)

@@ -145,7 +145,7 @@ def _denoise_step(forward, x, attention_mask, prompt_index, region: tuple[int, i
         live = (mask_index & allowed).any(dim=1)
         gen = o.generator.rows(live)
         x0 = torch.argmax(logits, dim=-1)
-        if bool(live.any()):
+        if o.temperature > 0 and bool(live.any()):  # at temperature 0 the noisy argmax is the argmax above
             x0[live] = torch.argmax(add_gumbel_noise(logits[live], o.temperature, gen), dim=-1)
     else:
         x0 = torch.argmax(add_gumbel_noise(logits, o.temperature, o.generator), dim=-1)
