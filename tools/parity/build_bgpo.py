@@ -70,6 +70,16 @@ class _DataProto:
 
 def _official(checkout: Path) -> tuple[dict, type]:
     """The official functions, and an actor class whose methods are the released ones."""
+    ns, actor_ns = _official_namespace(checkout)
+    methods = official_functions(checkout / "verl/workers/actor/llada_dp_actor_bgpo.py",
+                                 ("_forward_micro_batch", "_get_logits", "compute_log_prob", "update_policy"),
+                                 actor_ns)
+    return ns, type("LLaDABGPOActor", (), methods)
+
+
+def _official_namespace(checkout: Path) -> tuple[dict, dict]:
+    """``(ns, actor_ns)``: the official loss, corruption and advantage functions, and the globals the LLaDA actors
+    of the release need (verl's pieces replaced by the minimal stand-ins of this module)."""
     algos = checkout / "verl" / "trainer" / "ppo"
     ns: dict = {"torch": torch, "F": F, "np": np, "defaultdict": defaultdict}
     official_functions(checkout / "verl/utils/torch_functional.py", ("masked_mean",), ns)
@@ -83,10 +93,7 @@ def _official(checkout: Path) -> tuple[dict, type]:
                 "append_to_dict": lambda d, new: [d.setdefault(k, []).append(v) for k, v in new.items()],
                 "get_torch_device": lambda: types.SimpleNamespace(current_device=lambda: "cpu"),
                 "get_packed_logits": _packed_logits}
-    methods = official_functions(checkout / "verl/workers/actor/llada_dp_actor_bgpo.py",
-                                 ("_forward_micro_batch", "_get_logits", "compute_log_prob", "update_policy"),
-                                 actor_ns)
-    return ns, type("LLaDABGPOActor", (), methods)
+    return ns, actor_ns
 
 
 def _packed_logits(actor, model, packed_input, cu_seqlens, max_seqlen, prompt_len, cfg_scale=0.0,
