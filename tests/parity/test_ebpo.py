@@ -6,7 +6,7 @@ The fixture (``tests/fixtures/parity/ebpo/``, built by ``tools/parity/build_ebpo
 all-block corruptions (global block origin, stratified noise levels from one offset per sequence), the rollout
 policy's token ELBOs and composites, the current composites, the loss and the gradients of the release's
 scalar-proxy replay. The block-diffusion model call is replaced on both sides by the same forward
-(:func:`tools.parity.build_ebpo.compact_forward` on left-aligned rows), so the comparison covers the
+(:func:`tools.parity.build_bgpo.compact_forward` on left-aligned rows), so the comparison covers the
 corruption, the composite ELBO, the log-domain clip, the advantages and the gradients, not SDAR's block
 attention. DARE's blockwise estimator is fed the official draws (the offset, the masked positions of each
 cell); with ``preset: official`` its composites, loss and gradients must match to 1e-5 (relative), and
@@ -25,7 +25,7 @@ from dare.diffusion.estimators import blockwise as bw
 from dare.rl.advantages import group_advantages
 from dare.rl.losses import SequenceLossInput
 from dare_grpo.objectives.ebpo import EBPO, EBPOParams
-from tools.parity.build_ebpo import compact_forward
+from tools.parity.build_bgpo import compact_forward
 from tools.parity.common import model_from_state, read_fixture, rel_diff
 
 TOL = 1e-5

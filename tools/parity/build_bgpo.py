@@ -1,7 +1,8 @@
 """Build the BGPO parity fixture from the seed paper's verl-based release (run by hand, never in CI).
 
     git clone https://github.com/yjyddq/DARE /tmp/yjyddq-dare && git -C /tmp/yjyddq-dare checkout 83ae8a305a53a914cce563aedceeac88566891cb
-    .venv/bin/python tools/parity/build_bgpo.py /tmp/yjyddq-dare
+    .venv/bin/python tools/parity/build_bgpo.py /tmp/yjyddq-dare                  # -> bgpo/ (LLaDA actor)
+    .venv/bin/python tools/parity/build_bgpo.py /tmp/yjyddq-dare --family sdar    # -> bgpo_sdar/ (SDAR actor)
 
 Runs the LLaDA BGPO actor of ``verl/workers/actor/llada_dp_actor_bgpo.py`` (``compute_log_prob`` for the
 rollout policy's per-sample ELBO terms, ``update_policy`` for the loss and the gradients, one backward per
@@ -19,11 +20,21 @@ blocked, which is what this harness runs (the tiny model has absolute positions,
 put back at its padded positions). Gradients accumulate over one micro-batch holding the whole batch
 (``use_dynamic_bsz: false``). Writes ``tests/fixtures/parity/bgpo/``; ``tests/parity/test_bgpo.py``
 compares DARE.
+
+``--family sdar`` runs ``verl/workers/actor/sdar_dp_actor_bgpo.py`` instead (its ``_forward_micro_batch``,
+``compute_log_prob``, ``update_policy`` and ``_build_block_diffusion_artifacts``, the release's
+``compact_block_diffusion_artifacts``): responses end at the first EOS (verl's ``get_response_mask``), so the
+corruption, the ``1 / |y|`` normaliser and the token mean count valid tokens only. The one part replaced is the
+block-diffusion model call (``_compute_block_diffusion_token_losses``: ``[noisy; clean]`` with the BD3LM mask and
+SDAR's fused cross-entropy): :func:`block_token_losses` scores the compact (left-aligned) noisy rows with full
+attention (:func:`compact_forward`), and the test scores DARE's passes with the same forward; SDAR's block attention
+is not compared. Writes ``tests/fixtures/parity/bgpo_sdar/``.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import itertools
 import logging
 import sys
@@ -68,13 +79,45 @@ class _DataProto:
         return _DataProto({k: self.batch[k] for k in batch_keys}, self.meta_info)
 
 
-def _official(checkout: Path) -> tuple[dict, type]:
-    """The official functions, and an actor class whose methods are the released ones."""
+def compact_forward(model, noisy: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
+    """``[B, S, V]`` logits of left-aligned rows ``noisy`` ``[B, S]`` whose valid tokens are ``valid`` (full
+    attention among them): the stand-in for the block-diffusion forward of the release's SDAR actors, shared with
+    ``tests/parity/test_{bgpo,ebpo}.py``."""
+    return model(noisy, attention_mask=valid.long()).logits
+
+
+def block_diffusion_utils(checkout: Path):
+    """The release's ``verl/workers/actor/block_diffusion_utils.py`` (imports torch only), loaded from its file."""
+    spec = importlib.util.spec_from_file_location("block_diffusion_utils",
+                                                  checkout / "verl/workers/actor/block_diffusion_utils.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def block_token_losses(self, artifacts):
+    """NLL / p_mask on the compact noisy positions: the SDAR actors' ``_compute_block_diffusion_token_losses``
+    with the model call (``[noisy; clean]``, BD3LM mask, fused cross-entropy) replaced by :func:`compact_forward`."""
+    logits = compact_forward(self.actor_module, artifacts.noisy_input_ids, artifacts.valid_mask)
+    nll = F.cross_entropy(logits.transpose(1, 2).float(), artifacts.clean_input_ids, reduction="none")
+    p = torch.where(artifacts.target_mask, artifacts.p_mask, torch.ones_like(artifacts.p_mask))
+    return nll / p * artifacts.target_mask.float()
+
+
+def _official(checkout: Path, family: str) -> tuple[dict, type]:
+    """The official functions, and an actor class whose methods are the released ones (``family``: llada or
+    sdar)."""
     ns, actor_ns = _official_namespace(checkout)
-    methods = official_functions(checkout / "verl/workers/actor/llada_dp_actor_bgpo.py",
-                                 ("_forward_micro_batch", "_get_logits", "compute_log_prob", "update_policy"),
-                                 actor_ns)
-    return ns, type("LLaDABGPOActor", (), methods)
+    names = ("_forward_micro_batch", "compute_log_prob", "update_policy")
+    if family == "llada":
+        methods = official_functions(checkout / "verl/workers/actor/llada_dp_actor_bgpo.py", (*names, "_get_logits"),
+                                     actor_ns)
+        return ns, type("LLaDABGPOActor", (), methods)
+    actor_ns["compact_block_diffusion_artifacts"] = block_diffusion_utils(checkout).compact_block_diffusion_artifacts
+    methods = official_functions(checkout / "verl/workers/actor/sdar_dp_actor_bgpo.py",
+                                 (*names, "_build_block_diffusion_artifacts"), actor_ns)
+    methods["_compute_block_diffusion_token_losses"] = block_token_losses
+    return ns, type("SDARBGPOActor", (), methods)
 
 
 def _official_namespace(checkout: Path) -> tuple[dict, dict]:
@@ -122,17 +165,38 @@ def _inputs():
     return prompts.repeat_interleave(GROUP, dim=0), responses, rewards
 
 
+def _sdar_inputs():
+    """:func:`_inputs` with responses of 4 or 8 tokens through the first EOS (block rows count only those): with
+    4 terms no stratified count is a rounding tie (the release rounds ``k + jL/n`` half to even, DARE half up,
+    docs/algorithms.md §10.5), and the rows' lengths differ, so ``token-mean`` and ``sequence-mean`` differ."""
+    prompts, responses, rewards = _inputs()
+    E = EOS_ID
+    responses = responses.clone()
+    responses[0] = torch.tensor([3, 4, 5, E, E, E, E, E])
+    responses[2] = torch.tensor([11, 9, 8, E, E, E, E, E])
+    responses[4] = torch.tensor([4, 5, 6, E, E, E, E, E])
+    return prompts, responses, rewards
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("checkout", help=f"yjyddq/DARE checkout at {COMMIT}")
-    checkout = official_checkout(ap.parse_args().checkout, COMMIT)
-    ns, Actor = _official(checkout)
+    ap.add_argument("--family", choices=("llada", "sdar"), default="llada",
+                    help="llada: llada_dp_actor_bgpo.py -> bgpo/; sdar: sdar_dp_actor_bgpo.py -> bgpo_sdar/")
+    args = ap.parse_args()
+    checkout = official_checkout(args.checkout, COMMIT)
+    ns, Actor = _official(checkout, args.family)
     models = policy_models(0)
-    prompt_ids, responses, rewards = _inputs()
+    prompt_ids, responses, rewards = _inputs() if args.family == "llada" else _sdar_inputs()
     N, R = responses.shape
     P = prompt_ids.shape[1]
     input_ids = torch.cat([prompt_ids, responses], 1)
-    attention_mask = torch.cat([(prompt_ids != PAD_ID).long(), torch.ones_like(responses)], 1)
+    if args.family == "llada":  # LLaDA rollouts attend to the whole response
+        response_mask = torch.ones_like(responses)
+    else:  # verl's get_response_mask: through the first EOS
+        eos = (responses == EOS_ID).int()
+        response_mask = (eos.cumsum(dim=1) - eos).eq(0).long()
+    attention_mask = torch.cat([(prompt_ids != PAD_ID).long(), response_mask], 1)
 
     # the worker's corruption loop (dllm_fsdp_workers.py:1178-1223): n_l copies per row, mc_num // n_l calls
     torch.manual_seed(MASK_SEED)
@@ -146,14 +210,15 @@ def main() -> None:
 
     # the GRPO outcome advantage (core_algos.py:113-165): the reward on the last response token
     token_rewards = torch.zeros(N, R)
-    token_rewards[:, -1] = rewards
+    token_rewards[torch.arange(N), response_mask.sum(1) - 1] = rewards
     index = np.array([i // GROUP for i in range(N)])
-    advantages, _ = ns["compute_grpo_outcome_advantage"](token_rewards, attention_mask[:, P:], index)
+    advantages, _ = ns["compute_grpo_outcome_advantage"](token_rewards, response_mask, index)
 
     def actor(model):
         a = Actor()
         a.actor_module, a.MASK_TOKEN_ID, a.PAD_TOKEN_ID = model, MASK_ID, PAD_ID
         a.mc_num, a.n_l, a.cfg_scale, a.attention_mask = MC_NUM, MC_NUM, 0.0, attention_mask
+        a.block_length, a.block_origin = 4, "global"  # read by the SDAR actor's block mask, which is replaced here
         a.config = types.SimpleNamespace(ppo_mini_batch_size=N, ppo_micro_batch_size_per_gpu=N,
                                          use_dynamic_bsz=False, get=lambda k, d=None: SETTINGS.get(k, d),
                                          **{k: v for k, v in SETTINGS.items() if k not in ("mc_num", "n_l")})
@@ -194,14 +259,15 @@ def main() -> None:
                "expected.terms": torch.stack(recorded, 1),                      # [N, M]
                "expected.loss": loss,
                **{f"expected.grad.{n}": g for n, g in grads.items()}}
-    meta = {"official": f"yjyddq/DARE@{COMMIT}", "file": "verl/workers/actor/llada_dp_actor_bgpo.py",
+    meta = {"official": f"yjyddq/DARE@{COMMIT}", "file": f"verl/workers/actor/{args.family}_dp_actor_bgpo.py",
+            "family": args.family,
             "functions": ["DLLMDataParallelPPOActor._forward_micro_batch", "DLLMDataParallelPPOActor.compute_log_prob",
                           "DLLMDataParallelPPOActor.update_policy", "compute_policy_loss_bgpo",
                           "_forward_process_bgpo", "agg_loss", "compute_grpo_outcome_advantage"],
             "mask_id": MASK_ID, "eos_id": EOS_ID, "pad_id": PAD_ID, "group_size": GROUP, "prompt_length": P,
             "mask_seed": MASK_SEED, "settings": SETTINGS, "grad_params": list(GRAD_PARAMS),
             "torch": torch.__version__}
-    print("wrote", write_fixture("bgpo", tensors, meta))
+    print("wrote", write_fixture("bgpo" if args.family == "llada" else "bgpo_sdar", tensors, meta))
 
 
 if __name__ == "__main__":

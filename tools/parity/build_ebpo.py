@@ -18,7 +18,8 @@ levels are stratified over the (row, block) cells of one sequence). The response
 The one part replaced is the block-diffusion model call (``_compute_block_diffusion_token_losses``: the SDAR
 model's fused cross-entropy over ``[noisy; clean]`` with the BD3LM mask): here
 :class:`tools.parity.common.TinyDenoiser` scores the compact (left-aligned) noisy rows with full attention over
-their valid tokens, and the test scores DARE's passes with the same forward. The fixture therefore checks the
+their valid tokens (:func:`tools.parity.build_bgpo.compact_forward`), and the test scores DARE's passes with the
+same forward. The fixture therefore checks the
 corruption, the composite ELBO, the log-domain clip, the advantages and the replayed gradients, not SDAR's
 block attention. Writes ``tests/fixtures/parity/ebpo/``; ``tests/parity/test_ebpo.py`` compares DARE.
 """
@@ -26,7 +27,6 @@ block attention. Writes ``tests/fixtures/parity/ebpo/``; ``tests/parity/test_ebp
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import logging
 import sys
 import types
@@ -39,7 +39,7 @@ import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from tools.parity.common import official_checkout, official_functions, policy_models, write_fixture  # noqa: E402
-from tools.parity.build_bgpo import _DataProto  # noqa: E402
+from tools.parity.build_bgpo import _DataProto, block_diffusion_utils, block_token_losses  # noqa: E402
 
 COMMIT = "83ae8a305a53a914cce563aedceeac88566891cb"
 MASK_ID, EOS_ID, PAD_ID = 15, 2, 1
@@ -50,22 +50,13 @@ SETTINGS = {"clip_ratio": 0.2, "clip_ratio_low": 0.2, "clip_ratio_high": 0.2, "l
 GRAD_PARAMS = ("embed.weight", "head.weight")
 
 
-def compact_forward(model, noisy: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
-    """``[B, S, V]`` logits of left-aligned rows ``noisy`` ``[B, S]`` whose valid tokens are ``valid`` (full
-    attention among them): the stand-in for the block-diffusion forward, shared with ``tests/parity/test_ebpo.py``."""
-    return model(noisy, attention_mask=valid.long()).logits
-
-
 def _official(checkout: Path):
     algos = checkout / "verl" / "trainer" / "ppo"
     ns: dict = {"torch": torch, "F": F, "np": np, "defaultdict": defaultdict}
     official_functions(algos / "core_algos.py", ("compute_grpo_outcome_advantage",), ns)
     official_functions(algos / "dllm_core_algos.py", ("_forward_process_ebpo", "compute_ebpo_composite_elbo",
                                                       "compute_policy_loss_ebpo", "compute_ebpo_kl"), ns)
-    spec = importlib.util.spec_from_file_location("block_diffusion_utils",
-                                                  checkout / "verl/workers/actor/block_diffusion_utils.py")
-    bdu = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bdu)
+    bdu = block_diffusion_utils(checkout)
     mixin_ns = {"torch": torch, "DataProto": _DataProto, "logger": logging.getLogger("ebpo-parity"),
                 "compute_ebpo_composite_elbo": ns["compute_ebpo_composite_elbo"],
                 "compute_ebpo_kl": ns["compute_ebpo_kl"], "compute_policy_loss_ebpo": ns["compute_policy_loss_ebpo"],
@@ -79,17 +70,10 @@ def _official(checkout: Path):
     sdar.update(official_functions(checkout / "verl/workers/actor/sdar_dp_actor_bgpo.py",
                                    ("_build_block_diffusion_artifacts",), sdar_ns))
 
-    def token_losses(self, artifacts):
-        """NLL / p_mask on the compact noisy positions (the model call this harness replaces)."""
-        logits = compact_forward(self.actor_module, artifacts.noisy_input_ids, artifacts.valid_mask)
-        nll = F.cross_entropy(logits.transpose(1, 2).float(), artifacts.clean_input_ids, reduction="none")
-        p = torch.where(artifacts.target_mask, artifacts.p_mask, torch.ones_like(artifacts.p_mask))
-        return nll / p * artifacts.target_mask.float()
-
     methods = {"_composite_elbo": staticmethod(mixin["_composite_elbo"]), "update_policy": mixin["update_policy"],
                "_forward_micro_batch": sdar["_forward_micro_batch"],
                "_build_block_diffusion_artifacts": sdar["_build_block_diffusion_artifacts"],
-               "_compute_block_diffusion_token_losses": token_losses}
+               "_compute_block_diffusion_token_losses": block_token_losses}
     return ns, type("SDAREBPOActor", (), methods)
 
 
