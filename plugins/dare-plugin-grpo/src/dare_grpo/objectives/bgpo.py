@@ -63,6 +63,7 @@ class BGPOParams(RLParams):
         OfficialSetting("loss_aggregation", "token-mean", f"{LLADA_RECIPE}:191"),
         OfficialSetting("response_tokens", "all", f"{RELEASE}:verl/workers/rollout/rollout_utils.py:262-263"),
         OfficialSetting("prompt_padding", "exclude", f"{RELEASE}:verl/workers/actor/llada_dp_actor_bgpo.py:103"),
+        OfficialSetting("likelihood_temperature", 1.0, f"{RELEASE}:verl/workers/actor/llada_dp_actor_bgpo.py:120"),
     )
 
     mc_num: int = Field(16, ge=1, description="Stratified ELBO terms per completion (one backward each).")

@@ -109,6 +109,7 @@ class EBPOParams(RLParams):
         OfficialSetting("dual_clip_c", None, f"{RELEASE}:verl/trainer/ppo/dllm_core_algos.py:210-218"),
         OfficialSetting("num_iterations", 1, f"{PPO_CONFIG}:61"),
         OfficialSetting("beta", 0.0, f"{SDAR_RECIPE}:280-281"),
+        OfficialSetting("likelihood_temperature", 1.0, f"{RELEASE}:verl/workers/actor/sdar_dp_actor_ebpo.py:73"),
     )
 
     mc_num: int = Field(16, ge=1, description="Composite-ELBO rows (timesteps) per completion; one forward each.")
