@@ -235,3 +235,52 @@ def test_dream_default_refresh_rule_is_not_fastdllm_dream(dream):
     same = [_dream_tokens(dream, c, p, "rule") == DREAM["expected"][c][i]["tokens"]
             for c in ("dual/threshold", "prefix/fixed") for i, p in enumerate(DREAM["prompts"])]
     assert sum(same) <= len(same) // 4
+
+
+DREAM_TIES = json.loads((repo_root() / "tests" / "fixtures" / "parity" / "fastdllm_dream_ties.json").read_text())
+
+
+@pytest.fixture(scope="module")
+def dream_ties():
+    from dare_dream.family import DreamFamily
+
+    r = DREAM_TIES["recipe"]
+    family = DreamFamily()
+    config = family.new_config(r["preset"], r["overrides"], r["vocab_size"], SpecialTokens(**r["tokens"]))
+    model = seeded_weights(family.model_class()(config), r["seed"], r["out_name"], r["out_scale"],
+                           (r["tokens"]["mask_id"],))
+    return family, model
+
+
+def _dream_tie_mismatches(dream_ties, combo: str, indices) -> list[int]:
+    from dare_dream.sampler import DreamSampler
+
+    family, model = dream_ties
+    d, tokens = DREAM_TIES["decode"], SpecialTokens(**DREAM_TIES["recipe"]["tokens"])
+    params = {"gen_length": d["gen_length"], "steps": d["steps"], "block_length": d["block_length"],
+              "cache": combo.split("/")[0], "alg": "entropy", "refresh_commit": "first"}
+    bad = []
+    for i in indices:
+        prompt = DREAM_TIES["prompts"][i]
+        out = DreamSampler(params).generate(model, family, tokens, torch.tensor([prompt]))
+        if out.sequences[0, len(prompt):].tolist() != DREAM_TIES["expected"][combo][i]["tokens"]:
+            bad.append(i)
+    return bad
+
+
+@pytest.mark.parametrize("combo", ["prefix/fixed", "dual/fixed"])
+def test_dream_exact_ties_break_as_the_release_breaks_them_in_its_dtype(dream_ties, combo, monkeypatch):
+    """A Dream so confident that most proposals' entropies are exactly 0 in float32, the dtype Fast-dLLM's Dream code
+    ranks in: scored in that dtype and ranked over that code's columns (``fastdllm_window``), all 36 decodes give its
+    tokens; ranking the whole sequence breaks some ties another way (1 prefix, 2 dual decodes). DARE's float64 scores separate many of those
+    ties, so with the default dtype the tokens differ (docs/architecture.md)."""
+    from dare_dream import decoding
+
+    assert DREAM_TIES["source"]["commit"] == FIXTURE["source"]["commit"]
+    assert decoding.fastdllm_window(combo.split("/")[0], 10, 18, 40) == ((10, 40) if combo.startswith("prefix") else (10, 18))
+    with pytest.raises(ValueError, match="prefix or dual"):
+        decoding.fastdllm_window("none", 10, 18, 40)
+    monkeypatch.setattr(remasking, "FASTDLLM_CONFIDENCE_DTYPE", torch.float32)
+    assert _dream_tie_mismatches(dream_ties, combo, range(len(DREAM_TIES["prompts"]))) == []
+    monkeypatch.setattr(decoding, "fastdllm_window", lambda cache, start, end, length: (0, length))
+    assert _dream_tie_mismatches(dream_ties, combo, range(len(DREAM_TIES["prompts"]))) != []
