@@ -170,7 +170,8 @@ def test_windowed_topk_is_topk_over_the_release_row():
     conf = torch.tensor([[1.0, 0.5, 1.0, 1.0, -torch.inf, 1.0], [0.2, 1.0, 1.0, 0.9, 1.0, 1.0]], dtype=torch.float64)
     k, first_real = torch.tensor([2, 3]), torch.tensor([0, 3])
     start, end, length = 10, 16, 24
-    assert release_window("prefix", True, start, end, length) == (0, 24) == release_window("dual", True, start, end, length)
+    assert release_window("prefix", True, start, end, length) == (0, 24)
+    assert release_window("dual", True, start, end, length) == (0, 24)
     assert release_window("prefix", False, start, end, length) == (10, 24)
     assert release_window("dual", False, start, end, length) == (10, 16)
     for window in [(0, 24), (10, 24), (10, 16)]:
@@ -272,12 +273,13 @@ def _dream_tie_mismatches(dream_ties, combo: str, indices) -> list[int]:
 def test_dream_exact_ties_break_as_the_release_breaks_them_in_its_dtype(dream_ties, combo, monkeypatch):
     """A Dream so confident that most proposals' entropies are exactly 0 in float32, the dtype Fast-dLLM's Dream code
     ranks in: scored in that dtype and ranked over that code's columns (``fastdllm_window``), all 36 decodes give its
-    tokens; ranking the whole sequence breaks some ties another way (1 prefix, 2 dual decodes). DARE's float64 scores separate many of those
-    ties, so with the default dtype the tokens differ (docs/architecture.md)."""
+    tokens; ranking the whole sequence breaks some ties another way (1 prefix, 2 dual decodes). DARE's float64
+    scores separate many of those ties, so with the default dtype the tokens differ (docs/architecture.md)."""
     from dare_dream import decoding
 
     assert DREAM_TIES["source"]["commit"] == FIXTURE["source"]["commit"]
-    assert decoding.fastdllm_window(combo.split("/")[0], 10, 18, 40) == ((10, 40) if combo.startswith("prefix") else (10, 18))
+    want = (10, 40) if combo.startswith("prefix") else (10, 18)
+    assert decoding.fastdllm_window(combo.split("/")[0], 10, 18, 40) == want
     with pytest.raises(ValueError, match="prefix or dual"):
         decoding.fastdllm_window("none", 10, 18, 40)
     monkeypatch.setattr(remasking, "FASTDLLM_CONFIDENCE_DTYPE", torch.float32)

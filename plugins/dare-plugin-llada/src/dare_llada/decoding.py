@@ -432,7 +432,8 @@ def _run_schedule(logits_fn, x: torch.Tensor, prompt_index: torch.Tensor, prompt
         else:
             allowed = torch.ones((1, end - start), dtype=torch.bool, device=x.device)
             window = release_window(accel.cache, entering, start, end, L)
-            select = lambda conf, x0, k=k, w=window: windowed_topk_transfer(conf, k, region, w, first_real)  # noqa: E731
+            select = lambda conf, x0, k=k, w=window: windowed_topk_transfer(  # noqa: E731
+                conf, k, region, w, first_real)
         committed, n = _denoise_step(forward, x, attention_mask, prompt_index, region, allowed, select, opts, s, Lp)
         nfe += n
         traj.record(_completion_part(committed, region, Lp, gen_length), s)
