@@ -28,7 +28,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from tools.parity.build_bgpo import (  # noqa: E402
-    COMMIT, EOS_ID, GROUP, MASK_ID, PAD_ID, _DataProto, _inputs, _official_namespace, _packed_logits,
+    COMMIT, EOS_ID, GROUP, MASK_ID, PAD_ID, _DataProto, _inputs, _official_namespace,
 )
 from tools.parity.common import official_checkout, official_functions, policy_models, write_fixture  # noqa: E402
 
