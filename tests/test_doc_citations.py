@@ -333,10 +333,12 @@ def test_official_row_check_rejects_an_uncited_value():
 
 def test_every_objective_official_table_entry_is_in_the_docs():
     """Each ``OfficialSetting`` of an objective's ``Params`` appears in docs/algorithms.md §10 with its source."""
+    from dare_grpo.objectives.bgpo import BGPOParams
     from dare_grpo.objectives.cj_grpo import CJGRPOParams
     from dare_grpo.objectives.coupled_grpo import CoupledGRPOParams
     from dare_grpo.objectives.d1 import D1Params
     from dare_grpo.objectives.dtreerpo import DTreeRPOParams
+    from dare_grpo.objectives.ebpo import EBPOParams
     from dare_grpo.objectives.espo import ESPOParams
     from dare_grpo.objectives.justgrpo import JustGRPOParams
     from dare_grpo.objectives.mdpo import MDPOParams
@@ -345,7 +347,8 @@ def test_every_objective_official_table_entry_is_in_the_docs():
 
     text = (REPO / "docs" / "algorithms.md").read_text(encoding="utf-8")
     section = text[text.index("\n## 10."):]
-    for cls in (D1Params, CoupledGRPOParams, SPGParams, JustGRPOParams, CJGRPOParams, DTreeRPOParams, ESPOParams, TraceRLParams, MDPOParams):
+    for cls in (D1Params, CoupledGRPOParams, SPGParams, JustGRPOParams, CJGRPOParams, DTreeRPOParams, ESPOParams,
+                TraceRLParams, MDPOParams, BGPOParams, EBPOParams):
         for s in cls.official:
             repo, rest = s.source.split("@", 1)
             commit = rest.split(":", 1)[0]

@@ -39,6 +39,11 @@ RECIPE = {"family": "dream", "preset": "tiny", "overrides": {"num_hidden_layers"
           "vocab_size": 256, "tokens": {"mask_id": 250, "eos_id": 2, "pad_id": 3, "eot_id": None, "bos_id": 1},
           "seed": 0, "out_name": "lm_head.weight", "out_scale": 13.0}
 DECODE = {"steps": 32, "gen_length": 32, "block_length": 8, "threshold": 0.9}
+#: ``--ties``: the cached fixed (entropy) schedule on more prompts of a model scaled until most proposals' entropies
+#: are exactly 0 in float32, so the ranking meets exact ties (the official order is ``torch.topk``'s over the columns
+#: that code ranks, ``dare_dream.decoding.fastdllm_window``).
+OUT_TIES = OUT.with_name("fastdllm_dream_ties.json")
+TIES = {"prompts": 36, "prompt_seed": 2, "combos": ("prefix/fixed", "dual/fixed"), "out_scale": 40.0}
 
 
 def dare_config(recipe: dict):
@@ -58,7 +63,9 @@ def prompts(n: int = 8, seed: int = 1) -> list[list[int]]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repo", help=f"a checkout or mirror of {URL} holding {PINNED_COMMIT} (default: clone it)")
-    ap.add_argument("--out", default=str(OUT))
+    ap.add_argument("--ties", action="store_true", help=f"write {OUT_TIES.name}: {TIES['prompts']} prompts, the cached "
+                    "fixed schedule only")
+    ap.add_argument("--out", default=None, help=f"default {OUT} ({OUT_TIES} with --ties)")
     args = ap.parse_args()
     from dare.testing import seeded_weights
 
@@ -83,9 +90,10 @@ def main() -> None:
 
     for cls in (official.DreamGenerationConfig, generation_utils.DreamGenerationConfig):
         cls.validate = lambda self, *a, **kw: None
-    config = DreamConfig(**dare_config(RECIPE).to_dict())
-    model = seeded_weights(DreamModel(config), RECIPE["seed"], RECIPE["out_name"], RECIPE["out_scale"],
-                           (RECIPE["tokens"]["mask_id"],))
+    recipe = {**RECIPE, "out_scale": TIES["out_scale"]} if args.ties else RECIPE
+    config = DreamConfig(**dare_config(recipe).to_dict())
+    model = seeded_weights(DreamModel(config), recipe["seed"], recipe["out_name"], recipe["out_scale"],
+                           (recipe["tokens"]["mask_id"],))
     model.diffusion_generate = types.MethodType(official.DreamGenerationMixin.diffusion_generate, model)
     model._sample = types.MethodType(official.DreamGenerationMixin._sample, model)
     confs: list[torch.Tensor] = []
@@ -98,13 +106,15 @@ def main() -> None:
         return conf, x0
 
     official.sample_tokens = recording
-    rows = prompts()
+    rows = prompts(TIES["prompts"], TIES["prompt_seed"]) if args.ties else prompts()
+    combos = [c.split("/") for c in TIES["combos"]] if args.ties else itertools.product(("prefix", "dual"),
+                                                                                         ("fixed", "threshold"))
     expected: dict[str, list] = {}
-    for cache, rule in itertools.product(("prefix", "dual"), ("fixed", "threshold")):
+    for cache, rule in combos:
         decodes = []
         for p in rows:
             confs.clear()
-            t = RECIPE["tokens"]
+            t = recipe["tokens"]
             settings = official.DreamGenerationConfig(
                 temperature=0.0, top_p=None, top_k=None, max_new_tokens=DECODE["gen_length"], steps=DECODE["steps"],
                 alg="confidence_threshold" if rule == "threshold" else "entropy", alg_temp=None,
@@ -117,8 +127,8 @@ def main() -> None:
                             "min_gap": float(d[d > 0].min()) if bool((d > 0).any()) else None})
         expected[f"{cache}/{rule}"] = decodes
     fixture = {"source": {"repo": URL, "commit": PINNED_COMMIT, "file": "dream/model/generation_utils_block.py"},
-               "recipe": RECIPE, "decode": DECODE, "prompts": rows, "expected": expected}
-    out = Path(args.out)
+               "recipe": recipe, "decode": DECODE, "prompts": rows, "expected": expected}
+    out = Path(args.out or (OUT_TIES if args.ties else OUT))
     tmp = out.with_suffix(".tmp")
     tmp.write_text(json.dumps(fixture, indent=1) + "\n")
     tmp.replace(out)

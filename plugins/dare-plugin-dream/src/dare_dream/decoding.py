@@ -64,7 +64,9 @@ Fast-dLLM (arXiv 2505.22618; NVlabs/Fast-dLLM ``dream/model/generation_utils_blo
   model. ``refresh_commit="first"`` is Fast-dLLM's Dream code instead (token for token, checked by
   ``tests/test_parity_fastdllm.py``): the refresh commits only the block's first position (its exact
   proposal, whatever its confidence) and the cached steps run ``[start, stop)``, so the position before the
-  block keeps its refresh-time keys/values (the default re-runs it in every cached step to score ``start``).
+  block keeps its refresh-time keys/values (the default re-runs it in every cached step to score ``start``);
+  the fixed schedule then ranks over that code's columns (:func:`fastdllm_window`: block plus suffix, or the
+  block), so exact ties break as its ``torch.topk`` breaks them when the confidences are scored in its dtype.
 * ``threshold`` / ``factor``: confidence-aware parallel decoding (:mod:`dare.sampling.parallel`) ranked by
   the proposal's probability (``alg: maskgit_plus``, Fast-dLLM's ``confidence_threshold``): each block is
   denoised until it has no mask, every step committing the positions the rule picks (at least one).
@@ -111,6 +113,7 @@ from dare_dream.params import ALGORITHMS, Confidence, DreamSamplerParams
 __all__ = [
     "DreamSamplerError",
     "sample_tokens",
+    "fastdllm_window",
     "transfer_count",
     "row_transfer_counts",
     "select_positions",
@@ -356,24 +359,44 @@ def _origin_step(x, mask_index, mask_logits, p_transfer, mask_id: int, propose: 
     x[mask_index] = x0
 
 
-def _confidence_step(x, mask_index, mask_logits, counts: tuple, mask_id: int, alg: str, alg_temp, propose: _Proposer):
+def fastdllm_window(cache: str, start: int, end: int, length: int) -> tuple[int, int]:
+    """The columns Fast-dLLM's Dream code ranks at a cached step after the refresh of the block ``[start, end)``:
+    the block plus the suffix ``[start, length)`` with the prefix cache, the block with the dual cache
+    (NVlabs/Fast-dLLM ``dream/model/generation_utils_block.py``, ``full_confidence`` of ``x[:, current_block_start:]``
+    or of the block, ``-inf`` off the masked positions, then ``torch.topk``). CPU ``torch.topk`` may pick another
+    member of an exact tie at another width, so ``refresh_commit="first"`` ranks over these columns.
+
+    :raises ValueError: ``cache`` is neither ``"prefix"`` nor ``"dual"``.
+    """
+    if cache not in ("prefix", "dual"):
+        raise ValueError(f"fastdllm_window needs cache prefix or dual, got {cache!r}")
+    return (start, length) if cache == "prefix" else (start, end)
+
+
+def _confidence_step(x, mask_index, mask_logits, counts: tuple, mask_id: int, alg: str, alg_temp, propose: _Proposer,
+                     window: tuple[int, int] | None = None):
     """``maskgit_plus`` / ``topk_margin`` / ``entropy``: commit the chosen proposals in place.
 
     ``counts`` is ``(t, s, last)`` for :func:`row_transfer_counts` (:func:`transfer_count`, the batch
     mean, under ``release_quirks``); proposals are drawn first, as in the release, so the RNG advances the
-    same way even at a step that commits nothing.
+    same way even at a step that commits nothing. ``window = (w0, w1)``: rank over those columns only (the
+    masked positions lie inside), as Fast-dLLM's Dream code ranks a cached step over the block plus the suffix
+    (prefix cache) or the block (dual cache), so exact ties break as its ``torch.topk`` breaks them; None = the
+    whole sequence.
     """
     conf, x0 = propose(mask_logits, ALGORITHMS[alg], rows=mask_index.nonzero(as_tuple=True)[0])
     full = torch.full(x.shape, -torch.inf, dtype=conf.dtype, device=x.device)
     full[mask_index] = conf
+    w0, w1 = (0, x.shape[1]) if window is None else window
     if propose.release_quirks:
         n = transfer_count(mask_index, *counts)
         if n <= 0:
             return
-        rows, cols = select_positions(full, n, alg_temp, propose.generator, release_quirks=True)
+        rows, cols = select_positions(full[:, w0:w1], n, alg_temp, propose.generator, release_quirks=True)
     else:
-        rows, cols = select_positions_per_row(full, row_transfer_counts(mask_index, *counts), alg_temp,
+        rows, cols = select_positions_per_row(full[:, w0:w1], row_transfer_counts(mask_index, *counts), alg_temp,
                                               propose.generator)
+    cols = cols + w0
     proposal = torch.full_like(x, mask_id)
     proposal[mask_index] = x0
     x[rows, cols] = proposal[rows, cols]
@@ -525,7 +548,11 @@ def decode(
                 if alg == "origin":
                     _origin_step(x, mask_index, mask_logits, 1 if last else 1 - s / t, mask_id, propose)
                 else:
-                    _confidence_step(x, mask_index, mask_logits, (t, s, last), mask_id, alg, alg_temp, propose)
+                    # Fast-dLLM's Dream rule ranks a cached step over [start, L) (prefix) or the block (dual)
+                    window = None
+                    if kv is not None and refresh_commit == "first":
+                        window = fastdllm_window(cache, start, end, x.shape[1])
+                    _confidence_step(x, mask_index, mask_logits, (t, s, last), mask_id, alg, alg_temp, propose, window)
             now_masked = (x == mask_id)[:, Lp:]
             traj.unmask_step[now_masked & ~mask_index[:, Lp:]] = -1  # re-masked by a release quirk: decoded again
             traj.record(mask_index[:, Lp:] & ~now_masked, step)

@@ -13,7 +13,10 @@ Fast-dLLM (arXiv 2505.22618; NVlabs/Fast-dLLM ``llada/generate.py``), as paramet
 * ``cache: prefix | dual``: block-wise approximate KV cache (:mod:`dare.sampling.kv_cache`). The block's
   first step is a full forward that refreshes the cache and commits like any step; later steps run the
   block plus suffix (prefix) or the block alone (dual) against it, and only the block's positions
-  compete. The step schedule, NFE and ``unmask_step`` are those of the uncached decoder. Exact at every
+  compete. With the fixed schedule they are ranked over the release's columns (the whole sequence at the
+  refresh step, block plus suffix or the block at later steps, :func:`release_window`), so exact ties of
+  confidences break as Fast-dLLM's ``torch.topk`` breaks them. The step schedule, NFE and ``unmask_step``
+  are those of the uncached decoder. Exact at every
   refresh step and for a 1-layer model; otherwise approximate (deeper layers' cached keys/values go stale
   as the block changes), see :mod:`dare.sampling.kv_cache`.
 * ``threshold`` / ``factor``: confidence-aware parallel decoding (:mod:`dare.sampling.parallel`). Each
@@ -61,7 +64,7 @@ from dare.sampling import (
 from dare.sampling.options import DecodeOptions
 from dare_llada.params import LLaDASamplerParams
 
-__all__ = ["generate", "decode", "denoise_steps", "decode_options"]
+__all__ = ["generate", "decode", "denoise_steps", "decode_options", "release_window", "windowed_topk_transfer"]
 
 
 class _StepOptions(NamedTuple):
@@ -173,6 +176,60 @@ def _forward_for(logits_fn, cache: BlockKVCache | None, block: tuple[int, int], 
         return logits_fn, None
     start, end = block
     return (lambda ids, am: cache.block_logits(ids, am, start, end, refresh)), (start, end)
+
+
+def release_window(cache: str, refresh: bool, start: int, end: int, length: int) -> tuple[int, int]:
+    """The columns Fast-dLLM ranks at a cached fixed-schedule step of the block ``[start, end)``.
+
+    NVlabs/Fast-dLLM ``llada/generate.py`` (``generate_with_prefix_cache``, ``generate_with_dual_cache``) calls
+    ``get_transfer_index`` on the refresh step's logits of the whole sequence ``[0, length)`` and, at later
+    steps, on the block plus the suffix ``[start, length)`` (prefix cache) or the block alone (dual cache), with
+    ``-inf`` outside the block. ``torch.topk`` on CPU may pick another member of an exact tie at another width,
+    so DARE ranks over the same columns (:func:`windowed_topk_transfer`).
+
+    :param cache: ``"prefix"`` or ``"dual"``. :param refresh: the block's refresh (first) step.
+    :returns: ``(w0, w1)`` with ``w0 <= start < end <= w1 <= length``.
+    :raises ValueError: another cache mode.
+    """
+    if cache not in ("prefix", "dual"):
+        raise ValueError(f"release_window needs cache prefix or dual, got {cache!r}")
+    if refresh:
+        return 0, length
+    return (start, length) if cache == "prefix" else (start, end)
+
+
+def windowed_topk_transfer(confidence: torch.Tensor, k: torch.Tensor, region: tuple[int, int],
+                           window: tuple[int, int], first_real: torch.Tensor) -> torch.Tensor:
+    """:func:`dare.sampling.topk_transfer` over the release's columns: ``confidence`` ``[B, r1 - r0]`` (float, -inf
+    where a position may not be chosen) of columns ``region = (r0, r1)`` is placed in a row of ``-inf`` spanning
+    ``window = (w0, w1)`` (:func:`release_window`), and row ``b`` is ranked from column ``max(first_real[b], w0)``:
+    the release decodes one unpadded prompt, so a left-padded row's sequence starts at its first real token.
+    Exact ties then break as the release's ``torch.topk`` breaks them.
+
+    :param k: ``[B]`` int64 quota per row. :param first_real: ``[B]`` int64, each row's first non-padding column.
+    :returns: ``[B, r1 - r0]`` bool transfer mask.
+    """
+    (r0, r1), (w0, w1) = region, window
+    B = confidence.shape[0]
+    if w0 == r0 and w1 == r1:
+        return topk_transfer(confidence, k)
+    wide = torch.full((B, w1 - w0), -torch.inf, dtype=confidence.dtype, device=confidence.device)
+    wide[:, r0 - w0 : r1 - w0] = confidence
+    transfer = torch.zeros_like(wide, dtype=torch.bool)
+    for j in range(B):
+        kj = int(k[j])
+        if kj > 0:
+            lo = max(int(first_real[j]) - w0, 0)
+            _, idx = torch.topk(wide[j, lo:], k=kj)
+            transfer[j, idx + lo] = True
+    return transfer[:, r0 - w0 : r1 - w0]
+
+
+def _first_real_column(attention_mask: torch.Tensor | None, B: int, prompt_length: int, device) -> torch.Tensor:
+    """``[B]`` int64: each row's first non-padding column (0 without a mask; prompts are left-padded)."""
+    if attention_mask is None:
+        return torch.zeros(B, dtype=torch.long, device=device)
+    return (prompt_length - attention_mask[:, :prompt_length].sum(dim=1)).long()
 
 
 def _first_competing_column(x: torch.Tensor, prompt_length: int, o: _StepOptions) -> int:
@@ -356,6 +413,7 @@ def _run_schedule(logits_fn, x: torch.Tensor, prompt_index: torch.Tensor, prompt
     opts = opts._replace(fastdllm=accel.fastdllm)
     pos = torch.arange(L, device=x.device)[None]
     c0 = _first_competing_column(x, Lp, opts)
+    first_real = _first_real_column(attention_mask, B, Lp, x.device)
     traj = Trajectory(B, gen_length, device=x.device)
     nfe = 0
     quota, first = None, 0
@@ -370,10 +428,13 @@ def _run_schedule(logits_fn, x: torch.Tensor, prompt_index: torch.Tensor, prompt
         if region is None:
             forward, region = _uncached_region(logits_fn, c0, L)
             allowed = pos[:, c0:] < end
+            select = lambda conf, x0, k=k: topk_transfer(conf, k)  # noqa: E731
         else:
             allowed = torch.ones((1, end - start), dtype=torch.bool, device=x.device)
-        committed, n = _denoise_step(forward, x, attention_mask, prompt_index, region, allowed,
-                                     lambda conf, x0, k=k: topk_transfer(conf, k), opts, s, Lp)
+            window = release_window(accel.cache, entering, start, end, L)
+            select = lambda conf, x0, k=k, w=window: windowed_topk_transfer(  # noqa: E731
+                conf, k, region, w, first_real)
+        committed, n = _denoise_step(forward, x, attention_mask, prompt_index, region, allowed, select, opts, s, Lp)
         nfe += n
         traj.record(_completion_part(committed, region, Lp, gen_length), s)
     return x, traj.unmask_step, nfe

@@ -17,18 +17,31 @@ with ``agg`` the token-mean of the broadcast sequence loss (``sum_b L_b |y_b| / 
 the sequence mean. **[QUIRK] decided:** DARE writes ``rho = exp(log(1 + Delta))``, NaN for
 ``Delta <= -1``; here ``rho = 1 + Delta`` directly (same value where defined, finite everywhere).
 Recipe defaults: ``mc_num = 16``, G = 8, mu = 1, eps 0.2, c = 3, beta 0.
+
+``preset: official`` gives the seed paper's release (yjyddq/DARE, LLaDA recipe; ``BGPOParams.official``), whose
+values are DARE's defaults; tests/parity/test_bgpo.py checks the per-term ELBOs, the loss and the gradients
+against ``llada_dp_actor_bgpo.update_policy`` (docs/algorithms.md §10.5).
 """
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 import torch
 from pydantic import Field
+
+from dare.components.official import OfficialSetting
 
 from dare.diffusion.estimators import StratifiedELBOEstimator
 from dare.rl import clipped_policy_loss, kl_estimate, ratio_from_log
 from dare.rl import LossTerms, OnlineRLObjective, RLParams
 
 __all__ = ["BGPO", "BGPOParams", "piecewise_ratio"]
+
+#: The seed paper's verl-based release, which holds the reference BGPO trainer.
+RELEASE = "yjyddq/DARE@83ae8a305a53a914cce563aedceeac88566891cb"
+LLADA_RECIPE = f"{RELEASE}:recipe/llada/run_bgpo_llada_8b_instruct.sh"
+PPO_CONFIG = f"{RELEASE}:verl/trainer/config/ppo_trainer.yaml"
 
 
 def piecewise_ratio(delta: torch.Tensor, advantages: torch.Tensor) -> torch.Tensor:
@@ -37,6 +50,22 @@ def piecewise_ratio(delta: torch.Tensor, advantages: torch.Tensor) -> torch.Tens
 
 
 class BGPOParams(RLParams):
+    official: ClassVar[tuple[OfficialSetting, ...]] = (
+        OfficialSetting("group_size", 8, f"{LLADA_RECIPE}:140"),
+        OfficialSetting("mc_num", 16, f"{LLADA_RECIPE}:149-150 (mc_num = n_l)"),
+        OfficialSetting("advantage", "grpo", f"{LLADA_RECIPE}:161, verl/trainer/config/ppo_trainer.yaml:233"),
+        OfficialSetting("advantage_std_eps", 1e-6, f"{RELEASE}:verl/trainer/ppo/core_algos.py:117"),
+        OfficialSetting("clip_eps_low", 0.2, f"{PPO_CONFIG}:52"),
+        OfficialSetting("clip_eps_high", 0.2, f"{PPO_CONFIG}:53"),
+        OfficialSetting("dual_clip_c", 3.0, f"{PPO_CONFIG}:54"),
+        OfficialSetting("num_iterations", 1, f"{PPO_CONFIG}:61"),
+        OfficialSetting("beta", 0.0, f"{LLADA_RECIPE}:186-187"),
+        OfficialSetting("loss_aggregation", "token-mean", f"{LLADA_RECIPE}:191"),
+        OfficialSetting("response_tokens", "all", f"{RELEASE}:verl/workers/rollout/rollout_utils.py:262-263"),
+        OfficialSetting("prompt_padding", "exclude", f"{RELEASE}:verl/workers/actor/llada_dp_actor_bgpo.py:103"),
+        OfficialSetting("likelihood_temperature", 1.0, f"{RELEASE}:verl/workers/actor/llada_dp_actor_bgpo.py:120"),
+    )
+
     mc_num: int = Field(16, ge=1, description="Stratified ELBO terms per completion (one backward each).")
 
 

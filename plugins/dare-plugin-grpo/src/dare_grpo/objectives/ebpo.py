@@ -29,17 +29,22 @@ composite is a per-block-stratified ELBO estimate rather than a block-factorised
 for a huge negative-advantage log-ratio of composite sums); here the exponent is capped at
 ``dare.rl.kl.MAX_EXP`` (value finite; gradient 0 beyond e^20). Recipe defaults (docs/algorithms.md §4.3/4.4): ``mc_num``
 16, eps 0.2, mu 1, beta 0.
+
+``preset: official`` gives the seed paper's release (yjyddq/DARE, SDAR recipe; ``EBPOParams.official``), whose
+values are DARE's defaults; tests/parity/test_ebpo.py checks the corruptions, the composites, the loss and the
+gradients against ``EBPOActorMixin.update_policy`` (docs/algorithms.md §10.7).
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import replace
-from typing import Literal
+from typing import ClassVar, Literal
 
 import torch
 from pydantic import Field
 
+from dare.components.official import OfficialSetting
 from dare.diffusion.estimators import BlockwiseELBOEstimator, ScoringBatch
 from dare.diffusion.estimators.blockwise import blockwise_passes
 from dare.rl import kl_estimate
@@ -47,6 +52,11 @@ from dare.rl.kl import MAX_EXP
 from dare.rl import LossTerms, OnlineRLObjective, RLParams
 
 __all__ = ["EBPO", "EBPOParams", "ResponseBlockwiseELBOEstimator", "log_clipped_ratio", "ebpo_block_length"]
+
+#: The seed paper's verl-based release, which holds the reference EBPO trainer (block families).
+RELEASE = "yjyddq/DARE@83ae8a305a53a914cce563aedceeac88566891cb"
+SDAR_RECIPE = f"{RELEASE}:recipe/sdar/run_ebpo_sdar_4b_chat.sh"
+PPO_CONFIG = f"{RELEASE}:verl/trainer/config/ppo_trainer.yaml"
 
 
 def log_clipped_ratio(log_ratio: torch.Tensor, advantages: torch.Tensor, eps_low: float,
@@ -89,6 +99,19 @@ def ebpo_block_length(family, model_config, sampler, requested: int | None) -> i
 
 
 class EBPOParams(RLParams):
+    official: ClassVar[tuple[OfficialSetting, ...]] = (
+        OfficialSetting("group_size", 8, f"{SDAR_RECIPE}:229"),
+        OfficialSetting("mc_num", 16, f"{SDAR_RECIPE}:241-242 (mc_num = n_l)"),
+        OfficialSetting("advantage", "grpo", f"{SDAR_RECIPE}:254, verl/trainer/config/ppo_trainer.yaml:233"),
+        OfficialSetting("advantage_std_eps", 1e-6, f"{RELEASE}:verl/trainer/ppo/core_algos.py:117"),
+        OfficialSetting("clip_eps_low", 0.2, f"{PPO_CONFIG}:52"),
+        OfficialSetting("clip_eps_high", 0.2, f"{PPO_CONFIG}:53"),
+        OfficialSetting("dual_clip_c", None, f"{RELEASE}:verl/trainer/ppo/dllm_core_algos.py:210-218"),
+        OfficialSetting("num_iterations", 1, f"{PPO_CONFIG}:61"),
+        OfficialSetting("beta", 0.0, f"{SDAR_RECIPE}:280-281"),
+        OfficialSetting("likelihood_temperature", 1.0, f"{RELEASE}:verl/workers/actor/sdar_dp_actor_ebpo.py:73"),
+    )
+
     mc_num: int = Field(16, ge=1, description="Composite-ELBO rows (timesteps) per completion; one forward each.")
     block_length: int | None = Field(
         None, ge=1, description="Blocks of the composite (null: the model's block size for block families, the "
