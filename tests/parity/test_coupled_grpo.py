@@ -3,8 +3,8 @@
 
 The fixture (``tests/fixtures/parity/coupled_grpo/``, built by ``tools/parity/build_coupled_grpo.py``)
 holds the official draws (the mask ratio ``t`` and the random matrix), per-token log-probs, loss and
-gradients of a Dream-style model (logits shifted by one: ``dare_dream.family.shift_logits``). DARE's
-coupled estimator gets the same draws; with ``preset: official`` the loss and gradients must match to 1e-5
+gradients of a Dream-style model (logits shifted by one: ``dare_dream.family.shift_logits``). DARE's public RL
+step (:mod:`dare.rl.step`, the functions ``GRPOTrainer`` runs) runs with the coupled estimator fed the same draws; with ``preset: official`` the loss and gradients must match to 1e-5
 (relative), and changing any one official setting must break the match.
 """
 
@@ -15,11 +15,11 @@ from unittest import mock
 import pytest
 import torch
 
-from dare.diffusion.estimators import ScoringBatch, score_pass
+from dare.diffusion.estimators import ScoringBatch
 from dare.diffusion.estimators import coupled as coupled_module
+from dare.rl import step
 from dare.rl.advantages import group_advantages
-from dare.rl.conventions import attend_prompt_padding, score_through_first_stop
-from dare.rl.losses import PassLossInput
+from dare.rl.rollout import Rollout
 from dare_dream.family import shift_logits
 from dare_grpo.objectives.coupled_grpo import CoupledGRPO, CoupledGRPOParams
 from tools.parity.common import model_from_state, read_fixture, rel_diff
@@ -27,45 +27,42 @@ from tools.parity.common import model_from_state, read_fixture, rel_diff
 TOL = 1e-5
 
 
+def logits_fn(model):
+    """The Dream-style model's aligned logits (position i scores token i)."""
+    return lambda noisy, clean, attn: shift_logits(model(noisy, attention_mask=attn).logits)
+
+
 def run_dare(**overrides):
-    """DARE's coupled-GRPO on the fixture with ``preset: official`` (+ ``overrides``)."""
+    """DARE's coupled-GRPO step on the fixture with ``preset: official`` (+ ``overrides``)."""
     t, meta = read_fixture("coupled_grpo")
     s = meta["settings"]
     params = CoupledGRPOParams.model_validate({"preset": "official", "group_size": meta["group_size"],
                                               "num_iterations": s["num_iterations"], **overrides})
+    objective = CoupledGRPO(params)
     models = {m: model_from_state(t, f"{m}.") for m in ("current", "old", "ref")}
     P = meta["prompt_length"]
     ids = t["input_ids"]
     N = ids.shape[0]
-    batch = ScoringBatch(ids, torch.cat([t["prompt_mask"], torch.ones_like(ids[:, P:])], 1),
-                         torch.ones_like(ids[:, P:], dtype=torch.bool), P, meta["mask_id"])
-    if params.prompt_padding == "attend":
-        batch = attend_prompt_padding(batch)
+    sampled = ScoringBatch(ids, torch.cat([t["prompt_mask"], torch.ones_like(ids[:, P:])], 1),
+                           torch.ones_like(ids[:, P:], dtype=torch.bool), P, meta["mask_id"])
+    settings = step.StepSettings(objective, temperature=1.0, stop_ids=(meta["eos_id"],))
+    batch = step.rollout_batch(sampled, params)
     # the official draws: one t for the batch (as U for t_min + (t_max - t_min) U), the random matrix
     u_t = ((t["mask_ratio"] - params.t_min) / (params.t_max - params.t_min)).float().expand(N, 1)
     draws = iter([u_t, t["random_matrix"][:, P:]])
     with mock.patch.object(coupled_module, "uniform", lambda shape, g, device: next(draws)):
-        passes = coupled_module.CoupledEstimator(t_min=params.t_min, t_max=params.t_max,
-                                                 full_mask_term=params.full_mask_term).draw(batch, None)
-    if params.response_tokens == "through_first_eos":
-        passes = score_through_first_stop(passes, batch, (meta["eos_id"],))
-    (pas,) = passes
-
-    def logits_fn(model):
-        return lambda noisy, clean, attn: shift_logits(model(noisy, attention_mask=attn).logits)
-
-    with torch.no_grad():
-        old = score_pass(logits_fn(models["old"]), batch, pas).token
-        ref = score_pass(logits_fn(models["ref"]), batch, pas).token
-    current = score_pass(logits_fn(models["current"]), batch, pas)
-    adv = group_advantages(t["rewards"], meta["group_size"], params.advantage)
-    inp = PassLossInput(current=current, old=old, ref=ref, advantages=adv, response_lengths=batch.response_lengths,
-                        pass_index=0, num_passes=1, num_tokens=float(pas.scored.sum()), num_sequences=N,
-                        total_response_tokens=float(batch.response_lengths.sum()))
-    loss = CoupledGRPO(params).pass_loss(inp).loss
-    loss.backward()
+        estimator = coupled_module.CoupledEstimator(t_min=params.t_min, t_max=params.t_max,
+                                                    full_mask_term=params.full_mask_term)
+        passes = step.draw_passes(estimator, batch, None, params, settings.stop_ids)
+    advantages = step.rollout_advantages(t["rewards"], params)
+    rollout = Rollout(batch, [], t["rewards"], {}, advantages, passes=[passes])
+    rows = step.trained_rows(objective, advantages)
+    rollout.old = [step.token_scores(logits_fn(models["old"]), batch, passes, rows=rows)]
+    rollout.ref = [step.token_scores(logits_fn(models["ref"]), batch, passes)] if params.uses_reference_policy() else None
+    (current,) = step.score_passes(logits_fn(models["current"]), batch, passes)
+    loss, _ = step.update(settings, logits_fn(models["current"]), rollout, 0)
     grads = {n: p.grad for n, p in models["current"].named_parameters() if n in meta["grad_params"]}
-    return t, current.token.detach(), pas.scored, loss.detach(), grads
+    return t, current.token, passes[0].scored, torch.tensor(loss), grads
 
 
 def _worst(t, token, scored, loss, grads) -> float:

@@ -1,9 +1,10 @@
 """d1 against the official trainer (dllm-reasoning/d1@837888f, ``diffu-grpo/diffu_grpo_trainer.py``).
 
 The fixture (``tests/fixtures/parity/d1/``, built by ``tools/parity/build_d1.py`` from the official code)
-holds the official random draws, per-token log-probs, loss and gradients. DARE's one-step estimator gets
-the same draws; with ``preset: official`` DARE's loss and gradients must match to 1e-5 (relative), and
-changing any one official setting must break the match.
+holds the official random draws, per-token log-probs, loss and gradients. DARE's public RL step
+(:mod:`dare.rl.step`, the functions ``GRPOTrainer`` runs: rollout batch, passes, old/reference scores, update) runs
+on the fixture with the one-step estimator fed the same draws; with ``preset: official`` DARE's loss and gradients
+must match to 1e-5 (relative), and changing any one official setting must break the match.
 """
 
 from __future__ import annotations
@@ -13,11 +14,11 @@ from unittest import mock
 import pytest
 import torch
 
-from dare.diffusion.estimators import ScoringBatch, score_pass
+from dare.diffusion.estimators import ScoringBatch
 from dare.diffusion.estimators import onestep as onestep_module
+from dare.rl import step
 from dare.rl.advantages import group_advantages
-from dare.rl.conventions import attend_prompt_padding, score_through_first_stop
-from dare.rl.losses import PassLossInput
+from dare.rl.rollout import Rollout
 from dare_grpo.objectives.d1 import D1, D1Params
 from tools.parity.common import model_from_state, read_fixture, rel_diff
 
@@ -25,40 +26,36 @@ TOL = 1e-5
 
 
 def run_dare(**overrides):
-    """DARE's d1 on the fixture with ``preset: official`` (+ ``overrides``): per-token log-probs, loss, grads."""
+    """DARE's d1 step on the fixture with ``preset: official`` (+ ``overrides``): per-token log-probs, loss, grads."""
     t, meta = read_fixture("d1")
     s = meta["settings"]
     params = D1Params.model_validate({"preset": "official", "group_size": meta["group_size"],
                                       "num_iterations": s["num_iterations"], **overrides})
+    objective = D1(params)
     models = {m: model_from_state(t, f"{m}.") for m in ("current", "old", "ref")}
     P = meta["prompt_length"]
     ids = t["input_ids"]
-    batch = ScoringBatch(ids, torch.cat([t["prompt_mask"], torch.ones_like(ids[:, P:])], 1),
-                         torch.ones_like(ids[:, P:], dtype=torch.bool), P, meta["mask_id"])
-    if params.prompt_padding == "attend":
-        batch = attend_prompt_padding(batch)
+    sampled = ScoringBatch(ids, torch.cat([t["prompt_mask"], torch.ones_like(ids[:, P:])], 1),
+                           torch.ones_like(ids[:, P:], dtype=torch.bool), P, meta["mask_id"])
+    settings = step.StepSettings(objective, temperature=1.0, stop_ids=(meta["eos_id"],))
+    batch = step.rollout_batch(sampled, params)
     draws = t["random_matrix"][:, :P]  # the official forward_process's draw, prompt part
     with mock.patch.object(onestep_module, "uniform", lambda shape, g, device: draws):
-        passes = onestep_module.OneStepEstimator(p_mask_prompt=params.p_mask_prompt).draw(batch, None)
-    if params.response_tokens == "through_first_eos":
-        passes = score_through_first_stop(passes, batch, (meta["eos_id"],))
-    (pas,) = passes
+        estimator = onestep_module.OneStepEstimator(p_mask_prompt=params.p_mask_prompt)
+        passes = step.draw_passes(estimator, batch, None, params, settings.stop_ids)
 
     def logits_fn(model):
         return lambda noisy, clean, attn: model(noisy, attention_mask=attn).logits
 
-    with torch.no_grad():
-        old = score_pass(logits_fn(models["old"]), batch, pas).token
-        ref = score_pass(logits_fn(models["ref"]), batch, pas).token
-    current = score_pass(logits_fn(models["current"]), batch, pas)
-    adv = group_advantages(t["rewards"], meta["group_size"], params.advantage)
-    inp = PassLossInput(current=current, old=old, ref=ref, advantages=adv, response_lengths=batch.response_lengths,
-                        pass_index=0, num_passes=1, num_tokens=float(pas.scored.sum()), num_sequences=ids.shape[0],
-                        total_response_tokens=float(batch.response_lengths.sum()))
-    loss = D1(params).pass_loss(inp).loss
-    loss.backward()
+    advantages = step.rollout_advantages(t["rewards"], params)
+    rollout = Rollout(batch, [], t["rewards"], {}, advantages, passes=[passes])
+    rows = step.trained_rows(objective, advantages)
+    rollout.old = [step.token_scores(logits_fn(models["old"]), batch, passes, rows=rows)]
+    rollout.ref = [step.token_scores(logits_fn(models["ref"]), batch, passes)] if params.uses_reference_policy() else None
+    (current,) = step.score_passes(logits_fn(models["current"]), batch, passes)
+    loss, _ = step.update(settings, logits_fn(models["current"]), rollout, 0)
     grads = {n: p.grad for n, p in models["current"].named_parameters() if n in meta["grad_params"]}
-    return t, current.token.detach(), pas.scored, loss.detach(), grads
+    return t, current.token, passes[0].scored, torch.tensor(loss), grads
 
 
 def _worst(t, token, scored, loss, grads) -> float:

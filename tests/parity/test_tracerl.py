@@ -5,7 +5,8 @@ trajectory with repeated and skipped steps, the advantages, and the official los
 transition-mean normaliser, k3 KL against the rollout policy summed per transition) and gradients. DARE's
 trajectory replay and TraceRL loss with ``preset: official`` must match to 1e-5 (relative), and changing one
 official setting must break the match. The advantages are given (the official z-scores are computed by a
-separate reward script).
+separate reward script). DARE runs its public RL step (:mod:`dare.rl.step`, the functions ``GRPOTrainer`` runs:
+rollout batch, passes, old scores, update).
 """
 
 from __future__ import annotations
@@ -13,13 +14,17 @@ from __future__ import annotations
 import pytest
 import torch
 
-from dare.diffusion.estimators import ScoringBatch, TrajectoryEstimator, score_pass
-from dare.rl.conventions import attend_prompt_padding
-from dare.rl.losses import PassLossInput
+from dare.diffusion.estimators import ScoringBatch
+from dare.rl import step
+from dare.rl.rollout import Rollout
 from dare_grpo.objectives.tracerl import TraceRL, TraceRLParams
 from tools.parity.common import model_from_state, read_fixture, rel_diff
 
 TOL = 1e-5
+
+
+def fn(model):
+    return lambda noisy, clean, a: model(noisy, attention_mask=a).logits
 
 
 def run_dare(**overrides):
@@ -27,32 +32,29 @@ def run_dare(**overrides):
     s = meta["settings"]
     params = TraceRLParams.model_validate({"preset": "official", "group_size": 2, "num_iterations": 2,
                                            "shrink": s["shrink"], **overrides})
+    objective = TraceRL(params)
     models = {m: model_from_state(t, f"{m}.") for m in ("current", "old")}
     P, ids = meta["prompt_length"], t["input_ids"]
     attn = torch.cat([(ids[:, :P] != meta["pad_id"]).long(), torch.ones_like(ids[:, P:])], 1)
-    batch = ScoringBatch(ids, attn, torch.ones_like(ids[:, P:], dtype=torch.bool), P, meta["mask_id"], t["unmask_step"])
-    if params.prompt_padding == "attend":
-        batch = attend_prompt_padding(batch)
-    passes = TrajectoryEstimator(shrink=params.shrink, per_row=params.transition_grouping == "per_row").draw(batch, None)
+    sampled = ScoringBatch(ids, attn, torch.ones_like(ids[:, P:], dtype=torch.bool), P, meta["mask_id"], t["unmask_step"])
+    batch = step.rollout_batch(sampled, params)
+    estimator = objective.make_estimator(None, None, _Stride())  # as training builds it (no block stride here)
+    passes = step.draw_passes(estimator, batch, None, params, ())
     pairs = sum(float(p.scored.any(dim=-1).sum()) for p in passes)
-
-    def fn(model):
-        return lambda noisy, clean, a: model(noisy, attention_mask=a).logits
-
-    objective, total = TraceRL(params), 0.0
-    for i, pas in enumerate(passes):
-        with torch.no_grad():
-            old = score_pass(fn(models["old"]), batch, pas).token
-        cur = score_pass(fn(models["current"]), batch, pas)
-        inp = PassLossInput(current=cur, old=old, ref=None, advantages=t["advantages"],
-                            response_lengths=batch.response_lengths, pass_index=i, num_passes=len(passes),
-                            num_tokens=float(pas.scored.sum()), num_sequences=ids.shape[0],
-                            total_response_tokens=float(batch.response_lengths.sum()), num_row_passes=pairs)
-        loss = objective.pass_loss(inp).loss
-        loss.backward()
-        total += float(loss.detach())
+    rollout = Rollout(batch, [], torch.zeros(ids.shape[0]), {}, t["advantages"], passes=[passes])
+    rollout.old = [step.token_scores(fn(models["old"]), batch, passes, rows=step.trained_rows(objective, t["advantages"]))]
+    if params.uses_reference_policy():  # kl_target: reference (the release has none): the rollout policy stands in
+        rollout.ref = [step.token_scores(fn(models["old"]), batch, passes)]
+    loss, _ = step.update(step.StepSettings(objective), fn(models["current"]), rollout, 0)
     grads = {k: p.grad for k, p in models["current"].named_parameters() if k in meta["grad_params"]}
-    return t, pairs, total, grads
+    return t, pairs, loss, grads
+
+
+class _Stride:
+    """A sampler that declares no block stride (``Sampler.steps_per_block`` None)."""
+
+    def steps_per_block(self):
+        return None
 
 
 def _worst(t, pairs, loss, grads) -> float:

@@ -14,7 +14,7 @@ stage (Gen-Verse/dLLM-RL@10b4fd1 ``rl.py`` with ``model.value_base_model``: ``tr
    (``train_sdar_value.py:1003-1005``), gradient norm clipped at ``train.max_grad_norm``;
 4. the policy update with the token advantages ``A_j`` (:class:`~dare_grpo.objectives.tracerl.TraceRL`).
 
-Steps 1-3 run in :meth:`TraceRLValueTrainer._after_passes`, before the rollout policy scores the passes, so the rows
+Steps 1-3 run in :meth:`TraceRLValueTrainer.after_passes` (a hook of :class:`dare.rl.hooks.RLStepHooks`), before the rollout policy scores the passes, so the rows
 the update runs (``skip_zero_advantage``) follow the token advantages. A rollout is one micro-batch of prompts: with
 ``train.gradient_accumulation_steps`` k, the value model takes k steps per policy optimizer step.
 
@@ -80,7 +80,7 @@ class TraceRLValueTrainer(GRPOTrainer):
         self.value_model.eval()
         with torch.no_grad(), self.compute_loss_context_manager():
             for pas in passes:
-                for r in self._row_chunks(batch.num_rows):
+                for r in self.row_chunks(batch.num_rows):
                     if bool(pas.rows(r).scored.any()):
                         out[r] += score_values(fn, batch.rows(r), pas.rows(r))
         return out
@@ -95,7 +95,7 @@ class TraceRLValueTrainer(GRPOTrainer):
         denom = max(pairs, 1.0) * G
         total = torch.zeros((), dtype=torch.float32, device=batch.input_ids.device)
         for pas in passes:
-            for r in self._row_chunks(batch.num_rows):
+            for r in self.row_chunks(batch.num_rows):
                 sub = pas.rows(r)
                 if not bool(sub.scored.any()):
                     continue
@@ -120,7 +120,7 @@ class TraceRLValueTrainer(GRPOTrainer):
         self.value_optimizer.zero_grad(set_to_none=True)
         return {"value/loss": float(total), "value/grad_norm": float(norm), "value/skipped": float(not finite)}
 
-    def _after_passes(self, rollout: Rollout) -> dict[str, float]:
+    def after_passes(self, rollout: Rollout) -> dict[str, float]:
         """Values, GAE and the value step (module docstring) once the passes are drawn, before the old policy is
         scored: ``rollout.advantages`` becomes the ``[N, G]`` token advantages, so the rows the update runs (and
         scores under the rollout policy) are those with a non-zero token advantage."""
@@ -140,23 +140,17 @@ class TraceRLValueTrainer(GRPOTrainer):
         rollout.advantages = advantages
         return stats
 
-    # ------------------------------------------------------------------ checkpoints and the final save
-    def _save_optimizer_and_scheduler(self, output_dir):
-        super()._save_optimizer_and_scheduler(output_dir)
+    # ------------------------------------------------------------------ checkpoints and the final save (hooks)
+    def save_extra_state(self, output_dir: str) -> None:
+        """The value model and its AdamW state, into each checkpoint (main process)."""
         if distributed.is_main():
             save_value_state(self.value_model, self.value_optimizer, output_dir)
 
-    def _load_optimizer_and_scheduler(self, checkpoint):
-        super()._load_optimizer_and_scheduler(checkpoint)
-        if checkpoint is not None and (Path(checkpoint) / VALUE_WEIGHTS).exists():
+    def load_extra_state(self, checkpoint: str) -> None:
+        """The value model and its AdamW state from ``checkpoint`` when it holds them: on resume, and when a finished
+        run is re-run (so the final save publishes the trained value model, not the fresh copy made at start)."""
+        if (Path(checkpoint) / VALUE_WEIGHTS).exists():
             load_value_state(self.value_model, self.value_optimizer, checkpoint)
-
-    def _finished_from(self, ckpt: str, state: dict):
-        """A finished run re-run: the policy is loaded from ``ckpt`` (base class), and so is the value model, so the
-        final save publishes the trained value model, not the fresh copy made at start."""
-        if (Path(ckpt) / VALUE_WEIGHTS).exists():
-            load_value_state(self.value_model, self.value_optimizer, ckpt)
-        return super()._finished_from(ckpt, state)
 
     def save_final(self, model_dir) -> None:
         super().save_final(model_dir)
