@@ -19,10 +19,9 @@ from dare.diffusion.estimators import ScoringBatch
 from dare.diffusion.estimators import coupled as coupled_module
 from dare.rl import step
 from dare.rl.advantages import group_advantages
-from dare.rl.rollout import Rollout
 from dare_dream.family import shift_logits
 from dare_grpo.objectives.coupled_grpo import CoupledGRPO, CoupledGRPOParams
-from tools.parity.common import model_from_state, read_fixture, rel_diff
+from tools.parity.common import model_from_state, public_step, read_fixture, rel_diff
 
 TOL = 1e-5
 
@@ -55,12 +54,9 @@ def run_dare(**overrides):
                                                     full_mask_term=params.full_mask_term)
         passes = step.draw_passes(estimator, batch, None, params, settings.stop_ids)
     advantages = step.rollout_advantages(t["rewards"], params)
-    rollout = Rollout(batch, [], t["rewards"], {}, advantages, passes=[passes])
-    rows = step.trained_rows(objective, advantages)
-    rollout.old = [step.token_scores(logits_fn(models["old"]), batch, passes, rows=rows)]
-    rollout.ref = [step.token_scores(logits_fn(models["ref"]), batch, passes)] if params.uses_reference_policy() else None
+    loss, _ = public_step(objective, batch, passes, advantages, models["current"], models["old"], models["ref"],
+                          logits=logits_fn)
     (current,) = step.score_passes(logits_fn(models["current"]), batch, passes)
-    loss, _ = step.update(settings, logits_fn(models["current"]), rollout, 0)
     grads = {n: p.grad for n, p in models["current"].named_parameters() if n in meta["grad_params"]}
     return t, current.token, passes[0].scored, torch.tensor(loss), grads
 

@@ -18,9 +18,8 @@ from dare.diffusion.estimators import ScoringBatch
 from dare.diffusion.estimators import onestep as onestep_module
 from dare.rl import step
 from dare.rl.advantages import group_advantages
-from dare.rl.rollout import Rollout
 from dare_grpo.objectives.d1 import D1, D1Params
-from tools.parity.common import model_from_state, read_fixture, rel_diff
+from tools.parity.common import model_from_state, plain_logits, public_step, read_fixture, rel_diff
 
 TOL = 1e-5
 
@@ -44,16 +43,9 @@ def run_dare(**overrides):
         estimator = onestep_module.OneStepEstimator(p_mask_prompt=params.p_mask_prompt)
         passes = step.draw_passes(estimator, batch, None, params, settings.stop_ids)
 
-    def logits_fn(model):
-        return lambda noisy, clean, attn: model(noisy, attention_mask=attn).logits
-
     advantages = step.rollout_advantages(t["rewards"], params)
-    rollout = Rollout(batch, [], t["rewards"], {}, advantages, passes=[passes])
-    rows = step.trained_rows(objective, advantages)
-    rollout.old = [step.token_scores(logits_fn(models["old"]), batch, passes, rows=rows)]
-    rollout.ref = [step.token_scores(logits_fn(models["ref"]), batch, passes)] if params.uses_reference_policy() else None
-    (current,) = step.score_passes(logits_fn(models["current"]), batch, passes)
-    loss, _ = step.update(settings, logits_fn(models["current"]), rollout, 0)
+    loss, _ = public_step(objective, batch, passes, advantages, models["current"], models["old"], models["ref"])
+    (current,) = step.score_passes(plain_logits(models["current"]), batch, passes)
     grads = {n: p.grad for n, p in models["current"].named_parameters() if n in meta["grad_params"]}
     return t, current.token, passes[0].scored, torch.tensor(loss), grads
 

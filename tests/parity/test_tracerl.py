@@ -16,15 +16,10 @@ import torch
 
 from dare.diffusion.estimators import ScoringBatch
 from dare.rl import step
-from dare.rl.rollout import Rollout
 from dare_grpo.objectives.tracerl import TraceRL, TraceRLParams
-from tools.parity.common import model_from_state, read_fixture, rel_diff
+from tools.parity.common import model_from_state, public_step, read_fixture, rel_diff
 
 TOL = 1e-5
-
-
-def fn(model):
-    return lambda noisy, clean, a: model(noisy, attention_mask=a).logits
 
 
 def run_dare(**overrides):
@@ -41,11 +36,8 @@ def run_dare(**overrides):
     estimator = objective.make_estimator(None, None, _Stride())  # as training builds it (no block stride here)
     passes = step.draw_passes(estimator, batch, None, params, ())
     pairs = sum(float(p.scored.any(dim=-1).sum()) for p in passes)
-    rollout = Rollout(batch, [], torch.zeros(ids.shape[0]), {}, t["advantages"], passes=[passes])
-    rollout.old = [step.token_scores(fn(models["old"]), batch, passes, rows=step.trained_rows(objective, t["advantages"]))]
-    if params.uses_reference_policy():  # kl_target: reference (the release has none): the rollout policy stands in
-        rollout.ref = [step.token_scores(fn(models["old"]), batch, passes)]
-    loss, _ = step.update(step.StepSettings(objective), fn(models["current"]), rollout, 0)
+    # kl_target: reference (the release has none) scores a reference policy: the rollout policy stands in
+    loss, _ = public_step(objective, batch, passes, t["advantages"], models["current"], models["old"], models["old"])
     grads = {k: p.grad for k, p in models["current"].named_parameters() if k in meta["grad_params"]}
     return t, pairs, loss, grads
 

@@ -26,7 +26,8 @@ import torch
 from safetensors.torch import load_file, save_file
 
 __all__ = ["REPO", "FIXTURES", "TinyDenoiser", "policy_models", "official_checkout", "stub_modules",
-           "official_functions", "write_fixture", "read_fixture", "rel_diff", "model_from_state"]
+           "official_functions", "write_fixture", "read_fixture", "rel_diff", "model_from_state", "plain_logits",
+           "public_step"]
 
 REPO = Path(__file__).resolve().parents[2]
 FIXTURES = REPO / "tests" / "fixtures" / "parity"
@@ -174,3 +175,33 @@ def rel_diff(a: torch.Tensor, b: torch.Tensor) -> float:
     """``max |a - b| / max(max |b|, 1e-12)`` in float64 (0 for equal tensors)."""
     a, b = a.detach().double(), b.detach().double()
     return float((a - b).abs().max() / b.abs().max().clamp(min=1e-12))
+
+
+def plain_logits(model: torch.nn.Module):
+    """``model``'s logits as DARE's step scores a policy (:data:`dare.rl.step.LogitsFn`):
+    ``fn(noisy, clean, attention_mask) -> model(noisy, attention_mask=attention_mask).logits``."""
+    return lambda noisy, clean, attn: model(noisy, attention_mask=attn).logits
+
+
+def public_step(objective, batch, passes, advantages: torch.Tensor, current: torch.nn.Module,
+                old: torch.nn.Module | None = None, ref: torch.nn.Module | None = None, temperature: float = 1.0,
+                stop_ids: tuple[int, ...] = (), logits=plain_logits):
+    """One inner iteration of DARE's public RL step (:mod:`dare.rl.step`) as ``GRPOTrainer`` runs it on a rollout
+    batch and its passes: the rollout policy ``old`` scores the rows the update runs (None: one inner iteration,
+    ``old = current.detach()``), the reference policy ``ref`` scores every row when the objective's params use one,
+    then :func:`dare.rl.step.update` runs the loss and its backwards into ``current``'s gradients.
+
+    :param logits: ``model -> LogitsFn`` (default :func:`plain_logits`; a Dream-style model shifts its logits).
+    :returns: ``(loss, metrics)`` of :func:`dare.rl.step.update`.
+    """
+    from dare.rl import step
+    from dare.rl.rollout import Rollout
+
+    rollout = Rollout(batch, [], torch.zeros(batch.num_rows), {}, advantages, passes=[passes])
+    if old is not None:
+        rows = step.trained_rows(objective, advantages)
+        rollout.old = [step.token_scores(logits(old), batch, passes, temperature, rows=rows)]
+    if ref is not None and objective.params.uses_reference_policy():
+        rollout.ref = [step.token_scores(logits(ref), batch, passes, temperature)]
+    settings = step.StepSettings(objective, temperature, tuple(stop_ids))
+    return step.update(settings, logits(current), rollout, 0)

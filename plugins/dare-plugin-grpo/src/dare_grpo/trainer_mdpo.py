@@ -152,6 +152,7 @@ class MDPOTrainer(GRPOTrainer):
         steps = select_steps(every, self.objective.params.sample_train_steps).to(device)
         batch, pas, mask, conf = step_rows(traj, prompt_ids, attn, steps.to(device), final.completion_mask,
                                            self.tokens.mask_id)
+        batch = step.rollout_batch(batch, a)  # prompt_padding (dare.rl.conventions)
         rollout = MDPORollout(batch=final, texts=texts, rewards=rewards, reward_parts=parts,
                               advantages=adv[:, steps].transpose(0, 1).reshape(-1), steps=steps, step_batch=batch,
                               step_pass=pas, step_mask=mask, confidence=conf)
