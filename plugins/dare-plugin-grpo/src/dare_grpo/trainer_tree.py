@@ -218,6 +218,8 @@ class DTreeRPOTrainer(GRPOTrainer):
         values = propagate_values(rewards.to(device), fans)
         parent_ids, parent_attn, edge_parent, tokens, active, adv = tree_edges(tree, values, self.tokens.mask_id,
                                                                                self.tokens.stop_ids)
+        if a.prompt_padding == "attend":  # the parents' prompt padding attended to (dare.rl.conventions)
+            parent_attn[:, :leaves.prompt_length] = 1
         rollout = TreeRollout(batch=leaves, texts=texts, rewards=rewards, reward_parts=parts, advantages=adv,
                               parent_ids=parent_ids, parent_attention=parent_attn, edge_parent=edge_parent,
                               edge_tokens=tokens, active=active, edge_advantages=adv,
