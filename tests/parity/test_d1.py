@@ -19,9 +19,10 @@ from dare.diffusion.estimators import onestep as onestep_module
 from dare.rl import step
 from dare.rl.advantages import group_advantages
 from dare_grpo.objectives.d1 import D1, D1Params
-from tools.parity.common import model_from_state, plain_logits, public_step, read_fixture, rel_diff
+from tools.parity.common import model_from_state, plain_logits, public_step, read_fixture, rel_diff, trainer_update, update_worst
 
 TOL = 1e-5
+ADAM_CONDITIONED = 1e-5  # update_worst: weight changes compared where the official |gradient| is at least this
 
 
 def run_dare(**overrides):
@@ -82,3 +83,49 @@ def test_official_preset_reproduces_the_official_trainer():
 ])
 def test_changing_one_official_setting_breaks_parity(change):
     assert _worst(*run_dare(**change)) > 1e-3, change
+
+
+def trainer_step(tmp_path, optimizer=None, **overrides):
+    """One real ``GRPOTrainer`` optimizer step from the fixture's rollout (``tools.parity.common.trainer_update``):
+    ``(loss, clipped gradients, updated weights)`` and the fixture."""
+    from dare.components import SpecialTokens
+    from dare_llada.family import LLaDAFamily
+
+    t, meta = read_fixture("d1")
+    params = D1Params.model_validate({"preset": "official", "group_size": meta["group_size"],
+                                      "num_iterations": meta["settings"]["num_iterations"], **overrides})
+    objective = D1(params)
+    models = {m: model_from_state(t, f"{m}.") for m in ("current", "old", "ref")}
+    P, ids = meta["prompt_length"], t["input_ids"]
+    sampled = ScoringBatch(ids, torch.cat([t["prompt_mask"], torch.ones_like(ids[:, P:])], 1),
+                           torch.ones_like(ids[:, P:], dtype=torch.bool), P, meta["mask_id"])
+    draws = t["random_matrix"][:, :P]
+    tokens = SpecialTokens(mask_id=meta["mask_id"], eos_id=meta["eos_id"], pad_id=meta["pad_id"])
+    with mock.patch.object(onestep_module, "uniform", lambda shape, g, device: draws):
+        out = trainer_update(objective, objective.make_estimator(None, None, None), LLaDAFamily(), tokens, models,
+                             sampled, t["rewards"], {**meta["optimizer"], **(optimizer or {})}, tmp_path)
+    return t, *out
+
+
+def _update_worst(t, loss, clipped, updated) -> float:
+    """Worst relative difference of the loss, the clipped gradients and the weight change from the official step
+    (:func:`tools.parity.common.update_worst`)."""
+    return update_worst(t, loss, clipped, updated, ADAM_CONDITIONED)
+
+
+def test_one_grpo_trainer_step_reproduces_the_official_update(tmp_path):
+    t, loss, clipped, updated = trainer_step(tmp_path)
+    assert set(clipped) == {k[len("current."):] for k in t if k.startswith("current.")}  # every parameter stepped
+    assert _update_worst(t, loss, clipped, updated) <= TOL
+
+
+@pytest.mark.parametrize("change", [
+    {"optimizer": {"learning_rate": 1e-6}},
+    {"optimizer": {"weight_decay": 0.0}},
+    {"optimizer": {"max_grad_norm": 1.0}},
+    {"beta": 0.0},
+    {"response_tokens": "all"},
+])
+def test_changing_one_official_setting_breaks_the_update(tmp_path, change):
+    change = dict(change)
+    assert _update_worst(*trainer_step(tmp_path, change.pop("optimizer", None), **change)) > 1e-3, change
