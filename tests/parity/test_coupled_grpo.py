@@ -21,7 +21,7 @@ from dare.rl import step
 from dare.rl.advantages import group_advantages
 from dare_dream.family import shift_logits
 from dare_grpo.objectives.coupled_grpo import CoupledGRPO, CoupledGRPOParams
-from tools.parity.common import model_from_state, public_step, read_fixture, rel_diff
+from tools.parity.common import model_from_state, public_step, read_fixture, rel_diff, trainer_update, update_worst
 
 TOL = 1e-5
 
@@ -92,3 +92,46 @@ def test_official_preset_reproduces_the_official_trainer():
 ])
 def test_changing_one_official_setting_breaks_parity(change):
     assert _worst(*run_dare(**change)) > 1e-3, change
+
+
+def trainer_step(tmp_path, optimizer=None, **overrides):
+    """One real ``GRPOTrainer`` optimizer step from the fixture's rollout (``tools.parity.common.trainer_update``,
+    through the Dream family's aligned logits): ``(fixture, loss, clipped gradients, updated weights)``."""
+    from dare.components import SpecialTokens
+    from dare_dream.family import DreamFamily
+
+    t, meta = read_fixture("coupled_grpo")
+    params = CoupledGRPOParams.model_validate({"preset": "official", "group_size": meta["group_size"],
+                                              "num_iterations": meta["settings"]["num_iterations"], **overrides})
+    objective = CoupledGRPO(params)
+    models = {m: model_from_state(t, f"{m}.") for m in ("current", "old", "ref")}
+    P, ids = meta["prompt_length"], t["input_ids"]
+    N = ids.shape[0]
+    sampled = ScoringBatch(ids, torch.cat([t["prompt_mask"], torch.ones_like(ids[:, P:])], 1),
+                           torch.ones_like(ids[:, P:], dtype=torch.bool), P, meta["mask_id"])
+    u_t = ((t["mask_ratio"] - params.t_min) / (params.t_max - params.t_min)).float().expand(N, 1)
+    draws = [u_t, t["random_matrix"][:, P:]]
+    calls = iter(range(1000))  # each inner iteration's passes draw t, then the matrix
+    tokens = SpecialTokens(mask_id=meta["mask_id"], eos_id=meta["eos_id"], pad_id=meta["pad_id"])
+    with mock.patch.object(coupled_module, "uniform", lambda shape, g, device: draws[next(calls) % 2]):
+        out = trainer_update(objective, objective.make_estimator(None, None, None), DreamFamily(), tokens, models,
+                             sampled, t["rewards"], {**meta["optimizer"], **(optimizer or {})}, tmp_path)
+    return t, *out
+
+
+def test_one_grpo_trainer_step_reproduces_the_official_update(tmp_path):
+    t, loss, clipped, updated = trainer_step(tmp_path)
+    assert set(clipped) == {k[len("current."):] for k in t if k.startswith("current.")}  # every parameter stepped
+    assert update_worst(t, loss, clipped, updated) <= TOL
+
+
+@pytest.mark.parametrize("change", [
+    {"optimizer": {"learning_rate": 3e-6}},
+    {"optimizer": {"weight_decay": 0.0}},
+    {"optimizer": {"max_grad_norm": 1.0}},
+    {"advantage": "grpo"},
+    {"full_mask_term": False},
+])
+def test_changing_one_official_setting_breaks_the_update(tmp_path, change):
+    change = dict(change)
+    assert update_worst(*trainer_step(tmp_path, change.pop("optimizer", None), **change)) > 1e-3, change
