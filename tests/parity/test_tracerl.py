@@ -17,7 +17,7 @@ import torch
 from dare.diffusion.estimators import ScoringBatch
 from dare.rl import step
 from dare_grpo.objectives.tracerl import TraceRL, TraceRLParams
-from tools.parity.common import model_from_state, public_step, read_fixture, rel_diff
+from tools.parity.common import model_from_state, public_step, read_fixture, rel_diff, trainer_update, update_worst
 
 TOL = 1e-5
 
@@ -70,3 +70,42 @@ def test_official_preset_reproduces_the_official_trainer():
 ])
 def test_changing_one_official_setting_breaks_parity(change):
     assert _worst(*run_dare(**change)) > 1e-4, change
+
+
+def trainer_step(tmp_path, optimizer=None, **overrides):
+    """One real ``GRPOTrainer`` optimizer step from the fixture's trajectory (``tools.parity.common.trainer_update``,
+    the fixture's advantages in place of the group advantages): ``(fixture, loss, clipped gradients, weights)``."""
+    from dare.components import SpecialTokens
+    from dare_llada.family import LLaDAFamily
+
+    t, meta = read_fixture("tracerl")
+    params = TraceRLParams.model_validate({"preset": "official", "group_size": 2, "num_iterations": 2,
+                                           "shrink": meta["settings"]["shrink"], **overrides})
+    objective = TraceRL(params)
+    models = {m: model_from_state(t, f"{m}.") for m in ("current", "old")}
+    P, ids = meta["prompt_length"], t["input_ids"]
+    attn = torch.cat([(ids[:, :P] != meta["pad_id"]).long(), torch.ones_like(ids[:, P:])], 1)
+    sampled = ScoringBatch(ids, attn, torch.ones_like(ids[:, P:], dtype=torch.bool), P, meta["mask_id"], t["unmask_step"])
+    tokens = SpecialTokens(mask_id=meta["mask_id"], eos_id=meta["eos_id"], pad_id=meta["pad_id"])
+    out = trainer_update(objective, objective.make_estimator(None, None, _Stride()), LLaDAFamily(), tokens, models,
+                         sampled, torch.zeros(ids.shape[0]), {**meta["optimizer"], **(optimizer or {})}, tmp_path,
+                         advantages=t["advantages"])
+    return t, *out
+
+
+def test_one_grpo_trainer_step_reproduces_the_official_update(tmp_path):
+    t, loss, clipped, updated = trainer_step(tmp_path)
+    assert set(clipped) == {k[len("current."):] for k in t if k.startswith("current.")}  # every parameter stepped
+    assert update_worst(t, loss, clipped, updated) <= TOL
+
+
+@pytest.mark.parametrize("change", [
+    {"optimizer": {"learning_rate": 3e-6}},
+    {"optimizer": {"weight_decay": 0.1}},
+    {"optimizer": {"max_grad_norm": 0.2}},
+    {"normaliser": "completions"},
+    {"kl_target": "reference"},
+])
+def test_changing_one_official_setting_breaks_the_update(tmp_path, change):
+    change = dict(change)
+    assert update_worst(*trainer_step(tmp_path, change.pop("optimizer", None), **change)) > 1e-3, change

@@ -244,14 +244,16 @@ class _FixtureSampler:
 
 
 def trainer_update(objective, estimator, family, tokens, models: dict[str, torch.nn.Module], batch, rewards,
-                   optimizer: dict[str, float], output_dir) -> tuple[float, dict[str, torch.Tensor], dict[str, torch.Tensor]]:
+                   optimizer: dict[str, float], output_dir, advantages: torch.Tensor | None = None
+                   ) -> tuple[float, dict[str, torch.Tensor], dict[str, torch.Tensor]]:
     """One real optimizer step of :class:`dare.rl.trainer.GRPOTrainer` (``transformers.Trainer.train``, ``max_steps``
     1) from a parity fixture's rollout: ``batch`` (the sampled completions) and ``rewards`` replace the sampler and the
     reward functions; everything else is the trainer's own (the objective's conventions, advantages, the estimator's
     passes, old and reference scores, the update, gradient clipping, AdamW and its parameter groups). The rollout
     policy is ``models["old"]`` (the trainer scores it at rollout time; the current weights when absent) and the
     reference policy ``models["ref"]``; the trainer updates ``models["current"]`` in place with the release's
-    ``optimizer`` settings (:func:`official_update`'s keys) at a constant learning rate.
+    ``optimizer`` settings (:func:`official_update`'s keys) at a constant learning rate. ``advantages`` (``[N]``)
+    replace the group advantages of ``rewards`` where the release computes them in a separate reward script.
 
     :returns: ``(loss, clipped gradients, updated weights)``, both dicts by parameter name.
     """
@@ -260,6 +262,7 @@ def trainer_update(objective, estimator, family, tokens, models: dict[str, torch
     from transformers import TrainerCallback
 
     from dare.modeling.lora import ReferencePolicy
+    from dare.rl import step as step_module
     from dare.rl import trainer as trainer_module
     from dare.rl.prompts import PromptDataset
     from dare.trainers import DareConfig
@@ -286,8 +289,10 @@ def trainer_update(objective, estimator, family, tokens, models: dict[str, torch
     rollout_policy = models.get("old", current)
     N = batch.num_rows
     scored = ([""] * N, rewards, {}, {"completion_length": 0.0, "reward_errors": 0.0, "time/score": 0.0})
+    given = step_module.rollout_advantages if advantages is None else (lambda rewards, params: advantages.clone())
     with mock.patch.object(trainer_module, "sample_completions", lambda *a, **k: (batch, {"nfe": 0.0, "edits": 0.0})), \
             mock.patch.object(trainer_module, "score_completions", lambda *a, **k: scored), \
+            mock.patch.object(step_module, "rollout_advantages", given), \
             mock.patch.object(trainer, "generate_rollout",
                               lambda model, inputs: trainer_module.GRPOTrainer.generate_rollout(trainer, rollout_policy, inputs)):
         out = trainer.train()
