@@ -168,8 +168,8 @@ def _micro_batch(ctx) -> tuple[int, int]:
     train = spec.train
     params = getattr(obj, "params", None)
     if obj.stage == "online_rl":
-        group = int(getattr(params, "group_size", 1))
-        rows = getattr(params, "micro_batch_size", None) or train.per_device_batch_size * group
+        group = int(params.group_size)  # an online-RL objective's params are an RLParams
+        rows = params.micro_batch_size or train.per_device_batch_size * group
         prompt = (spec.launch.prompt_length if spec.launch and spec.launch.prompt_length else 256)
         gen = ctx.sampler.params.gen_length if ctx.sampler is not None else 0
         return int(rows), int(prompt + gen)
@@ -180,12 +180,18 @@ def _micro_batch(ctx) -> tuple[int, int]:
     return int(rows), int(train.max_length)
 
 
+def _keeps_value_model(ctx) -> bool:
+    return ctx.objective.stage == "online_rl" and ctx.objective.params.trains_value_model()
+
+
 def _keeps_reference(ctx) -> bool:
     if ctx.spec.model.lora is not None:
         return False
     if ctx.objective.stage == "preference":
         return True
-    return float(getattr(getattr(ctx.objective, "params", None), "beta", 0.0) or 0.0) > 0.0
+    if ctx.objective.stage == "online_rl":
+        return ctx.objective.params.uses_reference_policy()
+    return False
 
 
 def estimate_memory(ctx, processes: list[int]) -> list[MemoryEstimate]:
@@ -231,7 +237,7 @@ def estimate_memory(ctx, processes: list[int]) -> list[MemoryEstimate]:
             "gradients": shard(trainable * w, strategy.shard_grads),
             "optimizer": opt,
             "reference policy": shard(total * w, strategy.shard_params) if _keeps_reference(ctx) else 0.0,
-            "value model": 4.0 * total * w if getattr(getattr(ctx.objective, "params", None), "value_model", False) else 0.0,
+            "value model": 4.0 * total * w if _keeps_value_model(ctx) else 0.0,
             "activations": float(act),
             "logits": float(s * b * vocab * (w + 4)),
         }

@@ -8,7 +8,11 @@
 * no core module is longer than 450 lines;
 * the core never imports a plugin, and plugins never import each other;
 * no decoder signature takes more than 8 parameters: decoders take what they decode with, the prompts, their mask
-  and one options object (``dare.sampling.options.DecodeOptions``).
+  and one options object (``dare.sampling.options.DecodeOptions``);
+* no plugin class overrides a ``_``-prefixed method of a ``dare`` class: an RL objective's trainer changes the step
+  through the public hooks :class:`dare.rl.hooks.RLStepHooks` lists;
+* the core never reads an objective's parameter by name (``getattr(self.params, "kl_target", ...)``): it asks a
+  declared method or field of the core's parameter classes (e.g. ``RLParams.uses_reference_policy``).
 """
 
 from __future__ import annotations
@@ -303,3 +307,117 @@ def test_no_decoder_takes_more_than_eight_parameters():
     wide = {k: n for k, n in found.items() if n > MAX_DECODER_PARAMS}
     assert not wide, f"decoders with more than {MAX_DECODER_PARAMS} parameters (use one DecodeOptions): {wide}"
 
+
+
+# --------------------------------------------------------------------------- plugins change DARE through public hooks
+def private_overrides(cls: type) -> list[str]:
+    """``"Class._name"`` for each ``_``-prefixed (not dunder) method ``cls`` defines that a base class from a
+    ``dare`` module (the core) also defines: a plugin overriding one of DARE's private methods."""
+    import inspect
+
+    out = []
+    for name, value in vars(cls).items():
+        if not name.startswith("_") or (name.startswith("__") and name.endswith("__")):
+            continue
+        if not (inspect.isfunction(value) or isinstance(value, (classmethod, staticmethod, property))):
+            continue
+        for base in cls.__mro__[1:]:
+            if base.__module__.split(".")[0] == "dare" and name in vars(base):
+                out.append(f"{cls.__qualname__}.{name} (overrides {base.__module__}.{base.__qualname__})")
+                break
+    return out
+
+
+def _plugin_classes() -> list[type]:
+    """Every class defined in a first-party plugin module (each module of every installed plugin imported)."""
+    import importlib
+    import importlib.util
+    import inspect
+
+    classes = []
+    for package, root in sorted(_plugin_packages().items()):
+        if importlib.util.find_spec(package) is None:  # a plugin this environment does not install
+            continue
+        for module in _modules(root, root.parent):
+            mod = importlib.import_module(module)
+            classes += [c for _, c in inspect.getmembers(mod, inspect.isclass) if c.__module__ == module]
+    return classes
+
+
+def test_the_override_check_finds_a_private_override():
+    from dare.rl.trainer import GRPOTrainer
+
+    class Public(GRPOTrainer):
+        def update(self, model, rollout, iteration):  # a listed hook
+            return 0.0, {}
+
+        def _own_helper(self):  # the plugin's own private method
+            return None
+
+    class Private(GRPOTrainer):
+        def _get_train_sampler(self, train_dataset=None):  # DARE's private method
+            return None
+
+    assert private_overrides(Public) == []
+    assert private_overrides(Private) == [f"{Private.__qualname__}._get_train_sampler (overrides "
+                                          "dare.rl.trainer.GRPOTrainer)"]
+
+
+def test_no_plugin_overrides_a_private_dare_method():
+    """Plugins change DARE through public hooks (the RL trainer's: dare.rl.hooks.RLStepHooks), never by overriding
+    a ``_``-prefixed method of a core class, which the core may rename or stop calling without notice."""
+    bad = [x for cls in _plugin_classes() for x in private_overrides(cls)]
+    assert not bad, f"plugin classes overriding private DARE methods (use a public hook instead): {bad}"
+
+
+def test_every_rl_hook_is_documented_in_one_place():
+    """The hooks a plugin's RL trainer may override are the public methods and attributes of RLStepHooks, each named
+    in its docstring; GRPOTrainer implements them."""
+    from dare.rl.hooks import HOOKS, RLStepHooks
+    from dare.rl.trainer import GRPOTrainer
+
+    doc = RLStepHooks.__doc__
+    assert all(f"{name}" in doc for name in HOOKS), [n for n in HOOKS if n not in doc]
+    declared = {n for n in vars(RLStepHooks) if not n.startswith("_")}
+    assert declared <= HOOKS and issubclass(GRPOTrainer, RLStepHooks)
+
+
+def core_param_reads(path: Path, allowed: set[str]) -> list[str]:
+    """``"file:line getattr(..., 'name')"`` for each ``getattr(<...params...>, "name"[, default])`` in ``path`` whose
+    object is an objective's parameters (its source names ``params``, not a sampler's) and whose ``name`` is not in
+    ``allowed`` (the names the core's own parameter classes declare)."""
+    out = []
+    tree = ast.parse(path.read_text())
+    for node in ast.walk(tree):
+        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "getattr"
+                and len(node.args) >= 2 and isinstance(node.args[1], ast.Constant) and isinstance(node.args[1].value, str)):
+            target = ast.unparse(node.args[0])
+            if "params" in target and "sampler" not in target and node.args[1].value not in allowed:
+                out.append(f"{path.name}:{node.lineno} getattr({target}, {node.args[1].value!r})")
+    return out
+
+
+def _core_param_names() -> set[str]:
+    from dare.components import Params
+    from dare.components.official import OfficialParams
+    from dare.rl.losses import RLParams
+
+    return {n for cls in (Params, OfficialParams, RLParams) for n in set(dir(cls)) | set(cls.model_fields)}
+
+
+def test_the_param_read_check_finds_a_read_by_name(tmp_path):
+    src = tmp_path / "trainer.py"
+    src.write_text("def f(self, obj, sampler):\n"
+                   "    a = getattr(self.params, 'kl_target', 'reference')\n"
+                   "    b = getattr(getattr(obj, 'params', None), 'beta', 0.0)\n"
+                   "    c = getattr(sampler.params, 'temperature', None)\n"
+                   "    d = getattr(self.params, 'group_size')\n")
+    assert core_param_reads(src, _core_param_names()) == ["trainer.py:2 getattr(self.params, 'kl_target')"]
+
+
+def test_the_core_reads_no_objective_param_by_name():
+    """The core asks an objective's parameters through what the core declares (RLParams fields and methods such as
+    ``uses_reference_policy``), never by a plugin's field name with a getattr default."""
+    allowed = _core_param_names()
+    bad = [x for path in sorted(CORE.rglob("*.py")) for x in core_param_reads(path, allowed)]
+    assert not bad, bad

@@ -272,7 +272,7 @@ def test_rl_trainer_likelihood_routes_through_packing(monkeypatch):
         family = "the family"
         denoiser_logits = base.DareTrainer.denoiser_logits
 
-    fn = GRPOTrainer._logits_fn(Probe(), model=None)
+    fn = GRPOTrainer.logits_fn(Probe(), model=None)
     assert fn(None, None, None) == "packed" and calls == [("the family", 7)]
 
 

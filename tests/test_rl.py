@@ -146,3 +146,56 @@ def test_entropy_of_uniform_and_peaked():
     peaked = torch.full((1, 4), -1e4)
     peaked[0, 1] = 0.0
     assert token_entropy(peaked).item() == pytest.approx(0.0, abs=1e-6)
+
+
+# --------------------------------------------------------------------------- the public step's pieces (dare.rl.step)
+def test_row_chunks_cut_rows_by_micro_batch_size():
+    from dare.rl.step import row_chunks
+
+    assert row_chunks(5, 2) == [slice(0, 2), slice(2, 4), slice(4, 5)]
+    assert row_chunks(3, None) == [slice(0, 3)]
+    assert row_chunks(0, None) == []
+
+
+def test_one_process_adds_no_pad_except_one_when_it_has_no_job():
+    from dare.rl.step import Backprop
+
+    assert Backprop().pads(4) == 0
+    assert Backprop().run_pads(3) == 0
+    assert Backprop().run_pads(0) == 1  # every parameter still gets a (zero) gradient
+
+
+def test_a_pad_job_adds_exactly_zero_gradient_and_a_graphless_loss_is_padded():
+    from dare.rl.step import Backprop
+
+    w = torch.nn.Parameter(torch.tensor([2.0, -1.0]))
+    backwards = []
+    bp = Backprop(backward=lambda loss: (backwards.append(float(loss.detach())), loss.backward()))
+    bp.pad(2, lambda: (w * w).sum())
+    assert w.grad.tolist() == [0.0, 0.0] and backwards == [0.0, 0.0]
+    bp.backward_or_pad(torch.tensor(3.0), lambda: (w * w).sum())  # no graph: one pad job instead of a raise
+    assert backwards == [0.0, 0.0, 0.0] and w.grad.tolist() == [0.0, 0.0]
+    bp.backward_or_pad((3 * w).sum(), lambda: (w * w).sum())
+    assert w.grad.tolist() == [3.0, 3.0]
+
+
+def test_trained_rows_skip_zero_advantage_rows_only_where_exact():
+    from types import SimpleNamespace
+
+    from dare.rl.step import trained_rows
+
+    class Vanishing:
+        zero_advantage_rows_vanish = True
+
+        def __init__(self, **params):
+            self.params = SimpleNamespace(**{"skip_zero_advantage": True, "beta": 0.0, **params})
+
+    class Kept(Vanishing):  # declares nothing: the attribute is not inherited (vanishes_at_zero_advantage)
+        pass
+
+    adv = torch.tensor([0.0, 1.5, 0.0, -0.5])
+    assert trained_rows(Vanishing(), adv).tolist() == [1, 3]
+    assert trained_rows(Vanishing(), torch.tensor([[0.0, 0.0], [0.0, 2.0]])).tolist() == [1]  # token advantages
+    assert trained_rows(Vanishing(beta=0.04), adv) is None  # a KL term has a gradient at advantage 0
+    assert trained_rows(Vanishing(skip_zero_advantage=False), adv) is None
+    assert trained_rows(Kept(), adv) is None

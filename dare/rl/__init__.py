@@ -11,8 +11,11 @@ rl-objective`` renders one):
 
 * :mod:`dare.rl.objective`: :class:`OnlineRLObjective` (the training skeleton's RL pieces);
 * :mod:`dare.rl.losses`: :class:`RLParams`, the loss inputs/outputs and :func:`clipped_token_loss`;
-* :mod:`dare.rl.trainer`: :class:`~dare.rl.trainer.GRPOTrainer` (rollout, rewards, advantages, inner
-  iterations, reference policy; imported on use, it loads the trainer stack);
+* :mod:`dare.rl.step`: the public, pure RL step (rollout batch and draws -> passes -> old/reference scores ->
+  loss and backwards), one function per stage, which the trainer and the parity tests run;
+* :mod:`dare.rl.hooks`: :class:`~dare.rl.hooks.RLStepHooks`, the one list of what an objective's trainer may override;
+* :mod:`dare.rl.trainer`: :class:`~dare.rl.trainer.GRPOTrainer`, the adapter over the step (rollout, rewards,
+  inner iterations, reference policy; imported on use, it loads the trainer stack);
 * :mod:`dare.rl.rollout`, :mod:`dare.rl.prompts`: sampling and scoring a rollout batch, prompt datasets.
 
 Likelihood estimators (how a completion is scored by a diffusion LM) live in

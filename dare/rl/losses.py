@@ -111,6 +111,18 @@ class RLParams(OfficialParams):
         "other dropout masks, so runs agree in distribution only. false = run every row.",
     )
 
+    def uses_reference_policy(self) -> bool:
+        """Whether the loss's KL term needs a frozen reference policy (the trainer keeps one, and
+        ``dare profile --estimate`` counts it): ``beta > 0`` here. An objective whose KL is taken against another
+        policy (TraceRL's ``kl_target: rollout``, the rollout policy) overrides it in its ``Params``, so the core
+        never reads an objective's own settings by name."""
+        return self.beta > 0
+
+    def trains_value_model(self) -> bool:
+        """Whether training keeps a value model besides the policy (a full model copy with its optimizer, which
+        ``dare profile --estimate`` counts): False here; TraceRL's ``value_model: true`` overrides it."""
+        return False
+
 
     @field_validator("group_filter")
     @classmethod

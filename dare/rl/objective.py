@@ -25,7 +25,9 @@ Objectives never branch on a family name. To add one: subclass :class:`OnlineRLO
 from the spec), and register it with ``register_objectives``. The training skeleton (prompts from
 ``data.train``, the trainer, resume, the final save) is :class:`dare.trainers.TrainerObjective`'s. An
 objective that needs its own rollout (tree rollouts, intermediate predictions) returns a
-:class:`~dare.rl.trainer.GRPOTrainer` subclass overriding ``generate_rollout`` from ``trainer_class``.
+:class:`~dare.rl.trainer.GRPOTrainer` subclass from ``trainer_class`` that overrides the public hooks listed by
+:class:`dare.rl.hooks.RLStepHooks` (``generate_rollout``, ``draw_passes``, ``after_passes``, ``update``, ...); the
+step those hooks run by default is :mod:`dare.rl.step`.
 """
 
 from __future__ import annotations
@@ -122,10 +124,10 @@ class OnlineRLObjective(TrainerObjective):
         if p.block_alignment == "prompt_end" and getattr(train, "packing", False):
             problems.append((f"{loc}.params.block_alignment", "block_alignment: prompt_end needs the padded forward: set "
                              "train.packing: false, or block_alignment: first_token"))
-        rollout = ctx.rollout_sampler
-        if rollout is None:  # no sampler, or overrides its Params reject (reported by the resolution)
+        rollout_sampler = ctx.rollout_sampler
+        if rollout_sampler is None:  # no sampler, or overrides its Params reject (reported by the resolution)
             return problems + sync_problems(self.params, ctx, loc)
-        temperature = getattr(rollout.params, "temperature", None)
+        temperature = getattr(rollout_sampler.params, "temperature", None)
         if temperature is not None and temperature == 0:
             problems.append((f"{loc}.params.rollout_sampler", "training rollouts are greedy (temperature 0): the "
                                                               "completions of a group are identical and every "

@@ -14,8 +14,12 @@ One optimizer step = one call of :meth:`GRPOTrainer.training_step` per gradient-
    backward per pass and row chunk (``micro_batch_size``), or the scalar-proxy replay for objectives
    whose loss depends on the pass mean (see :mod:`dare.rl.objective`); rows that add exactly zero gradient
    (advantage 0 in a group of tied rewards) are skipped (``skip_zero_advantage``). The update is
-   :class:`dare.rl.update.PolicyUpdate`'s (mixed into :class:`GRPOTrainer`).
+   :func:`dare.rl.step.update`.
    ``transformers.Trainer`` then clips gradients (``max_grad_norm``) and steps the optimizer.
+
+Every stage is a public function of :mod:`dare.rl.step` (the trainer adapts it: the model's logits function, the
+per-example generators, ``transformers.Trainer``'s backward); an objective changes the step through the hooks that
+:class:`dare.rl.hooks.RLStepHooks` lists, never through a private method.
 
 The ``num_iterations`` inner iterations reuse the rollout (the prompt sampler repeats each rollout
 batch, :class:`~dare.rl.prompts.RepeatChunkSampler`). Reference policy (``beta > 0``, through
@@ -31,7 +35,7 @@ A checkpoint never falls inside a rollout's inner iterations (a save due there i
 the rollout, :class:`RolloutBoundarySaves`), so no rollout buffer is saved either. Loss normalisers (scored
 tokens, rows) are summed over processes (:func:`dare.rl.batch_totals.whole_batch_normalisers`), and every process
 runs the same number of backwards per update (zero-gradient pads where its rows need fewer passes:
-:meth:`dare.rl.update.PolicyUpdate._backward_pads`).
+:meth:`dare.rl.step.Backprop.pads`).
 
 Metrics (logged every ``logging_steps``, means over the steps since the last log): ``reward``,
 ``reward_std``, ``reward/<name>``(+``_std``), ``reward_errors``, ``advantage_mean``/``_std``/``_abs``,
@@ -54,25 +58,20 @@ from transformers import TrainerCallback
 
 from dare import progress
 from dare.components import Estimator
-from dare.diffusion.estimators import Pass, PassScore, ScoringBatch, score_pass
+from dare.diffusion.estimators import Pass, PassScore, ScoringBatch
 from dare.modeling.lora import ReferencePolicy
 from dare.randomness import STREAMS, RowGenerators, key_seed
-from dare.rl.advantages import group_advantages, groups_in_range, overlong_as_incorrect, zero_std_groups
-from dare.rl.conventions import (
-    align_blocks_at_prompt_end,
-    attend_prompt_padding,
-    attend_response_padding,
-    mask_after_response,
-    score_through_first_stop,
-)
+from dare.rl import step
+from dare.rl.advantages import zero_std_groups
 from dare.rl.batch_totals import whole_batch_values
+from dare.rl.hooks import RLStepHooks
 from dare.rl.prompts import RepeatChunkSampler, collate_prompts
 from dare.rl.reference_sync import reference_sync
-from dare.rl.rollout import Rollout, content_lengths, sample_completions, score_completions
-from dare.rl.update import PolicyUpdate
+from dare.rl.rollout import Rollout, sample_completions, score_completions
 from dare.trainers.base import DareTrainer
 
-__all__ = ["GRPOTrainer"]
+__all__ = ["GRPOTrainer", "RolloutBoundarySaves"]
+
 
 class RolloutBoundarySaves(TrainerCallback):
     """Defer a checkpoint due inside a rollout's inner iterations to the step that ends the rollout, so a
@@ -91,12 +90,9 @@ class RolloutBoundarySaves(TrainerCallback):
         return control
 
 
-class GRPOTrainer(PolicyUpdate, DareTrainer):
-    #: Whether this trainer decodes rollouts with its own loop that draws per row (MDPO), whatever the sampler;
-    #: otherwise its rollouts draw per row when the rollout sampler does (``Sampler.supports_row_generators``).
-    own_decoder_draws_per_row = False
-
-    """Online RL with any :class:`~dare.rl.objective.OnlineRLObjective` (module docstring).
+class GRPOTrainer(RLStepHooks, DareTrainer):
+    """Online RL with any :class:`~dare.rl.objective.OnlineRLObjective` (module docstring): an adapter over the
+    public step (:mod:`dare.rl.step`) whose hooks (:class:`~dare.rl.hooks.RLStepHooks`) objectives override.
 
     :param objective: the RL objective (loss, score reduction and every RL setting: ``objective.params``,
         an :class:`~dare.rl.objective.RLParams`).
@@ -115,6 +111,9 @@ class GRPOTrainer(PolicyUpdate, DareTrainer):
         self.sampler = sampler
         self.reward = reward
         self.likelihood_temperature = objective.resolved_likelihood_temperature(sampler)
+        self.step_settings = step.StepSettings(objective, self.likelihood_temperature, tuple(self.tokens.stop_ids))
+        #: the step's backwards: ``accelerator.backward`` over the gradient-accumulation steps, under autocast
+        self.backprop = step.Backprop(backward=self._accumulated_backward, context=self.compute_loss_context_manager)
         # per-example generators (dare.randomness), keyed by (seed, step, completion index) at each rollout
         self.row_generators = self.own_decoder_draws_per_row or getattr(sampler, "supports_row_generators", False)
         self.rollout_generator = None
@@ -123,12 +122,15 @@ class GRPOTrainer(PolicyUpdate, DareTrainer):
         self.buffers: dict[tuple[int, ...], Rollout] = {}
         if self.params.num_iterations > 1:
             self.add_callback(RolloutBoundarySaves(self.params.num_iterations))
-        # a KL against the rollout policy (TraceRL's kl_target: rollout) needs no reference copy
-        needs_reference = self.params.beta > 0 and getattr(self.params, "kl_target", "reference") == "reference"
+        # a KL against another policy than a frozen reference (TraceRL's kl_target: rollout) needs no reference copy
+        needs_reference = self.params.uses_reference_policy()
         self.reference = ReferencePolicy(self.accelerator.unwrap_model(self.model)) if needs_reference else None
         sync = reference_sync(self.reference, self.params)  # TRL's sync_ref_model (dare.rl.reference_sync)
         if sync is not None:
             self.add_callback(sync)
+
+    def _accumulated_backward(self, loss: torch.Tensor) -> None:
+        self.accelerator.backward(loss / self.current_gradient_accumulation_steps)
 
     # ------------------------------------------------------------------ data order
     def _get_train_sampler(self, train_dataset=None):
@@ -138,68 +140,53 @@ class GRPOTrainer(PolicyUpdate, DareTrainer):
         return RepeatChunkSampler(len(train_dataset or self.train_dataset), chunk, self.params.num_iterations, seed)
 
     # ------------------------------------------------------------------ likelihoods
-    def _logits_fn(self, model):
+    def logits_fn(self, model) -> step.LogitsFn:
+        """``model``'s aligned denoiser logits as the step's :data:`dare.rl.step.LogitsFn`."""
         return lambda noisy, clean, attn, **options: self.denoiser_logits(model, noisy, clean, attn, **options)
 
-    def _row_chunks(self, n: int) -> list[slice]:
-        step = self.params.micro_batch_size or max(n, 1)
-        return [slice(i, min(i + step, n)) for i in range(0, n, step)]
+    def row_chunks(self, n: int) -> list[slice]:
+        """``n`` rows in slices of ``params.micro_batch_size`` (:func:`dare.rl.step.row_chunks`)."""
+        return step.row_chunks(n, self.params.micro_batch_size)
 
-    @torch.no_grad()
-    def _score_all(self, model, batch: ScoringBatch, passes: list[Pass], with_entropy: bool = False) -> list[PassScore]:
-        """Every pass scored under ``model`` without gradient (in row chunks), ``[N, G]`` tensors."""
-        fn = self._logits_fn(model)
-        out = []
-        for pas in passes:
-            parts = [score_pass(fn, batch.rows(r), pas.rows(r), self.likelihood_temperature, with_entropy)
-                     for r in self._row_chunks(batch.num_rows)]
-            entropy = torch.cat([x.entropy for x in parts]) if with_entropy else None
-            out.append(PassScore(torch.cat([x.token for x in parts]), pas.scored, entropy))
-        return out
+    def score_passes(self, model, batch: ScoringBatch, passes: list[Pass], with_entropy: bool = False) -> list[PassScore]:
+        """Every pass scored under ``model`` without gradient (:func:`dare.rl.step.score_passes`), ``[N, G]``."""
+        return step.score_passes(self.logits_fn(model), batch, passes, self.likelihood_temperature,
+                                 self.params.micro_batch_size, with_entropy)
 
-    @torch.no_grad()
-    def _score_rows(self, model, batch: ScoringBatch, passes: list[Pass], rows: torch.Tensor | None) -> list[torch.Tensor]:
-        """``[N, G]`` token scores of every pass under ``model`` (no gradient), computed for ``rows`` only (all
-        when None) and 0 elsewhere: the old-policy scores of the rows the update runs (:meth:`_trained_rows`)."""
-        if rows is None:
-            return [x.token for x in self._score_all(model, batch, passes)]
-        fn = self._logits_fn(model)
-        out = []
-        for pas in passes:
-            token = torch.zeros(pas.weight.shape[1:], dtype=torch.float32, device=pas.weight.device)
-            for r in (rows[c] for c in self._row_chunks(len(rows))):
-                token[r] = score_pass(fn, batch.rows(r), pas.rows(r), self.likelihood_temperature).token
-            out.append(token)
-        return out
+    def token_scores(self, model, batch: ScoringBatch, passes: list[Pass], rows: torch.Tensor | None) -> list[torch.Tensor]:
+        """``[N, G]`` token scores of every pass under ``model`` for ``rows`` (:func:`dare.rl.step.token_scores`)."""
+        return step.token_scores(self.logits_fn(model), batch, passes, self.likelihood_temperature,
+                                 self.params.micro_batch_size, rows)
+
+    def trained_rows(self, rollout: Rollout) -> torch.Tensor | None:
+        """The rows the update runs (:func:`dare.rl.step.trained_rows`), None for every row."""
+        return step.trained_rows(self.objective, rollout.advantages)
 
     # ------------------------------------------------------------------ per-example randomness
-    def _set_rollout_keys(self, prompt_indices: list[int]) -> None:
+    def set_rollout_keys(self, prompt_indices: list[int]) -> None:
         """Key this rollout's draws: completion ``j`` of prompt ``i`` is example ``i * group_size + j`` at the
         current step (dare.randomness), so its noise does not depend on the process count or batch split."""
         G = self.params.group_size
         completions = [int(i) * G + j for i in prompt_indices for j in range(G)]
-        step = int(self.state.global_step)
-        self._keys = (step, completions)
+        global_step = int(self.state.global_step)
+        self._keys = (global_step, completions)
         seed = self.args.seed
         if self.row_generators:
-            self.rollout_generator = RowGenerators.keyed(seed, "rollout", step, completions, device=self.args.device)
+            self.rollout_generator = RowGenerators.keyed(seed, "rollout", global_step, completions, device=self.args.device)
         else:  # the sampler draws batch-wide: keyed by the step and the rollout's first prompt
-            key = key_seed(seed, STREAMS["rollout"], step, int(prompt_indices[0]) if prompt_indices else 0)
+            key = key_seed(seed, STREAMS["rollout"], global_step, int(prompt_indices[0]) if prompt_indices else 0)
             self.rollout_generator = torch.Generator(device=self.args.device).manual_seed(key)
 
-    def _draw_passes(self, batch: ScoringBatch, iteration: int = 0) -> list[Pass]:
-        """The estimator's passes of inner iteration ``iteration``, each completion from its own generator."""
-        step, completions = self._keys if self._keys is not None else (0, list(range(batch.num_rows)))
+    # ------------------------------------------------------------------ hooks (dare.rl.hooks.RLStepHooks)
+    def draw_passes(self, batch: ScoringBatch, iteration: int = 0) -> list[Pass]:
+        """The estimator's passes of inner iteration ``iteration``, each completion from its own generator
+        (:func:`dare.rl.step.draw_passes`)."""
+        global_step, completions = self._keys if self._keys is not None else (0, list(range(batch.num_rows)))
         n = self.params.num_iterations
-        self.mask_generator = RowGenerators.keyed(self.args.seed, "rl-passes", step, [c * n + iteration for c in completions])
-        passes = self.estimator.draw(batch, self.mask_generator)
-        if self.params.response_tokens == "through_first_eos":  # dare.rl.conventions
-            passes = score_through_first_stop(passes, batch, self.tokens.stop_ids)
-        if self.params.response_padding == "masked":  # dare.rl.conventions
-            passes = mask_after_response(passes, batch)
-        return passes
+        self.mask_generator = RowGenerators.keyed(self.args.seed, "rl-passes", global_step,
+                                                  [c * n + iteration for c in completions])
+        return step.draw_passes(self.estimator, batch, self.mask_generator, self.params, self.step_settings.stop_ids)
 
-    # ------------------------------------------------------------------ rollout
     def generate_rollout(self, model, inputs: dict[str, list]) -> Rollout:
         """Sample, score, compute advantages, draw passes and the old/reference scores (module docstring)."""
         a = self.params
@@ -214,43 +201,30 @@ class GRPOTrainer(PolicyUpdate, DareTrainer):
                 inputs["prompt"], a.group_size, generator=self.rollout_generator, batch_size=a.rollout_batch_size,
                 on_batch=bar.advance,
             )
-        if a.prompt_padding == "attend":  # dare.rl.conventions
-            batch = attend_prompt_padding(batch)
-        if a.block_alignment == "prompt_end":
-            batch = align_blocks_at_prompt_end(batch)
-        if a.response_padding == "masked":
-            batch = attend_response_padding(batch)
+        batch = step.rollout_batch(batch, a)
         t1 = time.perf_counter()
         texts, rewards, parts, score_stats = score_completions(
             batch, self.processing_class, self.tokens, self.reward, inputs["row"], a.group_size
         )
-        if a.overlong_margin is not None:  # dare.rl.advantages
-            lengths = content_lengths(batch.input_ids[:, batch.prompt_length:], self.tokens.stop_ids)
-            rewards = overlong_as_incorrect(rewards, lengths, batch.completion_length, a.overlong_margin)
-        advantages = group_advantages(rewards, a.group_size, a.advantage, a.advantage_std_eps,
-                                      a.advantage_std == "sample").to(batch.input_ids.device)
-        keep = None if a.group_filter is None else groups_in_range(rewards, a.group_size, *a.group_filter)
-        if keep is not None:
-            advantages = advantages * keep.to(advantages.device)
+        rewards = step.overlong_rewards(rewards, batch, a, self.step_settings.stop_ids)
+        advantages = step.rollout_advantages(rewards, a).to(batch.input_ids.device)
         rollout = Rollout(batch=batch, texts=texts, rewards=rewards, reward_parts=parts, advantages=advantages)
-        rollout.passes = [self._draw_passes(batch, i) for i in range(a.num_iterations)]
-        if keep is not None:  # filtered groups are not scored (nor counted by token or (row, pass) normalisers)
-            w = keep.to(device=batch.input_ids.device, dtype=torch.float32)[None, :, None]
-            rollout.passes = [[Pass(mask=p.mask, weight=p.weight * w, key=p.key) for p in ps] for ps in rollout.passes]
-        extra_stats = self._after_passes(rollout)
+        rollout.passes = [step.drop_filtered_groups(self.draw_passes(batch, i), rewards, a)
+                          for i in range(a.num_iterations)]
+        extra_stats = self.after_passes(rollout)
         t2 = time.perf_counter()
         model.eval()
         try:
             if a.num_iterations > 1:
-                rows = self._trained_rows(rollout)
-                rollout.old = [self._score_rows(model, batch, passes, rows) for passes in rollout.passes]
+                rows = self.trained_rows(rollout)
+                rollout.old = [self.token_scores(model, batch, passes, rows) for passes in rollout.passes]
             if self.reference is not None:
                 with self.reference.model() as ref_model:
-                    rollout.ref = [[x.token for x in self._score_all(ref_model, batch, passes)] for passes in rollout.passes]
+                    rollout.ref = [self.token_scores(ref_model, batch, passes, None) for passes in rollout.passes]
         finally:
             model.train(was_training)
         rollout.stats = {
-            **self._reward_stats(rewards, parts, advantages),
+            **self.reward_stats(rewards, parts, advantages),
             "completion_length": score_stats["completion_length"],
             "reward_errors": score_stats["reward_errors"],
             "nfe/rollout": gen_stats["nfe"],
@@ -262,13 +236,11 @@ class GRPOTrainer(PolicyUpdate, DareTrainer):
         }
         return rollout
 
-    def _after_passes(self, rollout: Rollout) -> dict[str, float]:
-        """A hook between drawing the passes and scoring the old/reference policies: a subclass may replace
-        ``rollout.advantages`` here (TraceRL's value model: ``[N, G]`` token advantages), so the rows the update runs
-        (:meth:`_trained_rows`) follow them. :returns: extra rollout statistics (default none)."""
-        return {}
+    def update(self, model, rollout: Rollout, iteration: int) -> tuple[float, dict[str, float]]:
+        """The objective's loss over inner iteration ``iteration`` and its backwards (:func:`dare.rl.step.update`)."""
+        return step.update(self.step_settings, self.logits_fn(model), rollout, iteration, self.backprop)
 
-    def _reward_stats(self, rewards, parts, advantages) -> dict[str, float]:
+    def reward_stats(self, rewards, parts, advantages) -> dict[str, float]:
         """Rollout statistics of the whole batch over every process (means and standard deviations)."""
         every = whole_batch_values({"reward": rewards, "advantage": advantages,
                                     **{f"part/{k}": v for k, v in parts.items()}})
@@ -287,6 +259,20 @@ class GRPOTrainer(PolicyUpdate, DareTrainer):
             stats[f"reward/{name}_std"] = float(values.float().std()) if values.numel() > 1 else 0.0
         return stats
 
+    # ------------------------------------------------------------------ extra state in checkpoints (hooks)
+    def _save_optimizer_and_scheduler(self, output_dir):
+        super()._save_optimizer_and_scheduler(output_dir)
+        self.save_extra_state(output_dir)
+
+    def _load_optimizer_and_scheduler(self, checkpoint):
+        super()._load_optimizer_and_scheduler(checkpoint)
+        if checkpoint is not None:
+            self.load_extra_state(checkpoint)
+
+    def _finished_from(self, ckpt: str, state: dict):
+        self.load_extra_state(ckpt)
+        return super()._finished_from(ckpt, state)
+
     # ------------------------------------------------------------------ the training step
     def training_step(self, model, inputs: dict[str, Any], num_items_in_batch=None) -> torch.Tensor:
         """Rollout (first inner iteration) + one inner iteration of the objective (module docstring)."""
@@ -296,7 +282,7 @@ class GRPOTrainer(PolicyUpdate, DareTrainer):
         key = tuple(inputs["index"])
         rollout = self.buffers.get(key) if iteration > 0 else None
         if rollout is None:
-            self._set_rollout_keys(list(inputs["index"]))
+            self.set_rollout_keys(list(inputs["index"]))
             rollout = self.generate_rollout(model, inputs)
             self.record(**rollout.stats)
         if iteration < a.num_iterations - 1:
@@ -304,8 +290,7 @@ class GRPOTrainer(PolicyUpdate, DareTrainer):
         else:
             self.buffers.pop(key, None)
         t0 = time.perf_counter()
-        update = self._update_pass_mean if self.objective.score_reduction == "pass_mean" else self._update_per_pass
-        loss, metrics = update(model, rollout, iteration)
+        loss, metrics = self.update(model, rollout, iteration)
         metrics["time/update"] = time.perf_counter() - t0
         self.record(**metrics)
         self.guard.observe_loss(loss)

@@ -3,7 +3,8 @@
 The fixture (``tests/fixtures/parity/cj_grpo/``, built by ``tools/parity/build_cj_grpo.py``) holds a decoding
 trajectory (the step that committed each token), the official loss and gradients (current, old and
 reference policies). DARE's trajectory replay and CJ-GRPO loss with ``preset: official`` must match to 1e-5
-(relative), and changing one official setting must break the match.
+(relative), and changing one official setting must break the match. DARE runs its public RL step
+(:mod:`dare.rl.step`, the functions ``GRPOTrainer`` runs).
 """
 
 from __future__ import annotations
@@ -11,46 +12,37 @@ from __future__ import annotations
 import pytest
 import torch
 
-from dare.diffusion.estimators import ScoringBatch, TrajectoryEstimator, score_pass
-from dare.rl.advantages import group_advantages
-from dare.rl.conventions import attend_prompt_padding
-from dare.rl.losses import PassLossInput
+from dare.diffusion.estimators import ScoringBatch
+from dare.rl import step
 from dare_grpo.objectives.cj_grpo import CJGRPO, CJGRPOParams
-from tools.parity.common import model_from_state, read_fixture, rel_diff
+from tools.parity.common import model_from_state, public_step, read_fixture, rel_diff
 
 TOL = 1e-5
+
+
+class _Sampler:
+    """The recording rollout's sampler: one denoising step per token, no block stride (``steps_per_block`` None)."""
+
+    def steps_per_block(self):
+        return None
 
 
 def run_dare(**overrides):
     t, meta = read_fixture("cj_grpo")
     params = CJGRPOParams.model_validate({"preset": "official", "group_size": meta["group_size"],
                                          "num_iterations": meta["settings"]["num_iterations"], **overrides})
+    objective = CJGRPO(params)
     models = {m: model_from_state(t, f"{m}.") for m in ("current", "old", "ref")}
     P, ids = meta["prompt_length"], t["input_ids"]
     attn = torch.cat([(ids[:, :P] != meta["pad_id"]).long(), torch.ones_like(ids[:, P:])], 1)
-    batch = ScoringBatch(ids, attn, torch.ones_like(ids[:, P:], dtype=torch.bool), P, meta["mask_id"], t["unmask_step"])
-    if params.prompt_padding == "attend":
-        batch = attend_prompt_padding(batch)
-    adv = group_advantages(t["rewards"], meta["group_size"], params.advantage, params.advantage_std_eps)
-    passes = TrajectoryEstimator(shrink=1).draw(batch, None)
-
-    def fn(model):
-        return lambda noisy, clean, a: model(noisy, attention_mask=a).logits
-
-    objective, total = CJGRPO(params), 0.0
-    for i, pas in enumerate(passes):
-        with torch.no_grad():
-            old = score_pass(fn(models["old"]), batch, pas).token
-            ref = score_pass(fn(models["ref"]), batch, pas).token
-        cur = score_pass(fn(models["current"]), batch, pas)
-        inp = PassLossInput(current=cur, old=old, ref=ref, advantages=adv, response_lengths=batch.response_lengths,
-                            pass_index=i, num_passes=len(passes), num_tokens=float(pas.scored.sum()),
-                            num_sequences=ids.shape[0], total_response_tokens=float(batch.response_lengths.sum()))
-        loss = objective.pass_loss(inp).loss
-        loss.backward()
-        total += float(loss.detach())
+    sampled = ScoringBatch(ids, attn, torch.ones_like(ids[:, P:], dtype=torch.bool), P, meta["mask_id"],
+                           t["unmask_step"])
+    batch = step.rollout_batch(sampled, params)
+    adv = step.rollout_advantages(t["rewards"], params)
+    passes = step.draw_passes(objective.make_estimator(None, None, _Sampler()), batch, None, params, ())
+    loss, _ = public_step(objective, batch, passes, adv, models["current"], models["old"], models["ref"])
     grads = {k: p.grad for k, p in models["current"].named_parameters() if k in meta["grad_params"]}
-    return t, adv, total, grads
+    return t, adv, loss, grads
 
 
 def _worst(t, adv, loss, grads) -> float:

@@ -3,7 +3,8 @@
 The fixture (``tests/fixtures/parity/espo/``, built by ``tools/parity/build_espo.py``) holds the masks the
 official ``forward_process`` drew (two Monte-Carlo samples), the official old/reference sequence ELBOs, loss and
 gradients. DARE's complementary-mask ELBO is fed the same masks; with ``preset: official`` the ELBOs, loss and
-gradients must match to 1e-5 (relative), and changing one official setting must break the match.
+gradients must match to 1e-5 (relative), and changing one official setting must break the match. DARE runs its
+public RL step (:mod:`dare.rl.step`, the functions ``GRPOTrainer`` runs: the pass-mean replay of the update).
 """
 
 from __future__ import annotations
@@ -13,13 +14,11 @@ from unittest import mock
 import pytest
 import torch
 
-from dare.diffusion.estimators import ScoringBatch, score_pass
+from dare.diffusion.estimators import ScoringBatch
 from dare.diffusion.estimators import elbo_complement as ec
-from dare.rl.advantages import group_advantages
-from dare.rl.conventions import attend_prompt_padding
-from dare.rl.losses import SequenceLossInput
+from dare.rl import step
 from dare_grpo.objectives.espo import ESPO, ESPOParams
-from tools.parity.common import model_from_state, read_fixture, rel_diff
+from tools.parity.common import model_from_state, plain_logits, public_step, read_fixture, rel_diff
 
 TOL = 1e-5
 
@@ -40,30 +39,25 @@ def run_dare(**overrides):
     s = meta["settings"]
     params = ESPOParams.model_validate({"preset": "official", "group_size": meta["group_size"],
                                         "num_iterations": s["num_iterations"], "mc_num": s["num_mc"], **overrides})
+    objective = ESPO(params)
     models = {m: model_from_state(t, f"{m}.") for m in ("current", "old", "ref")}
     P, ids = meta["prompt_length"], t["input_ids"]
     attn = torch.cat([(ids[:, :P] != meta["pad_id"]).long(), torch.ones_like(ids[:, P:])], 1)
-    batch = ScoringBatch(ids, attn, torch.ones_like(ids[:, P:], dtype=torch.bool), P, meta["mask_id"])
-    if params.prompt_padding == "attend":
-        batch = attend_prompt_padding(batch)
+    batch = step.rollout_batch(ScoringBatch(ids, attn, torch.ones_like(ids[:, P:], dtype=torch.bool), P,
+                                            meta["mask_id"]), params)
     draws = iter(_draws(t["masks"], P))
     with mock.patch.object(ec, "uniform", lambda shape, g, device: next(draws).reshape(shape)):
-        passes = ec.ComplementaryELBOEstimator(mc_num=params.mc_num, reduce_var=params.reduce_var).draw(batch, None)
+        passes = step.draw_passes(objective.make_estimator(None, None, None), batch, None, params, ())
     assert all(torch.equal(p.mask[0, :, P:], t["masks"][i][:, P:]) for i, p in enumerate(passes))
 
-    def seq(model):
-        fn = lambda noisy, clean, a: model(noisy, attention_mask=a).logits  # noqa: E731
-        return torch.stack([score_pass(fn, batch, p).sequence for p in passes]).mean(0)
+    def seq(model):  # the pass-mean sequence ELBO the update takes of the old and reference token scores
+        return torch.stack([s.sum(-1) for s in step.token_scores(plain_logits(model), batch, passes)]).mean(0)
 
-    with torch.no_grad():
-        old, ref = seq(models["old"]), seq(models["ref"])
-    current = seq(models["current"])
-    adv = group_advantages(t["rewards"], meta["group_size"], params.advantage, params.advantage_std_eps)
-    loss = ESPO(params).sequence_loss(SequenceLossInput(current=current, old=old, ref=ref, advantages=adv,
-                                                        response_lengths=batch.response_lengths)).loss
-    loss.backward()
+    old, ref = seq(models["old"]), seq(models["ref"])
+    adv = step.rollout_advantages(t["rewards"], params)
+    loss, _ = public_step(objective, batch, passes, adv, models["current"], models["old"], models["ref"])
     grads = {k: p.grad for k, p in models["current"].named_parameters() if k in meta["grad_params"]}
-    return t, old, ref, adv, loss.detach(), grads
+    return t, old, ref, adv, torch.tensor(loss), grads
 
 
 def _worst(t, old, ref, adv, loss, grads) -> float:

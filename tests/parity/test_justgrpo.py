@@ -4,7 +4,8 @@ The fixture (``tests/fixtures/parity/justgrpo/``, built by ``tools/parity/build_
 official advantages, loss and gradients of one update (ratio 1, one backward per position). DARE's
 autoregressive estimator and JustGRPO loss with ``preset: official`` must give the same advantages and
 gradients to 1e-5 (relative; the loss itself is 0 up to rounding, since a group's advantages sum to 0 and
-the ratio is 1), and changing one official setting must break the match.
+the ratio is 1), and changing one official setting must break the match. DARE runs its public RL step
+(:mod:`dare.rl.step`, the functions ``GRPOTrainer`` runs).
 """
 
 from __future__ import annotations
@@ -12,12 +13,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from dare.diffusion.estimators import AutoregressiveEstimator, ScoringBatch, score_pass
-from dare.rl.advantages import group_advantages
-from dare.rl.conventions import attend_prompt_padding
-from dare.rl.losses import PassLossInput
+from dare.diffusion.estimators import ScoringBatch
+from dare.rl import step
 from dare_grpo.objectives.justgrpo import JustGRPO, JustGRPOParams
-from tools.parity.common import model_from_state, read_fixture, rel_diff
+from tools.parity.common import model_from_state, public_step, read_fixture, rel_diff
 
 TOL = 1e-5
 
@@ -30,24 +29,14 @@ def run_dare(**overrides):
     order = torch.tensor([j * n + p for p in range(n) for j in range(G)])  # official layout -> DARE's groups
     ids = t["input_ids"][order]
     attn = torch.cat([(ids[:, :P] != meta["pad_id"]).long(), torch.ones_like(ids[:, P:])], 1)
-    batch = ScoringBatch(ids, attn, torch.ones_like(ids[:, P:], dtype=torch.bool), P, meta["mask_id"])
-    if params.prompt_padding == "attend":
-        batch = attend_prompt_padding(batch)
-    adv = group_advantages(t["rewards"][order], G, params.advantage, params.advantage_std_eps)
+    batch = step.rollout_batch(ScoringBatch(ids, attn, torch.ones_like(ids[:, P:], dtype=torch.bool), P,
+                                            meta["mask_id"]), params)
+    adv = step.rollout_advantages(t["rewards"][order], params)
     # "sampler" stands for a rollout at DARE's recipe temperature 0.6 (the official rollout and learner use 1.0)
     T = params.likelihood_temperature if params.likelihood_temperature != "sampler" else 0.6
-    fn = lambda noisy, clean, a: model(noisy, attention_mask=a).logits  # noqa: E731
-    passes = AutoregressiveEstimator(chunk_size=params.chunk_size).draw(batch, None)
-    total = 0.0
-    for i, pas in enumerate(passes):
-        cur = score_pass(fn, batch, pas, T)
-        inp = PassLossInput(current=cur, old=cur.token.detach(), ref=None, advantages=adv,
-                            response_lengths=batch.response_lengths, pass_index=i, num_passes=len(passes),
-                            num_tokens=float(batch.completion_mask.sum()), num_sequences=ids.shape[0],
-                            total_response_tokens=float(batch.response_lengths.sum()))
-        loss = JustGRPO(params).pass_loss(inp).loss
-        loss.backward()
-        total += float(loss.detach())
+    objective = JustGRPO(params)
+    passes = step.draw_passes(objective.make_estimator(None, None, None), batch, None, params, ())
+    total, _ = public_step(objective, batch, passes, adv, model, temperature=T)  # one inner iteration: no old policy
     grads = {k: p.grad for k, p in model.named_parameters() if k in meta["grad_params"]}
     inverse = torch.argsort(order)
     return t, adv[inverse], total, grads

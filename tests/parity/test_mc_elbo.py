@@ -5,7 +5,9 @@ The fixture (``tests/fixtures/parity/mc_elbo/``, built by ``tools/parity/build_m
 official masks, mask ratios and the ELBO value it returned (the official function runs without gradient and
 returns a float, so there are no official gradients to compare). DARE's stratified counts from the same
 ``k`` and DARE's ELBO of the same masks with the official normaliser (``none``: nats per sequence) must
-match to 1e-5; DARE's default ``length`` normaliser must not.
+match to 1e-5; DARE's default ``length`` normaliser must not. The ``mc-elbo`` estimator (the passes VRPO and BGPO
+train with), fed the official masks and scored by the public RL step's :func:`dare.rl.step.score_passes`, must give
+the official ELBO as its pass-mean sequence score.
 """
 
 from __future__ import annotations
@@ -17,7 +19,10 @@ import torch
 
 from dare.diffusion import elbo as elbo_module
 from dare.diffusion.elbo import Corruptions, elbo_estimate, elbo_terms, stratified_mask_counts
-from tools.parity.common import model_from_state, read_fixture, rel_diff
+from dare.diffusion.estimators import ScoringBatch
+from dare.diffusion.estimators import stratified as stratified_module
+from dare.rl import step
+from tools.parity.common import model_from_state, plain_logits, read_fixture, rel_diff
 
 TOL = 1e-5
 
@@ -59,3 +64,17 @@ def test_dare_elbo_with_the_official_normaliser_matches():
 def test_dare_default_normaliser_differs(normalizer):
     ours, want = dare_elbo(normalizer)
     assert rel_diff(ours, want.float()) > 1e-3
+
+
+def test_the_mc_elbo_estimator_scored_by_the_public_step_gives_the_official_elbo():
+    t, meta, P, L, counts = _official()
+    model = model_from_state(t, "current.")
+    ids = t["input_ids"][None]
+    batch = ScoringBatch(ids, torch.ones_like(ids), torch.ones(1, L, dtype=torch.bool), P, meta["mask_id"])
+    official = Corruptions(mask=t["masks"][None, :, P:], p_mask=(counts.float() / L)[None], lengths=torch.tensor([L]))
+    estimator = stratified_module.StratifiedELBOEstimator({"mc_num": meta["mc_num"]})
+    with mock.patch.object(stratified_module, "sample_corruptions", lambda *a, **k: official):
+        passes = estimator.draw(batch, None)
+    scores = step.score_passes(plain_logits(model), batch, passes)
+    elbo = torch.stack([s.sequence for s in scores]).mean(0)
+    assert rel_diff(elbo, t["expected.elbo"].float().reshape(1)) <= TOL

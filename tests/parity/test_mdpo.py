@@ -4,7 +4,9 @@ The fixture (``tests/fixtures/parity/mdpo/``, built by ``tools/parity/build_mdpo
 one-shot predictions, confidences, step advantages) and the official loss (learner at the rollout temperature
 0.1, ``lambda = G / #masked``, k2 KL) and gradients. DARE's :meth:`MDPO.step_loss` on the same rows with
 ``preset: official`` must match to 1e-5 (relative), and changing one official setting must break the match.
-The recording rollout and the step advantages are not compared.
+The recording rollout and the step advantages are not compared. DARE runs the functions ``MDPOTrainer`` runs: the
+step rows of a trajectory (:func:`dare_grpo.trainer_mdpo.step_rows`, the rollout batch convention of
+:func:`dare.rl.step.rollout_batch`) and the update (:func:`dare_grpo.trainer_mdpo.mdpo_update`).
 """
 
 from __future__ import annotations
@@ -12,8 +14,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-from dare_grpo.objectives.mdpo import MDPO, MDPOParams, StepLossInput
-from tools.parity.common import model_from_state, read_fixture, rel_diff
+from dare.rl import step
+from dare_grpo.objectives.mdpo import MDPO, MDPOParams
+from dare_grpo.rollout_mdpo import MDPOTrajectory
+from dare_grpo.trainer_mdpo import MDPORollout, mdpo_update, step_rows
+from tools.parity.common import model_from_state, plain_logits, read_fixture, rel_diff
 
 TOL = 1e-5
 ROLLOUT_TEMPERATURE = 0.1  # the recipe's sampler temperature, what likelihood_temperature: sampler resolves to
@@ -22,29 +27,24 @@ ROLLOUT_TEMPERATURE = 0.1  # the recipe's sampler temperature, what likelihood_t
 def run_dare(**overrides):
     t, meta = read_fixture("mdpo")
     params = MDPOParams.model_validate({"preset": "official", **overrides})
+    objective = MDPO(params)
     T = ROLLOUT_TEMPERATURE if params.likelihood_temperature == "sampler" else float(params.likelihood_temperature)
     models = {m: model_from_state(t, f"{m}.") for m in ("current", "ref")}
     prompts, states, preds = t["prompt_ids"], t["states"], t["predictions"]
-    P, G = prompts.shape[1], states.shape[1]
-    ids = torch.cat([prompts, states], 1)
-    attn = torch.cat([(prompts != meta["pad_id"]).long(), torch.ones_like(states)], 1)
-    if params.prompt_padding == "attend":
-        attn = torch.ones_like(attn)
-    mask = states == meta["mask_id"]
-
-    def logp(model):
-        logits = model(ids, attention_mask=attn).logits[:, P:] / T
-        return torch.log_softmax(logits, -1).gather(-1, preds[..., None]).squeeze(-1) * mask
-
-    with torch.no_grad():
-        ref = logp(models["ref"])
-    cur = logp(models["current"])
-    inp = StepLossInput(current=cur, old=cur.detach(), ref=ref, mask=mask, confidence=t["confidence"],
-                        advantages=t["advantages"], completion_length=G, num_tokens=float(mask.sum()))
-    loss = MDPO(params).step_loss(inp).loss
-    loss.backward()
+    # each fixture row is one selected step of its own trajectory: x^(s), y^(s) and the confidences of step 0
+    traj = MDPOTrajectory(sequences=torch.cat([prompts, preds], 1), inputs=states[:, None], predictions=preds[:, None],
+                          confidence=t["confidence"][:, None], nfe=0)
+    batch, pas, mask, conf = step_rows(traj, prompts, (prompts != meta["pad_id"]).long(), torch.tensor([0]),
+                                       torch.ones_like(states, dtype=torch.bool), meta["mask_id"])
+    batch = step.rollout_batch(batch, params)
+    rollout = MDPORollout(batch=batch, texts=[], rewards=torch.zeros(len(states)), reward_parts={},
+                          advantages=t["advantages"], steps=torch.tensor([0]), step_batch=batch, step_pass=pas,
+                          step_mask=mask, step_advantages=t["advantages"], confidence=conf)
+    if params.uses_reference_policy():
+        rollout.step_ref = step.score_passes(plain_logits(models["ref"]), batch, [pas], T)[0].token
+    loss, _ = mdpo_update(step.StepSettings(objective, T), plain_logits(models["current"]), rollout)
     grads = {k: p.grad for k, p in models["current"].named_parameters() if k in meta["grad_params"]}
-    return t, loss.detach(), grads
+    return t, torch.tensor(loss), grads
 
 
 def _worst(t, loss, grads) -> float:

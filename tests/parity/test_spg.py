@@ -5,7 +5,8 @@ corrupted copies (noisy batch, block mask), the official ``torch.rand`` matrix, 
 DARE's random-block estimator is fed the same draws (the block, the count and the positions of each copy
 are read off the official masks; the prompt/earlier-block draw is the official matrix), then DARE's SPG
 loss with ``preset: official`` must match to 1e-5 (relative), and changing any one official setting must
-break the match.
+break the match. DARE runs the functions ``SPGTrainer`` runs: the rollout batch and advantages of
+:mod:`dare.rl.step`, :func:`dare_grpo.trainer_spg.spg_passes` and :func:`dare_grpo.trainer_spg.spg_update`.
 """
 
 from __future__ import annotations
@@ -15,12 +16,14 @@ from unittest import mock
 import pytest
 import torch
 
-from dare.diffusion.estimators import ScoringBatch, score_pass
+from dare.diffusion.estimators import ScoringBatch
 from dare.diffusion.estimators import random_block as rb
+from dare.rl import step
 from dare.rl.advantages import group_advantages
-from dare.rl.conventions import cut_response_at_first_stop, mask_after_response
-from dare_grpo.objectives.spg import SPG, JointLossInput, SPGParams
-from tools.parity.common import model_from_state, read_fixture, rel_diff
+from dare.rl.rollout import Rollout
+from dare_grpo.objectives.spg import SPG, SPGParams
+from dare_grpo.trainer_spg import response_batch, spg_passes, spg_update
+from tools.parity.common import model_from_state, plain_logits, read_fixture, rel_diff
 
 TOL = 1e-5
 
@@ -50,36 +53,27 @@ def _official_draws(t, meta, batch: ScoringBatch, mc_num: int) -> list[torch.Ten
 
 
 def run_dare(**overrides):
-    """DARE's SPG on the fixture with ``preset: official`` (+ ``overrides``): passes, loss, grads."""
+    """DARE's SPG step on the fixture with ``preset: official`` (+ ``overrides``): passes, loss, grads."""
     t, meta = read_fixture("spg")
     s = meta["settings"]
     params = SPGParams.model_validate({"preset": "official", "group_size": meta["group_size"],
                                        "block_length": s["block_length"], **overrides})
+    objective = SPG(params)
     model = model_from_state(t, "current.")
-    P = meta["prompt_length"]
+    P, stop = meta["prompt_length"], (meta["eos_id"],)
     ids = t["input_ids"]
-    full = ScoringBatch(ids, torch.cat([t["prompt_mask"], torch.ones_like(ids[:, P:])], 1),
-                        torch.ones_like(ids[:, P:], dtype=torch.bool), P, meta["mask_id"])
-    # what SPGTrainer does under response_tokens: through_first_eos (dare_grpo/trainer_spg.py)
-    batch = cut_response_at_first_stop(full, (meta["eos_id"],)) if params.response_tokens == "through_first_eos" else full
-    est = rb.RandomBlockEstimator(block_length=params.block_length, mc_num=params.mc_num,
-                                  p_mask_prompt=params.p_mask_prompt, min_t=params.min_t, max_t=params.max_t)
-    draws = iter(_official_draws(t, meta, batch, params.mc_num))
+    sampled = ScoringBatch(ids, torch.cat([t["prompt_mask"], torch.ones_like(ids[:, P:])], 1),
+                           torch.ones_like(ids[:, P:], dtype=torch.bool), P, meta["mask_id"])
+    full = step.rollout_batch(sampled, params)
+    estimator = objective.make_estimator(None, None, None)  # block_length given: no sampler needed
+    draws = iter(_official_draws(t, meta, response_batch(full, params, stop), params.mc_num))
     with mock.patch.object(rb, "uniform", lambda shape, g, device: next(draws).reshape(shape)):
-        passes = est.draw(batch, None)
-    if batch is not full:
-        passes = mask_after_response(passes, batch)
-    fn = lambda noisy, clean, attn: model(noisy, attention_mask=attn).logits  # noqa: E731
-    scores = [score_pass(fn, full, p) for p in passes]
-    adv = group_advantages(t["rewards"], meta["group_size"], params.advantage)
-    lengths = batch.response_lengths
-    inp = JointLossInput(token=torch.stack([x.token for x in scores]), scored=torch.stack([x.scored for x in scores]),
-                         advantages=adv, response_lengths=lengths, total_response_tokens=float(lengths.sum()),
-                         num_sequences=ids.shape[0])
-    loss = SPG(params).joint_loss(inp).loss
-    loss.backward()
+        passes = spg_passes(lambda cut: step.draw_passes(estimator, cut, None, params, stop), full, params, stop)
+    adv = step.rollout_advantages(t["rewards"], params)
+    rollout = Rollout(full, [], t["rewards"], {}, adv, passes=[passes])
+    loss, _ = spg_update(step.StepSettings(objective, 1.0, stop), plain_logits(model), rollout, 0)
     grads = {n: p.grad for n, p in model.named_parameters() if n in meta["grad_params"]}
-    return t, meta, passes, loss.detach(), grads
+    return t, meta, passes, torch.tensor(loss), grads
 
 
 def _worst(t, meta, passes, loss, grads) -> float:

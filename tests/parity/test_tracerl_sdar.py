@@ -16,14 +16,9 @@ import types
 import pytest
 import torch
 
-from dare.diffusion.estimators import ScoringBatch, score_pass
-from dare.rl.conventions import (
-    align_blocks_at_prompt_end,
-    attend_prompt_padding,
-    attend_response_padding,
-    mask_after_response,
-)
-from dare.rl.losses import PassLossInput
+from dare.diffusion.estimators import ScoringBatch
+from dare.rl import step
+from dare.rl.rollout import Rollout
 from dare_grpo.objectives.tracerl import TraceRL, TraceRLParams
 from tools.parity.common import read_fixture, rel_diff
 
@@ -55,38 +50,24 @@ def run_dare(stale: bool = False, **overrides):
     response = torch.arange(G)[None] < t["response_lengths"][:, None]
     attn = torch.cat([(ids[:, :P] != meta["pad_id"]).long(), response.long()], 1)
     batch = ScoringBatch(ids, attn, response, P, meta["mask_id"], t["unmask_step"])
-    # the rollout conventions, as GRPOTrainer.generate_rollout / _draw_passes apply them
-    if params.prompt_padding == "attend":
-        batch = attend_prompt_padding(batch)
-    if params.block_alignment == "prompt_end":
-        batch = align_blocks_at_prompt_end(batch)
-    if params.response_padding == "masked":
-        batch = attend_response_padding(batch)
+    # the public RL step (dare.rl.step), as GRPOTrainer runs it: rollout conventions, passes, old scores, update
+    batch = step.rollout_batch(batch, params)
     objective = TraceRL(params)
-    passes = objective.make_estimator(family, models["current"].config, NO_STRIDE).draw(batch, None)
-    if params.response_padding == "masked":
-        passes = mask_after_response(passes, batch)
+    estimator = objective.make_estimator(family, models["current"].config, NO_STRIDE)
+    passes = step.draw_passes(estimator, batch, None, params, ())
     rows = sum(float(p.scored.any(dim=-1).sum()) for p in passes)
 
     def fn(model):
         return lambda noisy, clean, a, **kw: family.denoiser_logits(model, noisy, clean, a, **kw)
 
-    total, logps = 0.0, []
-    for i, pas in enumerate(passes):
-        with torch.no_grad():
-            old = score_pass(fn(models["old"]), batch, pas).token
-        if stale:
-            b, g, shift = meta["stale"]
-            old[b, g] += shift * float(pas.scored[b, g])
-        cur = score_pass(fn(models["current"]), batch, pas)
-        inp = PassLossInput(current=cur, old=old, ref=None, advantages=t["advantages"],
-                            response_lengths=batch.response_lengths, pass_index=i, num_passes=len(passes),
-                            num_tokens=float(pas.scored.sum()), num_sequences=ids.shape[0],
-                            total_response_tokens=float(batch.response_lengths.sum()), num_row_passes=rows)
-        loss = objective.pass_loss(inp).loss
-        loss.backward()
-        total += float(loss.detach())
-        logps.append(cur.token.detach())
+    old = step.token_scores(fn(models["old"]), batch, passes)
+    if stale:
+        b, g, shift = meta["stale"]
+        for i, pas in enumerate(passes):
+            old[i][b, g] += shift * float(pas.scored[b, g])
+    rollout = Rollout(batch, [], torch.zeros(batch.num_rows), {}, t["advantages"], passes=[passes], old=[old])
+    total, _ = step.update(step.StepSettings(objective), fn(models["current"]), rollout, 0)
+    logps = [s.token for s in step.score_passes(fn(models["current"]), batch, passes)]
     grads = {k: p.grad for k, p in models["current"].named_parameters() if k in meta["grad_params"]}
     return t, rows, total, grads, logps
 

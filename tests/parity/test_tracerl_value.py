@@ -7,7 +7,10 @@ rollout-time value weights, and the official rollout-time values, step-level GAE
 released ``gam = lam = 1`` and at ``gam 0.9, lam 0.8``), clipped value loss and policy loss with their gradients.
 DARE's value model (:func:`dare.rl.value.value_model_from`), :func:`~dare.rl.value.step_gae`,
 :func:`~dare.rl.value.clipped_value_loss` and TraceRL's ``normaliser: response_length`` must match to 1e-5
-(relative), and changing one official setting must break the match.
+(relative), and changing one official setting must break the match. DARE runs the functions the trainer runs: the
+rollout batch and passes of :mod:`dare.rl.step`, :func:`~dare_grpo.trainer_tracerl.rollout_values`,
+:func:`~dare_grpo.trainer_tracerl.value_gae`, :func:`~dare_grpo.trainer_tracerl.value_loss_backward` and the policy
+update :func:`dare.rl.step.update`.
 """
 
 from __future__ import annotations
@@ -15,20 +18,21 @@ from __future__ import annotations
 import pytest
 import torch
 
-from dare.diffusion.estimators import ScoringBatch, TrajectoryEstimator, score_pass
-from dare.rl.conventions import attend_prompt_padding
-from dare.rl.losses import PassLossInput
-from dare.rl.value import clipped_value_loss, score_values, step_gae, transition_ranks, value_model_from
+from dare.diffusion.estimators import ScoringBatch
+from dare.rl import step
+from dare.rl.value import value_model_from
 from dare_grpo.objectives.tracerl import TraceRL, TraceRLParams
-from tools.parity.common import model_from_state, read_fixture, rel_diff
+from dare_grpo.trainer_tracerl import rollout_values, value_gae, value_loss_backward
+from tools.parity.common import model_from_state, plain_logits, public_step, read_fixture, rel_diff
 
 TOL = 1e-5
 OFFICIAL = {"preset": "official", "group_size": 2, "num_iterations": 2, "shrink": 2, "value_model": True,
             "normaliser": "response_length"}
 
 
-def fn(model):
-    return lambda noisy, clean, a: model(noisy, attention_mask=a).logits
+class _Sampler:
+    def steps_per_block(self):  # the recording trajectory declares no block stride
+        return None
 
 
 def setup(**overrides):
@@ -36,10 +40,10 @@ def setup(**overrides):
     params = TraceRLParams.model_validate({**OFFICIAL, **overrides})
     P, ids = meta["prompt_length"], t["input_ids"]
     attn = torch.cat([(ids[:, :P] != meta["pad_id"]).long(), torch.ones_like(ids[:, P:])], 1)
-    batch = ScoringBatch(ids, attn, torch.ones_like(ids[:, P:], dtype=torch.bool), P, meta["mask_id"], t["unmask_step"])
-    if params.prompt_padding == "attend":
-        batch = attend_prompt_padding(batch)
-    passes = TrajectoryEstimator(shrink=params.shrink, per_row=params.transition_grouping == "per_row").draw(batch, None)
+    sampled = ScoringBatch(ids, attn, torch.ones_like(ids[:, P:], dtype=torch.bool), P, meta["mask_id"],
+                           t["unmask_step"])
+    batch = step.rollout_batch(sampled, params)
+    passes = step.draw_passes(TraceRL(params).make_estimator(None, None, _Sampler()), batch, None, params, ())
     values = {}
     for m in ("current", "old"):
         vm = value_model_from(model_from_state(t, f"value_{m}."))
@@ -50,39 +54,21 @@ def setup(**overrides):
 
 
 def gae(t, params, batch, passes, values):
-    G = batch.input_ids.shape[1] - batch.prompt_length
-    with torch.no_grad():
-        old = sum(score_values(fn(values["old"]), batch, p) for p in passes)
-    ranks = transition_ranks(passes, batch.num_rows, G)
-    return (old, *step_gae(ranks, t["rewards"], old, params.gamma, params.lam))
+    old = rollout_values(plain_logits(values["old"]), batch, passes)
+    _, returns, advantages = value_gae(passes, batch.num_rows, t["rewards"], old, params)
+    return old, returns, advantages
 
 
 def value_loss(t, params, batch, passes, values, old, returns):
-    G = batch.input_ids.shape[1] - batch.prompt_length
-    pairs = sum(float(p.scored.any(dim=-1).sum()) for p in passes)
-    loss = sum((clipped_value_loss(score_values(fn(values["current"]), batch, p), old, returns, params.value_clip_eps)
-                * p.scored).sum() for p in passes) / (pairs * G)
-    loss.backward()
+    loss = value_loss_backward(plain_logits(values["current"]), batch, passes, old, returns, params)
     vm = values["current"]
     grads = {"value_head.weight": vm.head.weight.grad, "model.embed.weight": vm.embed.weight.grad}
-    return float(loss.detach()), grads
+    return float(loss), grads
 
 
 def policy_loss(t, params, batch, passes, advantages):
     models = {m: model_from_state(t, f"{m}.") for m in ("current", "old")}
-    pairs = sum(float(p.scored.any(dim=-1).sum()) for p in passes)
-    objective, total = TraceRL(params), 0.0
-    for i, pas in enumerate(passes):
-        with torch.no_grad():
-            old = score_pass(fn(models["old"]), batch, pas).token
-        cur = score_pass(fn(models["current"]), batch, pas)
-        inp = PassLossInput(current=cur, old=old, ref=None, advantages=advantages,
-                            response_lengths=batch.response_lengths, pass_index=i, num_passes=len(passes),
-                            num_tokens=float(pas.scored.sum()), num_sequences=batch.num_rows,
-                            total_response_tokens=float(batch.response_lengths.sum()), num_row_passes=pairs)
-        loss = objective.pass_loss(inp).loss
-        loss.backward()
-        total += float(loss.detach())
+    total, _ = public_step(TraceRL(params), batch, passes, advantages, models["current"], models["old"])
     return total, {k: p.grad for k, p in models["current"].named_parameters()}
 
 

@@ -10,7 +10,8 @@ Runs ``DiffuGRPOTrainer._get_per_token_logps`` (its ``forward_process``: ``set_s
 (``get_logits`` drops the last position: logits shifted by one), current, old and reference weights,
 inner iteration 2 of 2, one gradient-accumulation step (with more, the official old-policy masks repeat
 rows). The completion mask and the advantages follow ``_generate_and_score_completions`` (l.446-452
-first ``<|im_end|>`` mask, l.557-561 leave-one-out). Writes ``tests/fixtures/parity/coupled_grpo/``;
+first ``<|im_end|>`` mask, l.557-561 leave-one-out), then one optimizer step as the release configures it
+(:func:`tools.parity.common.official_update`). Writes ``tests/fixtures/parity/coupled_grpo/``;
 ``tests/parity/test_coupled_grpo.py`` compares DARE.
 """
 
@@ -25,12 +26,16 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from tools.parity.common import official_checkout, policy_models, stub_modules, write_fixture  # noqa: E402
+from tools.parity.common import official_checkout, official_update, policy_models, stub_modules, write_fixture  # noqa: E402
 
 COMMIT = "f735e01376b752b70356efe45192f31499bf30dc"
 MASK_ID, EOS_ID, PAD_ID = 15, 2, 1
 GROUP, MASK_SEEDS, ITERATION = 3, [11, 23], 1
 SETTINGS = {"epsilon": 0.5, "beta": 0.01, "num_iterations": 2}
+#: The release's optimizer (``recipes/config_coupled_code.yaml:28-32``; AdamW's epsilon is transformers' default):
+#: the peak learning rate of its ``cosine_with_min_lr`` schedule after the warmup.
+OPTIMIZER = {"learning_rate": 1e-6, "adam_beta1": 0.9, "adam_beta2": 0.99, "adam_epsilon": 1e-8, "weight_decay": 0.1,
+             "max_grad_norm": 0.2}
 GRAD_PARAMS = ("embed.weight", "head.weight")
 
 
@@ -115,20 +120,23 @@ def main() -> None:
     print(f"loss {loss.item():.7f}; ratio range {ratio.min():.3f}..{ratio.max():.3f}; "
           f"clipped at eps 0.5: {int(((ratio - 1).abs() > 0.5).sum())}, at 0.2: {int(((ratio - 1).abs() > 0.2).sum())}")
 
-    tensors = {f"{m}.{k}": v for m, mod in models.items() for k, v in mod.state_dict().items()}
+    tensors = {f"{m}.{k}": v.clone() for m, mod in models.items() for k, v in mod.state_dict().items()}
+    grads = {f"expected.grad.{n}": dict(models["current"].named_parameters())[n].grad.clone() for n in GRAD_PARAMS}
+    update = official_update(models["current"], OPTIMIZER)  # after the state is recorded: it changes the weights
     tensors.update({
         "input_ids": ids, "prompt_mask": prompt_mask, "rewards": rewards, "random_matrix": random_matrix, "mask_ratio": mask_ratio,
         "expected.completion_mask": completion_mask, "expected.advantages": advantages,
         "expected.logp": current, "expected.old_logp": old[ITERATION], "expected.ref_logp": ref[ITERATION],
         "expected.loss": loss.detach().reshape(1),
-        **{f"expected.grad.{n}": dict(models["current"].named_parameters())[n].grad for n in GRAD_PARAMS},
+        **grads, **update,
     })
     meta = {"official": f"apple/ml-diffucoder@{COMMIT}", "file": "src/open_r1/coupled_grpo.py",
             "functions": ["DiffuGRPOTrainer.forward_process", "selective_log_softmax",
                           "DiffuGRPOTrainer._get_per_token_logps", "DiffuGRPOTrainer.compute_loss"],
             "mask_id": MASK_ID, "eos_id": EOS_ID, "pad_id": PAD_ID, "group_size": GROUP,
             "prompt_length": prompt_ids.shape[1], "mask_seeds": MASK_SEEDS, "iteration": ITERATION,
-            "settings": SETTINGS, "grad_params": list(GRAD_PARAMS), "torch": torch.__version__}
+            "settings": SETTINGS, "grad_params": list(GRAD_PARAMS), "torch": torch.__version__,
+            "optimizer": OPTIMIZER, "optimizer_source": "recipes/config_coupled_code.yaml:28-32"}
     print("wrote", write_fixture("coupled_grpo", tensors, meta))
 
 

@@ -10,7 +10,9 @@ reference weights), inner iteration 2 of 2 so the ratio is not 1, with left-padd
 the completions. The completion mask and the advantages follow the trainer's
 ``_generate_and_score_completions`` (l.441-445 first-EOS mask, l.536-539 ``r - mean``). Writes
 ``tests/fixtures/parity/d1/``: the inputs, the random matrix ``forward_process`` drew, per-token
-log-probs, the loss and the gradients of two parameters; ``tests/parity/test_d1.py`` compares DARE.
+log-probs, the loss, the gradients of two parameters, and one optimizer step as the release configures it
+(:func:`tools.parity.common.official_update`: the clipped gradients and the updated weights of every parameter);
+``tests/parity/test_d1.py`` compares DARE.
 """
 
 from __future__ import annotations
@@ -24,12 +26,16 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from tools.parity.common import official_checkout, policy_models, stub_modules, write_fixture  # noqa: E402
+from tools.parity.common import official_checkout, official_update, policy_models, stub_modules, write_fixture  # noqa: E402
 
 COMMIT = "837888f22c21a5da91a0af2b0d7b19e81d9b47ec"
 MASK_ID, EOS_ID, PAD_ID = 15, 2, 1
 GROUP, MASK_SEEDS, ITERATION = 3, [11, 23], 1
 SETTINGS = {"p_mask_prompt": 0.15, "epsilon": 0.5, "beta": 0.04, "num_iterations": 2}
+#: The release's optimizer (``diffu-grpo/slurm_scripts/train.yaml:23-35``; AdamW's epsilon is transformers'
+#: default): the learning rate after its ``constant_with_warmup`` warmup.
+OPTIMIZER = {"learning_rate": 3e-6, "adam_beta1": 0.9, "adam_beta2": 0.99, "adam_epsilon": 1e-8, "weight_decay": 0.1,
+             "max_grad_norm": 0.2}
 GRAD_PARAMS = ("embed.weight", "head.weight")
 
 
@@ -107,20 +113,23 @@ def main() -> None:
     print(f"loss {loss.item():.7f}; ratio range {ratio.min():.3f}..{ratio.max():.3f}; "
           f"clipped at eps 0.5: {int(((ratio - 1).abs() > 0.5).sum())}, at 0.2: {int(((ratio - 1).abs() > 0.2).sum())}")
 
-    tensors = {f"{m}.{k}": v for m, mod in models.items() for k, v in mod.state_dict().items()}
+    tensors = {f"{m}.{k}": v.clone() for m, mod in models.items() for k, v in mod.state_dict().items()}
+    grads = {f"expected.grad.{n}": dict(models["current"].named_parameters())[n].grad.clone() for n in GRAD_PARAMS}
+    update = official_update(models["current"], OPTIMIZER)  # after the state is recorded: it changes the weights
     tensors.update({
         "input_ids": ids, "prompt_mask": prompt_mask, "rewards": rewards, "random_matrix": random_matrix,
         "expected.completion_mask": completion_mask, "expected.advantages": advantages,
         "expected.logp": current, "expected.old_logp": old[ITERATION], "expected.ref_logp": ref[ITERATION],
         "expected.loss": loss.detach().reshape(1),
-        **{f"expected.grad.{n}": dict(models["current"].named_parameters())[n].grad for n in GRAD_PARAMS},
+        **grads, **update,
     })
     meta = {"official": f"dllm-reasoning/d1@{COMMIT}", "file": "diffu-grpo/diffu_grpo_trainer.py",
             "functions": ["DiffuGRPOTrainer.forward_process", "DiffuGRPOTrainer._get_per_token_logps",
                           "DiffuGRPOTrainer.compute_loss"],
             "mask_id": MASK_ID, "eos_id": EOS_ID, "pad_id": PAD_ID, "group_size": GROUP,
             "prompt_length": prompt_ids.shape[1], "mask_seeds": MASK_SEEDS, "iteration": ITERATION,
-            "settings": SETTINGS, "grad_params": list(GRAD_PARAMS), "torch": torch.__version__}
+            "settings": SETTINGS, "grad_params": list(GRAD_PARAMS), "torch": torch.__version__,
+            "optimizer": OPTIMIZER, "optimizer_source": "diffu-grpo/slurm_scripts/train.yaml:23-35"}
     print("wrote", write_fixture("d1", tensors, meta))
 
 

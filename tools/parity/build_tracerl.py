@@ -12,7 +12,8 @@ are nested in ``main()`` (:func:`tools.parity.common.official_functions`), and r
 (``configs/rl_llada.yaml``: shrink 8 there, 2 here for 8-token completions; eps 0.2, beta 0.01, post_num 0) over a
 hand-made decoding trajectory with repeated and skipped steps, left-padded prompts and given advantages (the
 official z-scores come from ``reward/rl_reward.py``, a separate process). ``uni_prompting`` is replaced by the
-already tokenised rows. Writes ``tests/fixtures/parity/tracerl/``; ``tests/parity/test_tracerl.py`` compares DARE.
+already tokenised rows. Then one optimizer step as the release configures it
+(:func:`tools.parity.common.official_update`). Writes ``tests/fixtures/parity/tracerl/``; ``tests/parity/test_tracerl.py`` compares DARE.
 """
 
 from __future__ import annotations
@@ -26,11 +27,15 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from tools.parity.common import TinyDenoiser, official_checkout, official_functions, write_fixture  # noqa: E402
+from tools.parity.common import TinyDenoiser, official_checkout, official_functions, official_update, write_fixture  # noqa: E402
 
 COMMIT = "10b4fd1cba83e4496c20585dc2fd01dc02f20255"
 MASK_ID, EOS_ID, PAD_ID = 15, 2, 1
 SETTINGS = {"shrink": 2, "eps": 0.2, "beta": 0.01, "post_num": 0, "use_kl_estimator_k3": True}
+#: The release's optimizer (``configs/rl_llada.yaml:56, 70-78``: torch AdamW, ``train/rl_llada.py:169-193``, and
+#: ``accelerator.clip_grad_norm_`` at l.657-659); its weight decay is 0, so its own decay groups change nothing.
+OPTIMIZER = {"learning_rate": 1e-6, "adam_beta1": 0.9, "adam_beta2": 0.999, "adam_epsilon": 1e-8, "weight_decay": 0.0,
+             "max_grad_norm": 1.0}
 GRAD_PARAMS = ("embed.weight", "head.weight")
 
 
@@ -80,15 +85,17 @@ def main() -> None:
     loss = cur_ns["forward_process"](noisy, row_labels, p_mask.float(), rewards, dataset.logp_old_tok)
     loss.backward()
     print(f"loss {loss.item():.7f} over {noisy.shape[0]} transition rows")
-    tensors = {**{f"{m}.{k}": v for m, mod in models.items() for k, v in mod.state_dict().items()},
+    grads = {f"expected.grad.{n}": dict(models["current"].named_parameters())[n].grad.clone() for n in GRAD_PARAMS}
+    tensors = {**{f"{m}.{k}": v.clone() for m, mod in models.items() for k, v in mod.state_dict().items()},
                "input_ids": ids, "unmask_step": step_map, "advantages": torch.tensor(advantages),
                "expected.num_rows": torch.tensor([noisy.shape[0]]), "expected.loss": loss.detach().reshape(1),
-               **{f"expected.grad.{n}": dict(models["current"].named_parameters())[n].grad for n in GRAD_PARAMS}}
+               **grads, **official_update(models["current"], OPTIMIZER)}
     meta = {"official": f"Gen-Verse/dLLM-RL@{COMMIT}", "file": "train/rl_llada.py",
             "functions": ["collapse_k_unique", "prepare_inputs_and_labels_for_text", "compute_logp_old_tok_parallel",
                           "forward_process"],
             "mask_id": MASK_ID, "eos_id": EOS_ID, "pad_id": PAD_ID, "prompt_length": P, "settings": SETTINGS,
-            "grad_params": list(GRAD_PARAMS), "torch": torch.__version__}
+            "grad_params": list(GRAD_PARAMS), "torch": torch.__version__, "optimizer": OPTIMIZER,
+            "optimizer_source": "configs/rl_llada.yaml:56, 70-78"}
     print("wrote", write_fixture("tracerl", tensors, meta))
 
 

@@ -26,7 +26,8 @@ import torch
 from safetensors.torch import load_file, save_file
 
 __all__ = ["REPO", "FIXTURES", "TinyDenoiser", "policy_models", "official_checkout", "stub_modules",
-           "official_functions", "write_fixture", "read_fixture", "rel_diff", "model_from_state"]
+           "official_functions", "write_fixture", "read_fixture", "rel_diff", "model_from_state", "plain_logits",
+           "public_step", "official_update", "trainer_update", "update_worst"]
 
 REPO = Path(__file__).resolve().parents[2]
 FIXTURES = REPO / "tests" / "fixtures" / "parity"
@@ -151,6 +152,34 @@ def official_functions(path: str | os.PathLike, names: tuple[str, ...], namespac
     return {n: namespace[n] for n in names}
 
 
+def official_update(model: torch.nn.Module, optimizer: dict[str, float]) -> dict[str, torch.Tensor]:
+    """One optimizer step of ``model`` from the gradients its official loss left in it, configured as a release's
+    ``transformers.Trainer`` does it (a builder calls it after the official ``loss.backward()``): the gradient norm
+    clipped at ``max_grad_norm`` over every parameter, then ``torch.optim.AdamW`` with ``learning_rate`` (the
+    release's rate after its warmup), ``(adam_beta1, adam_beta2)``, ``adam_epsilon`` and ``weight_decay`` on the
+    parameters ``transformers.Trainer.get_decay_parameter_names`` decays (not biases or norms).
+
+    :returns: ``expected.clipped_grad.<name>`` (the gradients the optimizer stepped with) and
+        ``expected.updated.<name>`` (the weights after the step) of every parameter.
+    """
+    from transformers import Trainer
+
+    named = dict(model.named_parameters())
+    for p in named.values():
+        if p.grad is None:
+            p.grad = torch.zeros_like(p)
+    torch.nn.utils.clip_grad_norm_(list(named.values()), optimizer["max_grad_norm"])
+    out = {f"expected.clipped_grad.{n}": p.grad.detach().clone() for n, p in named.items()}
+    decay = set(Trainer.get_decay_parameter_names(None, model))
+    groups = [{"params": [p for n, p in named.items() if n in decay], "weight_decay": optimizer["weight_decay"]},
+              {"params": [p for n, p in named.items() if n not in decay], "weight_decay": 0.0}]
+    opt = torch.optim.AdamW(groups, lr=optimizer["learning_rate"], betas=(optimizer["adam_beta1"], optimizer["adam_beta2"]),
+                            eps=optimizer["adam_epsilon"])
+    opt.step()
+    out.update({f"expected.updated.{n}": p.detach().clone() for n, p in named.items()})
+    return out
+
+
 def write_fixture(algo: str, tensors: dict[str, torch.Tensor], meta: dict[str, Any]) -> Path:
     """Write ``tests/fixtures/parity/<algo>/{tensors.safetensors,meta.json}`` (temp files, then rename)."""
     out = FIXTURES / algo
@@ -174,3 +203,121 @@ def rel_diff(a: torch.Tensor, b: torch.Tensor) -> float:
     """``max |a - b| / max(max |b|, 1e-12)`` in float64 (0 for equal tensors)."""
     a, b = a.detach().double(), b.detach().double()
     return float((a - b).abs().max() / b.abs().max().clamp(min=1e-12))
+
+
+def plain_logits(model: torch.nn.Module):
+    """``model``'s logits as DARE's step scores a policy (:data:`dare.rl.step.LogitsFn`):
+    ``fn(noisy, clean, attention_mask) -> model(noisy, attention_mask=attention_mask).logits``."""
+    return lambda noisy, clean, attn: model(noisy, attention_mask=attn).logits
+
+
+def public_step(objective, batch, passes, advantages: torch.Tensor, current: torch.nn.Module,
+                old: torch.nn.Module | None = None, ref: torch.nn.Module | None = None, temperature: float = 1.0,
+                stop_ids: tuple[int, ...] = (), logits=plain_logits):
+    """One inner iteration of DARE's public RL step (:mod:`dare.rl.step`) as ``GRPOTrainer`` runs it on a rollout
+    batch and its passes: the rollout policy ``old`` scores the rows the update runs (None: one inner iteration,
+    ``old = current.detach()``), the reference policy ``ref`` scores every row when the objective's params use one,
+    then :func:`dare.rl.step.update` runs the loss and its backwards into ``current``'s gradients.
+
+    :param logits: ``model -> LogitsFn`` (default :func:`plain_logits`; a Dream-style model shifts its logits).
+    :returns: ``(loss, metrics)`` of :func:`dare.rl.step.update`.
+    """
+    from dare.rl import step
+    from dare.rl.rollout import Rollout
+
+    rollout = Rollout(batch, [], torch.zeros(batch.num_rows), {}, advantages, passes=[passes])
+    if old is not None:
+        rows = step.trained_rows(objective, advantages)
+        rollout.old = [step.token_scores(logits(old), batch, passes, temperature, rows=rows)]
+    if ref is not None and objective.params.uses_reference_policy():
+        rollout.ref = [step.token_scores(logits(ref), batch, passes, temperature)]
+    settings = step.StepSettings(objective, temperature, tuple(stop_ids))
+    return step.update(settings, logits(current), rollout, 0)
+
+
+class _FixtureSampler:
+    """The rollout sampler of a fixture's trainer step: the completions are the fixture's (``sample_completions`` is
+    replaced), so only the attributes ``GRPOTrainer`` reads at construction are here."""
+
+    supports_row_generators = False
+    params = types.SimpleNamespace(temperature=1.0)
+
+
+def trainer_update(objective, estimator, family, tokens, models: dict[str, torch.nn.Module], batch, rewards,
+                   optimizer: dict[str, float], output_dir, advantages: torch.Tensor | None = None
+                   ) -> tuple[float, dict[str, torch.Tensor], dict[str, torch.Tensor]]:
+    """One real optimizer step of :class:`dare.rl.trainer.GRPOTrainer` (``transformers.Trainer.train``, ``max_steps``
+    1) from a parity fixture's rollout: ``batch`` (the sampled completions) and ``rewards`` replace the sampler and the
+    reward functions; everything else is the trainer's own (the objective's conventions, advantages, the estimator's
+    passes, old and reference scores, the update, gradient clipping, AdamW and its parameter groups). The rollout
+    policy is ``models["old"]`` (the trainer scores it at rollout time; the current weights when absent) and the
+    reference policy ``models["ref"]``; the trainer updates ``models["current"]`` in place with the release's
+    ``optimizer`` settings (:func:`official_update`'s keys) at a constant learning rate. ``advantages`` (``[N]``)
+    replace the group advantages of ``rewards`` where the release computes them in a separate reward script.
+
+    :returns: ``(loss, clipped gradients, updated weights)``, both dicts by parameter name.
+    """
+    from unittest import mock
+
+    from transformers import TrainerCallback
+
+    from dare.modeling.lora import ReferencePolicy
+    from dare.rl import step as step_module
+    from dare.rl import trainer as trainer_module
+    from dare.rl.prompts import PromptDataset
+    from dare.trainers import DareConfig
+
+    current = models["current"]
+    num_prompts = batch.num_rows // objective.params.group_size
+    args = DareConfig(output_dir=str(output_dir), per_device_train_batch_size=num_prompts, max_steps=1,
+                      save_strategy="no", report_to="none", logging_steps=1, seed=0, lr_scheduler_type="constant",
+                      learning_rate=optimizer["learning_rate"], adam_beta1=optimizer["adam_beta1"],
+                      adam_beta2=optimizer["adam_beta2"], adam_epsilon=optimizer["adam_epsilon"],
+                      weight_decay=optimizer["weight_decay"], max_grad_norm=optimizer["max_grad_norm"])
+    clipped: dict[str, torch.Tensor] = {}
+
+    class Capture(TrainerCallback):
+        def on_pre_optimizer_step(self, args, state, control, **kwargs):
+            clipped.update({n: p.grad.detach().clone() for n, p in current.named_parameters() if p.grad is not None})
+
+    trainer = trainer_module.GRPOTrainer(
+        model=current, args=args, train_dataset=PromptDataset([""] * num_prompts, [{}] * num_prompts),
+        processing_class=None, family=family, tokens=tokens, objective=objective, estimator=estimator,
+        sampler=_FixtureSampler(), reward=None, callbacks=[Capture()])
+    if trainer.reference is not None and "ref" in models:
+        trainer.reference = ReferencePolicy(models["ref"])
+    rollout_policy = models.get("old", current)
+    N = batch.num_rows
+    scored = ([""] * N, rewards, {}, {"completion_length": 0.0, "reward_errors": 0.0, "time/score": 0.0})
+    given = step_module.rollout_advantages if advantages is None else (lambda rewards, params: advantages.clone())
+    # given advantages are the reward script's output: its overlong rule and group filter are already in them
+    kept = step_module.kept_groups if advantages is None else (lambda rewards, params: None)
+    overlong = step_module.overlong_rewards if advantages is None else (lambda rewards, *a: rewards)
+    with mock.patch.object(trainer_module, "sample_completions", lambda *a, **k: (batch, {"nfe": 0.0, "edits": 0.0})), \
+            mock.patch.object(trainer_module, "score_completions", lambda *a, **k: scored), \
+            mock.patch.object(step_module, "rollout_advantages", given), \
+            mock.patch.object(step_module, "kept_groups", kept), \
+            mock.patch.object(step_module, "overlong_rewards", overlong), \
+            mock.patch.object(trainer, "generate_rollout",
+                              lambda model, inputs: trainer_module.GRPOTrainer.generate_rollout(trainer, rollout_policy, inputs)):
+        out = trainer.train()
+    return float(out.training_loss), clipped, {n: p.detach().clone() for n, p in current.named_parameters()}
+
+
+def update_worst(t: dict[str, torch.Tensor], loss: float, clipped: dict[str, torch.Tensor],
+                 updated: dict[str, torch.Tensor], conditioned: float = 1e-5) -> float:
+    """The worst relative difference (:func:`rel_diff`) between a trainer step (:func:`trainer_update`) and the
+    official one (:func:`official_update`'s tensors in ``t``): the loss, each parameter's clipped gradient, and its
+    weight change ``updated - current`` on the elements whose official clipped gradient is at least ``conditioned``
+    in magnitude. Below that, AdamW's first step ``lr * g / (|g| + eps)`` turns float noise of ``g`` into changes up
+    to ``lr`` (an attention key bias, whose exact gradient is 0, has such elements); those are compared through their
+    gradients only."""
+    diffs = [rel_diff(torch.tensor([loss]), t["expected.loss"].reshape(1))]
+    for n, g in clipped.items():
+        want = t[f"expected.clipped_grad.{n}"]
+        diffs.append(rel_diff(g, want))
+        keep = want.abs() >= conditioned
+        if bool(keep.any()):
+            start = t[f"current.{n}"]
+            diffs.append(rel_diff((updated[n] - start)[keep], (t[f"expected.updated.{n}"] - start)[keep]))
+    return max(diffs)

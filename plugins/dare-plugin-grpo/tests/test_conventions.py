@@ -47,7 +47,7 @@ def _batch(lm):
 def test_response_tokens_sets_the_scored_tokens(tmp_path, tiny_llada_dir, rule, want):
     lm = load_model(tiny_llada_dir)
     trainer = _trainer(lm, tmp_path, response_tokens=rule)
-    (pas,) = trainer._draw_passes(_batch(lm))
+    (pas,) = trainer.draw_passes(_batch(lm))
     assert pas.scored.int().tolist() == want
     assert bool(pas.mask[0, :, 2:].all())  # every completion position stays masked (d1's one-step estimator)
 
@@ -56,7 +56,7 @@ def test_response_tokens_sets_the_scored_tokens(tmp_path, tiny_llada_dir, rule, 
 def test_prompt_padding_sets_the_rollout_attention(tmp_path, tiny_llada_dir, rule):
     lm = load_model(tiny_llada_dir)
     trainer = _trainer(lm, tmp_path, prompt_padding=rule)
-    trainer._set_rollout_keys([0, 1])
+    trainer.set_rollout_keys([0, 1])
     rollout = trainer.generate_rollout(lm.model, {"prompt": ["12", "3 4 5 6 7 8"], "row": [{}, {}], "index": [0, 1]})
     prompt_attention = rollout.batch.attention_mask[:, : rollout.batch.prompt_length]
     assert bool(prompt_attention.all()) == (rule == "attend")
@@ -64,7 +64,7 @@ def test_prompt_padding_sets_the_rollout_attention(tmp_path, tiny_llada_dir, rul
 
 def test_spg_response_ends_at_the_first_eos_and_later_positions_are_masked(tmp_path, tiny_llada_dir):
     from dare_grpo.objectives import SPG
-    from dare_grpo.trainer_spg import SPGTrainer
+    from dare_grpo.trainer_spg import SPGTrainer, response_batch
 
     lm = load_model(tiny_llada_dir)
     objective = SPG({"group_size": 2, "response_tokens": "through_first_eos", "mc_num": 2, "block_length": 2})
@@ -77,8 +77,8 @@ def test_spg_response_ends_at_the_first_eos_and_later_positions_are_masked(tmp_p
         reward=WeightedReward([(One(), 1.0)]),
     )
     batch = _batch(lm)  # row 0 ends at its first EOS (completion position 2)
-    assert trainer._response(batch).response_lengths.tolist() == [3, 4]
-    for pas in trainer._draw_passes(batch):
+    assert response_batch(batch, trainer.params, trainer.step_settings.stop_ids).response_lengths.tolist() == [3, 4]
+    for pas in trainer.draw_passes(batch):
         assert bool(pas.mask[0, 0, 2 + 3:].all())            # after the response: always masked
         assert not bool(pas.weight[0, 0, 3:].any())           # ... and never scored
         assert bool(pas.weight[0, 0, :2].any() | pas.weight[0, 0, 2:3].any())  # the response is scored

@@ -125,7 +125,7 @@ def test_one_step_raises_the_transition_likelihood_of_a_positive_edge(tmp_path, 
     from dare.diffusion.estimators import ScoringBatch
     from dare.modeling import load_model
     from dare.rl.prompts import PromptDataset
-    from dare_grpo.trainer_tree import TreeRollout
+    from dare_grpo.trainer_tree import TreeRollout, edge_scores
     from dare_llada.sampler import LLaDASampler
 
     lm = load_model(tiny_llada_dir)
@@ -155,15 +155,15 @@ def test_one_step_raises_the_transition_likelihood_of_a_positive_edge(tmp_path, 
                                                                                              torch.tensor([1.0, -1.0]),
                                                                                              active))
     with torch.no_grad():
-        before = trainer._edge_logps(lm.model, rollout, slice(0, 1))[0].sum(-1)
+        before = edge_scores(trainer.logits_fn(lm.model), rollout, slice(0, 1))[0].sum(-1)
     lm.model.zero_grad()
-    _, metrics = trainer._update_per_pass(lm.model, rollout, 0)
+    _, metrics = trainer.update(lm.model, rollout, 0)
     assert metrics["sd_loss"] > 0
     with torch.no_grad():
         for p in lm.model.parameters():
             if p.grad is not None:
                 p -= 0.05 * p.grad
-        after = trainer._edge_logps(lm.model, rollout, slice(0, 1))[0].sum(-1)
+        after = edge_scores(trainer.logits_fn(lm.model), rollout, slice(0, 1))[0].sum(-1)
     assert after[0] > before[0] and after[1] < before[1], (before, after)
 
 

@@ -121,8 +121,8 @@ def test_one_step_raises_the_composite_elbo_of_the_rewarded_completion(tmp_path,
     ids = torch.tensor([prompt + c for c in comps])
     batch = ScoringBatch(ids, torch.ones_like(ids), torch.ones(2, 4, dtype=torch.bool), len(prompt), lm.tokens.mask_id)
     rollout = Rollout(batch=batch, texts=[], rewards=torch.tensor([1.0, 0.0]), reward_parts={},
-                      advantages=torch.tensor([1.0, -1.0]), passes=[trainer._draw_passes(batch)])
-    fn = trainer._logits_fn(lm.model)
+                      advantages=torch.tensor([1.0, -1.0]), passes=[trainer.draw_passes(batch)])
+    fn = trainer.logits_fn(lm.model)
 
     def composite():
         with torch.no_grad():
@@ -130,7 +130,7 @@ def test_one_step_raises_the_composite_elbo_of_the_rewarded_completion(tmp_path,
 
     before = composite()
     lm.model.zero_grad()
-    trainer._update_pass_mean(lm.model, rollout, 0)
+    trainer.update(lm.model, rollout, 0)
     with torch.no_grad():
         for p in lm.model.parameters():
             if p.grad is not None:

@@ -116,9 +116,9 @@ def test_one_step_raises_the_ar_likelihood_of_the_rewarded_completion(tmp_path, 
     ids = torch.tensor([prompt + c for c in comps])
     batch = ScoringBatch(ids, torch.ones_like(ids), torch.ones(2, 4, dtype=torch.bool), len(prompt), lm.tokens.mask_id)
     rollout = Rollout(batch=batch, texts=[], rewards=torch.tensor([1.0, 0.0]), reward_parts={},
-                      advantages=torch.tensor([1.0, -1.0]), passes=[trainer._draw_passes(batch)])
+                      advantages=torch.tensor([1.0, -1.0]), passes=[trainer.draw_passes(batch)])
     assert len(rollout.passes[0]) == 2  # 4 positions in chunks of 2
-    fn = trainer._logits_fn(lm.model)
+    fn = trainer.logits_fn(lm.model)
 
     def loglik():
         with torch.no_grad():
@@ -126,7 +126,7 @@ def test_one_step_raises_the_ar_likelihood_of_the_rewarded_completion(tmp_path, 
 
     before = loglik()
     lm.model.zero_grad()
-    trainer._update_per_pass(lm.model, rollout, 0)
+    trainer.update(lm.model, rollout, 0)
     with torch.no_grad():
         for p in lm.model.parameters():
             if p.grad is not None:

@@ -161,11 +161,11 @@ def test_one_step_raises_the_step_likelihood_of_a_positive_advantage(tmp_path, t
     rollout = MDPORollout(batch=batch, texts=[], rewards=torch.tensor([1.0, 0.0]), reward_parts={},
                           advantages=torch.tensor([1.0, -1.0]), steps=torch.tensor([0]), step_batch=batch,
                           step_pass=pas, step_mask=mask, step_advantages=torch.tensor([1.0, -1.0]), confidence=conf)
-    fn = trainer._logits_fn(lm.model)
+    fn = trainer.logits_fn(lm.model)
     with torch.no_grad():
         before = score_pass(fn, batch, pas).sequence
     lm.model.zero_grad()
-    trainer._update_per_pass(lm.model, rollout, 0)
+    trainer.update(lm.model, rollout, 0)
     with torch.no_grad():
         for p in lm.model.parameters():
             if p.grad is not None:

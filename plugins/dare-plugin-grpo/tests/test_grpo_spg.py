@@ -122,7 +122,7 @@ def _rollout(lm, trainer):
     ids = torch.tensor([prompt + c for c in comps])
     batch = ScoringBatch(ids, torch.ones_like(ids), torch.ones(2, 4, dtype=torch.bool), len(prompt), lm.tokens.mask_id)
     return Rollout(batch=batch, texts=[], rewards=torch.tensor([1.0, 0.0]), reward_parts={},
-                   advantages=torch.tensor([1.0, -1.0]), passes=[trainer._draw_passes(batch)])
+                   advantages=torch.tensor([1.0, -1.0]), passes=[trainer.draw_passes(batch)])
 
 
 def test_coupled_copies_replay_equals_direct_gradient(tmp_path, tiny_llada_dir):
@@ -133,10 +133,10 @@ def test_coupled_copies_replay_equals_direct_gradient(tmp_path, tiny_llada_dir):
     trainer = _trainer(lm, SPG({"mc_num": 3, "logp_estimation": "eubo"}), tmp_path, micro_batch_size=1)
     rollout = _rollout(lm, trainer)
     lm.model.zero_grad()
-    trainer._update_per_pass(lm.model, rollout, 0)
+    trainer.update(lm.model, rollout, 0)
     replay = {n: p.grad.clone() for n, p in lm.model.named_parameters() if p.grad is not None}
     lm.model.zero_grad()
-    fn = trainer._logits_fn(lm.model)
+    fn = trainer.logits_fn(lm.model)
     scores = [score_pass(fn, rollout.batch, p) for p in rollout.passes[0]]
     inp = JointLossInput(torch.stack([s.token for s in scores]), torch.stack([s.scored for s in scores]),
                          rollout.advantages, rollout.batch.response_lengths, 8.0, 2)
@@ -152,7 +152,7 @@ def test_one_step_raises_the_elbo_of_the_rewarded_completion(tmp_path, tiny_llad
     lm = load_model(tiny_llada_dir)
     trainer = _trainer(lm, SPG({"mc_num": 1}), tmp_path)
     rollout = _rollout(lm, trainer)
-    fn = trainer._logits_fn(lm.model)
+    fn = trainer.logits_fn(lm.model)
 
     def elbo():
         with torch.no_grad():
@@ -161,7 +161,7 @@ def test_one_step_raises_the_elbo_of_the_rewarded_completion(tmp_path, tiny_llad
 
     before = elbo()
     lm.model.zero_grad()
-    trainer._update_per_pass(lm.model, rollout, 0)
+    trainer.update(lm.model, rollout, 0)
     with torch.no_grad():
         for p in lm.model.parameters():
             if p.grad is not None:

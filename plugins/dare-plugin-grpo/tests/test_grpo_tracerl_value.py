@@ -127,13 +127,13 @@ def test_rows_scored_under_the_rollout_policy_follow_the_token_advantages(tmp_pa
     from dare_grpo.trainer_tracerl import TraceRLValueTrainer
 
     seen = []
-    trained_rows = TraceRLValueTrainer._trained_rows
+    trained_rows = TraceRLValueTrainer.trained_rows
 
     def spy(self, rollout):
         seen.append(rollout.advantages.dim())
         return trained_rows(self, rollout)
 
-    monkeypatch.setattr(TraceRLValueTrainer, "_trained_rows", spy)
+    monkeypatch.setattr(TraceRLValueTrainer, "trained_rows", spy)
     monkeypatch.setattr("dare.builtins.rewards.sudoku_score", lambda completion, *a: len(set(completion)) / 8)
     spec = _spec(tiny_llada_dir, tmp_path / "run", steps=2)
     spec["algorithm"]["params"]["num_iterations"] = 2

@@ -71,12 +71,12 @@ def hand_rollout(lm, trainer):
                          lm.tokens.mask_id, torch.tensor([[0, 1, 2, 3], [3, 2, 1, 0]]))
     rewards = torch.tensor([1.0, 0.0])
     return Rollout(batch=batch, texts=["ab", "xyzw"], rewards=rewards, reward_parts={},
-                   advantages=group_advantages(rewards, 2), passes=[trainer._draw_passes(batch)])
+                   advantages=group_advantages(rewards, 2), passes=[trainer.draw_passes(batch)])
 
 
 @torch.no_grad()
 def estimator_scores(trainer, rollout):
-    fn = trainer._logits_fn(trainer.model)
+    fn = trainer.logits_fn(trainer.model)
     return sum(score_pass(fn, rollout.batch, p).sequence for p in rollout.passes[0])
 
 
@@ -88,7 +88,7 @@ def test_one_step_raises_likelihood_of_rewarded_completion(tmp_path, tiny_llada_
     trainer.current_gradient_accumulation_steps = 1
     rollout = hand_rollout(lm, trainer)
     before = estimator_scores(trainer, rollout)
-    update = trainer._update_pass_mean if objective.score_reduction == "pass_mean" else trainer._update_per_pass
+    update = trainer.update
     lm.model.zero_grad()
     update(lm.model, rollout, 0)
     with torch.no_grad():
@@ -106,13 +106,13 @@ def test_proxy_replay_gradient_equals_direct_gradient(tmp_path, tiny_llada_dir):
     trainer = make_trainer(lm, objective, tmp_path, micro_batch_size=1)
     trainer.current_gradient_accumulation_steps = 1
     rollout = hand_rollout(lm, trainer)
-    old = [s.token * 1.01 for s in trainer._score_all(lm.model, rollout.batch, rollout.passes[0])]  # ratio != 1
+    old = [s.token * 1.01 for s in trainer.score_passes(lm.model, rollout.batch, rollout.passes[0])]  # ratio != 1
     rollout.old = [old]
     lm.model.zero_grad()
-    trainer._update_pass_mean(lm.model, rollout, 0)
+    trainer.update(lm.model, rollout, 0)
     replay = {n: p.grad.clone() for n, p in lm.model.named_parameters() if p.grad is not None}
     lm.model.zero_grad()
-    fn = trainer._logits_fn(lm.model)
+    fn = trainer.logits_fn(lm.model)
     mean = torch.stack([score_pass(fn, rollout.batch, p).sequence for p in rollout.passes[0]]).mean(0)
     from dare_grpo.objectives import SequenceLossInput
 
@@ -231,14 +231,14 @@ def test_resume_reproduces_masks_rollouts_and_weights(tmp_path, tiny_llada_dir, 
     from dare.spec import load_spec
 
     seen: dict[int, list] = {}
-    original = GRPOTrainer._draw_passes
+    original = GRPOTrainer.draw_passes
 
     def record(self, batch, iteration=0):
         passes = original(self, batch, iteration)
         seen.setdefault(self.state.global_step, []).append((batch.input_ids.clone(), [p.mask.clone() for p in passes]))
         return passes
 
-    monkeypatch.setattr(GRPOTrainer, "_draw_passes", record)
+    monkeypatch.setattr(GRPOTrainer, "draw_passes", record)
     out = tmp_path / "run"
     (tmp_path / "s.yaml").write_text(yaml.safe_dump(_spec(tiny_llada_dir, out, objective, iterations, steps)))
     run = Run(load_spec(tmp_path / "s.yaml", check=False))
@@ -285,7 +285,7 @@ def test_tracerl_trains_on_fast_dllm_rollouts_from_the_spec(tmp_path, tiny_llada
     from dare.spec import load_spec
 
     decoders, seen = [], []
-    generate, draw = LLaDASampler.generate, GRPOTrainer._draw_passes
+    generate, draw = LLaDASampler.generate, GRPOTrainer.draw_passes
 
     def spy_generate(self, *args, **kwargs):
         out = generate(self, *args, **kwargs)
@@ -297,7 +297,7 @@ def test_tracerl_trains_on_fast_dllm_rollouts_from_the_spec(tmp_path, tiny_llada
         return draw(self, batch, iteration)
 
     monkeypatch.setattr(LLaDASampler, "generate", spy_generate)
-    monkeypatch.setattr(GRPOTrainer, "_draw_passes", spy_draw)
+    monkeypatch.setattr(GRPOTrainer, "draw_passes", spy_draw)
     # an untrained model never writes 16 digits: score the distinct characters instead, so groups have advantages
     monkeypatch.setattr("dare.builtins.rewards.sudoku_score", lambda completion, *a: len(set(completion)) / 8)
     spec = _spec(tiny_llada_dir, tmp_path / "run", objective="tracerl", steps=2)
@@ -331,13 +331,13 @@ def tied_group_rollout(lm, trainer, rewards=(1.0, 0.0, 0.5, 0.5)):
                          torch.tensor([[0, 1, 2, 3], [3, 2, 1, 0], [1, 0, 3, 2], [0, 0, 1, 1]]))
     rewards = torch.tensor(rewards)
     return Rollout(batch=batch, texts=["ab", "xyzw", "pq", "rs1"], rewards=rewards, reward_parts={},
-                   advantages=group_advantages(rewards, 2), passes=[trainer._draw_passes(batch)])
+                   advantages=group_advantages(rewards, 2), passes=[trainer.draw_passes(batch)])
 
 
 def update_grads(lm, trainer, rollout, skip: bool):
     """Gradients, loss and metrics of one update of ``rollout`` with ``skip_zero_advantage = skip``."""
     trainer.params.skip_zero_advantage = skip
-    update = trainer._update_pass_mean if trainer.objective.score_reduction == "pass_mean" else trainer._update_per_pass
+    update = trainer.update
     lm.model.zero_grad(set_to_none=True)
     rows, original = [], trainer.denoiser_logits
     trainer.denoiser_logits = lambda model, noisy, *a: rows.append(noisy.shape[0]) or original(model, noisy, *a)
@@ -360,7 +360,7 @@ def test_skipping_zero_advantage_rows_keeps_the_gradient(tmp_path, tiny_llada_di
     rollout = tied_group_rollout(lm, trainer)
     assert rollout.advantages[2:].eq(0).all() and rollout.advantages[:2].ne(0).all()
     # an old policy 1 % off the current one (as after an inner iteration), so ratios differ from 1
-    rollout.old = [[s.token * 1.01 for s in trainer._score_all(lm.model, rollout.batch, rollout.passes[0])]]
+    rollout.old = [[s.token * 1.01 for s in trainer.score_passes(lm.model, rollout.batch, rollout.passes[0])]]
     full, full_loss, full_metrics = update_grads(lm, trainer, rollout, skip=False)
     skipped, skip_loss, skip_metrics = update_grads(lm, trainer, rollout, skip=True)
     assert full.keys() == skipped.keys() and len(full) > 0
@@ -393,12 +393,12 @@ def test_skip_zero_advantage_is_off_where_the_loss_does_not_vanish(tmp_path, tin
     lm = load_model(tiny_llada_dir)
     trainer = make_trainer(lm, D1(), tmp_path)
     rollout = tied_group_rollout(lm, trainer)
-    assert trainer._trained_rows(rollout).tolist() == [0, 1]
+    assert trainer.trained_rows(rollout).tolist() == [0, 1]
     trainer.params.beta = 0.1
-    assert trainer._trained_rows(rollout) is None
+    assert trainer.trained_rows(rollout) is None
     trainer.params.beta = 0.0
     trainer.params.skip_zero_advantage = False
-    assert trainer._trained_rows(rollout) is None
+    assert trainer.trained_rows(rollout) is None
 
 
 def test_a_subclass_does_not_inherit_the_zero_advantage_flag(tmp_path, tiny_llada_dir):
@@ -416,7 +416,7 @@ def test_a_subclass_does_not_inherit_the_zero_advantage_flag(tmp_path, tiny_llad
     rows = {}
     for cls in (D1, D1WithBonus, D1Declared):
         trainer = make_trainer(lm, cls(), tmp_path / cls.name)
-        rows[cls.name] = trainer._trained_rows(tied_group_rollout(lm, trainer))
+        rows[cls.name] = trainer.trained_rows(tied_group_rollout(lm, trainer))
     assert rows["d1"].tolist() == [0, 1] and rows["d1-declared"].tolist() == [0, 1]
     assert rows["d1-with-bonus"] is None
 

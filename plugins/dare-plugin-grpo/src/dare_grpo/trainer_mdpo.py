@@ -20,6 +20,9 @@ steps are chosen by ``sum_b |A_{b,s}|`` over every process's completions, and th
 is the whole batch's with each process's loss multiplied by N (DDP averages the gradients): N processes train
 and log what one does (``tests/test_distributed.py``). Logged besides the base metrics: ``mdpo/mean_step_reward``,
 ``mdpo/final_step_reward``, ``mdpo/num_train_steps``.
+
+The update is the public function :func:`mdpo_update`, which :class:`MDPOTrainer`'s ``update`` hook
+(:class:`dare.rl.hooks.RLStepHooks`) and the parity test (``tests/parity/test_mdpo.py``) call alike.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from dataclasses import dataclass
 import torch
 
 from dare.diffusion.estimators import Pass, ScoringBatch, score_pass
+from dare.rl import step
 from dare.sampling import completion_mask as family_completion_mask
 from dare.sampling.options import DecodeOptions
 from dare.sampling.text import encode_prompts
@@ -39,7 +43,7 @@ from dare.rl.rollout import Rollout, score_completions
 from dare_grpo.rollout_mdpo import MDPOTrajectory, mdpo_decode
 from dare.rl.trainer import GRPOTrainer
 
-__all__ = ["MDPORollout", "MDPOTrainer", "step_rows"]
+__all__ = ["MDPORollout", "MDPOTrainer", "step_rows", "mdpo_update"]
 
 
 @dataclass
@@ -96,11 +100,11 @@ class MDPOTrainer(GRPOTrainer):
     # ------------------------------------------------------------------ rollout
     def _decode(self, model, prompt_ids, attn) -> MDPOTrajectory:
         settings = self.objective.rollout_settings(self.sampler)
-        step = self.params.rollout_batch_size or prompt_ids.shape[0]
+        size = self.params.rollout_batch_size or prompt_ids.shape[0]
         family, gen = self.family, self.rollout_generator
-        parts = [mdpo_decode(lambda ids, am: family.logits(model, ids, am), prompt_ids[i:i + step], attn[i:i + step],
-                             DecodeOptions(settings, self.tokens, gen.rows(slice(i, i + step))))
-                 for i in range(0, prompt_ids.shape[0], step)]
+        parts = [mdpo_decode(lambda ids, am: family.logits(model, ids, am), prompt_ids[i:i + size], attn[i:i + size],
+                             DecodeOptions(settings, self.tokens, gen.rows(slice(i, i + size))))
+                 for i in range(0, prompt_ids.shape[0], size)]
         return MDPOTrajectory(*(torch.cat([getattr(p, k) for p in parts]) for k in
                                 ("sequences", "inputs", "predictions", "confidence")), nfe=sum(p.nfe for p in parts))
 
@@ -148,6 +152,7 @@ class MDPOTrainer(GRPOTrainer):
         steps = select_steps(every, self.objective.params.sample_train_steps).to(device)
         batch, pas, mask, conf = step_rows(traj, prompt_ids, attn, steps.to(device), final.completion_mask,
                                            self.tokens.mask_id)
+        batch = step.rollout_batch(batch, a)  # prompt_padding (dare.rl.conventions)
         rollout = MDPORollout(batch=final, texts=texts, rewards=rewards, reward_parts=parts,
                               advantages=adv[:, steps].transpose(0, 1).reshape(-1), steps=steps, step_batch=batch,
                               step_pass=pas, step_mask=mask, confidence=conf)
@@ -156,14 +161,14 @@ class MDPOTrainer(GRPOTrainer):
         model.eval()
         try:
             if a.num_iterations > 1:
-                rollout.step_old = self._score_all(model, batch, [pas])[0].token
+                rollout.step_old = self.score_passes(model, batch, [pas])[0].token
             if self.reference is not None:
                 with self.reference.model() as ref_model:
-                    rollout.step_ref = self._score_all(ref_model, batch, [pas])[0].token
+                    rollout.step_ref = self.score_passes(ref_model, batch, [pas])[0].token
         finally:
             model.train(was_training)
         rollout.stats = {
-            **self._reward_stats(rewards, parts, rollout.advantages),
+            **self.reward_stats(rewards, parts, rollout.advantages),
             "completion_length": score_stats["completion_length"],
             "reward_errors": score_stats["reward_errors"],
             "nfe/rollout": float(traj.nfe),
@@ -177,34 +182,45 @@ class MDPOTrainer(GRPOTrainer):
         return rollout
 
     # ------------------------------------------------------------------ update
-    def _update_per_pass(self, model, rollout: MDPORollout, iteration: int) -> tuple[float, dict[str, float]]:
-        """MDPO's loss over the selected step rows, one backward per row chunk."""
-        batch, pas = rollout.step_batch, rollout.step_pass
-        fn = self._logits_fn(model)
-        (num_tokens,), world = whole_batch_sums(float(rollout.step_mask.sum()))
-        total, metrics, forwards = 0.0, {}, 0
-        entropy_sum, entropy_count = 0.0, 0.0
-        chunks = self._row_chunks(batch.num_rows)
-        pads = self._backward_pads(len(chunks))
-        pad_loss = self._first_row_loss(fn, batch, [pas])
-        for r in chunks:
-            with self.compute_loss_context_manager():
-                cur = score_pass(fn, batch.rows(r), pas.rows(r), self.likelihood_temperature, with_entropy=True)
-            old = rollout.step_old[r] if rollout.step_old is not None else cur.token.detach()
-            ref = rollout.step_ref[r] if rollout.step_ref is not None else None
-            terms = self.objective.step_loss(
-                StepLossInput(current=cur.token, old=old, ref=ref, mask=rollout.step_mask[r],
-                              confidence=rollout.confidence[r], advantages=rollout.step_advantages[r],
-                              completion_length=batch.completion_length, num_tokens=num_tokens),
-            )
-            self._backward_or_pad(terms.loss * world, pad_loss)
-            total += float(terms.loss.detach()) * world
-            self._accumulate(metrics, terms)
-            entropy_sum += float((cur.entropy * cur.scored).sum())
-            entropy_count += float(cur.scored.sum())
-            forwards += int(cur.scored.any(dim=1).sum())
-        self._pad_backward(pads, pad_loss)
-        metrics, entropy_sum, entropy_count = whole_batch_metrics(metrics, entropy_sum, entropy_count)
-        metrics["nfe/update"] = float(forwards)
-        metrics["entropy"] = entropy_sum / max(entropy_count, 1.0)
-        return total, metrics
+    def update(self, model, rollout: MDPORollout, iteration: int) -> tuple[float, dict[str, float]]:
+        """:func:`mdpo_update` over the model's logits."""
+        return mdpo_update(self.step_settings, self.logits_fn(model), rollout, self.backprop)
+
+
+def mdpo_update(settings: step.StepSettings, fn: step.LogitsFn, rollout: MDPORollout,
+                backprop: step.Backprop | None = None) -> tuple[float, dict[str, float]]:
+    """MDPO's loss (:meth:`~dare_grpo.objectives.mdpo.MDPO.step_loss`) over the selected step rows of ``rollout``,
+    one backward per row chunk of ``micro_batch_size`` rows.
+
+    :returns: ``(loss of the whole batch, metrics)``; gradients are accumulated into the parameters behind ``fn``.
+    """
+    backprop = backprop or step.Backprop()
+    batch, pas, T = rollout.step_batch, rollout.step_pass, settings.temperature
+    (num_tokens,), world = whole_batch_sums(float(rollout.step_mask.sum()))
+    total, metrics, forwards = 0.0, {}, 0
+    entropy_sum, entropy_count = 0.0, 0.0
+    chunks = step.row_chunks(batch.num_rows, settings.params.micro_batch_size)
+    pads = backprop.pads(len(chunks))
+    first = slice(0, 1)
+    pad_loss = lambda: score_pass(fn, batch.rows(first), pas.rows(first), T).token.sum()  # noqa: E731
+    for r in chunks:
+        with backprop.context():
+            cur = score_pass(fn, batch.rows(r), pas.rows(r), T, with_entropy=True)
+        old = rollout.step_old[r] if rollout.step_old is not None else cur.token.detach()
+        ref = rollout.step_ref[r] if rollout.step_ref is not None else None
+        terms = settings.objective.step_loss(
+            StepLossInput(current=cur.token, old=old, ref=ref, mask=rollout.step_mask[r],
+                          confidence=rollout.confidence[r], advantages=rollout.step_advantages[r],
+                          completion_length=batch.completion_length, num_tokens=num_tokens),
+        )
+        backprop.backward_or_pad(terms.loss * world, pad_loss)
+        total += float(terms.loss.detach()) * world
+        step.accumulate_metrics(metrics, terms)
+        entropy_sum += float((cur.entropy * cur.scored).sum())
+        entropy_count += float(cur.scored.sum())
+        forwards += int(cur.scored.any(dim=1).sum())
+    backprop.pad(pads, pad_loss)
+    metrics, entropy_sum, entropy_count = whole_batch_metrics(metrics, entropy_sum, entropy_count)
+    metrics["nfe/update"] = float(forwards)
+    metrics["entropy"] = entropy_sum / max(entropy_count, 1.0)
+    return total, metrics

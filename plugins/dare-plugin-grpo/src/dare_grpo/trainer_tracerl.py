@@ -14,7 +14,7 @@ stage (Gen-Verse/dLLM-RL@10b4fd1 ``rl.py`` with ``model.value_base_model``: ``tr
    (``train_sdar_value.py:1003-1005``), gradient norm clipped at ``train.max_grad_norm``;
 4. the policy update with the token advantages ``A_j`` (:class:`~dare_grpo.objectives.tracerl.TraceRL`).
 
-Steps 1-3 run in :meth:`TraceRLValueTrainer._after_passes`, before the rollout policy scores the passes, so the rows
+Steps 1-3 run in :meth:`TraceRLValueTrainer.after_passes` (a hook of :class:`dare.rl.hooks.RLStepHooks`), before the rollout policy scores the passes, so the rows
 the update runs (``skip_zero_advantage``) follow the token advantages. A rollout is one micro-batch of prompts: with
 ``train.gradient_accumulation_steps`` k, the value model takes k steps per policy optimizer step.
 
@@ -27,10 +27,15 @@ checkpoint (``value_model.safetensors``, ``value_optimizer.safetensors`` + ``val
 restored on resume (and when a finished run is re-run); the final value model is written to
 ``<output_dir>/value_model`` (safetensors): the last step's, also with ``train.keep_best_metric`` (``model/`` then
 holds the best step's policy).
+
+Steps 1-3 are public functions, :func:`rollout_values`, :func:`value_gae` and :func:`value_loss_backward` (the
+trainer adds the all-reduce, the clip and the AdamW step), which the trainer and the parity test
+(``tests/parity/test_tracerl_value.py``) call alike.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 from pathlib import Path
@@ -40,14 +45,65 @@ from safetensors.torch import load_file, save_file
 
 from dare import distributed
 from dare.errors import DareError
+from dare.rl import step
 from dare.rl.batch_totals import whole_batch_sums
 from dare.rl.rollout import Rollout
 from dare.rl.trainer import GRPOTrainer
 from dare.rl.value import clipped_value_loss, score_values, step_gae, transition_ranks, value_model_from
 
-__all__ = ["TraceRLValueTrainer"]
+__all__ = ["TraceRLValueTrainer", "rollout_values", "value_gae", "value_loss_backward"]
 
 VALUE_WEIGHTS, VALUE_OPT, VALUE_OPT_META = "value_model.safetensors", "value_optimizer.safetensors", "value_optimizer.json"
+
+
+@torch.no_grad()
+def rollout_values(fn: step.LogitsFn, batch, passes, micro_batch_size: int | None = None,
+                   context=contextlib.nullcontext) -> torch.Tensor:
+    """``[N, G]`` float32 rollout-time values of every scored token under the value model's ``fn`` (each token's
+    value from the state before its transition, :func:`dare.rl.value.score_values`), 0 elsewhere; no gradient."""
+    G = batch.input_ids.shape[1] - batch.prompt_length
+    out = torch.zeros(batch.num_rows, G, dtype=torch.float32, device=batch.input_ids.device)
+    with context():
+        for pas in passes:
+            for r in step.row_chunks(batch.num_rows, micro_batch_size):
+                if bool(pas.rows(r).scored.any()):
+                    out[r] += score_values(fn, batch.rows(r), pas.rows(r))
+    return out
+
+
+def value_gae(passes, num_rows: int, advantages: torch.Tensor, old_values: torch.Tensor, params):
+    """Step-level GAE (:func:`dare.rl.value.step_gae`) of the ``[N]`` group-normalised sequence rewards over the
+    transitions of ``passes``: ``(ranks, returns, token advantages)``, each ``[N, G]``."""
+    G = old_values.shape[1]
+    ranks = transition_ranks(passes, num_rows, G)
+    returns, token_advantages = step_gae(ranks, advantages, old_values, params.gamma, params.lam)
+    return ranks, returns, token_advantages
+
+
+def value_loss_backward(fn: step.LogitsFn, batch, passes, old_values: torch.Tensor, returns: torch.Tensor,
+                        params, backprop: step.Backprop | None = None) -> torch.Tensor:
+    """The clipped value loss (:func:`dare.rl.value.clipped_value_loss`) of every (completion, transition) row, its
+    token sum divided by the completion length ``G`` and averaged over the whole batch's rows
+    (``train_sdar_value.py:1003-1005``), backpropagated into the value model behind ``fn`` one row chunk at a time.
+
+    :returns: the 0-d float32 loss (this process's part; summed over processes by the caller).
+    """
+    backprop = backprop or step.Backprop()
+    G = batch.input_ids.shape[1] - batch.prompt_length
+    (pairs,), _ = whole_batch_sums(sum(float(x.scored.any(dim=-1).sum()) for x in passes))
+    denom = max(pairs, 1.0) * G
+    total = torch.zeros((), dtype=torch.float32, device=batch.input_ids.device)
+    for pas in passes:
+        for r in step.row_chunks(batch.num_rows, params.micro_batch_size):
+            sub = pas.rows(r)
+            if not bool(sub.scored.any()):
+                continue
+            with backprop.context():
+                v = score_values(fn, batch.rows(r), sub)
+                loss = (clipped_value_loss(v, old_values[r], returns[r], params.value_clip_eps) * sub.scored).sum() / denom
+            backprop.backward(loss)
+            total += loss.detach()
+    return total
 
 
 class TraceRLValueTrainer(GRPOTrainer):
@@ -73,37 +129,18 @@ class TraceRLValueTrainer(GRPOTrainer):
         return lambda noisy, clean, attn, **options: self.denoiser_logits(self.value_model, noisy, clean, attn, **options)
 
     def _values(self, batch, passes) -> torch.Tensor:
-        """``[N, G]`` values of every scored token under the value model (no gradient)."""
-        fn = self._value_fn()
-        G = batch.input_ids.shape[1] - batch.prompt_length
-        out = torch.zeros(batch.num_rows, G, dtype=torch.float32, device=batch.input_ids.device)
+        """``[N, G]`` values of every scored token under the value model (no gradient): :func:`rollout_values`."""
         self.value_model.eval()
-        with torch.no_grad(), self.compute_loss_context_manager():
-            for pas in passes:
-                for r in self._row_chunks(batch.num_rows):
-                    if bool(pas.rows(r).scored.any()):
-                        out[r] += score_values(fn, batch.rows(r), pas.rows(r))
-        return out
+        return rollout_values(self._value_fn(), batch, passes, self.params.micro_batch_size,
+                              self.compute_loss_context_manager)
 
     def _value_step(self, batch, passes, old_values, returns) -> dict[str, float]:
         """One AdamW step of the value model on the clipped value loss (module docstring, step 3)."""
         p = self.params
         vm = self.value_model.train()
-        fn = self._value_fn()
-        G = batch.input_ids.shape[1] - batch.prompt_length
-        (pairs,), _ = whole_batch_sums(sum(float(x.scored.any(dim=-1).sum()) for x in passes))
-        denom = max(pairs, 1.0) * G
-        total = torch.zeros((), dtype=torch.float32, device=batch.input_ids.device)
-        for pas in passes:
-            for r in self._row_chunks(batch.num_rows):
-                sub = pas.rows(r)
-                if not bool(sub.scored.any()):
-                    continue
-                with self.compute_loss_context_manager():
-                    v = score_values(fn, batch.rows(r), sub)
-                    loss = (clipped_value_loss(v, old_values[r], returns[r], p.value_clip_eps) * sub.scored).sum() / denom
-                loss.backward()
-                total += loss.detach()
+        # plain backwards: the value model is not wrapped by the accelerator (its gradients are all-reduced below)
+        total = value_loss_backward(self._value_fn(), batch, passes, old_values, returns, p,
+                                    step.Backprop(context=self.compute_loss_context_manager))
         params = [q for q in vm.parameters() if q.requires_grad]
         for q in params:
             if q.grad is None:
@@ -120,16 +157,14 @@ class TraceRLValueTrainer(GRPOTrainer):
         self.value_optimizer.zero_grad(set_to_none=True)
         return {"value/loss": float(total), "value/grad_norm": float(norm), "value/skipped": float(not finite)}
 
-    def _after_passes(self, rollout: Rollout) -> dict[str, float]:
+    def after_passes(self, rollout: Rollout) -> dict[str, float]:
         """Values, GAE and the value step (module docstring) once the passes are drawn, before the old policy is
         scored: ``rollout.advantages`` becomes the ``[N, G]`` token advantages, so the rows the update runs (and
         scores under the rollout policy) are those with a non-zero token advantage."""
         p, batch, passes = self.params, rollout.batch, rollout.passes[0]
         t0 = time.perf_counter()
-        G = batch.input_ids.shape[1] - batch.prompt_length
         old_values = self._values(batch, passes)
-        ranks = transition_ranks(passes, batch.num_rows, G)
-        returns, advantages = step_gae(ranks, rollout.advantages, old_values, p.gamma, p.lam)
+        ranks, returns, advantages = value_gae(passes, batch.num_rows, rollout.advantages, old_values, p)
         stats = self._value_step(batch, passes, old_values, returns)
         trained = (ranks >= 0).float()
         count = max(float(trained.sum()), 1.0)
@@ -140,23 +175,17 @@ class TraceRLValueTrainer(GRPOTrainer):
         rollout.advantages = advantages
         return stats
 
-    # ------------------------------------------------------------------ checkpoints and the final save
-    def _save_optimizer_and_scheduler(self, output_dir):
-        super()._save_optimizer_and_scheduler(output_dir)
+    # ------------------------------------------------------------------ checkpoints and the final save (hooks)
+    def save_extra_state(self, output_dir: str) -> None:
+        """The value model and its AdamW state, into each checkpoint (main process)."""
         if distributed.is_main():
             save_value_state(self.value_model, self.value_optimizer, output_dir)
 
-    def _load_optimizer_and_scheduler(self, checkpoint):
-        super()._load_optimizer_and_scheduler(checkpoint)
-        if checkpoint is not None and (Path(checkpoint) / VALUE_WEIGHTS).exists():
+    def load_extra_state(self, checkpoint: str) -> None:
+        """The value model and its AdamW state from ``checkpoint`` when it holds them: on resume, and when a finished
+        run is re-run (so the final save publishes the trained value model, not the fresh copy made at start)."""
+        if (Path(checkpoint) / VALUE_WEIGHTS).exists():
             load_value_state(self.value_model, self.value_optimizer, checkpoint)
-
-    def _finished_from(self, ckpt: str, state: dict):
-        """A finished run re-run: the policy is loaded from ``ckpt`` (base class), and so is the value model, so the
-        final save publishes the trained value model, not the fresh copy made at start."""
-        if (Path(ckpt) / VALUE_WEIGHTS).exists():
-            load_value_state(self.value_model, self.value_optimizer, ckpt)
-        return super()._finished_from(ckpt, state)
 
     def save_final(self, model_dir) -> None:
         super().save_final(model_dir)

@@ -20,6 +20,10 @@ On N processes each process grows its prompts' trees with per-node generators (k
 self-distillation pair count that normalise the loss are the whole batch's, each process's loss is multiplied
 by N (DDP averages the gradients), and the logged statistics are the whole batch's: N processes train and log
 what one does (``tests/test_distributed.py``).
+
+The edge scores and the update are public functions, :func:`edge_scores` and :func:`tree_update`, which
+:class:`DTreeRPOTrainer`'s hooks (:class:`dare.rl.hooks.RLStepHooks` ``generate_rollout`` and ``update``) and the
+parity test (``tests/parity/test_dtreerpo.py``) call alike.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ import torch
 
 from dare.diffusion.likelihood import token_entropy
 from dare.randomness import RowGenerators
+from dare.rl import step
 from dare.sampling import completion_mask as family_completion_mask
 from dare.sampling.text import encode_prompts
 from dare_grpo.loss_tree import EdgeLossInput, sd_pair_count
@@ -40,7 +45,7 @@ from dare_grpo.rollout_tree import (Tree, branch_points, grow_tree, local_advant
                                     transition_mask)
 from dare.rl.trainer import GRPOTrainer
 
-__all__ = ["TreeRollout", "DTreeRPOTrainer", "tree_edges"]
+__all__ = ["TreeRollout", "DTreeRPOTrainer", "tree_edges", "edge_scores", "score_edges", "tree_update"]
 
 
 @dataclass
@@ -87,41 +92,89 @@ def tree_edges(tree: Tree, values: list[torch.Tensor], mask_id: int, stop_ids: t
     return cat(parents), cat(attns), cat(edge_parent), cat(tokens), cat(active), cat(adv)
 
 
+def edge_scores(fn: step.LogitsFn, rollout: TreeRollout, parents: slice, temperature: float = 1.0,
+                with_entropy: bool = False) -> tuple[torch.Tensor, torch.Tensor, float]:
+    """Log-probs ``[n, G]`` float32 of the edges whose parent is in ``parents`` (0 off the active positions), their
+    edge indices ``[n]`` int64, and the summed predictive entropy of the scored positions (0 unless ``with_entropy``).
+
+    One forward of each parent state (``fn(parent, parent, attention)``, attention None when every position is
+    attended); each child's tokens are scored from its parent's logits (divided by ``temperature``).
+    """
+    ids, attn = rollout.parent_ids[parents], rollout.parent_attention[parents]
+    P = rollout.batch.prompt_length
+    am = None if bool(attn.all()) else attn
+    logits = fn(ids, ids, am)[:, P:]
+    if temperature != 1.0:
+        logits = logits / temperature
+    start = parents.start or 0
+    edges = torch.nonzero((rollout.edge_parent >= start) & (rollout.edge_parent < start + ids.shape[0])).flatten()
+    local = rollout.edge_parent[edges] - start
+    logp = torch.log_softmax(logits.float(), dim=-1)
+    G = logp.shape[1]
+    pos = torch.arange(G, device=logp.device)
+    token = logp[local[:, None], pos[None, :], rollout.edge_tokens[edges]]
+    active = rollout.active[edges]
+    token = torch.where(active, token, torch.zeros_like(token))
+    entropy = 0.0
+    if with_entropy:
+        ent = token_entropy(logits.detach())[local]
+        entropy = float((ent * active).sum())
+    return token, edges, entropy
+
+
+@torch.no_grad()
+def score_edges(fn: step.LogitsFn, rollout: TreeRollout, temperature: float = 1.0,
+                micro_batch_size: int | None = None) -> torch.Tensor:
+    """``[Ne, G]`` float32 log-probs of every edge without gradient (the old and reference scores), in chunks of
+    ``micro_batch_size`` parents."""
+    out = torch.zeros(rollout.edge_tokens.shape, dtype=torch.float32, device=rollout.edge_tokens.device)
+    for r in step.row_chunks(rollout.parent_ids.shape[0], micro_batch_size):
+        token, edges, _ = edge_scores(fn, rollout, r, temperature)
+        out[edges] = token
+    return out
+
+
+def tree_update(settings: step.StepSettings, fn: step.LogitsFn, rollout: TreeRollout, progress: float,
+                backprop: step.Backprop | None = None) -> tuple[float, dict[str, float]]:
+    """d-TreeRPO's loss (:meth:`~dare_grpo.objectives.dtreerpo.DTreeRPO.edge_loss`) over every edge of ``rollout``,
+    one forward/backward per chunk of ``micro_batch_size`` parents.
+
+    :param progress: training progress in ``[0, 1]`` (``global_step / max_steps``), which schedules the
+        self-distillation weight.
+    :returns: ``(loss of the whole batch, metrics)``; gradients are accumulated into the parameters behind ``fn``.
+    """
+    backprop = backprop or step.Backprop()
+    T = settings.temperature
+    (num_edges, sd_pairs, active), world = whole_batch_sums(rollout.edge_parent.numel(), rollout.sd_pairs,
+                                                            float(rollout.active.sum()))
+    total, metrics, forwards, entropy = 0.0, {}, 0, 0.0
+    chunks = step.row_chunks(rollout.parent_ids.shape[0], settings.params.micro_batch_size)
+    pads = backprop.pads(len(chunks))
+    for r in chunks:
+        with backprop.context():
+            token, edges, ent = edge_scores(fn, rollout, r, T, with_entropy=True)
+        old = rollout.edge_old[edges] if rollout.edge_old is not None else token.detach()
+        ref = rollout.edge_ref[edges] if rollout.edge_ref is not None else None
+        terms = settings.objective.edge_loss(
+            EdgeLossInput(current=token, old=old, ref=ref, tokens=rollout.edge_tokens[edges],
+                          active=rollout.active[edges], advantages=rollout.edge_advantages[edges],
+                          group=rollout.edge_parent[edges], num_edges=int(num_edges), sd_pairs=int(sd_pairs),
+                          progress=progress),
+        )
+        backprop.backward(terms.loss * world)
+        total += float(terms.loss.detach()) * world
+        step.accumulate_metrics(metrics, terms)
+        forwards += r.stop - r.start
+        entropy += ent
+    backprop.pad(pads, lambda: edge_scores(fn, rollout, slice(0, 1), T)[0].sum())
+    metrics, entropy, _ = whole_batch_metrics(metrics, entropy, 0.0)
+    metrics["nfe/update"] = float(forwards)
+    metrics["entropy"] = entropy / max(active, 1.0)
+    return total, metrics
+
+
 class DTreeRPOTrainer(GRPOTrainer):
     """GRPO trainer with d-TreeRPO's rollout and update (module docstring)."""
-
-    # ------------------------------------------------------------------ edge log-probs
-    def _edge_logps(self, model, rollout: TreeRollout, parents: slice, with_entropy: bool = False):
-        """Log-probs ``[n, G]`` of the edges whose parent is in ``parents`` (0 off the active positions), their
-        edge indices ``[n]``, and the summed predictive entropy of the scored positions."""
-        ids, attn = rollout.parent_ids[parents], rollout.parent_attention[parents]
-        P = rollout.batch.prompt_length
-        am = None if bool(attn.all()) else attn
-        logits = self.denoiser_logits(model, ids, ids, am)[:, P:]
-        if self.likelihood_temperature != 1.0:
-            logits = logits / self.likelihood_temperature
-        start = parents.start or 0
-        edges = torch.nonzero((rollout.edge_parent >= start) & (rollout.edge_parent < start + ids.shape[0])).flatten()
-        local = rollout.edge_parent[edges] - start
-        logp = torch.log_softmax(logits.float(), dim=-1)
-        G = logp.shape[1]
-        pos = torch.arange(G, device=logp.device)
-        token = logp[local[:, None], pos[None, :], rollout.edge_tokens[edges]]
-        active = rollout.active[edges]
-        token = torch.where(active, token, torch.zeros_like(token))
-        entropy = 0.0
-        if with_entropy:
-            ent = token_entropy(logits.detach())[local]
-            entropy = float((ent * active).sum())
-        return token, edges, entropy
-
-    @torch.no_grad()
-    def _score_edges(self, model, rollout: TreeRollout) -> torch.Tensor:
-        out = torch.zeros(rollout.edge_tokens.shape, dtype=torch.float32, device=rollout.edge_tokens.device)
-        for r in self._row_chunks(rollout.parent_ids.shape[0]):
-            token, edges, _ = self._edge_logps(model, rollout, r)
-            out[edges] = token
-        return out
 
     # ------------------------------------------------------------------ rollout
     def _leaf_batch(self, tree: Tree):
@@ -165,6 +218,8 @@ class DTreeRPOTrainer(GRPOTrainer):
         values = propagate_values(rewards.to(device), fans)
         parent_ids, parent_attn, edge_parent, tokens, active, adv = tree_edges(tree, values, self.tokens.mask_id,
                                                                                self.tokens.stop_ids)
+        if a.prompt_padding == "attend":  # the parents' prompt padding attended to (dare.rl.conventions)
+            parent_attn[:, :leaves.prompt_length] = 1
         rollout = TreeRollout(batch=leaves, texts=texts, rewards=rewards, reward_parts=parts, advantages=adv,
                               parent_ids=parent_ids, parent_attention=parent_attn, edge_parent=edge_parent,
                               edge_tokens=tokens, active=active, edge_advantages=adv,
@@ -173,10 +228,11 @@ class DTreeRPOTrainer(GRPOTrainer):
         model.eval()
         try:
             if a.num_iterations > 1:
-                rollout.edge_old = self._score_edges(model, rollout)
+                rollout.edge_old = score_edges(self.logits_fn(model), rollout, self.likelihood_temperature, a.micro_batch_size)
             if self.reference is not None:
                 with self.reference.model() as ref_model:
-                    rollout.edge_ref = self._score_edges(ref_model, rollout)
+                    rollout.edge_ref = score_edges(self.logits_fn(ref_model), rollout, self.likelihood_temperature,
+                                                     a.micro_batch_size)
         finally:
             model.train(was_training)
         every = whole_batch_values({"reward": rewards, "root": values[0], "advantage": adv,  # leaves, roots, edges
@@ -203,32 +259,7 @@ class DTreeRPOTrainer(GRPOTrainer):
         return rollout
 
     # ------------------------------------------------------------------ update
-    def _update_per_pass(self, model, rollout: TreeRollout, iteration: int) -> tuple[float, dict[str, float]]:
-        """d-TreeRPO's loss over every edge, one forward/backward per chunk of parents."""
+    def update(self, model, rollout: TreeRollout, iteration: int) -> tuple[float, dict[str, float]]:
+        """:func:`tree_update` over the model's logits at this step's training progress."""
         progress = self.state.global_step / max(self.state.max_steps, 1)
-        (num_edges, sd_pairs, active), world = whole_batch_sums(rollout.edge_parent.numel(), rollout.sd_pairs,
-                                                                float(rollout.active.sum()))
-        total, metrics, forwards, entropy = 0.0, {}, 0, 0.0
-        chunks = self._row_chunks(rollout.parent_ids.shape[0])
-        pads = self._backward_pads(len(chunks))
-        for r in chunks:
-            with self.compute_loss_context_manager():
-                token, edges, ent = self._edge_logps(model, rollout, r, with_entropy=True)
-            old = rollout.edge_old[edges] if rollout.edge_old is not None else token.detach()
-            ref = rollout.edge_ref[edges] if rollout.edge_ref is not None else None
-            terms = self.objective.edge_loss(
-                EdgeLossInput(current=token, old=old, ref=ref, tokens=rollout.edge_tokens[edges],
-                              active=rollout.active[edges], advantages=rollout.edge_advantages[edges],
-                              group=rollout.edge_parent[edges], num_edges=int(num_edges), sd_pairs=int(sd_pairs),
-                              progress=progress),
-            )
-            self._backward(terms.loss * world)
-            total += float(terms.loss.detach()) * world
-            self._accumulate(metrics, terms)
-            forwards += r.stop - r.start
-            entropy += ent
-        self._pad_backward(pads, lambda: self._edge_logps(model, rollout, slice(0, 1))[0].sum())
-        metrics, entropy, _ = whole_batch_metrics(metrics, entropy, 0.0)
-        metrics["nfe/update"] = float(forwards)
-        metrics["entropy"] = entropy / max(active, 1.0)
-        return total, metrics
+        return tree_update(self.step_settings, self.logits_fn(model), rollout, progress, self.backprop)

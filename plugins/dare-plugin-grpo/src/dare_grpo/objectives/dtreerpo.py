@@ -65,6 +65,8 @@ __all__ = ["DTreeRPO", "DTreeRPOParams", "EdgeLossInput", "sd_schedule", "self_d
 
 #: The released d-TreeRPO configuration (docs/algorithms.md §10.8).
 DTREERPO_CONFIG = "THU-BPM/d-TreeRPO@3eb6f215184bd078e948651539ce046133a68174:dtreerpo/slurm_scripts/dtreerpo.yaml"
+#: The released trainer's base (``get_logits``: the model called without an attention mask).
+DTREERPO_BASE = "THU-BPM/d-TreeRPO@3eb6f215184bd078e948651539ce046133a68174:dtreerpo/diffu_grpo_trainer.py"
 
 
 class DTreeRPOParams(RLParams):
@@ -83,6 +85,7 @@ class DTreeRPOParams(RLParams):
         OfficialSetting("sd_gamma", 2.0, f"{DTREERPO_CONFIG}:80"),
         OfficialSetting("sd_tau_max", 2.0, f"{DTREERPO_CONFIG}:81"),
         OfficialSetting("sd_beta", 0.7, f"{DTREERPO_CONFIG}:82"),
+        OfficialSetting("prompt_padding", "attend", f"{DTREERPO_BASE}:279", "DARE never attends to prompt padding"),
     )
     num_tree_samples: int = Field(4, ge=2, description="Children of the root (full trees per prompt).")
     tree_branch_factor: int = Field(4, ge=2, description="Children of every later node (T in the paper).")

@@ -159,6 +159,15 @@ class TraceRLParams(RLParams):
     value_clip_eps: float = Field(0.2, gt=0.0, description="Clip range of the value loss around the rollout-time "
                                   "values.")
 
+    def uses_reference_policy(self) -> bool:
+        """A reference copy only for ``kl_target: reference`` with ``beta > 0`` (``kl_target: rollout`` takes the KL
+        against the rollout policy, the old scores)."""
+        return self.beta > 0 and self.kl_target == "reference"
+
+    def trains_value_model(self) -> bool:
+        """``value_model: true`` (dare_grpo.trainer_tracerl)."""
+        return self.value_model
+
 
 class TraceRL(OnlineRLObjective):
     """TraceRL (arXiv 2509.06949): trajectory-aware PPO with shrinkage, optionally with its value model."""
