@@ -31,7 +31,7 @@ SEED_KEYS = ("train.seed", "eval.seed")
 #: the scores summarised per group
 METRICS = ("accuracy", "mean_reward")
 #: keys that never set runs apart: the seeds, where the run was written, and what the spec hash ignores
-_NOT_SETTINGS = (*SEED_KEYS, "output.dir", "output.overwrite", "train.resume")
+_NOT_SETTINGS = (*SEED_KEYS, "output.dir", "output.overwrite", "train.resume", "train.report_to")
 
 
 @dataclass
