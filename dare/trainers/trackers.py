@@ -52,10 +52,12 @@ def integrations(report_to: Sequence[str]) -> list[str]:
 def tracker_environment(report_to: Sequence[str], run_dir: str | os.PathLike) -> Iterator[dict[str, str]]:
     """While the block runs, the unset environment variables of the named trackers point at the run directory:
     wandb ``WANDB_DIR=<run_dir>`` (it writes ``<run_dir>/wandb``) and ``WANDB_PROJECT=dare``; MLflow
-    ``MLFLOW_TRACKING_URI=file://<run_dir>/mlruns`` (the file store) and ``MLFLOW_EXPERIMENT_NAME=dare``. trackio
+    ``MLFLOW_TRACKING_URI=file://<run_dir>/mlruns`` (the file store, with ``MLFLOW_ALLOW_FILE_STORE=true``, which
+    MLflow 3 needs for it) and ``MLFLOW_EXPERIMENT_NAME=dare``. trackio
     keeps its own local store (``TRACKIO_DIR``, default ``$HF_HOME/trackio``, which ``trackio show`` reads; project
     ``dare``, the run named after its directory). Variables already set are kept (a tracking server,
-    ``WANDB_MODE=offline``); those set here are removed afterwards.
+    ``WANDB_MODE=offline``); those set here are removed afterwards, and the wandb run is finished (transformers leaves
+    it open until the process exits).
 
     :yields: the variables set here.
     """
@@ -65,10 +67,25 @@ def tracker_environment(report_to: Sequence[str], run_dir: str | os.PathLike) ->
         wanted |= {"WANDB_DIR": str(run_dir), "WANDB_PROJECT": PROJECT}
     if "mlflow" in report_to:
         wanted |= {"MLFLOW_TRACKING_URI": (run_dir / "mlruns").as_uri(), "MLFLOW_EXPERIMENT_NAME": PROJECT}
+        if "MLFLOW_TRACKING_URI" not in os.environ:  # MLflow 3 refuses its file store unless allowed
+            wanted["MLFLOW_ALLOW_FILE_STORE"] = "true"
     added = {k: v for k, v in wanted.items() if k not in os.environ}
     os.environ.update(added)
+    failed = True
     try:
         yield added
+        failed = False
     finally:
         for k in added:
             os.environ.pop(k, None)
+        _finish_wandb(failed)
+
+
+def _finish_wandb(failed: bool) -> None:
+    """End the wandb run transformers' ``WandbCallback`` started (it leaves it open until the process exits), so its
+    records are complete when training returns (exit code 1 when training raised)."""
+    import sys
+
+    wandb = sys.modules.get("wandb")
+    if wandb is not None and getattr(wandb, "run", None) is not None:
+        wandb.finish(exit_code=1 if failed else 0)
