@@ -134,6 +134,8 @@ def test_cli_dry_run_lists_the_runs(run_cli, sft_spec, tmp_path):
     assert not (tmp_path / "sw").exists()
     code, out, _ = run_cli("sweep", "--help")
     assert "How to read DIR/comparison.md" in out and "too few seeds to test" in out and "--power" in out
+    code, _, err = run_cli("sweep", str(sft_spec), "--seeds", "0,1", "-o", str(tmp_path / "sw"), "--dry-run", "--power", "0")
+    assert code != 0 and "--power takes the difference to detect" in err and "Traceback" not in err
 
 
 def test_slurm_launcher_needs_sbatch(run_cli, sft_spec, tmp_path, monkeypatch):
