@@ -292,6 +292,18 @@ def test_gain_is_after_minus_before_in_any_order_and_the_plot_width_is_capped(tm
     many = {"groups": [{"label": f"g{i}", "stats": [{"metric": "accuracy"}]} for i in range(40)],
             "differences": [{"metric": "accuracy"}] * 200}
     assert figure_size(many) == (14.0, 9.0)  # 40 groups, 200 differences: no wider, no taller than 9 in per metric
+    rng, entries = np.random.default_rng(4), []
+    for k in range(8):  # 8 settings x 5 seeds: 28 pairs, the plot shows the 16 with the smallest Holm p
+        for seed in range(5):
+            acc = float(0.3 + 0.02 * k + rng.normal(0, 0.02))
+            _run(tmp_path / f"g{k}-{seed}", seed, f"algo{k}", acc, acc)
+            entries.append(f"g{k}-{seed}={tmp_path / f'g{k}-{seed}'}")
+    _, js, png = compare_runs(entries, tmp_path / "many")
+    diffs = [d for d in json.loads(js.read_text())["grouped"]["differences"] if d["metric"] == "accuracy"]
+    assert len(diffs) == 28
+    import matplotlib.image
+
+    assert matplotlib.image.imread(png).shape[:2] == (2 * 9 * 110, 14 * 110)
 
 
 def test_compare_cli_takes_min_seeds_and_power(tmp_path):

@@ -342,6 +342,10 @@ def grouped_markdown(stats: dict[str, Any]) -> list[str]:
     return md
 
 
+#: rows a panel of the grouped plot shows at most (groups x benchmarks, or paired differences); the tables list all
+MAX_PLOT_ROWS = 16
+
+
 def _wrap(text: str, width: int = 38) -> str:
     import textwrap
 
@@ -352,7 +356,8 @@ def plot_groups(fig, stats: dict[str, Any]) -> None:
     """Draw a grouped comparison on ``fig``: per metric (rows), left the groups (each seed's score as a point, the
     mean and its interval as a horizontal bar), right a forest plot of the paired differences (per-seed differences
     as points, the mean with its paired-t interval, the seeds x items interval as a thin line, a line at 0), one row
-    per group or difference with its label and verdict wrapped."""
+    per group or difference with its label and verdict wrapped; at most :data:`MAX_PLOT_ROWS` rows a panel (the
+    differences with the smallest Holm p), the title saying so."""
     metrics = [m for m in METRICS if any(s["metric"] == m for g in stats["groups"] for s in g["stats"])]
     diffs = stats["differences"]
     ncols = 2 if diffs else 1
@@ -361,7 +366,8 @@ def plot_groups(fig, stats: dict[str, Any]) -> None:
     for row, metric in enumerate(metrics):
         ax = axes[row][0]
         rows = [(g["label"], s) for g in stats["groups"] for s in g["stats"] if s["metric"] == metric]
-        for y, (label, s) in enumerate(rows):
+        shown_rows = rows[:MAX_PLOT_ROWS]
+        for y, (label, s) in enumerate(shown_rows):
             ax.plot(s["values"], [y] * len(s["values"]), "o", color="C0", alpha=0.6, markersize=4,
                     label="one seed" if y == 0 else None)
             if s["ci_low"] is not None:
@@ -369,16 +375,19 @@ def plot_groups(fig, stats: dict[str, Any]) -> None:
                             color="black", capsize=4, markersize=5, label=f"mean, {pct} CI" if y == 0 else None)
             else:
                 ax.plot([s["mean"]], [y], "s", color="black")
-        ax.set_yticks(range(len(rows)), [_wrap(f"{label} · {s['benchmark']}") for label, s in rows], fontsize=7)
+        ax.set_yticks(range(len(shown_rows)), [_wrap(f"{label} · {s['benchmark']}") for label, s in shown_rows], fontsize=7)
         ax.invert_yaxis()
         ax.set_xlabel(metric.replace("_", " "))
-        ax.set_title(f"{metric.replace('_', ' ')} per group", fontsize=9)
+        more = f" (first {len(shown_rows)} of {len(rows)}; all in comparison.md)" if len(rows) > len(shown_rows) else ""
+        ax.set_title(f"{metric.replace('_', ' ')} per group{more}", fontsize=9)
         ax.grid(axis="x", alpha=0.3)
         ax.legend(fontsize=7)
         if ncols == 1:
             continue
         ax = axes[row][1]
-        drows = [d for d in diffs if d["metric"] == metric]
+        every = [d for d in diffs if d["metric"] == metric]
+        drows = sorted(every, key=lambda d: (d["p_holm"] is None, d["p_holm"] or 0.0))[:MAX_PLOT_ROWS]
+        drows = [d for d in every if any(d is x for x in drows)]  # the smallest Holm p, in the table's order
         for y, d in enumerate(drows):
             ax.plot(d["per_seed"], [y] * len(d["per_seed"]), "o", color="C1", alpha=0.6, markersize=4,
                     label="one seed's difference" if y == 0 else None)
@@ -394,17 +403,19 @@ def plot_groups(fig, stats: dict[str, Any]) -> None:
                                           for d in drows], fontsize=7)
         ax.invert_yaxis()
         ax.set_xlabel(f"difference in {metric.replace('_', ' ')} (B - A)")
-        ax.set_title(f"paired differences, {metric.replace('_', ' ')} (red: significant after Holm)", fontsize=9)
+        more = f"; {len(drows)} of {len(every)}: the smallest Holm p" if len(every) > len(drows) else ""
+        ax.set_title(f"paired differences (red: significant, Holm){more}", fontsize=9)
         ax.grid(axis="x", alpha=0.3)
         if drows:
             ax.legend(fontsize=7)
 
 
 def figure_size(stats: dict[str, Any]) -> tuple[float, float]:
-    """The grouped plot's size in inches: a fixed width (12 in, 8 without differences) and 0.35 in per row of its
-    tallest panel, between 3.5 and 9 in per metric (more rows get smaller spacing, never a wider figure)."""
-    per_metric = max([sum(1 for g in stats["groups"] for s in g["stats"] if s["metric"] == m) for m in METRICS] +
-                     [sum(1 for d in stats["differences"] if d["metric"] == m) for m in METRICS])
+    """The grouped plot's size in inches: a fixed width (14 in, 8 without differences) and 0.5 in per row of its
+    tallest panel (at most :data:`MAX_PLOT_ROWS` rows), between 3.5 and 9 in per metric: never wider with more groups."""
+    per_metric = min(MAX_PLOT_ROWS, max([sum(1 for g in stats["groups"] for s in g["stats"] if s["metric"] == m)
+                                         for m in METRICS] + [sum(1 for d in stats["differences"] if d["metric"] == m)
+                                                              for m in METRICS]))
     metrics = sum(1 for m in METRICS if any(s["metric"] == m for g in stats["groups"] for s in g["stats"]))
-    height = min(9.0, max(3.5, 1.2 + 0.35 * per_metric)) * max(metrics, 1)
+    height = min(9.0, max(3.5, 1.2 + 0.5 * per_metric)) * max(metrics, 1)
     return (14.0 if stats["differences"] else 8.0), height
