@@ -135,7 +135,7 @@ def main() -> int:
     subprocess.run([*DARE, "run", str(spec), "--set", "train.seed=1", "--set", "eval.seed=1", "--set", f"output.dir={ref}"],
                    check=True, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     checks["resumed run bit-exact with an uninterrupted run"] = same_weights(victim, ref)
-    checks["grouped comparison written"] = "95% bootstrap CI" in (local / "comparison.md").read_text()
+    checks["grouped comparison written"] = "95% paired-t CI" in (local / "comparison.md").read_text()
 
     # -- the same sweep through submitit's local executor
     t1 = time.time()
@@ -150,8 +150,8 @@ def main() -> int:
     summary = {"checks": checks, "killed_at": killed_at, "resumed_from_step": resumed and int(resumed.group(1)), "numbers": numbers,
                "groups": [{"label": g["label"], **{f"{s['benchmark']}/{s['metric']}": {k: s[k] for k in (
                    "n", "mean", "std", "ci_low", "ci_high", "values")} for s in g["stats"]}} for g in grouped["groups"]],
-               "differences": [{k: d[k] for k in ("b", "a", "benchmark", "metric", "mean", "ci_low", "ci_high", "t_low",
-                                                   "t_high", "verdict")} for d in grouped["differences"]],
+               "differences": [{k: d[k] for k in ("b", "a", "benchmark", "metric", "mean", "t_low", "t_high", "item_low",
+                                                   "item_high", "p_value", "p_holm", "verdict")} for d in grouped["differences"]],
                "seconds": {"total": round(time.time() - t0), "submitit sweep": round(time.time() - t1)}}
     (work / "acceptance.json").write_text(json.dumps(summary, indent=2))
     print(json.dumps(summary, indent=2))

@@ -27,7 +27,8 @@ Sources (detected from the files in ``src``; a run directory stands for its trai
   and tokenizer files come from ``src``, else from ``--base``.
 
 The output is written by the family's model class (``save_pretrained``: official tensor names,
-sharding, ``config.json``) plus the tokenizer, verified against the config, into a temporary
+sharding, ``config.json``) plus the tokenizer and a model card (``README.md``, :func:`dare.modelcard.export_card`),
+verified against the config, into a temporary
 directory renamed into place (:func:`dare.io.atomic_dir`). It loads with ``AutoModel.from_pretrained``.
 """
 
@@ -307,10 +308,15 @@ def export_model(src: str | Path, out: str | Path, base: str | None = None, dtyp
     kind = "adapter" if (src / "adapter_config.json").is_file() else "checkpoint"
     model, tokenizer = (_merge_adapter if kind == "adapter" else _convert_checkpoint)(src, base, dtype, registry)
     family = resolve_family(model.config.model_type, registry)
+    from dare.modelcard import CARD_NAME, export_card
+    from dare.modeling.lora import adapter_base
+
+    card = export_card(src, base or (adapter_base(src) if kind == "adapter" else None), family.name, kind)
     with atomic_dir(out, overwrite=True) as tmp:
         model.save_pretrained(str(tmp))
         tokenizer.save_pretrained(str(tmp))
         verify_checkpoint(tmp, family.model_class_for(model.config), model.config)
+        (tmp / CARD_NAME).write_text(card)
     return kind
 
 

@@ -146,7 +146,18 @@ class Pipeline:
             if cached:
                 progress.stage("evaluate", f"after: kept from {run.dir / 'eval' / 'after.json'}")
             self.stages["after"] = cached or self._timed_evaluate("after")
+            self._card_with_scores(self.stages["after"])
         self.rerun = earlier if (cached or not self.do_eval) else None
+
+    def _card_with_scores(self, results) -> None:
+        """Rewrite ``model/README.md`` (atomically, main process) with the scores after training in its model-index."""
+        run = self.run
+        if not distributed.is_main() or not (run.model_dir / "config.json").is_file():
+            return
+        from dare.io import atomic_write_text
+
+        rows = [r if isinstance(r, dict) else r.to_dict(with_samples=False) for r in results]
+        atomic_write_text(run.model_dir / "README.md", run.model_card(rows))
 
     def report(self) -> None:
         """``report.{json,md}`` (with what :mod:`dare.eval.merge` keeps of an earlier command) and, after

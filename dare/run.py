@@ -288,6 +288,14 @@ class Run:
 
         return fn
 
+    def model_card(self, results: list[dict[str, Any]] | None = None) -> str:
+        """The text of ``model/README.md`` (:func:`dare.modelcard.model_card`): this run's spec, objective, sampler and
+        family, with ``results`` (the evaluation after training, as dicts) in its ``model-index``."""
+        from dare.modelcard import model_card
+
+        family = getattr(self.family, "name", None)
+        return str(model_card(self.spec, results=results, sampler=self.sampler, objective=self.objective, family=family))
+
     # ------------------------------------------------------------------ descriptions (dare.runinfo)
     def facts(self) -> runinfo.RunFacts:
         """What reports and the Ctrl-C message say about this run, as plain data (:class:`dare.runinfo.RunFacts`)."""

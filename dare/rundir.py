@@ -43,14 +43,14 @@ RUN_ENTRIES = frozenset({"run.json", "init-model", "checkpoints", "model", "metr
 EVAL_ONLY_KEYS = ("eval.benchmarks", "eval.batch_size", "eval.seed", "eval.before_train", "eval.num_threads")
 
 #: keys the spec hash ignores (:func:`dare.spec.spec_hash`), so never a difference between runs
-_IGNORED = ("output.overwrite", "train.resume", "launch")
+_IGNORED = ("output.overwrite", "train.resume", "train.report_to", "launch")
 
 
 def spec_differences(old: Any, new: Any, prefix: str = "") -> list[tuple[str, Any, Any]]:
     """Dotted keys (list items as ``key[i]``) whose values differ between two spec dumps, with both values.
 
-    A key missing on one side has the value ``"<absent>"`` there. ``output.overwrite``, ``train.resume`` and
-    ``launch`` (which the spec hash ignores) are never reported.
+    A key missing on one side has the value ``"<absent>"`` there. ``output.overwrite``, ``train.resume``,
+    ``train.report_to`` and ``launch`` (which the spec hash ignores) are never reported.
     """
     if prefix in _IGNORED:
         return []

@@ -76,6 +76,11 @@ def test_merge_adapter_export_equals_base_plus_adapter(tiny_llada_dir, adapter_d
     assert cfg.keys() == base_cfg.keys() and cfg["model_type"] == "llada"
     assert (out / "tokenizer_config.json").is_file()
     assert [p.name for p in tmp_path.iterdir()] == ["merged"]  # no temporary directory left behind
+    from huggingface_hub import ModelCard
+
+    card = ModelCard.load(out / "README.md")  # every saved model has a model card
+    assert card.data.library_name == "transformers" and card.data.tags[-1] == "llada"
+    assert card.data.base_model is None and "merged into" in card.text  # a local base is not a hub id
 
 
 def test_export_refuses_a_non_empty_directory(adapter_dir, tmp_path, run_cli):
@@ -130,6 +135,7 @@ def test_trainer_checkpoints_convert_bit_exact(tiny_llada_dir, tmp_path, layout)
     assert export_model(src, tmp_path / "out", base=str(tiny_llada_dir) if needs_base else None) == "checkpoint"
     got, want = _tensors(tmp_path / "out"), _tensors(tiny_llada_dir)
     assert got.keys() == want.keys() and all(torch.equal(got[k], want[k]) for k in want)
+    assert "converted to the official format" in (tmp_path / "out" / "README.md").read_text()
 
 
 def test_lora_tensors_inside_a_full_state_dict_are_refused(tiny_llada_dir, tmp_path):

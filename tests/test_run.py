@@ -68,6 +68,19 @@ def test_run_end_to_end_and_resume(tmp_path, tiny_llada_dir):
     samples = json.loads((out / "samples" / "after-sudoku.json").read_text())
     assert len(samples) == 8 and {"prompt", "completion", "reward", "correct"} <= set(samples[0])
 
+    # the model card: written with the model, then with the scores after training and the sampler in its model-index
+    from huggingface_hub import ModelCard
+
+    card = ModelCard.load(out / "model" / "README.md")
+    after = result["stages"]["after"][0]
+    assert card.data.library_name == "transformers" and {"dare", "llada", "sft"} <= set(card.data.tags)
+    (acc, reward) = card.data.eval_results
+    assert (acc.dataset_name, acc.metric_type, acc.metric_value) == ("sudoku", "accuracy", after["accuracy"])
+    assert (reward.metric_type, reward.metric_value) == ("mean_reward", after["mean_reward"])
+    assert acc.metric_args["rows"] == 8 and acc.metric_args["sampler"] == {  # the YAML leaves out unset parameters
+        "name": "llada", "params": {k: v for k, v in prov["sampler"]["params"].items() if v is not None}}
+    assert card.data.to_dict()["model-index"][0]["results"][0]["metrics"][0]["value"] == after["accuracy"]
+
     # running the same spec again resumes: nothing is retrained, the model is unchanged
     before = {k: v.clone() for k, v in run.model.state_dict().items()}
     run2 = Run(load_spec(tmp_path / "s.yaml", check=False))

@@ -133,7 +133,9 @@ def test_cli_dry_run_lists_the_runs(run_cli, sft_spec, tmp_path):
     assert f"pending      {tmp_path / 'sw' / 'train.max_steps=2,seed=1'}" in out and "4 runs (dry run" in out
     assert not (tmp_path / "sw").exists()
     code, out, _ = run_cli("sweep", "--help")
-    assert "How to read DIR/comparison.md" in out and "not significant" in out
+    assert "How to read DIR/comparison.md" in out and "too few seeds to test" in out and "--power" in out
+    code, _, err = run_cli("sweep", str(sft_spec), "--seeds", "0,1", "-o", str(tmp_path / "sw"), "--dry-run", "--power", "0")
+    assert code != 0 and "--power takes the difference to detect" in err and "Traceback" not in err
 
 
 def test_slurm_launcher_needs_sbatch(run_cli, sft_spec, tmp_path, monkeypatch):

@@ -129,15 +129,20 @@ def _print_stages(stages):
 @click.argument("entries", nargs=-1, required=True)
 @click.option("--output", "-o", required=True, help="Directory for comparison.{md,json,png}.")
 @click.option("--title", default="DARE comparison", show_default=True)
-def compare(entries, output, title):
+@click.option("--min-seeds", default=5, show_default=True, type=click.IntRange(min=2),
+              help="Common seeds a paired difference needs for a verdict (fewer: 'too few seeds to test').")
+@click.option("--power", "power_effect", default=None, type=float, metavar="EFFECT",
+              help="A difference in score units (e.g. 0.02): print the seeds each paired difference needs to detect it "
+                   "with 80% power, from these runs' spread (a pilot sweep).")
+def compare(entries, output, title, min_seeds, power_effect):
     """Put runs side by side: ENTRIES are LABEL=RUN_DIR[:STAGE] (stage before/after/eval, default after).
 
     RUN_DIR may be a `dare sweep` directory (all its runs). Runs that differ only by seed form groups: n, mean, std
-    and 95% bootstrap interval per benchmark, and paired differences with a significant / not significant verdict
-    (docs/scaling.md, "Reading the comparison")."""
+    and 95% t-interval per benchmark, and paired differences (gain = after - before) with a paired t-test verdict,
+    Holm-corrected, from --min-seeds seeds on (docs/scaling.md, "Reading the comparison")."""
     from dare.eval.compare import compare_runs
 
-    md, _, png = compare_runs(list(entries), output, title=title)
+    md, _, png = compare_runs(list(entries), output, title=title, min_seeds=min_seeds, power_effect=power_effect)
     click.echo(Path(md).read_text())
     if png is not None:
         click.echo(f"plot: {png}")

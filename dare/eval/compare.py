@@ -16,9 +16,11 @@ unique. The output:
 
 An entry may name a ``dare sweep`` directory (``LABEL=DIR``): it stands for the sweep's runs. Runs that differ only by seed (their ``run.json`` specs agree but for ``train.seed``/``eval.seed`` and
 ``output.dir``) form groups (:mod:`dare.eval.groups`): the comparison then starts with each group's n, mean,
-standard deviation and 95 % bootstrap interval per benchmark, and the paired difference of every two groups on
-their common seeds with a significant / not significant verdict; ``comparison.png`` shows each group's per-seed
-points, mean and interval.
+standard deviation and 95 % t-interval per benchmark (and one over seeds x test items, from the runs' per-item
+scores), the paired difference of every two groups on their common seeds with a Holm-corrected paired t-test
+verdict (from ``min_seeds`` seeds on), an interquartile mean over several benchmarks and, with ``power_effect``,
+the seeds that effect needs; ``comparison.png`` shows each group's per-seed points, mean and interval, and a
+forest plot of the paired differences.
 """
 
 from __future__ import annotations
@@ -89,12 +91,24 @@ def _context(run_dir: Path, stage: str) -> dict[str, Any]:
             "train_seconds": info.get("train_seconds"), **({"weights_step": kept} if kept is not None else {})}
 
 
-def compare_runs(entries: list, out_dir: str | Path, title: str = "DARE comparison") -> tuple[Path, Path, Path | None]:
+def compare_runs(entries: list, out_dir: str | Path, title: str = "DARE comparison", min_seeds: int = 5,
+                 power_effect: float | None = None) -> tuple[Path, Path, Path | None]:
     """Write ``comparison.md``, ``comparison.json`` and ``comparison.png`` to ``out_dir``.
 
     :param entries: ``LABEL=RUN_DIR[:STAGE]`` strings, or ``(label, run_dir, stage)`` tuples (labels may then hold ``=``).
-    :raises DareError: a malformed entry or a missing evaluation.
+    :param min_seeds: common seeds a paired difference needs for a verdict (:func:`dare.eval.stats.paired_difference`).
+    :param power_effect: a difference in score units (e.g. 0.02): the grouped comparison then gives the seeds each
+        paired difference needs to detect it with 80 % power, from its per-seed standard deviation.
+    :raises DareError: a malformed entry, a missing evaluation, ``min_seeds < 2`` or a zero or non-finite ``power_effect``.
     """
+    import math
+
+    if not (isinstance(min_seeds, int) and min_seeds >= 2):
+        raise DareError(f"the minimum number of seeds for a verdict must be an integer >= 2 (a t-test needs 2), got "
+                        f"{min_seeds!r}; e.g. --min-seeds 5")
+    if power_effect is not None and not (math.isfinite(power_effect) and power_effect != 0.0):
+        raise DareError(f"--power takes the difference to detect in score units, a non-zero number such as 0.02 "
+                        f"(2 points of accuracy); got {power_effect!r}")
     from dare.eval.report import column_notes, machine_lines, run_lines
     from dare.progress import format_seconds
 
@@ -112,10 +126,14 @@ def compare_runs(entries: list, out_dir: str | Path, title: str = "DARE comparis
     if dups:
         raise DareError(f"compare labels must be unique, but {', '.join(repr(d) for d in dups)} is given more than once; "
                         "name each entry differently, e.g. untrained=RUN:before sft=RUN:after")
-    rows = []
+    from dare.eval.groups import item_scores
+
+    rows, items = [], {}
     for label, run_dir, stage in parsed:
         ctx = _context(run_dir, stage)
-        for r in load_stage(run_dir, stage):
+        results = load_stage(run_dir, stage)
+        items[label] = item_scores(results)
+        for r in results:
             rows.append({"label": label, "run": str(run_dir), "stage": stage, **ctx, **{k: r.get(k) for k in
                          ("name", "n", "accuracy", "mean_reward", "nfe", "tokens_per_second")}})
     md = [f"# {title}\n",
@@ -150,7 +168,8 @@ def compare_runs(entries: list, out_dir: str | Path, title: str = "DARE comparis
     from dare.eval.groups import group_entries, group_statistics, grouped_markdown
 
     groups = group_entries(parsed)
-    stats = group_statistics(groups, rows) if any(len(g.entries) > 1 for g in groups) else None
+    stats = (group_statistics(groups, rows, items, min_seeds=min_seeds, power_effect=power_effect)
+             if any(len(g.entries) > 1 for g in groups) else None)
     if stats is not None:  # runs that differ only by seed: their spread first, then every run
         md[1:1] = ["", *grouped_markdown(stats), "## Runs\n"]
     js = out_dir / "comparison.json"
@@ -173,18 +192,18 @@ def _save(fig, out_png: Path) -> Path:
 
 
 def _plot_groups(stats: dict[str, Any], out_dir: Path, title: str) -> Path:
-    """``comparison.png`` of a grouped comparison: accuracy and mean reward per group (:func:`dare.eval.groups.plot_groups`)."""
+    """``comparison.png`` of a grouped comparison (:func:`dare.eval.groups.plot_groups`), its size capped by
+    :func:`dare.eval.groups.figure_size`."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from dare.eval.groups import plot_groups
+    from dare.eval.groups import figure_size, plot_groups
 
-    fig, axes = plt.subplots(1, 2, figsize=(max(10.0, 2.2 * len(stats["groups"]) * 2), 4.6))
-    plot_groups(axes, stats)
+    fig = plt.figure(figsize=figure_size(stats), layout="constrained")
+    plot_groups(fig, stats)
     fig.suptitle(title)
-    fig.tight_layout()
     return _save(fig, out_dir / "comparison.png")
 
 

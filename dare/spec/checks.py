@@ -36,6 +36,7 @@ __all__ = [
     "check_lora",
     "check_gradient_checkpointing",
     "check_packing",
+    "check_report_to",
     "check_dataset",
     "check_benchmark_data",
     "check_validation_rows",
@@ -211,6 +212,21 @@ def check_packing(ctx, problems: Problems) -> None:
     if train.packing and ctx.family is not None and not ctx.family.supports_packing:
         problems.append(("train.packing", f"model family {ctx.family.name!r} has no packed forward "
                                           "(ModelFamily.packed_logits); set train.packing: false"))
+
+
+def check_report_to(ctx, problems: Problems) -> None:
+    """``train.report_to``: every tracker's package is installed (:func:`dare.trainers.trackers.missing_trackers`), and
+    no tracker is named twice."""
+    t = ctx.spec.train
+    if t is None:
+        return
+    from dare.trainers.trackers import missing_trackers
+
+    for i, name in enumerate(t.report_to):
+        if name in t.report_to[:i]:
+            problems.append((f"train.report_to[{i}]", f"{name} is listed twice; name each tracker once"))
+    for i, message in missing_trackers(t.report_to):
+        problems.append((f"train.report_to[{i}]", message))
 
 
 def check_dataset(ds: DatasetSpec, loc: str, problems: Problems, need_prompt: bool = True) -> None:

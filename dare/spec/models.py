@@ -181,6 +181,14 @@ class TrainSpec(_Strict):
         None, gt=0, description="Tokens per packed row (block families count both halves of a pair); default the whole "
         "micro-batch in one row (with model.gradient_checkpointing: the longest example). Only with train.packing.",
     )
+    report_to: list[Literal["tensorboard", "wandb", "trackio", "mlflow"]] = Field(
+        default_factory=lambda: ["tensorboard"],
+        description="Experiment trackers the training metrics go to (besides metrics.jsonl, always written): tensorboard "
+        "(<output.dir>/tensorboard), wandb, trackio, mlflow, through transformers' Trainer integrations; [] for none. "
+        "wandb/trackio/mlflow need their package (pip install 'dare-dllm[wandb]' etc.) and read their usual environment "
+        "variables (WANDB_MODE=offline, MLFLOW_TRACKING_URI, ...); unset, wandb and MLflow write under output.dir and trackio "
+        "to its local store. See docs/run-spec.md.",
+    )
 
     @field_validator("eval_steps", "eval_limit", "save_total_limit", "max_length", mode="before")
     @classmethod
@@ -263,7 +271,7 @@ class RunSpec(_Strict):
 
 
 def spec_hash(spec: RunSpec) -> str:
-    """SHA-256 (first 16 hex digits) of the validated spec, ignoring ``output.overwrite``/``train.resume``."""
+    """SHA-256 (first 16 hex digits) of the validated spec, ignoring ``output.overwrite``/``train.resume``/``train.report_to``."""
     data = spec.model_dump(mode="json")
     data["output"].pop("overwrite", None)
     data.pop("launch", None)
@@ -271,6 +279,7 @@ def spec_hash(spec: RunSpec) -> str:
         data["eval"].pop("num_threads", None)
     if data.get("train"):
         data["train"].pop("resume", None)
+        data["train"].pop("report_to", None)  # where metrics are logged never changes the run
     blob = json.dumps(data, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 

@@ -25,6 +25,7 @@ from dare.spec.checks import (
     check_dataset,
     check_gradient_checkpointing,
     check_packing,
+    check_report_to,
     check_keep_best,
     check_lora,
     check_model,
@@ -194,6 +195,7 @@ def resolve_spec(spec: RunSpec, source: str | None = None, config_only: bool = F
     check_lora(ctx, problems)
     check_gradient_checkpointing(ctx, problems)
     check_packing(ctx, problems)
+    check_report_to(ctx, problems)
     if spec.algorithm is not None:
         ctx.objective = _component(ctx, "objective", spec.algorithm, "algorithm", _hub_family(ctx, spec.algorithm))
     if spec.sampler is not None:

@@ -28,7 +28,7 @@ from dare.errors import DareError
 from dare.io import atomic_write_json
 from dare.sweep.plan import SEED_KEYS, SweepRun, is_finished, parse_grid, parse_seeds, plan_runs, run_name
 
-__all__ = ["run_sweep", "write_comparison", "read_record", "SweepRecord", "SEED_KEYS", "SweepRun", "parse_grid", "parse_seeds", "plan_runs", "run_name",
+__all__ = ["run_sweep", "write_comparison", "power_lines", "read_record", "SweepRecord", "SEED_KEYS", "SweepRun", "parse_grid", "parse_seeds", "plan_runs", "run_name",
            "is_finished"]
 
 
@@ -67,8 +67,10 @@ def _lock(out_dir: Path):
 
 
 def run_sweep(spec_path: str, grid: list[tuple[str, list[Any]]], seeds: list[int], out_dir: str | Path, launcher,
-              overrides: list[str] | None = None, dry_run: bool = False) -> dict[str, Any]:
-    """Plan, validate and run the sweep; write ``sweep.json`` and the grouped comparison.
+              overrides: list[str] | None = None, dry_run: bool = False, min_seeds: int = 5,
+              power_effect: float | None = None) -> dict[str, Any]:
+    """Plan, validate and run the sweep; write ``sweep.json`` and the grouped comparison (``min_seeds``,
+    ``power_effect``: :func:`dare.eval.compare.compare_runs`).
 
     :param launcher: a :class:`dare.sweep.launchers.LocalLauncher` or :class:`~dare.sweep.launchers.SubmititLauncher`.
     :returns: ``{"runs": [SweepRun], "states": {name: state}, "comparison": path or None}``.
@@ -102,13 +104,15 @@ def run_sweep(spec_path: str, grid: list[tuple[str, list[Any]]], seeds: list[int
             print(f"dare sweep interrupted: the record is {out_dir / 'sweep.json'}; the same command resumes (finished runs "
                   "are kept, the others resume from their last checkpoint)", file=sys.stderr)
             raise
-        comparison = write_comparison(out_dir, runs, states, title=f"dare sweep {spec_path}")
+        comparison = write_comparison(out_dir, runs, states, title=f"dare sweep {spec_path}", min_seeds=min_seeds,
+                                      power_effect=power_effect)
     finally:
         lock.close()
     return {"runs": runs, "states": states, "comparison": comparison}
 
 
-def write_comparison(out_dir: Path, runs: list[SweepRun], states: dict[str, str], title: str) -> Path | None:
+def write_comparison(out_dir: Path, runs: list[SweepRun], states: dict[str, str], title: str, min_seeds: int = 5,
+                     power_effect: float | None = None) -> Path | None:
     """``DIR/comparison.{md,json,png}`` over the finished runs that wrote an ``after`` evaluation (None when none did):
     their ``before`` evaluations first (when the spec has ``eval.before_train``), so each setting's gain (after minus
     before, per seed) is a paired difference too. A sweep of a spec without ``algorithm:`` compares the runs'
@@ -122,8 +126,27 @@ def write_comparison(out_dir: Path, runs: list[SweepRun], states: dict[str, str]
     entries += [(r.name, r.dir, "eval") for r in finished if r not in done and (r.dir / "eval" / "eval.json").is_file()]
     if not entries:
         return None
-    md, _, _ = compare_runs(entries, out_dir, title=title)
+    md, _, _ = compare_runs(entries, out_dir, title=title, min_seeds=min_seeds, power_effect=power_effect)
     return md
+
+
+def power_lines(comparison_json: Path) -> list[str]:
+    """What ``dare sweep --power`` prints: per paired difference of ``comparison.json``, the seeds its effect needs for
+    80 % power ([] without a grouped comparison or a power table)."""
+    try:
+        pw = (json.loads(comparison_json.read_text()).get("grouped") or {}).get("power")
+    except (OSError, ValueError):
+        return []
+    if not pw:
+        return []
+    out = [f"seeds for {pw['target']:.0%} power at a difference of {pw['effect']:g} (paired t-test, alpha {pw['alpha']}):"]
+    for r in pw["rows"]:
+        need = "more than 100000" if r["seeds_needed"] is None else r["seeds_needed"]
+        out.append(f"  {r['b']} - {r['a']}, {r['benchmark']} {r['metric'].replace('_', ' ')}: {need} seeds "
+                   f"(sd {r['sd']:.4f} over {r['pilot_seeds']} pilot seeds)")
+    if not pw["rows"]:
+        out.append("  no paired difference to size: the sweep needs two settings (or before and after) on common seeds")
+    return out
 
 
 def read_record(out_dir: str | Path) -> dict[str, Any] | None:

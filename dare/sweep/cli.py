@@ -13,14 +13,18 @@ __all__ = ["sweep"]
 _EPILOG = """\b
 How to read DIR/comparison.md (and comparison.png):
   Groups: the runs of one grid setting (they differ only by seed). n = seeds,
-    mean and std over them, and the 95% bootstrap interval of the mean
-    (scipy.stats.bootstrap). The plot shows each seed's score as a point,
-    the mean as a bar and the interval as an error bar.
+    mean and std over them, the 95% t-interval of the mean (BCa bootstrap
+    from 20 seeds), and a 95% interval over seeds x test items. The plot
+    shows each seed's score as a point and the mean with its interval.
   Paired differences: for two settings, B's score minus A's on the same
-    seed, averaged over the seeds, with its bootstrap and paired-t 95%
-    intervals. "not significant" = an interval contains 0: the difference
-    may be seed noise; "significant" = both exclude 0. With 3 seeds the
-    intervals are rough: more seeds (--seeds 0-9) narrow them.
+    seed (a gain is after - before), averaged over the seeds, with its
+    paired-t 95% interval and the paired t-test, Holm-corrected across the
+    differences of the comparison. A verdict needs --min-seeds seeds
+    (default 5): fewer print "too few seeds to test" and the power at a
+    1-sd effect; equal differences on every seed print "cannot assess:
+    identical differences". The plot's right panel is a forest plot of them.
+  --power 0.02: the seeds each difference needs to detect 0.02 with 80%
+    power, from this sweep's spread (run a pilot with --seeds 0-2 first).
   Runs: every run's own scores, as `dare compare` shows them.
 
 \b
@@ -44,6 +48,11 @@ See docs/scaling.md ("Sweeps") for the cluster setup."""
                    "output.dir + '-sweep']")
 @click.option("--set", "overrides", multiple=True, help="Override a spec value for every run (repeatable).")
 @click.option("--dry-run", is_flag=True, help="List the runs (validated) and their state; run nothing.")
+@click.option("--min-seeds", default=5, show_default=True, type=click.IntRange(min=2),
+              help="Common seeds a paired difference needs for a verdict (fewer: 'too few seeds to test').")
+@click.option("--power", "power_effect", default=None, type=float, metavar="EFFECT",
+              help="A difference in score units (e.g. 0.02): the comparison gives the seeds each setting pair needs to "
+                   "detect it with 80% power, from this sweep's spread (a pilot).")
 @click.option("--launcher", type=click.Choice(["local", "slurm", "submitit-local"]), default="local", show_default=True,
               help="local: subprocesses of this command; slurm: a SLURM job array through submitit; submitit-local: "
                    "submitit's local executor (the slurm code path on this machine).")
@@ -61,7 +70,7 @@ See docs/scaling.md ("Sweeps") for the cluster setup."""
 @click.option("--slurm-timeout-min", default=24 * 60, show_default=True, type=click.IntRange(min=1),
               help="slurm: time limit of each run's job (minutes).")
 @click.option("--cpus-per-run", default=None, type=click.IntRange(min=1), help="slurm: CPUs of each run's job.")
-def sweep(spec, grids, seeds, out_dir, overrides, dry_run, launcher, parallel, gpus_per_run, accelerate_config,
+def sweep(spec, grids, seeds, out_dir, overrides, dry_run, min_seeds, power_effect, launcher, parallel, gpus_per_run, accelerate_config,
           slurm_partition, slurm_array_parallelism, slurm_timeout_min, cpus_per_run):
     """Run SPEC for every combination of --grid values times --seeds, then compare the settings over seeds.
 
@@ -95,7 +104,11 @@ def sweep(spec, grids, seeds, out_dir, overrides, dry_run, launcher, parallel, g
         chosen = SubmititLauncher(cluster="slurm" if launcher == "slurm" else "local", partition=slurm_partition,
                                   gpus_per_run=gpus_per_run, cpus_per_run=cpus_per_run, timeout_min=slurm_timeout_min,
                                   array_parallelism=slurm_array_parallelism, accelerate_config=accelerate_config)
-    out = run_sweep(spec, grid, seed_list, out_dir, chosen, overrides=list(overrides), dry_run=dry_run)
+    if power_effect is not None and not (power_effect == power_effect and abs(power_effect) not in (0.0, float("inf"))):
+        raise DareError(f"--power takes the difference to detect in score units, a non-zero number such as 0.02; got "
+                        f"{power_effect!r}")
+    out = run_sweep(spec, grid, seed_list, out_dir, chosen, overrides=list(overrides), dry_run=dry_run,
+                    min_seeds=min_seeds, power_effect=power_effect)
     for r in out["runs"]:
         click.echo(f"{out['states'][r.name]:<12} {r.dir}")
     if dry_run:
@@ -104,6 +117,11 @@ def sweep(spec, grids, seeds, out_dir, overrides, dry_run, launcher, parallel, g
     failed = [r.name for r in out["runs"] if out["states"][r.name] != "finished"]
     if out["comparison"] is not None:
         click.echo(f"comparison: {out['comparison']} (plot: {out['comparison'].with_suffix('.png')})")
+        if power_effect is not None:
+            from dare.sweep import power_lines
+
+            for line in power_lines(out["comparison"].with_suffix(".json")):
+                click.echo(line)
     click.echo(f"sweep record: {out_dir}/sweep.json")
     if failed:
         click.echo(f"{len(failed)} run(s) did not finish: {', '.join(failed)}; their logs are in {out_dir}/logs/. "

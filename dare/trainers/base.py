@@ -54,7 +54,12 @@ __all__ = ["DareConfig", "DareTrainer", "JsonlMetricsCallback", "last_complete_c
 class DareConfig(TrainingArguments):
     """Training arguments with DARE's defaults. All ``TrainingArguments`` fields are accepted."""
 
-    report_to: Any = field(default="none", metadata={"help": "Extra integrations; DARE always writes TensorBoard + JSONL."})
+    report_to: Any = field(default="none", metadata={"help": "transformers' integrations (wandb, trackio, mlflow: "
+                                                            "dare.trainers.trackers); DARE writes JSONL and TensorBoard itself."})
+    tensorboard: bool = field(default=True, metadata={"help": "Write TensorBoard scalars to tensorboard_dir (train.report_to)."})
+    project: str = field(default="dare", metadata={"help": "The trackio project (transformers' TrackioCallback)."})
+    trackio_static_space_id: Any = field(default=False, metadata={"help": "No Hub Space after training (trackio logs "
+                                                                          "locally unless TRACKIO_SPACE_ID is set)."})
     remove_unused_columns: bool = field(default=False, metadata={"help": "Keep all batch keys (dLLM collators add masks)."})
     save_strategy: str = field(default="steps", metadata={"help": "When to checkpoint."})
     logging_first_step: bool = field(default=True, metadata={"help": "Log the first step's loss."})
@@ -105,7 +110,8 @@ class DareTrainer(CheckpointSaving, Trainer):
             kwargs.setdefault("eval_dataset", [0])  # placeholder: evaluate() is ours
         callbacks = [LogFinalStepCallback(), *(kwargs.pop("callbacks", None) or [])]
         callbacks.append(JsonlMetricsCallback(targs.metrics_file or os.path.join(targs.output_dir, "metrics.jsonl")))
-        callbacks.append(TensorBoardMetricsCallback(targs.tensorboard_dir or os.path.join(targs.output_dir, "tensorboard")))
+        if targs.tensorboard:
+            callbacks.append(TensorBoardMetricsCallback(targs.tensorboard_dir or os.path.join(targs.output_dir, "tensorboard")))
         self._progress_callback = ProgressCallback()
         callbacks.append(self._progress_callback)
         super().__init__(*args, callbacks=callbacks, **kwargs)

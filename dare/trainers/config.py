@@ -17,8 +17,12 @@ def config_from_spec(train, output_dir: str, config_cls=None, **extra: Any):
     :param train: a ``dare.spec.TrainSpec``. :param output_dir: checkpoint directory.
     :param extra: more config fields (override the mapped ones), e.g. ``metrics_file``.
     """
+    from dare.trainers.trackers import integrations
+
     kwargs: dict[str, Any] = dict(
         output_dir=output_dir,
+        report_to=integrations(train.report_to),
+        tensorboard="tensorboard" in train.report_to,
         learning_rate=train.learning_rate,
         max_steps=train.max_steps,
         per_device_train_batch_size=train.per_device_batch_size,

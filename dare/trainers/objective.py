@@ -12,7 +12,7 @@
    in-training evaluation (``run.training_eval_fn()``, which ``train.keep_best`` selects on) and
    :meth:`trainer_kwargs`;
 4. ``train_or_resume`` (resume from the last complete checkpoint of the same spec), then the final
-   model saved to ``run.model_dir`` (:meth:`dare.trainers.DareTrainer.save_final`: atomic, main process
+   model saved to ``run.model_dir`` with its model card (:meth:`dare.trainers.DareTrainer.save_final`: atomic, main process
    only, never non-finite weights).
 
 An objective overrides only what differs: its datasets, its trainer class (the loss), extra trainer
@@ -111,6 +111,7 @@ class TrainerObjective(Objective):
             the metrics of :meth:`before_training`/:meth:`after_training`.
         """
         from dare.trainers.config import config_from_spec  # the trainer stack: heavy, needed only to train
+        from dare.trainers.trackers import tracker_environment
 
         spec = run.spec
         datasets = self.build_datasets(run)
@@ -121,7 +122,16 @@ class TrainerObjective(Objective):
         moe = any(getattr(run.model.config, k, None) for k in ("num_experts", "num_local_experts", "n_routed_experts"))
         overrides = {"ddp_find_unused_parameters": bool(moe), **self.config_overrides(run)}
         config = config_from_spec(spec.train, str(run.checkpoint_dir), metrics_file=str(run.dir / "metrics.jsonl"),
-                                  tensorboard_dir=str(run.dir / "tensorboard"), **overrides)
+                                  tensorboard_dir=str(run.dir / "tensorboard"), run_name=run.dir.name, **overrides)
+        with tracker_environment(spec.train.report_to, run.dir):  # the trackers' stores under the run directory
+            trainer, out, metrics = self._fit(run, config, datasets)
+        trainer.save_final(run.model_dir, card=run.model_card() if hasattr(run, "model_card") else None)
+        return {"train_loss": float(out.training_loss), "global_step": int(out.global_step),
+                "examples": len(datasets["train"]), **metrics}
+
+    def _fit(self, run, config, datasets):
+        """Build the trainer, train (or resume) and return ``(trainer, TrainOutput, metrics)``."""
+        spec = run.spec
         trainer = self.trainer_class()(
             model=run.model,
             args=config,
@@ -138,6 +148,4 @@ class TrainerObjective(Objective):
         metrics = self.before_training(trainer, datasets)
         out = trainer.train_or_resume(resume=spec.train.resume)
         metrics |= self.after_training(trainer, datasets)
-        trainer.save_final(run.model_dir)
-        return {"train_loss": float(out.training_loss), "global_step": int(out.global_step),
-                "examples": len(datasets["train"]), **metrics}
+        return trainer, out, metrics

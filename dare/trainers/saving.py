@@ -113,14 +113,18 @@ class CheckpointSaving:
         if self.args.should_save:
             save_merged(self.model, output_dir, tokenizer=self.processing_class)
 
-    def save_final(self, model_dir: str | os.PathLike) -> None:
+    def save_final(self, model_dir: str | os.PathLike, card: str | None = None) -> None:
         """Write the trained model to ``model_dir`` in the official format (a LoRA run: merged, with the
         adapter in ``adapter/``): staged, renamed by the main process, never with non-finite weights, and without
-        ``Trainer``'s ``training_args.bin`` (a pickle: never shipped with a model)."""
+        ``Trainer``'s ``training_args.bin`` (a pickle: never shipped with a model).
+
+        :param card: the model card's text (:mod:`dare.modelcard`), staged as ``README.md`` with the weights."""
         def write(staged: str) -> None:
             self.save_model(staged)
             for p in Path(staged).rglob("training_args.bin") if distributed.is_main() else ():
                 p.unlink(missing_ok=True)
+            if card is not None and distributed.is_main():
+                (Path(staged) / "README.md").write_text(card)
 
         self._publish(model_dir, "the final model", write)
 
