@@ -24,7 +24,7 @@ Layers, outermost first (see docs/sandbox.md for what each stops)
     a remount under bubblewrap), so no file the program writes can be mapped executable.
   * **seccomp** (:mod:`.seccomp`, Linux x86-64/arm64) and a new empty **session keyring**: no memfd,
     no writable or anonymous executable memory, no SysV IPC, no keyring, no ``prlimit`` of other
-    processes, no ``AF_UNIX`` socket, no namespaces or mounts (root in process mode: no fork).
+    processes, no ``socket()`` of any address family, no namespaces or mounts (root in process mode: no fork).
   * the in-interpreter **guard** (:mod:`.guard`): no sockets, subprocesses, kill, ``setrlimit``,
     ctypes calls or writes outside; a Python-level layer, not a boundary.
   * **separate tests** (:mod:`.remote`): with ``tests``, the tests run in another process that gets

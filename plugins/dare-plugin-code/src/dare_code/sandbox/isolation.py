@@ -270,6 +270,6 @@ def active_layers(requested: str = "auto", packages: tuple[str, ...] = DEFAULT_P
                        "or bwrap's /tmp remounted; root or unprivileged user namespaces: the run's layers say "
                        "'noexec') + seccomp (no memfd, no W+X or anonymous executable memory, no mprotect to exec)",
         "ipc_keyring_processes": "seccomp: no SysV IPC or POSIX queues, no keyring (new empty session keyring), "
-                                 "prlimit on itself only, no AF_UNIX socket()"
+                                 "prlimit on itself only, no socket() of any family"
                                  + (", no fork (root in process mode)" if iso.mode == "process" and os.geteuid() == 0 else ""),
     }

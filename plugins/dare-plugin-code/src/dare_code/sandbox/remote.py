@@ -135,6 +135,10 @@ def _perform(message, namespace, baseline, resolve, refer, wire):
 
 
 # ----------------------------------------------------------------------------------- test side
+#: exceptions that end an iteration in the test process: from the program they fail the test instead
+_ITERATION_ENDS = (StopIteration, StopAsyncIteration)
+
+
 class ProgramGone(Exception):
     """The program's process ended or sent something that is not a well-formed reply."""
 
@@ -174,6 +178,10 @@ class _Link:
                 raise ProgramGone(str(exc)) from None
         if type(reply) is list and len(reply) == 3 and reply[0] == "x" and all(type(p) is str for p in reply[1:]):
             cls = getattr(builtins, reply[1], None)
+            if cls in _ITERATION_ENDS and message[0] != "next":
+                # PEP 479 style: a StopIteration out of the program's function would end the test's
+                # own map()/filter()/next() loop early (all([]) is True); it fails the test instead
+                raise RuntimeError(f"the program raised {reply[1]}: {reply[2]}")
             if isinstance(cls, type) and issubclass(cls, Exception) and cls is not ProgramGone:
                 raise cls(reply[2])
             raise RemoteError(f"{reply[1]}: {reply[2]}")
