@@ -213,10 +213,11 @@ def tests(cfg: dict, source: str, fds: dict) -> None:
         identity.drop_capabilities()
         _confine(cfg, [], True)
         os.chdir("/")
-        setup = [tuple(u) for u in cfg["units"][: cfg["setup_count"]]]
+        setup = [tuple(u) for u in cfg["units"][: cfg["setup_count"]] + cfg.get("test_units", [])]
+        bound = cfg.get("bound_names")
         status = remote.run_tests(
             setup, (cfg["tests_name"], source), fds["request"], fds["reply"], frozenset(cfg["entry_points"]),
-            frozenset(cfg["packages"]),
+            frozenset(cfg["packages"]), None if bound is None else frozenset(bound),
         )
     except BaseException:  # noqa: BLE001 - a broken test process is a failed run
         try:

@@ -220,6 +220,8 @@ def run_python(
     setup_units: int = 0,
     entry_points: Sequence[str] = (),
     packages: Sequence[str] = DEFAULT_PACKAGES,
+    test_setup: str | None = None,
+    bound_names: Sequence[str] | None = None,
 ) -> SandboxResult:
     """Run Python source units, in order and in one namespace, in a fresh sandbox; with ``tests``,
     run those in a separate process against the program (:mod:`dare_code.sandbox.remote`).
@@ -237,6 +239,11 @@ def run_python(
     :param entry_points: names the program provides to the tests even where they shadow a built-in
         or setup name (the function under test).
     :param packages: third-party packages the program and tests may import (default: numpy).
+    :param test_setup: trusted source only the test process runs, after the setup units (the task's
+        helpers its tests call); the names it defines are never taken from the program.
+    :param bound_names: the only names the tests take from the program (the entry points and what
+        the task declares the program must define); None: every name the tests use that neither a
+        built-in nor the setup defines.
     :returns: the result; a program that fails, hangs or misbehaves yields a result, never an exception.
     :raises SandboxError: the sandbox itself cannot run here (e.g. ``uid`` without root) or its
         runner failed.
@@ -261,6 +268,8 @@ def run_python(
             "setup_count": int(setup_units),
             "tests_name": None if tests is None else "tests.py",
             "entry_points": list(entry_points),
+            "test_units": [] if test_setup is None else [["task.py", test_setup]],
+            "bound_names": None if bound_names is None else list(bound_names),
             "packages": list(seen.packages),
             "sys_path": list(seen.sys_path),
             "readable": seen.readable(),

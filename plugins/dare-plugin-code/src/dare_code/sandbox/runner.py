@@ -20,7 +20,9 @@ test source (only when the config says there are tests). It runs as up to three 
   test process's exit status is the verdict; the program cannot write to it.
 
 Config keys: ``units`` ([name, source] pairs), ``setup_count`` (leading units the test process runs
-too), ``tests_name`` (null: no tests), ``entry_points``, ``packages``, ``sys_path``, ``readable``,
+too), ``test_units`` (trusted [name, source] pairs only the test process runs), ``bound_names`` (the
+only names the tests take from the program, or null), ``tests_name`` (null: no tests), ``entry_points``,
+``packages``, ``sys_path``, ``readable``,
 ``listable``, ``workdir``, ``bwrap`` (bool), ``timeout_s``, ``cpu_time_s``, ``memory_mb``,
 ``max_processes``, ``max_file_mb``, ``max_disk_mb``, ``uid`` (int or null), ``read_all`` (bool),
 ``tasks_cgroup`` (the ``cgroup.procs`` file the program joins, or null).
