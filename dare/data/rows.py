@@ -16,7 +16,7 @@ from typing import Any
 from dare.errors import DataError
 from dare.io import resolve_path
 
-__all__ = ["load_rows", "dataset_columns", "dataset_rows", "first_row", "sample_rows", "to_python", "SAMPLE_ROWS"]
+__all__ = ["load_rows", "lone_surrogate", "dataset_columns", "dataset_rows", "first_row", "sample_rows", "to_python", "SAMPLE_ROWS"]
 
 #: rows ``dare validate`` reads (from ``offset``) to check example lengths and JSONL column types
 SAMPLE_ROWS = 64
@@ -196,6 +196,29 @@ def sample_rows(path: str, offset: int = 0, n: int = SAMPLE_ROWS) -> list[dict]:
         return []
 
 
+def lone_surrogate(value: Any, where: str = "") -> tuple[str, tuple[int, str]] | None:
+    """The first string in a parsed JSON value that is not valid Unicode (it holds a lone UTF-16 surrogate,
+    U+D800..U+DFFF, which JSON's ``\\uXXXX`` escapes can express): ``(key path, (character index, the
+    surrogate))`` with the path as ``prompt[0].content``; None when every string is valid."""
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            return where or "(the row)", (exc.start, value[exc.start])
+        return None
+    if isinstance(value, dict):
+        for key, item in value.items():
+            path = f"{where}.{key}" if where else str(key)
+            found = lone_surrogate(key, path) or lone_surrogate(item, path)
+            if found is not None:
+                return found
+    elif isinstance(value, list):
+        for n, item in enumerate(value):
+            if (found := lone_surrogate(item, f"{where}[{n}]")) is not None:
+                return found
+    return None
+
+
 def load_rows(
     path: str, limit: int | None = None, split: str = "train", columns: list[str] | None = None, offset: int = 0
 ) -> list[dict]:
@@ -247,9 +270,16 @@ def load_rows(
                     if seen <= offset:
                         continue
                     try:
-                        rows.append(json.loads(line))
+                        row = json.loads(line)
                     except json.JSONDecodeError as exc:
                         raise DataError(f"{path!r} line {i + 1} is not JSON: {exc}") from None
+                    if "\\u" in line and (bad := lone_surrogate(row)) is not None:
+                        where, at = bad
+                        raise DataError(f"{path!r} line {i + 1}, column {where!r}: the text holds a lone UTF-16 "
+                                        f"surrogate (\\u{ord(at[1]):04x} at character {at[0]}), valid as a JSON escape but "
+                                        "not Unicode text, which no tokenizer can encode; fix or remove that row (a "
+                                        "surrogate pair such as \\ud83d\\ude00 is fine)")
+                    rows.append(row)
         del cols
     for col in columns or []:
         if rows and col not in rows[0]:

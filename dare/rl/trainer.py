@@ -61,6 +61,7 @@ from dare.rl.advantages import group_advantages, zero_std_groups
 from dare.rl.conventions import attend_prompt_padding, score_through_first_stop
 from dare.rl.batch_totals import whole_batch_values
 from dare.rl.prompts import RepeatChunkSampler, collate_prompts
+from dare.rl.reward_guard import NonFiniteRewardGuard
 from dare.rl.rollout import Rollout, sample_completions, score_completions
 from dare.rl.update import PolicyUpdate
 from dare.trainers.base import DareTrainer
@@ -107,6 +108,7 @@ class GRPOTrainer(PolicyUpdate, DareTrainer):
         self.estimator = estimator
         self.sampler = sampler
         self.reward = reward
+        self.reward_guard = NonFiniteRewardGuard(self.args.max_nonfinite_steps)
         self.likelihood_temperature = objective.resolved_likelihood_temperature(sampler)
         # per-example generators (dare.randomness), keyed by (seed, step, completion index) at each rollout
         self.row_generators = self.own_decoder_draws_per_row or getattr(sampler, "supports_row_generators", False)
@@ -208,6 +210,8 @@ class GRPOTrainer(PolicyUpdate, DareTrainer):
         texts, rewards, parts, score_stats = score_completions(
             batch, self.processing_class, self.tokens, self.reward, inputs["row"], a.group_size
         )
+        if hasattr(self.reward, "take_nonfinite"):  # names a NaN/Inf reward; stops after max_nonfinite_steps
+            self.reward_guard.observe(self.reward.take_nonfinite(), self.state.global_step + 1, self.args.max_steps)
         advantages = group_advantages(rewards, a.group_size, a.advantage, a.advantage_std_eps).to(batch.input_ids.device)
         rollout = Rollout(batch=batch, texts=texts, rewards=rewards, reward_parts=parts, advantages=advantages)
         rollout.passes = [self._draw_passes(batch, i) for i in range(a.num_iterations)]

@@ -61,8 +61,10 @@ See docs/scaling.md ("Sweeps") for the cluster setup."""
 @click.option("--slurm-timeout-min", default=24 * 60, show_default=True, type=click.IntRange(min=1),
               help="slurm: time limit of each run's job (minutes).")
 @click.option("--cpus-per-run", default=None, type=click.IntRange(min=1), help="slurm: CPUs of each run's job.")
+@click.option("--max-runs", default=1000, show_default=True, type=click.IntRange(min=1),
+              help="The most runs (grid combinations x seeds) the sweep plans; more is refused before any validation.")
 def sweep(spec, grids, seeds, out_dir, overrides, dry_run, launcher, parallel, gpus_per_run, accelerate_config,
-          slurm_partition, slurm_array_parallelism, slurm_timeout_min, cpus_per_run):
+          slurm_partition, slurm_array_parallelism, slurm_timeout_min, cpus_per_run, max_runs):
     """Run SPEC for every combination of --grid values times --seeds, then compare the settings over seeds.
 
     Every run is a normal run directory DIR/<settings>,seed=<s> (e.g. algorithm.name=d1,seed=0). All runs are
@@ -71,10 +73,13 @@ def sweep(spec, grids, seeds, out_dir, overrides, dry_run, launcher, parallel, g
     others from their last checkpoint. At the end DIR/comparison.md and comparison.png group the runs of each
     setting and say which differences exceed seed noise (below).
     """
-    from dare.sweep import parse_grid, parse_seeds, run_sweep
+    from dare.sweep import check_run_count, count_seeds, parse_grid, parse_seeds, run_sweep
     from dare.sweep.launchers import LocalLauncher, SubmititLauncher
 
     grid = parse_grid(list(grids))
+    n_seeds = count_seeds(seeds)
+    if n_seeds is not None:  # before the seeds are expanded and any run is validated
+        check_run_count(grid, n_seeds, max_runs)
     seed_list = parse_seeds(seeds)
     if out_dir is None:
         from dare.spec import load_spec
@@ -95,7 +100,8 @@ def sweep(spec, grids, seeds, out_dir, overrides, dry_run, launcher, parallel, g
         chosen = SubmititLauncher(cluster="slurm" if launcher == "slurm" else "local", partition=slurm_partition,
                                   gpus_per_run=gpus_per_run, cpus_per_run=cpus_per_run, timeout_min=slurm_timeout_min,
                                   array_parallelism=slurm_array_parallelism, accelerate_config=accelerate_config)
-    out = run_sweep(spec, grid, seed_list, out_dir, chosen, overrides=list(overrides), dry_run=dry_run)
+    out = run_sweep(spec, grid, seed_list, out_dir, chosen, overrides=list(overrides), dry_run=dry_run,
+                    max_runs=max_runs)
     for r in out["runs"]:
         click.echo(f"{out['states'][r.name]:<12} {r.dir}")
     if dry_run:
