@@ -32,6 +32,7 @@ FILE_KIND: dict[str, str] = {
     "test_sandbox_corpus.py": "process",
     "test_rewards_code.py": "process",
     "test_kernel_layers.py": "process",     # the code plugin's kernel-layer checks
+    "test_task_helpers.py": "process",      # the code plugin: HumanEval/38 and /50 in the sandbox
     "test_remote_backend.py": "process",    # the code plugin's remote backend against a local stub service
     "test_lmeval_acceptance.py": "process",
     "test_lmeval_model.py": "process",
