@@ -66,9 +66,12 @@ class WeightedReward:
         self._deadline.arm(timeout_s, describe)
         try:
             value = fn.score(completion, sample)
-        except KeyboardInterrupt:
+        except KeyboardInterrupt:  # the watchdog's interrupt, or Ctrl-C
             if self._deadline.disarm():
                 raise self._deadline.error() from None
+            raise
+        except BaseException:
+            self._deadline.disarm()
             raise
         if self._deadline.disarm():
             raise self._deadline.error()

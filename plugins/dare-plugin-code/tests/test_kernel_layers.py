@@ -264,3 +264,54 @@ print(" ".join(out))
                          "_testcapi:refused", "_testinternalcapi:refused"]
     if sys.version_info[:2] == (3, 11):  # both modules exist there
         assert words[5:] == ["spec:refused", "create:refused"]
+
+
+_THREADS = """
+import threading, time
+threading.stack_size(32768)
+started = 0
+try:
+    for _ in range(700):
+        threading.Thread(target=time.sleep, args=(30,), daemon=True).start()
+        started += 1
+except RuntimeError as exc:
+    print("stopped:", exc)
+print("started", started)
+"""
+
+
+@pytest.mark.parametrize("cgroup", [True, False], ids=["pids-cgroup", "watchdog"])
+def test_threads_are_capped_in_process_mode(cgroup, monkeypatch):
+    """Process mode (the caller's uid; as root RLIMIT_NPROC does not bind) caps tasks, threads included, at
+    max_processes: the pids cgroup refuses the 8th thread where one can be made; without it (patched away)
+    the supervisor's watchdog counts ``Threads:`` and kills the tree (``killed_for == "tasks"``)."""
+    from dare_code.sandbox import SandboxLimits, run_python, taskcap
+    from dare_code.sandbox.isolation import Isolation
+
+    if cgroup and taskcap.cgroup_parent() is None:
+        pytest.skip("no pids cgroup can be made here (needs root and a pids controller)")
+    if not cgroup:
+        monkeypatch.setattr(taskcap, "cgroup_parent", lambda: None)
+    limits = SandboxLimits(timeout_s=5.0, cpu_time_s=5, memory_mb=512, max_processes=8)
+    result = run_python([_THREADS], limits, Isolation("process"))
+    assert result.layers["tasks_cgroup"] is cgroup
+    if cgroup:
+        assert result.passed and "started 7" in result.stdout and result.peak_tasks <= 8
+    elif os.geteuid() == 0:
+        assert result.killed_for == "tasks" and not result.passed and result.peak_tasks > 8
+    else:  # RLIMIT_NPROC binds a non-root caller: the thread start fails
+        assert "stopped:" in result.stdout
+    assert result.leftover >= 0 and result.elapsed_s < limits.timeout_s + 5
+
+
+def test_task_cgroup_is_removed_after_the_run():
+    """The run's cgroup is gone afterwards (no directory left under the pids hierarchy)."""
+    from dare_code.sandbox import SandboxLimits, run_python, taskcap
+
+    parent = taskcap.cgroup_parent()
+    if parent is None:
+        pytest.skip("no pids cgroup can be made here (needs root and a pids controller)")
+    before = {p.name for p in Path(parent).iterdir() if p.name.startswith("dare-sandbox-")}
+    result = run_python(["x = 1"], SandboxLimits(timeout_s=5.0))
+    assert result.passed and result.layers["tasks_cgroup"] is True
+    assert {p.name for p in Path(parent).iterdir() if p.name.startswith("dare-sandbox-")} <= before
