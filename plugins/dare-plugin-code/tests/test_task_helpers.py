@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ast
 import json
+import os
 
 import pytest
 
@@ -57,7 +58,11 @@ def _test_source(row: dict) -> str:
     return "\n".join(asserts) if isinstance(asserts, list) else truth
 
 
-@pytest.mark.parametrize("name", sorted(HELPER_CALLS))
+_SLOW = [pytest.mark.slow, pytest.mark.skipif(os.environ.get("DARE_SLOW") != "1",
+                                               reason="slow (HumanEval+'s tests are ~30 s of parsing here): set DARE_SLOW=1")]
+
+
+@pytest.mark.parametrize("name", ["humaneval", pytest.param("humanevalplus", marks=_SLOW), "mbpp"])
 def test_scan_for_tests_that_call_a_helper_the_program_could_define(name):
     """Every row: the names its tests read that neither they, a built-in, the prelude nor the task's prompt
     helpers define are only the function under test (MBPP: the names its asserts call); the helpers its
@@ -65,23 +70,25 @@ def test_scan_for_tests_that_call_a_helper_the_program_could_define(name):
     found, inputs = {}, {}
     for row in _rows(name):
         index = row["extra_info"]["index"]
-        source = _test_source(row)
+        tree = ast.parse(_test_source(row))  # once: HumanEval+'s tests are megabytes
         if name == "mbpp":
-            names = program_names(source)
-            calls = {n.func.id for n in ast.walk(ast.parse(source)) if isinstance(n, ast.Call)
-                     and isinstance(n.func, ast.Name)}
+            names = program_names(tree)
+            calls = {n.func.id for n in ast.walk(tree) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)}
             if len(set(names) & calls) > 1:
                 found[index] = sorted(set(names) & calls)
             if len(names) > 1:
                 inputs[index] = names
             continue
         entry = entry_point(row, "")
-        without_prompt = [n for n in program_names(source) if n != entry]
+        without_prompt = [n for n in program_names(tree) if n != entry]
         if without_prompt:
             found[index] = without_prompt
         helpers = task_helpers(row, [entry])
-        assert [n for n in program_names(source, helpers) if n != entry] == [], index
-        assert declared_names(build_tests(row, "def x(): pass")[0], entry, helpers) == [entry], index
+        if helpers is not None:  # the trusted unit runs on its own (imports included) and covers every helper
+            assert [n for n in program_names(tree, helpers) if n != entry] == [], index
+            exec(compile(PRELUDE + helpers, "task.py", "exec"), {"__name__": "task"})
+        if name == "humaneval":
+            assert declared_names(build_tests(row, "def x(): pass")[0], entry, helpers) == [entry], index
     assert found == HELPER_CALLS[name]
     if name == "mbpp":
         assert inputs == MBPP_PROGRAM_INPUTS
@@ -132,6 +139,16 @@ def test_humaneval_38_and_50_need_a_solution(config, index, helper, entry, solut
     cheat = code_outcome(RECORDER.format(helper=helper, entry=entry), row, LIMITS, isolation=iso)
     assert cheat.score == 0.0 and "AssertionError" in cheat.result.tests_stderr
     assert code_outcome(solution, row, LIMITS, isolation=iso).score == 1.0
+
+
+def test_task_helpers_of_a_fenced_chat_prompt():
+    """A chat prompt with instructions and a fenced block: the helpers are the block's functions but the
+    entry point; the fence and the text around it are not code."""
+    prompt = [{"role": "user", "content": "Complete this:\n```python\nimport math\n\ndef helper(x):\n    return "
+               "math.floor(x)\n\n\ndef solve(x):\n    \"\"\"Use helper.\"\"\"\n```\nThanks."}]
+    assert task_helpers({"prompt": prompt}, ["solve"]) == "import math\n\ndef helper(x):\n    return math.floor(x)\n"
+    assert task_helpers({"prompt": "def solve(x):\n    \"\"\"Only the entry point.\"\"\"\n"}, ["solve"]) is None
+    assert task_helpers({"prompt": "Write a function that adds two numbers."}, ["add"]) is None
 
 
 def test_the_recorder_passes_when_the_program_provides_the_helper():

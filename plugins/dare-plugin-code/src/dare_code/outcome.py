@@ -226,6 +226,8 @@ def tested_names(test_source: str) -> list[str]:
 
 
 _CODE_START = re.compile(r"^(?:def |async def |class |import |from |@)", re.MULTILINE)
+_FENCE_END = re.compile(r"^```", re.MULTILINE)
+_CHECK_DEF = re.compile(r"^def check\(", re.MULTILINE)
 _HELPER_NODES = (ast.Import, ast.ImportFrom, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Assign,
                  ast.AnnAssign)
 
@@ -236,14 +238,17 @@ def task_helpers(sample: dict[str, Any], entry_points: list[str]) -> str | None:
     ``encode_shift``, /32's ``poly``). The test process runs it, so a helper the tests call with the
     expected answer (``candidate(encode_cyclic(s)) == s``) is never the program's. The prompt's code
     starts at its first top-level ``def``/``class``/``import``/``from``/decorator line (a chat prompt's
-    instruction text comes before it); None when there is no such code or it does not parse.
+    instruction text comes before it) and ends at a closing code fence, if any; None when there is no
+    such code or it does not parse.
     """
     text = _prompt_text(sample)
     start = _CODE_START.search(text)
     if start is None:
         return None
+    code = text[start.start():]
+    fence = _FENCE_END.search(code)
     try:
-        tree = ast.parse(text[start.start():])
+        tree = ast.parse(code if fence is None else code[:fence.start()])
     except (SyntaxError, ValueError):
         return None
     kept = [n for n in tree.body if isinstance(n, _HELPER_NODES) and getattr(n, "name", None) not in entry_points]
@@ -252,43 +257,46 @@ def task_helpers(sample: dict[str, Any], entry_points: list[str]) -> str | None:
     return ast.unparse(ast.Module(body=kept, type_ignores=[])) + "\n"
 
 
-def _defined(tree: ast.AST) -> set[str]:
-    """Every name a piece of code binds anywhere (definitions, assignments, imports, parameters)."""
-    out: set[str] = set()
+def _names(tree: ast.AST) -> tuple[set[str], set[str]]:
+    """``(bound, read)``: every name a piece of code binds anywhere (definitions, assignments, imports,
+    parameters) and every name it reads, in one walk."""
+    bound: set[str] = set()
+    read: set[str] = set()
     for n in ast.walk(tree):
-        if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            out.add(n.name)
-        elif isinstance(n, ast.Name) and isinstance(n.ctx, (ast.Store, ast.Del)):
-            out.add(n.id)
+        if isinstance(n, ast.Name):
+            (read if isinstance(n.ctx, ast.Load) else bound).add(n.id)
+        elif isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            bound.add(n.name)
         elif isinstance(n, ast.alias):
-            out.add((n.asname or n.name).split(".")[0])
+            bound.add((n.asname or n.name).split(".")[0])
         elif isinstance(n, ast.arg):
-            out.add(n.arg)
-    return out
+            bound.add(n.arg)
+    return bound, read
 
 
-def program_names(test_source: str, helpers: str | None = None) -> list[str]:
+def program_names(tests: str | ast.Module, helpers: str | None = None) -> list[str]:
     """Names the tests use that only the program can provide: read but never bound by the tests,
     not a built-in or :data:`PRELUDE` name, not defined by the task's trusted ``helpers``.
 
+    :param tests: the test source, or its parsed module (HumanEval+'s tests are megabytes: parse once).
     :raises SyntaxError: the test source or the helpers do not parse.
     """
-    tree = ast.parse(test_source)
-    own = _defined(tree) | _STANDARD | (_defined(ast.parse(helpers)) if helpers else set())
-    used = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
-    return sorted(used - own)
+    bound, read = _names(ast.parse(tests) if isinstance(tests, str) else tests)
+    own = bound | _STANDARD | (_names(ast.parse(helpers))[0] if helpers else set())
+    return sorted(read - own)
 
 
-def declared_names(test_source: str, entry: str | None, helpers: str | None = None) -> list[str]:
+def declared_names(test_source: str, entry: str | None, helpers: str | None = None,
+                   tested: list[str] | None = None) -> list[str]:
     """The names the tests take from the program: for test code that calls ``check(<entry point>)``
     (HumanEval, HumanEval+) the entry point alone; for assert statements (MBPP) the names they use
     that only the program can provide (:func:`program_names`, the task shows these asserts); both
-    with the :func:`tested_names` that shadow a built-in.
+    with the :func:`tested_names` that shadow a built-in (``tested``: already computed).
 
     :raises SyntaxError: the test source does not parse.
     """
     base = [entry] if entry is not None and f"check({entry})" in test_source else program_names(test_source, helpers)
-    return sorted(set(base) | set(tested_names(test_source)))
+    return sorted(set(base) | set(tested_names(test_source) if tested is None else tested))
 
 
 def extract_program(
@@ -326,17 +334,17 @@ def code_outcome(
     if tests is None:
         return CodeOutcome(0.0, program, None)
     source, n_tests = tests
-    checks = _defines_check(ast.parse(source))
-    entry = entry_point(sample, program) if checks else None
+    entry = entry_point(sample, program) if _CHECK_DEF.search(source) else None
     helpers = task_helpers(sample, [entry] if entry else [])
     if isinstance(isolation, str) and isolation not in _reported:
         _reported.add(isolation)
         log.info("code reward sandbox (isolation %r): %s", isolation, active_layers(isolation))
     budget = min(limits.timeout_s, per_test_timeout_s * n_tests)
     run_limits = replace(limits, timeout_s=budget)
+    tested = tested_names(source)
     result = run_python(
-        [PRELUDE, program], run_limits, isolation, tests=source, setup_units=1, entry_points=tested_names(source),
-        test_setup=helpers, bound_names=declared_names(source, entry, helpers),
+        [PRELUDE, program], run_limits, isolation, tests=source, setup_units=1, entry_points=tested,
+        test_setup=helpers, bound_names=declared_names(source, entry, helpers, tested),
     )
     if not result.passed:
         log.debug("code program failed (unit %s, exit %s, timed out %s): %s", result.failed_unit, result.returncode,
