@@ -58,7 +58,8 @@ class CallDeadline:
             self._active = self._calls
             self._deadline = time.monotonic() + timeout_s
             self._describe = describe
-            self._target = threading.get_ident()
+            # Python runs signal handlers in the main thread only: another caller is not interrupted
+            self._target = threading.get_ident() if threading.current_thread() is threading.main_thread() else 0
             self._cv.notify()
 
     def disarm(self) -> bool:
@@ -80,10 +81,11 @@ class CallDeadline:
                     self._cv.wait(None if self._active is None else self._deadline - time.monotonic())
                 call = self._fired = self._active
                 target = self._target
-            try:
-                signal.pthread_kill(target, signal.SIGINT)
-            except (OSError, ValueError):
-                pass
+            if target:
+                try:
+                    signal.pthread_kill(target, signal.SIGINT)
+                except (OSError, ValueError):
+                    pass
             end = time.monotonic() + GRACE_S
             with self._cv:
                 while self._active == call and time.monotonic() < end:
