@@ -64,6 +64,8 @@ FILE_KIND: dict[str, str] = {
     "test_recipes.py": "train",             # the real 7-16B configs on the meta device; 2 training steps per recipe
 }
 TEST_KIND: dict[str, str] = {
+    # a reward that never returns ends a fresh Python with the watchdog's paragraph
+    "test_rewards.py::test_a_reward_that_blocks_the_interrupt_ends_the_process_with_the_paragraph": "process",
     "test_progress.py::test_ctrl_c_says_what_was_saved_and_how_to_resume": "train",
     "test_progress.py::test_ctrl_c_during_the_evaluation_before_training": "train",
     # a fresh Python importing DARE (what it imports, start-up time)
