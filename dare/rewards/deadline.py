@@ -1,10 +1,12 @@
 """A time limit on one reward call: a reward that never returns stops the run with one paragraph.
 
 :class:`CallDeadline` arms a watchdog thread around a call. When the call overruns ``timeout_s`` the
-watchdog sends SIGINT to the calling thread (the main thread, where rewards are scored): a Python
-loop or a blocking system call (``time.sleep``, a read) is interrupted there with
-:class:`KeyboardInterrupt`, which :meth:`CallDeadline.check` turns into :class:`RewardTimeoutError`
-(a :class:`~dare.errors.DareError`: the CLI prints it, exit status 2). A call that does not return
+watchdog sends SIGINT to the calling thread when that is the main thread (where rewards are scored;
+Python runs signal handlers there only): a Python loop or a blocking system call (``time.sleep``, a
+read) is interrupted with :class:`KeyboardInterrupt`, which the caller turns into
+:class:`RewardTimeoutError` when :meth:`CallDeadline.disarm` reports the overrun (a
+:class:`~dare.errors.DareError`: the CLI prints it, exit status 2;
+:class:`dare.rewards.WeightedReward` does this for every reward call). A call that does not return
 :data:`GRACE_S` seconds later (C code that never checks for signals, a reward that swallows
 ``KeyboardInterrupt``, a call outside the main thread) ends the process: the watchdog writes the same
 paragraph to stderr and exits with status 2, as the CLI would. SIGALRM is left alone (math-verify's
