@@ -16,7 +16,8 @@ from typing import Any
 from dare.errors import DataError
 from dare.io import resolve_path
 
-__all__ = ["load_rows", "lone_surrogate", "dataset_columns", "dataset_rows", "first_row", "sample_rows", "to_python", "SAMPLE_ROWS"]
+__all__ = ["load_rows", "lone_surrogate", "dataset_columns", "dataset_rows", "first_row", "sample_rows", "to_python",
+           "SAMPLE_ROWS"]
 
 #: rows ``dare validate`` reads (from ``offset``) to check example lengths and JSONL column types
 SAMPLE_ROWS = 64
@@ -276,9 +277,9 @@ def load_rows(
                     if "\\u" in line and (bad := lone_surrogate(row)) is not None:
                         where, at = bad
                         raise DataError(f"{path!r} line {i + 1}, column {where!r}: the text holds a lone UTF-16 "
-                                        f"surrogate (\\u{ord(at[1]):04x} at character {at[0]}), valid as a JSON escape but "
-                                        "not Unicode text, which no tokenizer can encode; fix or remove that row (a "
-                                        "surrogate pair such as \\ud83d\\ude00 is fine)")
+                                        f"surrogate (\\u{ord(at[1]):04x} at character {at[0]}), valid as a JSON "
+                                        "escape but not Unicode text, which no tokenizer can encode; fix or remove "
+                                        "that row (a surrogate pair such as \\ud83d\\ude00 is fine)")
                     rows.append(row)
         del cols
     for col in columns or []:

@@ -39,8 +39,8 @@ from dare.sweep.plan import (
     run_name,
 )
 
-__all__ = ["run_sweep", "write_comparison", "read_record", "SweepRecord", "SEED_KEYS", "SweepRun", "parse_grid", "parse_seeds", "count_seeds", "check_run_count", "DEFAULT_MAX_RUNS", "plan_runs", "run_name",
-           "is_finished"]
+__all__ = ["run_sweep", "write_comparison", "read_record", "SweepRecord", "SEED_KEYS", "SweepRun", "parse_grid",
+           "parse_seeds", "count_seeds", "check_run_count", "DEFAULT_MAX_RUNS", "plan_runs", "run_name", "is_finished"]
 
 
 class SweepRecord:

@@ -89,12 +89,13 @@ def test_right_program_scores_1_wrong_0(service):
 def test_the_tasks_helpers_follow_the_program(service):
     """The prompt's helper is sent after the program: a program that redefines it to record the expected
     answer (HumanEval/38's pattern) scores 0, a solution 1."""
-    sample = {"data_source": "humaneval",
-              "prompt": 'def encode(s: str):\n    """Reverse."""\n    return s[::-1]\n\n\ndef decode(s: str):\n    """Undo."""\n',
+    prompt = 'def encode(s: str):\n    """Reverse."""\n    return s[::-1]\n\n\ndef decode(s: str):\n    """Undo."""\n'
+    sample = {"data_source": "humaneval", "prompt": prompt,
               "reward_model": {"ground_truth": "def check(candidate):\n    for s in ('abc', 'xy'):\n"
                                                "        assert candidate(encode(s)) == s\n"}}
     reward = CodeReward({"backend": "remote", "url": service})
-    cheat = "```python\nseen = []\ndef encode(s):\n    seen.append(s)\n    return s\ndef decode(s):\n    return seen[-1]\n```"
+    cheat = ("```python\nseen = []\ndef encode(s):\n    seen.append(s)\n    return s\n"
+             "def decode(s):\n    return seen[-1]\n```")
     assert reward.score(cheat, sample) == 0.0
     assert reward.score("```python\ndef decode(s):\n    return s[::-1]\n```", sample) == 1.0
 

@@ -54,9 +54,9 @@ CONTROL = {"14", "15", "16", "17", "26", "27", "28", "39", "48", "49", "50", "51
 NATIVE_FAST = {"04", "05", "09", "14", "15", "16", "18", "19", "20", "21", "26", "27", "28", "31", "33", "39", "41"}
 #: native code (tests/native_attack.c) and executable memory: run in every configuration by make test
 NATIVE = {"45", "46", "47", "48", "49"}
-#: a test's helper bound to the program, a StopIteration, a subinterpreter, 700 threads, UDP over IPv6 and
-#: netlink: run in every configuration by make test
-EVERY_MODE = {"50", "51", "52", "53", "54"}
+#: UDP to the caller, a test's helper bound to the program, a StopIteration, a subinterpreter, 700 threads,
+#: UDP over IPv6 and netlink: run in every configuration by make test
+EVERY_MODE = {"08", "50", "51", "52", "53", "54"}
 #: processes and threads seen above max_processes before the watchdog's kill, where no pids cgroup holds the cap
 TASK_SLACK = 64
 _KEY_SPEC_SESSION_KEYRING, _KEYCTL_JOIN_SESSION_KEYRING = -3, 1

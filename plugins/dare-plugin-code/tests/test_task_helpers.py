@@ -58,8 +58,8 @@ def _test_source(row: dict) -> str:
     return "\n".join(asserts) if isinstance(asserts, list) else truth
 
 
-_SLOW = [pytest.mark.slow, pytest.mark.skipif(os.environ.get("DARE_SLOW") != "1",
-                                               reason="slow (HumanEval+'s tests are ~30 s of parsing here): set DARE_SLOW=1")]
+_SLOW = [pytest.mark.slow, pytest.mark.skipif(
+    os.environ.get("DARE_SLOW") != "1", reason="slow (HumanEval+'s tests are ~30 s of parsing here): set DARE_SLOW=1")]
 
 
 @pytest.mark.parametrize("name", ["humaneval", pytest.param("humanevalplus", marks=_SLOW), "mbpp"])

@@ -6,7 +6,8 @@
   could be made), resource limits, unprivileged uid (uid mode) or no capabilities (root in process
   mode), a new empty session keyring, ``no_new_privs``, Landlock (writes only in its directory,
   nothing there executable; reads only in the :mod:`.view`), the seccomp filter (:mod:`.seccomp`:
-  no code it wrote, no IPC, no keyring, no other process's limits, no socket of any family), ``chdir``, the audit-hook guard; reports what was applied on a pipe and runs the units in one
+  no code it wrote, no IPC, no keyring, no other process's limits, no socket of any family), ``chdir``,
+  the audit-hook guard; reports what was applied on a pipe and runs the units in one
   namespace (``__name__ == "__sandbox__"``: ``if __name__ == "__main__":`` blocks do not run). With
   tests it then serves the test process (:func:`.remote.serve`).
 * :func:`tests`: drops its capabilities, forbids inspection, applies Landlock (no writes) and the
