@@ -579,6 +579,11 @@ CASES: list[Case] = [
     Case("data-jsonl-lone-surrogate", _lone_surrogate,
          ("train.jsonl", "line 2, column 'extra_info.puzzle'", "lone UTF-16 surrogate (\\ud800 at character 1)"),
          staging="out"),
+    Case("data-jsonl-lone-surrogate-validate",
+         _data_case(lambda p: p.write_text('{"extra_info": {"puzzle": "12"}, "reward_model": {"ground_truth": "3"}}\n'
+                                           '{"extra_info": {"puzzle": "\\udc00"}, "reward_model": {"ground_truth": "3"}}\n'),
+                    "train.jsonl"),
+         ("data.train.path", "line 2, column 'extra_info.puzzle'", "lone UTF-16 surrogate (\\udc00 at character 0)")),
     Case("resume-off-with-checkpoints", _resume_case(lambda k: None, resume=False), ("train.resume", "resume: false"),
          staging="out"),
     Case("resume-optimizer-pickle", _resume_case(_optimizer_pickle, max_steps=2), ("optimizer.pt", "weights_only"),

@@ -10,14 +10,15 @@ file is ``train``).
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
 from dare.errors import DataError
 from dare.io import resolve_path
 
-__all__ = ["load_rows", "lone_surrogate", "dataset_columns", "dataset_rows", "first_row", "sample_rows", "to_python",
-           "SAMPLE_ROWS"]
+__all__ = ["load_rows", "lone_surrogate", "jsonl_surrogate_problem", "SCAN_LINES", "dataset_columns", "dataset_rows",
+           "first_row", "sample_rows", "to_python", "SAMPLE_ROWS"]
 
 #: rows ``dare validate`` reads (from ``offset``) to check example lengths and JSONL column types
 SAMPLE_ROWS = 64
@@ -220,6 +221,43 @@ def lone_surrogate(value: Any, where: str = "") -> tuple[str, tuple[int, str]] |
     return None
 
 
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
+#: lines ``dare validate`` scans for lone surrogates when the dataset has no ``limit`` (loading checks every row)
+SCAN_LINES = 100_000
+
+
+def jsonl_surrogate_problem(path: str, at_most: int | None = SCAN_LINES) -> str | None:
+    """The first of the first ``at_most`` lines of a local JSONL file whose parsed strings hold a lone UTF-16
+    surrogate (:func:`lone_surrogate`), as the message :func:`load_rows` raises; None when there is none (or
+    the file is not a local JSONL file, or cannot be read: the other checks report that). Only lines with a
+    ``\\uD800``-``\\uDFFF`` escape are parsed."""
+    p = _local(path)
+    if p is None or not p.is_file() or p.suffix not in (".jsonl", ".json"):
+        return None
+    try:
+        with p.open(encoding="utf-8") as f:
+            for i, line in enumerate(f):
+                if at_most is not None and i >= at_most:
+                    break
+                if not _SURROGATE_ESCAPE.search(line):
+                    continue
+                try:
+                    bad = lone_surrogate(json.loads(line))
+                except json.JSONDecodeError:
+                    return None
+                if bad is not None:
+                    return _surrogate_message(path, i + 1, *bad)
+    except (OSError, UnicodeDecodeError):
+        return None
+    return None
+
+
+def _surrogate_message(path: str, line: int, where: str, at: tuple[int, str]) -> str:
+    return (f"{path!r} line {line}, column {where!r}: the text holds a lone UTF-16 surrogate (\\u{ord(at[1]):04x} at "
+            f"character {at[0]}), valid as a JSON escape but not Unicode text, which no tokenizer can encode; fix or "
+            "remove that row (a surrogate pair such as \\ud83d\\ude00 is fine)")
+
+
 def load_rows(
     path: str, limit: int | None = None, split: str = "train", columns: list[str] | None = None, offset: int = 0
 ) -> list[dict]:
@@ -275,11 +313,7 @@ def load_rows(
                     except json.JSONDecodeError as exc:
                         raise DataError(f"{path!r} line {i + 1} is not JSON: {exc}") from None
                     if "\\u" in line and (bad := lone_surrogate(row)) is not None:
-                        where, at = bad
-                        raise DataError(f"{path!r} line {i + 1}, column {where!r}: the text holds a lone UTF-16 "
-                                        f"surrogate (\\u{ord(at[1]):04x} at character {at[0]}), valid as a JSON "
-                                        "escape but not Unicode text, which no tokenizer can encode; fix or remove "
-                                        "that row (a surrogate pair such as \\ud83d\\ude00 is fine)")
+                        raise DataError(_surrogate_message(path, i + 1, *bad))
                     rows.append(row)
         del cols
     for col in columns or []:
