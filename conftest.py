@@ -32,6 +32,7 @@ FILE_KIND: dict[str, str] = {
     "test_sandbox_corpus.py": "process",
     "test_rewards_code.py": "process",
     "test_kernel_layers.py": "process",     # the code plugin's kernel-layer checks
+    "test_task_helpers.py": "process",      # the code plugin: HumanEval/38 and /50 in the sandbox
     "test_remote_backend.py": "process",    # the code plugin's remote backend against a local stub service
     "test_lmeval_acceptance.py": "process",
     "test_lmeval_model.py": "process",
@@ -64,6 +65,8 @@ FILE_KIND: dict[str, str] = {
     "test_recipes.py": "train",             # the real 7-16B configs on the meta device; 2 training steps per recipe
 }
 TEST_KIND: dict[str, str] = {
+    # a reward that never returns ends a fresh Python with the watchdog's paragraph
+    "test_rewards.py::test_a_reward_that_blocks_the_interrupt_ends_the_process_with_the_paragraph": "process",
     "test_progress.py::test_ctrl_c_says_what_was_saved_and_how_to_resume": "train",
     "test_progress.py::test_ctrl_c_during_the_evaluation_before_training": "train",
     # a fresh Python importing DARE (what it imports, start-up time)

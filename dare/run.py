@@ -59,7 +59,7 @@ class Run:
         self.family = self.resolved.family
         self.sampler = self.resolved.sampler
         self.objective = self.resolved.objective
-        self.reward = self._weighted(self.resolved.rewards)
+        self.reward = self._weighted(self.resolved.rewards, [r.timeout_s for r in spec.rewards])
         self.hash = spec_hash(spec)
         self.stage: str | None = None  # the stage dare.pipeline is in (before, train, after, eval): interrupted_message
         #: extra ``transformers.TrainerCallback``s given to the trainer (e.g. ``dare profile``'s step timer)
@@ -89,8 +89,8 @@ class Run:
             raise SpecError(mark_overrides(exc.problems, overrides or [], unset), source=exc.source) from None
 
     @staticmethod
-    def _weighted(pairs):
-        return WeightedReward(pairs) if pairs else None
+    def _weighted(pairs, timeouts_s):
+        return WeightedReward(pairs, timeouts_s) if pairs else None
 
     # ------------------------------------------------------------------ directories
     @property

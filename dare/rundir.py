@@ -164,8 +164,41 @@ def writable_problem(out: str | Path) -> str | None:
     return None
 
 
+_NUMBER, _NONE = (int, float), type(None)
+#: the JSON types of the ``transformers.TrainerState`` fields that a resume reads (bool is not a number here)
+_TRAINER_STATE_TYPES: dict[str, tuple[type, ...]] = {
+    "global_step": (int,), "max_steps": (int,), "num_train_epochs": (int,), "logging_steps": _NUMBER,
+    "eval_steps": _NUMBER, "save_steps": _NUMBER, "train_batch_size": (int, _NONE), "epoch": (*_NUMBER, _NONE),
+    "total_flos": _NUMBER, "num_input_tokens_seen": (int,), "best_metric": (*_NUMBER, _NONE),
+    "best_global_step": (int, _NONE), "best_model_checkpoint": (str, _NONE), "log_history": (list,),
+    "stateful_callbacks": (dict, _NONE), "is_local_process_zero": (bool,), "is_world_process_zero": (bool,),
+    "is_hyper_param_search": (bool,), "trial_name": (str, _NONE), "trial_params": (dict, _NONE),
+}
+
+
+def _trainer_state_problem(values: Any) -> str | None:
+    """What makes parsed ``trainer_state.json`` content unusable by a resume (a field of the wrong JSON
+    type, a negative step, a history entry that is not an object), or None."""
+    if not isinstance(values, dict):
+        return f"the top level is a JSON {type(values).__name__}, not an object"
+    for key, types in _TRAINER_STATE_TYPES.items():
+        if key not in values:
+            continue
+        value = values[key]
+        if not isinstance(value, types) or (isinstance(value, bool) and bool not in types):
+            want = " or ".join("null" if t is _NONE else t.__name__ for t in types)
+            return f"{key!r} is {json.dumps(value)[:60]} (a JSON {type(value).__name__}), not {want}"
+    if values.get("global_step", 0) < 0:
+        return f"'global_step' is {values['global_step']}, below 0"
+    if not all(isinstance(entry, dict) for entry in values.get("log_history", [])):
+        return "'log_history' holds an entry that is not an object"
+    return None
+
+
 def _check_trainer_files(ckpt: Path) -> None:
-    """``trainer_state.json`` parses, and the ``torch.save`` files (optimizer, scheduler, RNG states) are
+    """``trainer_state.json`` parses and its fields have the JSON types a resume reads
+    (:data:`_TRAINER_STATE_TYPES`: ``"global_step": "two"`` is refused here, not by a ``TypeError`` mid-resume),
+    and the ``torch.save`` files (optimizer, scheduler, RNG states) are
     complete zip archives (their central directory is read; nothing is unpickled).
 
     :raises CheckpointError: naming the damaged file.
@@ -176,9 +209,12 @@ def _check_trainer_files(ckpt: Path) -> None:
 
     state = ckpt / "trainer_state.json"
     try:
-        json.loads(state.read_text())
+        values = json.loads(state.read_text())
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise CheckpointError(f"{state} is not valid JSON ({exc}): the save was interrupted") from None
+    if (wrong := _trainer_state_problem(values)) is not None:
+        raise CheckpointError(f"{state} is valid JSON but not a trainer state: {wrong}; it was edited or written by "
+                              "another program")
     for f in sorted(ckpt.glob("*.pt")) + sorted(ckpt.glob("*.pth")):
         try:
             with zipfile.ZipFile(f) as z:

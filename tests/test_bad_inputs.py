@@ -375,6 +375,24 @@ def _later_row_lacks_field(w: World, c: Path) -> list[str]:
     return ["train", write_spec(c, spec)]
 
 
+def _lone_surrogate(w: World, c: Path) -> list[str]:
+    """`dare train` of a JSONL file whose row 2 holds a lone surrogate (``"\\ud800"``: valid JSON, not Unicode):
+    refused naming the file, the line and the column, before any tokenizer sees it."""
+    lines = [json.dumps({"extra_info": {"puzzle": "12"}, "answer": "3"}),
+             '{"extra_info": {"puzzle": "1\\ud800 2"}, "answer": "3"}']
+    (c / "train.jsonl").write_text("\n".join(lines) + "\n")
+    spec = train_spec(w, str(w.model), "out/run")
+    spec["data"]["train"].update(path="train.jsonl", response_template="{{ answer }}")
+    return ["train", write_spec(c, spec)]
+
+
+def _retyped_trainer_state(ckpt: Path) -> None:
+    """Valid JSON with a wrong type: ``"global_step": "two"``."""
+    state = json.loads((ckpt / "trainer_state.json").read_text())
+    state["global_step"] = "two"
+    (ckpt / "trainer_state.json").write_text(json.dumps(state))
+
+
 CASES: list[Case] = [
     # ------------------------------------------------------------------ spec files
     Case("spec-missing-file", lambda w, c: ["validate", "nope.yaml"], ("nope.yaml", "does not exist")),
@@ -555,6 +573,17 @@ CASES: list[Case] = [
     Case("resume-trainer-state-damaged", _resume_case(lambda k: (k / "trainer_state.json").write_text("{\"global_"),
                                                       max_steps=2),
          ("train.resume", "checkpoint-1/trainer_state.json"), staging="out"),
+    Case("resume-trainer-state-wrong-types", _resume_case(_retyped_trainer_state, max_steps=2),
+         ("train.resume", "checkpoint-1/trainer_state.json", "'global_step' is \"two\" (a JSON str), not int"),
+         staging="out"),
+    Case("data-jsonl-lone-surrogate", _lone_surrogate,
+         ("train.jsonl", "line 2, column 'extra_info.puzzle'", "lone UTF-16 surrogate (\\ud800 at character 1)"),
+         staging="out"),
+    Case("data-jsonl-lone-surrogate-validate",
+         _data_case(lambda p: p.write_text('{"extra_info": {"puzzle": "12"}, "reward_model": {"ground_truth": "3"}}\n'
+                                           '{"extra_info": {"puzzle": "\\udc00"}, "reward_model": {"ground_truth": "3"}}\n'),
+                    "train.jsonl"),
+         ("data.train.path", "line 2, column 'extra_info.puzzle'", "lone UTF-16 surrogate (\\udc00 at character 0)")),
     Case("resume-off-with-checkpoints", _resume_case(lambda k: None, resume=False), ("train.resume", "resume: false"),
          staging="out"),
     Case("resume-optimizer-pickle", _resume_case(_optimizer_pickle, max_steps=2), ("optimizer.pt", "weights_only"),

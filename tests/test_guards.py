@@ -147,3 +147,64 @@ def test_a_full_disk_during_a_checkpoint_is_one_clear_error(tmp_path, monkeypatc
     monkeypatch.setattr(transformers.Trainer, "_save_optimizer_and_scheduler", original)
     again = Run(validate_spec(_spec(tmp_path)))
     assert again.execute(evaluate=False)["train"]["global_step"] == 4
+
+
+def _rl_spec(tmp_path, reward: dict, max_steps: int = 4) -> dict:
+    pytest.importorskip("dare_grpo")
+    return {
+        "model": {"new": {"family": "llada", "preset": "tiny"}},
+        "data": {"train": {"path": "dare://sudoku/train.parquet", "limit": 8, "chat_template": False,
+                           "prompt_template": "{{ extra_info.puzzle }}"}},
+        "algorithm": {"name": "d1", "params": {"group_size": 2, "rollout_sampler": {"temperature": 1.0}}},
+        "sampler": {"name": "llada", "params": {"gen_length": 4, "block_length": 4, "steps": 4}},
+        "rewards": [{"name": "sudoku", "params": {"require_answer_tags": False}, **reward}],
+        "train": {"learning_rate": 1e-3, "max_steps": max_steps, "per_device_batch_size": 2, "logging_steps": 1,
+                  "save_steps": 100, "num_threads": 1, "seed": 0},
+        "output": {"dir": str(tmp_path / "run")},
+    }
+
+
+def _one_paragraph(capsys) -> str:
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    msg = err.split("error: ", 1)[1]
+    assert len(msg.strip().splitlines()) == 1
+    return msg
+
+
+@pytest.mark.parametrize("max_steps,stops_at", [(6, 3), (2, 2)])
+def test_a_reward_that_returns_nan_stops_the_run_naming_it(tmp_path, monkeypatch, capsys, max_steps, stops_at):
+    """Every completion's reward is NaN: each rollout's warning and the final error name the reward and its
+    values; the run stops with exit status 2 after max_nonfinite_steps (3) rollouts, or after every step of a
+    shorter run, instead of exiting 0 with every optimizer step skipped."""
+    from dare.cli import main
+
+    monkeypatch.setattr("dare.builtins.rewards.sudoku_score", lambda completion, *a: float("nan"))
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(_rl_spec(tmp_path, {}, max_steps=max_steps)))
+    with pytest.raises(SystemExit) as exit_:
+        main(["train", str(path)])
+    assert exit_.value.code == 2
+    msg = _one_paragraph(capsys)
+    assert msg.startswith(f"step {stops_at}: the rewards were NaN/Inf for {stops_at} rollout(s) in a row")
+    assert "reward 'sudoku' returned nan, nan, nan, nan (4 completion(s); sample index" in msg
+    assert not (tmp_path / "run" / "model").exists()
+
+
+def test_a_reward_that_never_returns_stops_the_run_naming_it_and_the_sample(tmp_path, monkeypatch, capsys):
+    """A reward call past its ``timeout_s`` (here 1 s; a sleep that would last an hour) ends the run with exit
+    status 2 and one paragraph naming the reward, the limit and the sample, within seconds."""
+    import time
+
+    from dare.cli import main
+
+    monkeypatch.setattr("dare.builtins.rewards.sudoku_score", lambda completion, *a: time.sleep(3600))
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(_rl_spec(tmp_path, {"timeout_s": 1.0})))
+    started = time.monotonic()
+    with pytest.raises(SystemExit) as exit_:
+        main(["train", str(path)])
+    assert exit_.value.code == 2 and time.monotonic() - started < 60
+    msg = _one_paragraph(capsys)
+    assert msg.startswith("reward 'sudoku' did not return within its timeout_s of 1 s on the sample with index=")
+    assert "data_source=sudoku" in msg and "rewards[].timeout_s" in msg

@@ -138,6 +138,37 @@ def test_cli_dry_run_lists_the_runs(run_cli, sft_spec, tmp_path):
     assert code != 0 and "--power takes the difference to detect" in err and "Traceback" not in err
 
 
+def test_a_grid_over_the_run_limit_is_refused_before_any_validation(run_cli, sft_spec, tmp_path, monkeypatch):
+    """1000 x 1000 values (a million runs), even with --dry-run, are refused at once naming the count and the flag,
+    before any run is planned or validated; --max-runs raises the limit; a seed range is counted, not expanded."""
+    import time
+
+    import dare.sweep
+
+    def never(*args, **kwargs):
+        raise AssertionError("a run was planned")
+
+    monkeypatch.setattr(dare.sweep, "plan_runs", never)
+    values = ",".join(str(i) for i in range(1000))
+    started = time.monotonic()
+    code, _, err = run_cli("sweep", str(sft_spec), "--grid", f"train.max_steps={values}", "--grid",
+                           f"train.seed_offset={values}", "-o", str(tmp_path / "sw"), "--dry-run")
+    assert code == 2 and time.monotonic() - started < 10
+    assert ("the sweep would plan 1,000,000 runs (1000 (train.max_steps) x 1000 (train.seed_offset) x 1 (seeds)), "
+            "more than the limit of 1,000") in err
+    assert "--max-runs 1000000" in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
+    code, _, err = run_cli("sweep", str(sft_spec), "--seeds", "0-99999999999", "-o", str(tmp_path / "sw"), "--dry-run")
+    assert code == 2 and "the sweep would plan 100,000,000,000 runs (100000000000 (seeds))" in err
+    code, _, err = run_cli("sweep", str(sft_spec), "--grid", "train.max_steps=1,2", "--seeds", "0,1", "-o",
+                           str(tmp_path / "sw"), "--dry-run", "--max-runs", "3")
+    assert code == 2 and "the sweep would plan 4 runs" in err and "--max-runs 4" in err
+    assert not (tmp_path / "sw").exists()
+    from dare.sweep import check_run_count, count_seeds
+
+    assert count_seeds("0-4,7") == 6 and count_seeds("x") is None
+    assert check_run_count([("a", [1, 2]), ("b", [1, 2, 3])], 2, 12) == 12
+
+
 def test_slurm_launcher_needs_sbatch(run_cli, sft_spec, tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", str(tmp_path))  # no sbatch here
     code, _, err = run_cli("sweep", str(sft_spec), "--seeds", "0", "-o", str(tmp_path / "sw"), "--launcher", "slurm")

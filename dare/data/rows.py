@@ -10,13 +10,15 @@ file is ``train``).
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
 from dare.errors import DataError
 from dare.io import resolve_path
 
-__all__ = ["load_rows", "dataset_columns", "dataset_rows", "first_row", "sample_rows", "to_python", "SAMPLE_ROWS"]
+__all__ = ["load_rows", "lone_surrogate", "jsonl_surrogate_problem", "SCAN_LINES", "dataset_columns", "dataset_rows",
+           "first_row", "sample_rows", "to_python", "SAMPLE_ROWS"]
 
 #: rows ``dare validate`` reads (from ``offset``) to check example lengths and JSONL column types
 SAMPLE_ROWS = 64
@@ -196,6 +198,66 @@ def sample_rows(path: str, offset: int = 0, n: int = SAMPLE_ROWS) -> list[dict]:
         return []
 
 
+def lone_surrogate(value: Any, where: str = "") -> tuple[str, tuple[int, str]] | None:
+    """The first string in a parsed JSON value that is not valid Unicode (it holds a lone UTF-16 surrogate,
+    U+D800..U+DFFF, which JSON's ``\\uXXXX`` escapes can express): ``(key path, (character index, the
+    surrogate))`` with the path as ``prompt[0].content``; None when every string is valid."""
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            return where or "(the row)", (exc.start, value[exc.start])
+        return None
+    if isinstance(value, dict):
+        for key, item in value.items():
+            path = f"{where}.{key}" if where else str(key)
+            found = lone_surrogate(key, path) or lone_surrogate(item, path)
+            if found is not None:
+                return found
+    elif isinstance(value, list):
+        for n, item in enumerate(value):
+            if (found := lone_surrogate(item, f"{where}[{n}]")) is not None:
+                return found
+    return None
+
+
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
+#: lines ``dare validate`` scans for lone surrogates when the dataset has no ``limit`` (loading checks every row)
+SCAN_LINES = 100_000
+
+
+def jsonl_surrogate_problem(path: str, at_most: int | None = SCAN_LINES) -> str | None:
+    """The first of the first ``at_most`` lines of a local JSONL file whose parsed strings hold a lone UTF-16
+    surrogate (:func:`lone_surrogate`), as the message :func:`load_rows` raises; None when there is none (or
+    the file is not a local JSONL file, or cannot be read: the other checks report that). Only lines with a
+    ``\\uD800``-``\\uDFFF`` escape are parsed."""
+    p = _local(path)
+    if p is None or not p.is_file() or p.suffix not in (".jsonl", ".json"):
+        return None
+    try:
+        with p.open(encoding="utf-8") as f:
+            for i, line in enumerate(f):
+                if at_most is not None and i >= at_most:
+                    break
+                if not _SURROGATE_ESCAPE.search(line):
+                    continue
+                try:
+                    bad = lone_surrogate(json.loads(line))
+                except json.JSONDecodeError:
+                    return None
+                if bad is not None:
+                    return _surrogate_message(path, i + 1, *bad)
+    except (OSError, UnicodeDecodeError):
+        return None
+    return None
+
+
+def _surrogate_message(path: str, line: int, where: str, at: tuple[int, str]) -> str:
+    return (f"{path!r} line {line}, column {where!r}: the text holds a lone UTF-16 surrogate (\\u{ord(at[1]):04x} at "
+            f"character {at[0]}), valid as a JSON escape but not Unicode text, which no tokenizer can encode; fix or "
+            "remove that row (a surrogate pair such as \\ud83d\\ude00 is fine)")
+
+
 def load_rows(
     path: str, limit: int | None = None, split: str = "train", columns: list[str] | None = None, offset: int = 0
 ) -> list[dict]:
@@ -247,9 +309,12 @@ def load_rows(
                     if seen <= offset:
                         continue
                     try:
-                        rows.append(json.loads(line))
+                        row = json.loads(line)
                     except json.JSONDecodeError as exc:
                         raise DataError(f"{path!r} line {i + 1} is not JSON: {exc}") from None
+                    if "\\u" in line and (bad := lone_surrogate(row)) is not None:
+                        raise DataError(_surrogate_message(path, i + 1, *bad))
+                    rows.append(row)
         del cols
     for col in columns or []:
         if rows and col not in rows[0]:

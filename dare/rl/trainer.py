@@ -67,6 +67,7 @@ from dare.rl.batch_totals import whole_batch_values
 from dare.rl.hooks import RLStepHooks
 from dare.rl.prompts import RepeatChunkSampler, collate_prompts
 from dare.rl.reference_sync import reference_sync
+from dare.rl.reward_guard import NonFiniteRewardGuard
 from dare.rl.rollout import Rollout, sample_completions, score_completions
 from dare.trainers.base import DareTrainer
 
@@ -110,6 +111,7 @@ class GRPOTrainer(RLStepHooks, DareTrainer):
         self.estimator = estimator
         self.sampler = sampler
         self.reward = reward
+        self.reward_guard = NonFiniteRewardGuard(self.args.max_nonfinite_steps)
         self.likelihood_temperature = objective.resolved_likelihood_temperature(sampler)
         self.step_settings = step.StepSettings(objective, self.likelihood_temperature, tuple(self.tokens.stop_ids))
         #: the step's backwards: ``accelerator.backward`` over the gradient-accumulation steps, under autocast
@@ -206,6 +208,8 @@ class GRPOTrainer(RLStepHooks, DareTrainer):
         texts, rewards, parts, score_stats = score_completions(
             batch, self.processing_class, self.tokens, self.reward, inputs["row"], a.group_size
         )
+        if hasattr(self.reward, "take_nonfinite"):  # names a NaN/Inf reward; stops after max_nonfinite_steps
+            self.reward_guard.observe(self.reward.take_nonfinite(), self.state.global_step + 1, self.args.max_steps)
         rewards = step.overlong_rewards(rewards, batch, a, self.step_settings.stop_ids)
         advantages = step.rollout_advantages(rewards, a).to(batch.input_ids.device)
         rollout = Rollout(batch=batch, texts=texts, rewards=rewards, reward_parts=parts, advantages=advantages)

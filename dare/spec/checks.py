@@ -18,7 +18,7 @@ from pathlib import Path
 
 from dare.data import dataset_columns, template_fields
 from dare.data.columns import column_type_problems
-from dare.data.rows import dataset_rows, first_row, sample_rows
+from dare.data.rows import SCAN_LINES, dataset_rows, first_row, jsonl_surrogate_problem, sample_rows
 from dare.data.templates import render
 from dare.errors import DareError, SpecError
 from dare.eval.paths import benchmark_path
@@ -239,6 +239,8 @@ def check_dataset(ds: DatasetSpec, loc: str, problems: Problems, need_prompt: bo
         return
     if cols is None:  # hub dataset: checked at load time
         return
+    if (bad := jsonl_surrogate_problem(ds.path, ds.offset + ds.limit if ds.limit else SCAN_LINES)) is not None:
+        problems.append((f"{loc}.path", bad))
     needed: dict[str, str] = {}
     for tname in ("prompt_template", "response_template"):
         tmpl = getattr(ds, tname)

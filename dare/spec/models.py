@@ -133,6 +133,8 @@ class ComponentSpec(_Strict):
 
 class RewardSpec(ComponentSpec):
     weight: float = Field(1.0, description="Weight in the summed reward.")
+    timeout_s: float = Field(300.0, gt=0, description="Seconds one call of this reward may take; a call past it stops "
+                             "the run with an error naming the reward and the sample.")
 
 
 # --------------------------------------------------------------------------- train / eval / output
@@ -168,8 +170,9 @@ class TrainSpec(_Strict):
     resume: bool = Field(True, description="Resume from the last checkpoint in the output directory, if any.")
     num_threads: int | None = Field(None, gt=0, description="torch CPU threads of a command that trains, for all its "
                                     "stages (default: eval.num_threads, else DARE's choice: see dare/threads.py).")
-    max_nonfinite_steps: int = Field(3, gt=0, description="Optimizer steps with a NaN/Inf loss or gradient that are skipped "
-                                     "in a row before training stops with an error.")
+    max_nonfinite_steps: int = Field(3, gt=0, description="Optimizer steps with a NaN/Inf loss or gradient (RL: or a "
+                                     "NaN/Inf reward, named in the error) that are skipped in a row before training "
+                                     "stops with an error.")
     packing: bool = Field(
         False,
         description="Padding-free training: the training forwards (SFT, DPO/VRPO, RL likelihood passes) pack the valid "
@@ -271,7 +274,8 @@ class RunSpec(_Strict):
 
 
 def spec_hash(spec: RunSpec) -> str:
-    """SHA-256 (first 16 hex digits) of the validated spec, ignoring ``output.overwrite``/``train.resume``/``train.report_to``."""
+    """SHA-256 (first 16 hex digits) of the validated spec, ignoring ``output.overwrite``/``train.resume``/
+    ``train.report_to`` and the rewards' ``timeout_s``."""
     data = spec.model_dump(mode="json")
     data["output"].pop("overwrite", None)
     data.pop("launch", None)
@@ -280,6 +284,8 @@ def spec_hash(spec: RunSpec) -> str:
     if data.get("train"):
         data["train"].pop("resume", None)
         data["train"].pop("report_to", None)  # where metrics are logged never changes the run
+    for reward in data.get("rewards") or []:  # a time limit changes no score: the hash of specs written before it
+        reward.pop("timeout_s", None)
     blob = json.dumps(data, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 

@@ -26,9 +26,21 @@ from typing import Any
 
 from dare.errors import DareError
 from dare.io import atomic_write_json
-from dare.sweep.plan import SEED_KEYS, SweepRun, is_finished, parse_grid, parse_seeds, plan_runs, run_name
+from dare.sweep.plan import (
+    DEFAULT_MAX_RUNS,
+    SEED_KEYS,
+    SweepRun,
+    check_run_count,
+    count_seeds,
+    is_finished,
+    parse_grid,
+    parse_seeds,
+    plan_runs,
+    run_name,
+)
 
-__all__ = ["run_sweep", "write_comparison", "power_lines", "read_record", "SweepRecord", "SEED_KEYS", "SweepRun", "parse_grid", "parse_seeds", "plan_runs", "run_name",
+__all__ = ["run_sweep", "write_comparison", "power_lines", "read_record", "SweepRecord", "SEED_KEYS", "SweepRun",
+           "parse_grid", "parse_seeds", "count_seeds", "check_run_count", "DEFAULT_MAX_RUNS", "plan_runs", "run_name",
            "is_finished"]
 
 
@@ -68,14 +80,16 @@ def _lock(out_dir: Path):
 
 def run_sweep(spec_path: str, grid: list[tuple[str, list[Any]]], seeds: list[int], out_dir: str | Path, launcher,
               overrides: list[str] | None = None, dry_run: bool = False, min_seeds: int = 5,
-              power_effect: float | None = None) -> dict[str, Any]:
+              power_effect: float | None = None, max_runs: int = DEFAULT_MAX_RUNS) -> dict[str, Any]:
     """Plan, validate and run the sweep; write ``sweep.json`` and the grouped comparison (``min_seeds``,
     ``power_effect``: :func:`dare.eval.compare.compare_runs`).
 
     :param launcher: a :class:`dare.sweep.launchers.LocalLauncher` or :class:`~dare.sweep.launchers.SubmititLauncher`.
+    :param max_runs: the most runs (grid combinations x seeds) planned; more is refused before any validation.
     :returns: ``{"runs": [SweepRun], "states": {name: state}, "comparison": path or None}``.
     :raises DareError: a bad grid or spec (before any run starts), ``DIR`` is a run directory, or another sweep holds it.
     """
+    check_run_count(grid, len(seeds), max_runs)
     out_dir = Path(out_dir)
     if (out_dir / "run.json").is_file():
         raise DareError(f"{out_dir} is a run directory (it has run.json); give the sweep its own directory with -o DIR")

@@ -70,8 +70,10 @@ See docs/scaling.md ("Sweeps") for the cluster setup."""
 @click.option("--slurm-timeout-min", default=24 * 60, show_default=True, type=click.IntRange(min=1),
               help="slurm: time limit of each run's job (minutes).")
 @click.option("--cpus-per-run", default=None, type=click.IntRange(min=1), help="slurm: CPUs of each run's job.")
-def sweep(spec, grids, seeds, out_dir, overrides, dry_run, min_seeds, power_effect, launcher, parallel, gpus_per_run, accelerate_config,
-          slurm_partition, slurm_array_parallelism, slurm_timeout_min, cpus_per_run):
+@click.option("--max-runs", default=1000, show_default=True, type=click.IntRange(min=1),
+              help="The most runs (grid combinations x seeds) the sweep plans; more is refused before any validation.")
+def sweep(spec, grids, seeds, out_dir, overrides, dry_run, min_seeds, power_effect, launcher, parallel, gpus_per_run,
+          accelerate_config, slurm_partition, slurm_array_parallelism, slurm_timeout_min, cpus_per_run, max_runs):
     """Run SPEC for every combination of --grid values times --seeds, then compare the settings over seeds.
 
     Every run is a normal run directory DIR/<settings>,seed=<s> (e.g. algorithm.name=d1,seed=0). All runs are
@@ -80,10 +82,13 @@ def sweep(spec, grids, seeds, out_dir, overrides, dry_run, min_seeds, power_effe
     others from their last checkpoint. At the end DIR/comparison.md and comparison.png group the runs of each
     setting and say which differences exceed seed noise (below).
     """
-    from dare.sweep import parse_grid, parse_seeds, run_sweep
+    from dare.sweep import check_run_count, count_seeds, parse_grid, parse_seeds, run_sweep
     from dare.sweep.launchers import LocalLauncher, SubmititLauncher
 
     grid = parse_grid(list(grids))
+    n_seeds = count_seeds(seeds)
+    if n_seeds is not None:  # before the seeds are expanded and any run is validated
+        check_run_count(grid, n_seeds, max_runs)
     seed_list = parse_seeds(seeds)
     if out_dir is None:
         from dare.spec import load_spec
@@ -108,7 +113,7 @@ def sweep(spec, grids, seeds, out_dir, overrides, dry_run, min_seeds, power_effe
         raise DareError(f"--power takes the difference to detect in score units, a non-zero number such as 0.02; got "
                         f"{power_effect!r}")
     out = run_sweep(spec, grid, seed_list, out_dir, chosen, overrides=list(overrides), dry_run=dry_run,
-                    min_seeds=min_seeds, power_effect=power_effect)
+                    min_seeds=min_seeds, power_effect=power_effect, max_runs=max_runs)
     for r in out["runs"]:
         click.echo(f"{out['states'][r.name]:<12} {r.dir}")
     if dry_run:

@@ -21,7 +21,8 @@ import yaml
 
 from dare.errors import DareError, SpecError
 
-__all__ = ["SEED_KEYS", "SweepRun", "parse_grid", "parse_seeds", "plan_runs", "run_name", "is_finished"]
+__all__ = ["SEED_KEYS", "DEFAULT_MAX_RUNS", "SweepRun", "parse_grid", "parse_seeds", "count_seeds", "check_run_count",
+           "plan_runs", "run_name", "is_finished"]
 
 #: the spec keys ``--seeds`` sets. ``train.seed`` keys the trainer's streams (data order, SFT masks, RL rollouts
 #: and likelihood passes: dare.randomness, transformers' seed, LoRA initialisation); ``eval.seed`` keys the
@@ -98,6 +99,38 @@ def parse_seeds(text: str) -> list[int]:
     if len(set(seeds)) != len(seeds) or not seeds:
         raise DareError(f"--seeds {text!r}: every seed once, at least one")
     return seeds
+
+
+#: the most runs a sweep plans unless ``--max-runs`` (``run_sweep(max_runs=...)``) raises it: every run is a whole
+#: training run, and planning validates each one before any starts
+DEFAULT_MAX_RUNS = 1000
+
+
+def count_seeds(text: str) -> int | None:
+    """How many seeds ``--seeds text`` lists (ranges counted, not expanded); None when malformed."""
+    total = 0
+    for part in (p.strip() for p in text.split(",")):
+        m = re.fullmatch(r"(\d+)(?:-(\d+))?", part)
+        if m is None:
+            return None
+        total += max(int(m.group(2) or m.group(1)) - int(m.group(1)) + 1, 0)
+    return total
+
+
+def check_run_count(grid: list[tuple[str, list[Any]]], n_seeds: int, max_runs: int = DEFAULT_MAX_RUNS) -> int:
+    """The number of runs (grid combinations x seeds), refused above ``max_runs`` before anything is validated.
+
+    :raises DareError: more runs than ``max_runs``, naming the count, each grid key's size and the flag.
+    """
+    n = n_seeds
+    for _, values in grid:
+        n *= len(values)
+    if n > max_runs:
+        sizes = " x ".join([f"{len(v)} ({k})" for k, v in grid] + [f"{n_seeds} (seeds)"])
+        raise DareError(f"the sweep would plan {n:,} runs ({sizes}), more than the limit of {max_runs:,}; every run "
+                        "is a whole training run, validated before any starts. Narrow the --grid values or --seeds, "
+                        f"or raise the limit with --max-runs {n}")
+    return n
 
 
 def _value_text(v: Any) -> str:

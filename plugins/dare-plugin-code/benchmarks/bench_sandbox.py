@@ -91,10 +91,17 @@ def overhead(rounds: int, baseline_src: str | None) -> None:
         print(f"{name:24s} {min(values) * 1e3:8.1f} {statistics.median(values) * 1e3:8.1f} {max(values) * 1e3:8.1f}")
 
 
-def corpus() -> None:
+def _mode(name: str) -> Isolation:
+    """auto, native (the uid layers without bubblewrap), process (bubblewrap where it works), process-native."""
+    auto = resolve_isolation("auto")
+    return {"auto": auto, "native": Isolation(auto.mode, auto.read_all, bwrap=False),
+            "process": resolve_isolation("process"), "process-native": Isolation("process")}[name]
+
+
+def corpus(mode: str = "auto") -> None:
     limits = SandboxLimits(timeout_s=2.0, cpu_time_s=4, memory_mb=512, max_processes=8, max_file_mb=8, max_disk_mb=32)
     values = {"OUTSIDE": "/nonexistent/outside", "SECRET_FILE": "/nonexistent/key", "SECRET_ENV_NAME": "DARE_NO_SUCH",
-              "CALLER_DIR": str(Path(__file__).parent), "TCP_PORT": "9", "UDP_PORT": "9",
+              "CALLER_DIR": str(Path(__file__).parent), "TCP_PORT": "9", "UDP_PORT": "9", "UDP6_PORT": "9",
               "MEMORY_MB": str(limits.memory_mb), "MAX_DISK_MB": str(limits.max_disk_mb), "RUNNER": "/nonexistent"}
     sys.path.insert(0, str(Path(__file__).parent.parent / "tests"))
     from native_build import build_native  # tests/native_attack.c (harmless targets), None without cc
@@ -103,23 +110,29 @@ def corpus() -> None:
         native = build_native(Path(tmp) / "attack.so", Path("/nonexistent/outside"), "/nonexistent/sock", 0)
     if native is not None:
         values["NATIVE_SO_HEX"] = native.hex()
-    print(f"limits: {limits}")
-    print(f"{'case':34s} {'score':>5s} {'s':>5s} {'run s':>5s} {'ended':>10s} {'mem MiB':>8s} {'disk MiB':>8s}")
+    iso = _mode(mode)
+    print(f"limits: {limits}; isolation {mode}: {iso}")
+    print(f"{'case':34s} {'score':>5s} {'s':>5s} {'run s':>5s} {'ended':>10s} {'mem MiB':>8s} {'disk MiB':>8s} "
+          f"{'tasks':>5s}")
     for path in sorted((Path(__file__).parent.parent / "tests" / "sandbox_corpus").glob("[0-9]*.py")):
         source = Template(path.read_text()).safe_substitute(values)
-        tests = "assert f() == 1\n"
+        tests, prompt = "assert f() == 1\n", "def f():"
         for line in source.splitlines():
             if line.startswith("# tests: "):
                 tests = line[len("# tests: "):].replace("\\n", "\n") + "\n"
                 source = source.replace(line + "\n", "")
-        sample = {"data_source": "corpus", "prompt": "def f():", "reward_model": {"ground_truth": tests}}
+            elif line.startswith("# prompt: "):  # the task's prompt: trusted helpers its tests call
+                prompt = line[len("# prompt: "):].replace("\\n", "\n")
+                source = source.replace(line + "\n", "")
+        sample = {"data_source": "corpus", "prompt": prompt, "reward_model": {"ground_truth": tests}}
         start = time.monotonic()
-        outcome = code_outcome(f"```python\n{source}\n```", sample, limits, per_test_timeout_s=limits.timeout_s)
+        outcome = code_outcome(f"```python\n{source}\n```", sample, limits, per_test_timeout_s=limits.timeout_s,
+                               isolation=iso)
         seconds = time.monotonic() - start
         r = outcome.result
         ended = "timeout" if r.timed_out else (r.killed_for or f"exit {r.returncode}")
         print(f"{path.stem:34s} {outcome.score:5.1f} {seconds:5.2f} {r.run_s:5.2f} {ended:>10s} "
-              f"{r.peak_memory_mb:8.0f} {r.peak_disk_mb:8.1f}")
+              f"{r.peak_memory_mb:8.0f} {r.peak_disk_mb:8.1f} {r.peak_tasks:5d}")
 
 
 def main() -> None:
@@ -127,11 +140,15 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--baseline-src", default=None)
     parser.add_argument("--corpus", action="store_true")
+    parser.add_argument("--mode", choices=["auto", "native", "process", "process-native"], default="auto",
+                        help="isolation of the --corpus runs")
+    parser.add_argument("--no-overhead", action="store_true", help="skip the per-program overhead rounds")
     args = parser.parse_args()
     print(json.dumps(active_layers(), indent=1))
-    overhead(args.rounds, args.baseline_src)
+    if not args.no_overhead:
+        overhead(args.rounds, args.baseline_src)
     if args.corpus:
-        corpus()
+        corpus(args.mode)
 
 
 if __name__ == "__main__":

@@ -181,3 +181,137 @@ def test_seccomp_filter_assembles_for_each_architecture(arch, block_fork):
     assert first == [4, audit_arch]  # load seccomp_data.arch, compare with this machine's
     ret = 0x06  # BPF_RET | BPF_K
     assert code[-16:] == struct.pack("=HBBI", ret, 0, 0, 0x7FFF0000) + struct.pack("=HBBI", ret, 0, 0, 0x00050001)
+
+
+def test_seccomp_refuses_every_socket_family_without_the_guard(tmp_path):
+    """Process mode without bubblewrap shares the host's network namespace: the filter alone (no Python
+    guard, as in a subinterpreter or a re-executed interpreter) refuses ``socket()`` for IPv4 and IPv6
+    datagrams, netlink (NETLINK_SOCK_DIAG lists the host's sockets), Unix and packet sockets with EPERM,
+    nothing reaches this test's own loopback listener, and ``socketpair`` still works."""
+    if os.uname().machine not in _KEYCTL:
+        pytest.skip(f"the seccomp filter covers x86-64 and arm64, not {os.uname().machine}")
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.setblocking(False)
+        port = listener.getsockname()[1]
+        done = _child(f"""
+import errno, socket
+identity.forbid_new_privileges()
+assert seccomp.restrict(block_fork=False)
+out = []
+for family, kind, proto in ((socket.AF_INET, socket.SOCK_DGRAM, 0), (socket.AF_INET6, socket.SOCK_DGRAM, 0),
+                            (socket.AF_NETLINK, socket.SOCK_RAW, 4), (socket.AF_UNIX, socket.SOCK_DGRAM, 0),
+                            (socket.AF_PACKET, socket.SOCK_DGRAM, 0), (socket.AF_INET, socket.SOCK_STREAM, 0)):
+    try:
+        s = socket.socket(family, kind, proto)
+        if family == socket.AF_INET and kind == socket.SOCK_DGRAM:
+            s.sendto(b"escaped", ("127.0.0.1", {port}))
+        out.append("open")
+    except OSError as exc:
+        out.append(errno.errorcode[exc.errno])
+a, b = socket.socketpair()
+a.send(b"x")
+out.append(b.recv(1).decode())
+print(",".join(out))
+""", tmp_path)
+        assert done.returncode == 0, done.stderr[-2000:]
+        assert done.stdout.split() == ["EPERM,EPERM,EPERM,EPERM,EPERM,EPERM,x"]
+        with pytest.raises(BlockingIOError):
+            listener.recvfrom(64)
+
+
+def test_guard_refuses_subinterpreters_and_c_test_modules(tmp_path):
+    """The guard refuses ``_xxsubinterpreters``/``_interpreters`` and ``_testcapi``/``_testinternalcapi``
+    by name and by spec, and a new interpreter even from a module imported before it was installed (the
+    ``cpython.PyInterpreterState_New`` event)."""
+    done = _child(f"""
+import importlib.util
+try:
+    import _xxsubinterpreters as early
+except ImportError:
+    early = None
+guard = load("guard")
+guard.install({str(tmp_path)!r}, block_fork=False)
+out = []
+for name in ("_xxsubinterpreters", "_interpreters", "_xxinterpchannels", "_testcapi", "_testinternalcapi"):
+    try:
+        __import__(name)
+        out.append(name + ":imported")
+    except PermissionError:
+        out.append(name + ":refused")
+    except ImportError:
+        out.append(name + ":absent")
+spec = importlib.util.find_spec("_testcapi") if "_testcapi:refused" in out else None
+if spec is not None:
+    try:
+        importlib.util.module_from_spec(spec)
+        out.append("spec:loaded")
+    except PermissionError:
+        out.append("spec:refused")
+if early is not None:
+    try:
+        early.create()
+        out.append("create:ran")
+    except Exception:
+        out.append("create:refused")
+print(" ".join(out))
+""", tmp_path)
+    assert done.returncode == 0, done.stderr[-2000:]
+    words = done.stdout.split()
+    assert not any(w.endswith((":imported", ":loaded", ":ran")) for w in words), words
+    # the import event comes before the module is looked for: a name this Python lacks is refused too
+    assert words[:5] == ["_xxsubinterpreters:refused", "_interpreters:refused", "_xxinterpchannels:refused",
+                         "_testcapi:refused", "_testinternalcapi:refused"]
+    if sys.version_info[:2] == (3, 11):  # both modules exist there
+        assert words[5:] == ["spec:refused", "create:refused"]
+
+
+_THREADS = """
+import threading, time
+threading.stack_size(32768)
+started = 0
+try:
+    for _ in range(700):
+        threading.Thread(target=time.sleep, args=(30,), daemon=True).start()
+        started += 1
+except RuntimeError as exc:
+    print("stopped:", exc)
+print("started", started)
+"""
+
+
+@pytest.mark.parametrize("cgroup", [True, False], ids=["pids-cgroup", "watchdog"])
+def test_threads_are_capped_in_process_mode(cgroup, monkeypatch):
+    """Process mode (the caller's uid; as root RLIMIT_NPROC does not bind) caps tasks, threads included, at
+    max_processes: the pids cgroup refuses the 8th thread where one can be made; without it (patched away)
+    the supervisor's watchdog counts ``Threads:`` and kills the tree (``killed_for == "tasks"``)."""
+    from dare_code.sandbox import SandboxLimits, run_python, taskcap
+    from dare_code.sandbox.isolation import Isolation
+
+    if cgroup and taskcap.cgroup_parent() is None:
+        pytest.skip("no pids cgroup can be made here (needs root and a pids controller)")
+    if not cgroup:
+        monkeypatch.setattr(taskcap, "cgroup_parent", lambda: None)
+    limits = SandboxLimits(timeout_s=5.0, cpu_time_s=5, memory_mb=512, max_processes=8)
+    result = run_python([_THREADS], limits, Isolation("process"))
+    assert result.layers["tasks_cgroup"] is cgroup
+    if cgroup:
+        assert result.passed and "started 7" in result.stdout and result.peak_tasks <= 8
+    elif os.geteuid() == 0:
+        assert result.killed_for == "tasks" and not result.passed and result.peak_tasks > 8
+    else:  # RLIMIT_NPROC binds a non-root caller: the thread start fails
+        assert "stopped:" in result.stdout
+    assert result.leftover >= 0 and result.elapsed_s < limits.timeout_s + 5
+
+
+def test_task_cgroup_is_removed_after_the_run():
+    """The run's cgroup is gone afterwards (no directory left under the pids hierarchy)."""
+    from dare_code.sandbox import SandboxLimits, run_python, taskcap
+
+    parent = taskcap.cgroup_parent()
+    if parent is None:
+        pytest.skip("no pids cgroup can be made here (needs root and a pids controller)")
+    before = {p.name for p in Path(parent).iterdir() if p.name.startswith("dare-sandbox-")}
+    result = run_python(["x = 1"], SandboxLimits(timeout_s=5.0))
+    assert result.passed and result.layers["tasks_cgroup"] is True
+    assert {p.name for p in Path(parent).iterdir() if p.name.startswith("dare-sandbox-")} <= before

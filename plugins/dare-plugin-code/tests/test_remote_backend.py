@@ -86,6 +86,20 @@ def test_right_program_scores_1_wrong_0(service):
     assert "def add(a, b):\n    return a + b" in sent["code"] and "assert add(-1, 1) == 0" in sent["code"]
 
 
+def test_the_tasks_helpers_follow_the_program(service):
+    """The prompt's helper is sent after the program: a program that redefines it to record the expected
+    answer (HumanEval/38's pattern) scores 0, a solution 1."""
+    prompt = 'def encode(s: str):\n    """Reverse."""\n    return s[::-1]\n\n\ndef decode(s: str):\n    """Undo."""\n'
+    sample = {"data_source": "humaneval", "prompt": prompt,
+              "reward_model": {"ground_truth": "def check(candidate):\n    for s in ('abc', 'xy'):\n"
+                                               "        assert candidate(encode(s)) == s\n"}}
+    reward = CodeReward({"backend": "remote", "url": service})
+    cheat = ("```python\nseen = []\ndef encode(s):\n    seen.append(s)\n    return s\n"
+             "def decode(s):\n    return seen[-1]\n```")
+    assert reward.score(cheat, sample) == 0.0
+    assert reward.score("```python\ndef decode(s):\n    return s[::-1]\n```", sample) == 1.0
+
+
 def test_exit_0_before_the_tests_fails(service):
     reward = CodeReward({"backend": "remote", "url": service})
     assert reward.score(EARLY_EXIT, SAMPLE) == 0.0

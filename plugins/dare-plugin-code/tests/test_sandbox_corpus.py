@@ -11,7 +11,9 @@ process tree stayed within its memory limit and its directory within its disk qu
 test process is unchanged.
 
 Configurations: ``auto`` (what the reward uses here: bubblewrap where it works), ``native`` (the
-fallback layers alone, where Landlock ABI 4+ is available) and ``process`` (the caller's uid).
+fallback layers alone, where Landlock ABI 4+ is available), ``process`` (the caller's uid, bubblewrap
+where it works) and ``process-native`` (the caller's uid without bubblewrap). A program's ``# prompt:``
+line is the task's prompt (the trusted helpers its tests may call), its ``# tests:`` line the tests.
 """
 
 from __future__ import annotations
@@ -48,10 +50,15 @@ DISK_SLACK_MB = 64
 STARTUP_SLACK_S = 5.0
 #: the slow configurations run the whole corpus again; make test runs these cases in them
 #: attacks that only need the caller's rights: outside the sandbox they succeed (the control)
-CONTROL = {"14", "15", "16", "17", "26", "27", "28", "39", "48", "49"}
+CONTROL = {"14", "15", "16", "17", "26", "27", "28", "39", "48", "49", "50", "51"}
 NATIVE_FAST = {"04", "05", "09", "14", "15", "16", "18", "19", "20", "21", "26", "27", "28", "31", "33", "39", "41"}
 #: native code (tests/native_attack.c) and executable memory: run in every configuration by make test
 NATIVE = {"45", "46", "47", "48", "49"}
+#: UDP to the caller, a test's helper bound to the program, a StopIteration, a subinterpreter, 700 threads,
+#: UDP over IPv6 and netlink: run in every configuration by make test
+EVERY_MODE = {"08", "50", "51", "52", "53", "54"}
+#: processes and threads seen above max_processes before the watchdog's kill, where no pids cgroup holds the cap
+TASK_SLACK = 64
 _KEY_SPEC_SESSION_KEYRING, _KEYCTL_JOIN_SESSION_KEYRING = -3, 1
 
 
@@ -85,6 +92,14 @@ def planted(tmp_path_factory):
     udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     udp.bind(("127.0.0.1", 0))
     udp.setblocking(False)
+    try:
+        udp6 = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)
+        udp6.bind(("::1", 0))
+        udp6.setblocking(False)
+    except OSError:  # no IPv6 here: a second IPv4 listener stands in
+        udp6 = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        udp6.bind(("127.0.0.1", 0))
+        udp6.setblocking(False)
     (root / "sockets").mkdir()
     (root / "sockets").chmod(0o777)
     unix_path = str(root / "sockets" / "host.sock")
@@ -105,6 +120,7 @@ def planted(tmp_path_factory):
                 "CALLER_DIR": str(Path(__file__).parent),
                 "TCP_PORT": str(tcp.getsockname()[1]),
                 "UDP_PORT": str(udp.getsockname()[1]),
+                "UDP6_PORT": str(udp6.getsockname()[1]),
                 "MEMORY_MB": str(LIMITS.memory_mb),
                 "MAX_DISK_MB": str(LIMITS.max_disk_mb),
                 "RUNNER": RUNNER,
@@ -114,12 +130,14 @@ def planted(tmp_path_factory):
             "outside": outside,
             "tcp": tcp,
             "udp": udp,
+            "udp6": udp6,
             "unix": unix,
         }
     finally:
         del os.environ[env_name]
         tcp.close()
         udp.close()
+        udp6.close()
         unix.close()
 
 
@@ -149,11 +167,18 @@ def _sysv_ipc() -> list[str]:
 
 
 def _split(source: str) -> tuple[str, str]:
-    """The program (without its ``# tests:`` line, which it must not see) and its tests."""
+    """The program (without its ``# tests:`` and ``# prompt:`` lines, which it must not see) and its tests."""
+    source = re.sub(r"^# prompt: .*$\n", "", source, flags=re.MULTILINE)
     found = re.search(r"^# tests: (.*)$\n", source, re.MULTILINE)
     if found is None:
         return source, "assert f() == 1\n"
     return source.replace(found.group(0), ""), found.group(1).replace("\\n", "\n") + "\n"
+
+
+def _prompt(source: str) -> str:
+    """The task's prompt (its ``# prompt:`` line: trusted helpers the tests may call), else ``def f():``."""
+    found = re.search(r"^# prompt: (.*)$", source, re.MULTILINE)
+    return "def f():" if found is None else found.group(1).replace("\\n", "\n")
 
 
 def _state() -> tuple:
@@ -185,21 +210,22 @@ def _isolation(config: str) -> Isolation:
     auto = resolve_isolation("auto")
     if config == "auto":
         return auto
-    if config == "native":
+    if config in ("native", "process-native"):
         if landlock.abi_version() < 4:
             pytest.skip("the native layers meet this bar only with Landlock ABI 4+ (reads, writes, TCP)")
-        return Isolation(auto.mode, auto.read_all, bwrap=False)
+        return Isolation(auto.mode, auto.read_all, bwrap=False) if config == "native" else Isolation("process")
     return resolve_isolation("process")
 
 
 def run_case(path: Path, planted: dict, config: str) -> None:
     """Score one corpus program and assert everything the module docstring lists."""
     iso = _isolation(config)
-    program, tests = _split(Template(path.read_text()).safe_substitute(planted["values"]))
+    text = Template(path.read_text()).safe_substitute(planted["values"])
+    program, tests = _split(text)
     if "$NATIVE_SO_HEX" in program:
         pytest.skip("no C compiler (cc/gcc) to build tests/native_attack.c")
     ipc_before = _sysv_ipc()
-    sample = {"data_source": "corpus", "prompt": "def f():", "reward_model": {"ground_truth": tests}}
+    sample = {"data_source": "corpus", "prompt": _prompt(text), "reward_model": {"ground_truth": tests}}
     before = _state()
     started = time.monotonic()
     outcome = code_outcome(f"```python\n{program}\n```", sample, LIMITS, per_test_timeout_s=LIMITS.timeout_s,
@@ -218,13 +244,15 @@ def run_case(path: Path, planted: dict, config: str) -> None:
         assert secret not in printed
     with pytest.raises(BlockingIOError):
         planted["tcp"].accept()
-    with pytest.raises(BlockingIOError):
-        planted["udp"].recvfrom(64)
+    for udp in (planted["udp"], planted["udp6"]):
+        with pytest.raises(BlockingIOError):
+            udp.recvfrom(64)
     with pytest.raises(BlockingIOError):
         planted["unix"].accept()
     assert _sysv_ipc() == ipc_before
     assert result.peak_memory_mb <= LIMITS.memory_mb + MEMORY_SLACK_MB
     assert result.peak_disk_mb <= LIMITS.max_disk_mb + (0 if result.layers.get("bwrap") else DISK_SLACK_MB)
+    assert result.peak_tasks <= LIMITS.max_processes + (0 if result.layers.get("tasks_cgroup") else TASK_SLACK)
     assert _state() == before
 
 
@@ -244,6 +272,17 @@ def test_corpus_native_subset(path, planted):
 def test_native_code_in_every_configuration(path, config, planted):
     """Native code and executable memory score 0 and leave nothing (no IPC object, no process, no
     file outside, no connection, no key printed) in each configuration this machine runs."""
+    run_case(path, planted, config)
+
+
+@pytest.mark.parametrize("config", ["auto", "native", "process", "process-native"])
+@pytest.mark.parametrize("path", [p for p in CASES if p.name[:2] in EVERY_MODE], ids=lambda p: p.stem)
+def test_escapes_in_every_configuration(path, config, planted):
+    """A helper of the tests bound to the program (HumanEval/38), a StopIteration ending the tests' map(),
+    a subinterpreter without the guard, 700 threads at once and UDP/netlink traffic score 0 and leave
+    nothing behind under bubblewrap + uid, the native uid layers, process mode with bubblewrap and
+    process mode without it (its own seccomp filter refuses every socket, the pids cgroup or the
+    watchdog caps the threads)."""
     run_case(path, planted, config)
 
 

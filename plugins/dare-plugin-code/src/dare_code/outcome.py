@@ -22,6 +22,10 @@ calls the program's functions and receives plain data only (:mod:`dare_code.sand
 program cannot exit early with success, read or patch its tests, or pass with an object that equals
 everything. The test process also runs :data:`PRELUDE`; names the program redefines that shadow a
 built-in or a prelude name reach the tests only for the function under test (:func:`tested_names`).
+The helpers the tests call come from the task's prompt (:func:`task_helpers`, run in the test
+process), and the tests take from the program only the declared names (:func:`declared_names`: the
+entry point of ``check``, or the names MBPP's asserts call), so the expected answer never reaches a
+function of the program's making (HumanEval/38 and /50 call ``encode_cyclic``/``encode_shift`` on it).
 The layers active on this machine are logged (INFO) at the first scored program.
 """
 
@@ -47,6 +51,9 @@ __all__ = [
     "entry_point",
     "build_tests",
     "tested_names",
+    "task_helpers",
+    "program_names",
+    "declared_names",
     "extract_program",
     "code_outcome",
 ]
@@ -218,6 +225,80 @@ def tested_names(test_source: str) -> list[str]:
     return [name for name in dict.fromkeys(found) if name in _STANDARD]
 
 
+_CODE_START = re.compile(r"^(?:def |async def |class |import |from |@)", re.MULTILINE)
+_FENCE_END = re.compile(r"^```", re.MULTILINE)
+_CHECK_DEF = re.compile(r"^def check\(", re.MULTILINE)
+_HELPER_NODES = (ast.Import, ast.ImportFrom, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Assign,
+                 ast.AnnAssign)
+
+
+def task_helpers(sample: dict[str, Any], entry_points: list[str]) -> str | None:
+    """The trusted code of the task's prompt that its tests may call: the prompt's top-level imports,
+    assignments, functions and classes but the entry points (HumanEval/38's ``encode_cyclic``, /50's
+    ``encode_shift``, /32's ``poly``). The test process runs it, so a helper the tests call with the
+    expected answer (``candidate(encode_cyclic(s)) == s``) is never the program's. The prompt's code
+    starts at its first top-level ``def``/``class``/``import``/``from``/decorator line (a chat prompt's
+    instruction text comes before it) and ends at a closing code fence, if any; None when there is no
+    such code or it does not parse.
+    """
+    text = _prompt_text(sample)
+    start = _CODE_START.search(text)
+    if start is None:
+        return None
+    code = text[start.start():]
+    fence = _FENCE_END.search(code)
+    try:
+        tree = ast.parse(code if fence is None else code[:fence.start()])
+    except (SyntaxError, ValueError):
+        return None
+    kept = [n for n in tree.body if isinstance(n, _HELPER_NODES) and getattr(n, "name", None) not in entry_points]
+    if not any(isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) for n in kept):
+        return None
+    return ast.unparse(ast.Module(body=kept, type_ignores=[])) + "\n"
+
+
+def _names(tree: ast.AST) -> tuple[set[str], set[str]]:
+    """``(bound, read)``: every name a piece of code binds anywhere (definitions, assignments, imports,
+    parameters) and every name it reads, in one walk."""
+    bound: set[str] = set()
+    read: set[str] = set()
+    for n in ast.walk(tree):
+        if isinstance(n, ast.Name):
+            (read if isinstance(n.ctx, ast.Load) else bound).add(n.id)
+        elif isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            bound.add(n.name)
+        elif isinstance(n, ast.alias):
+            bound.add((n.asname or n.name).split(".")[0])
+        elif isinstance(n, ast.arg):
+            bound.add(n.arg)
+    return bound, read
+
+
+def program_names(tests: str | ast.Module, helpers: str | None = None) -> list[str]:
+    """Names the tests use that only the program can provide: read but never bound by the tests,
+    not a built-in or :data:`PRELUDE` name, not defined by the task's trusted ``helpers``.
+
+    :param tests: the test source, or its parsed module (HumanEval+'s tests are megabytes: parse once).
+    :raises SyntaxError: the test source or the helpers do not parse.
+    """
+    bound, read = _names(ast.parse(tests) if isinstance(tests, str) else tests)
+    own = bound | _STANDARD | (_names(ast.parse(helpers))[0] if helpers else set())
+    return sorted(read - own)
+
+
+def declared_names(test_source: str, entry: str | None, helpers: str | None = None,
+                   tested: list[str] | None = None) -> list[str]:
+    """The names the tests take from the program: for test code that calls ``check(<entry point>)``
+    (HumanEval, HumanEval+) the entry point alone; for assert statements (MBPP) the names they use
+    that only the program can provide (:func:`program_names`, the task shows these asserts); both
+    with the :func:`tested_names` that shadow a built-in (``tested``: already computed).
+
+    :raises SyntaxError: the test source does not parse.
+    """
+    base = [entry] if entry is not None and f"check({entry})" in test_source else program_names(test_source, helpers)
+    return sorted(set(base) | set(tested_names(test_source) if tested is None else tested))
+
+
 def extract_program(
     completion: str,
     sample: dict[str, Any],
@@ -253,13 +334,17 @@ def code_outcome(
     if tests is None:
         return CodeOutcome(0.0, program, None)
     source, n_tests = tests
+    entry = entry_point(sample, program) if _CHECK_DEF.search(source) else None
+    helpers = task_helpers(sample, [entry] if entry else [])
     if isinstance(isolation, str) and isolation not in _reported:
         _reported.add(isolation)
         log.info("code reward sandbox (isolation %r): %s", isolation, active_layers(isolation))
     budget = min(limits.timeout_s, per_test_timeout_s * n_tests)
     run_limits = replace(limits, timeout_s=budget)
+    tested = tested_names(source)
     result = run_python(
-        [PRELUDE, program], run_limits, isolation, tests=source, setup_units=1, entry_points=tested_names(source)
+        [PRELUDE, program], run_limits, isolation, tests=source, setup_units=1, entry_points=tested,
+        test_setup=helpers, bound_names=declared_names(source, entry, helpers, tested),
     )
     if not result.passed:
         log.debug("code program failed (unit %s, exit %s, timed out %s): %s", result.failed_unit, result.returncode,

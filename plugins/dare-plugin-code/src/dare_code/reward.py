@@ -9,7 +9,7 @@ from typing import Any, Literal
 from pydantic import Field, HttpUrl, model_validator
 
 from dare.components import Params, Reward
-from dare_code.outcome import PRELUDE, build_tests, code_outcome, extract_program
+from dare_code.outcome import PRELUDE, build_tests, code_outcome, entry_point, extract_program, task_helpers
 from dare_code.sandbox import SandboxLimits, uid_mode_problem
 from dare_code.service import run_on_service
 
@@ -87,7 +87,11 @@ class CodeReward(Reward):
             return 0.0
         source, n_tests = tests
         budget = min(p.timeout_s, p.per_test_timeout_s * n_tests)
-        result = run_on_service(str(p.url), [PRELUDE, program], source, budget, p.memory_mb, p.request_timeout_s)
+        # the task's helpers after the program: the tests call the prompt's encode_cyclic, not the program's
+        entry = entry_point(sample, program) if "def check(" in source else None
+        helpers = task_helpers(sample, [entry] if entry else [])
+        units = [PRELUDE, program] + ([helpers] if helpers else [])
+        result = run_on_service(str(p.url), units, source, budget, p.memory_mb, p.request_timeout_s)
         return 1.0 if result.passed else 0.0
 
     def check(self, ctx, loc: str) -> list[tuple[str, str]]:

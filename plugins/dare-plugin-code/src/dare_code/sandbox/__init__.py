@@ -16,7 +16,11 @@ Layers, outermost first (see docs/sandbox.md for what each stops)
   * **resource limits**: ``RLIMIT_CPU``, ``RLIMIT_AS``, ``RLIMIT_FSIZE``, ``RLIMIT_NOFILE``,
     ``RLIMIT_CORE = 0``, ``RLIMIT_NPROC``; and the supervisor's watchdog (every 10 ms): the whole
     process tree's resident anonymous + shared memory + open memfd files against ``memory_mb``,
-    the directory's size and entry count against ``max_disk_mb``; the wall clock.
+    the directory's size and entry count against ``max_disk_mb``, the ``Threads:`` of its processes
+    against ``max_processes``; the wall clock.
+  * **task cap** (:mod:`.taskcap`, root with a pids controller): a pids cgroup per run with
+    ``pids.max = max_processes`` that the program joins, so threads count too and root is capped
+    (``RLIMIT_NPROC`` does not bind root); elsewhere the watchdog's ``Threads:`` count.
   * **no_new_privs** and **Landlock** (:mod:`.landlock`, Linux >= 5.13): writes only beneath the
     run's directory (and ``/dev/null``), reads only in the view, no TCP (ABI 4+), no signals or
     abstract sockets outside (ABI 6+), no ptrace outside, no mounts.
@@ -24,9 +28,10 @@ Layers, outermost first (see docs/sandbox.md for what each stops)
     a remount under bubblewrap), so no file the program writes can be mapped executable.
   * **seccomp** (:mod:`.seccomp`, Linux x86-64/arm64) and a new empty **session keyring**: no memfd,
     no writable or anonymous executable memory, no SysV IPC, no keyring, no ``prlimit`` of other
-    processes, no ``AF_UNIX`` socket, no namespaces or mounts (root in process mode: no fork).
+    processes, no ``socket()`` of any address family, no namespaces or mounts (root in process mode: no fork).
   * the in-interpreter **guard** (:mod:`.guard`): no sockets, subprocesses, kill, ``setrlimit``,
-    ctypes calls or writes outside; a Python-level layer, not a boundary.
+    ctypes calls, writes outside, subinterpreters or C test modules; a Python-level layer, not the
+    boundary (code without its hook meets the kernel layers above alone).
   * **separate tests** (:mod:`.remote`): with ``tests``, the tests run in another process that gets
     only plain data from the program; its exit status is the verdict. Neither the units nor the
     tests are written to disk, and the tests are never in the program's memory.
@@ -39,8 +44,10 @@ Honest limits
   * The memory watchdog polls: a tree can exceed ``memory_mb`` by what it allocates in 10 ms
     (each process is also capped by ``RLIMIT_AS``). Kernel memory (page tables, inodes: bounded by
     the entry count) and pipe buffers are not counted.
-  * Inside one process the program can still fool itself (e.g. a helper it defines and the tests
-    call); the tests cannot be fooled by what the program's objects do, only by what they return.
+  * The tests take from the program only the names the caller declares (``bound_names``) and run
+    the task's own helpers (``test_setup``); without a declaration every name the tests use that
+    the setup does not define is the program's, so a helper of the program's could see the expected
+    answer. The tests cannot be fooled by what the program's objects do, only by what they return.
     Non-Linux POSIX systems get rlimits, the session kill, the guard and the separate tests only.
 """
 

@@ -43,6 +43,8 @@ SUPERVISOR_CAPS = ("CAP_SETUID", "CAP_SETGID", "CAP_CHOWN", "CAP_FOWNER", "CAP_K
 #: where the program's directory (the size-limited tmpfs) is mounted inside; ``FALLBACK_WORKDIR`` when
 #: a path of the view lies under ``/tmp`` (a checkout or environment there would be hidden by it)
 WORKDIR = "/tmp"
+#: where the run's pids cgroup ``cgroup.procs`` file appears inside the sandbox
+TASKS_FILE = "/dare-tasks"
 FALLBACK_WORKDIR = "/dare-sandbox"
 _SHM_BYTES = 1024 * 1024
 
@@ -61,12 +63,16 @@ def workdir(view: View) -> str:
     return FALLBACK_WORKDIR if any(p == WORKDIR or p.startswith(WORKDIR + "/") for p in paths) else WORKDIR
 
 
-def command(binary: str, view: View, privileged: bool, disk_bytes: int, env: dict[str, str]) -> list[str]:
+def command(
+    binary: str, view: View, privileged: bool, disk_bytes: int, env: dict[str, str], tasks_file: str | None = None
+) -> list[str]:
     """The ``bwrap`` argument list (up to and including ``--``) for one sandbox run.
 
     :param privileged: the caller is root (no user namespace, capabilities as in the module docstring).
     :param disk_bytes: size of the ``/tmp`` tmpfs (the program's disk quota).
     :param env: the whole environment inside.
+    :param tasks_file: the ``cgroup.procs`` file of the run's pids cgroup (:mod:`.taskcap`), bound
+        into the sandbox as :data:`TASKS_FILE` (the cgroup's other files, ``pids.max`` among them, are not).
     """
     args = [binary, "--die-with-parent", "--unshare-pid", "--as-pid-1", "--unshare-net", "--unshare-ipc",
             "--unshare-uts", "--unshare-cgroup-try"]
@@ -87,6 +93,8 @@ def command(binary: str, view: View, privileged: bool, disk_bytes: int, env: dic
     for path, target in view.links:
         args += ["--symlink", target, path]
     args += ["--dev", "/dev", "--size", str(_SHM_BYTES), "--tmpfs", "/dev/shm", "--proc", "/proc"]
+    if tasks_file is not None:
+        args += ["--bind", tasks_file, TASKS_FILE]
     work = workdir(view)
     args += ["--size", str(int(disk_bytes)), "--tmpfs", work, "--chdir", work, "--clearenv"]
     for key, value in env.items():

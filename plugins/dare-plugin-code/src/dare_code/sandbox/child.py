@@ -2,10 +2,12 @@
 
 * :func:`program`: starts a new session, points stdin at ``/dev/null`` and stdout/stderr at pipes,
   closes every other descriptor, applies the confinement layers in this order: network namespace
-  (native uid mode), resource limits, unprivileged uid (uid mode) or no capabilities (root in process
+  (native uid mode), the run's pids cgroup (tasks and threads capped at ``max_processes``, where one
+  could be made), resource limits, unprivileged uid (uid mode) or no capabilities (root in process
   mode), a new empty session keyring, ``no_new_privs``, Landlock (writes only in its directory,
   nothing there executable; reads only in the :mod:`.view`), the seccomp filter (:mod:`.seccomp`:
-  no code it wrote, no IPC, no keyring, no other process's limits, no Unix socket), ``chdir``, the audit-hook guard; reports what was applied on a pipe and runs the units in one
+  no code it wrote, no IPC, no keyring, no other process's limits, no socket of any family), ``chdir``,
+  the audit-hook guard; reports what was applied on a pipe and runs the units in one
   namespace (``__name__ == "__sandbox__"``: ``if __name__ == "__main__":`` blocks do not run). With
   tests it then serves the test process (:func:`.remote.serve`).
 * :func:`tests`: drops its capabilities, forbids inspection, applies Landlock (no writes) and the
@@ -109,10 +111,26 @@ def _confine(cfg: dict, writable: list[str], block_fork: bool) -> dict:
     return layers
 
 
+def _join_task_cgroup(procs_file: str | None) -> bool:
+    """Move this process into the run's pids cgroup (:mod:`dare_code.sandbox.taskcap`): from then on
+    the kernel caps its tasks, threads included. False where there is none or the kernel refused."""
+    if not procs_file:
+        return False
+    try:
+        fd = os.open(procs_file, os.O_WRONLY)
+        try:
+            os.write(fd, b"0")
+        finally:
+            os.close(fd)
+    except OSError:
+        return False
+    return True
+
+
 def _program_setup(cfg: dict) -> dict:
     uid = cfg["uid"]
     layers = {"bwrap": bool(cfg["bwrap"]), "uid": uid, "read_all": bool(cfg["read_all"]) and not cfg["bwrap"],
-              "noexec": bool(cfg.get("noexec"))}
+              "noexec": bool(cfg.get("noexec")), "tasks_cgroup": _join_task_cgroup(cfg.get("tasks_cgroup"))}
     layers["netns"] = True if cfg["bwrap"] else (uid is not None and identity.new_network_namespace())
     _apply_limits(cfg, int(cfg["memory_mb"]))
     layers.update(_process_cap(cfg))
@@ -196,10 +214,11 @@ def tests(cfg: dict, source: str, fds: dict) -> None:
         identity.drop_capabilities()
         _confine(cfg, [], True)
         os.chdir("/")
-        setup = [tuple(u) for u in cfg["units"][: cfg["setup_count"]]]
+        setup = [tuple(u) for u in cfg["units"][: cfg["setup_count"]] + cfg.get("test_units", [])]
+        bound = cfg.get("bound_names")
         status = remote.run_tests(
             setup, (cfg["tests_name"], source), fds["request"], fds["reply"], frozenset(cfg["entry_points"]),
-            frozenset(cfg["packages"]),
+            frozenset(cfg["packages"]), None if bound is None else frozenset(bound),
         )
     except BaseException:  # noqa: BLE001 - a broken test process is a failed run
         try:

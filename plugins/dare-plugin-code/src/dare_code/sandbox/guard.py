@@ -20,17 +20,24 @@ on, in this interpreter and in every process it forks:
   no foreign function can be called or memory read by address);
 * tampering: replacing the hook's own ``__code__``, ``__defaults__`` or ``__kwdefaults__`` is
   refused (it keeps its configuration and helpers in its defaults);
+* subinterpreters and C test modules: importing ``_xxsubinterpreters``, ``_interpreters``,
+  ``_xxinterpchannels`` (a subinterpreter starts without this hook), ``_testcapi`` or
+  ``_testinternalcapi`` (raw memory and interpreter internals), by name or by spec through
+  ``_imp.create_dynamic``, and the ``cpython.PyInterpreterState_New`` event (any new interpreter);
 * exits: ``os._exit`` raises ``SystemExit`` instead, so an early exit counts as a failure.
 
 This is a *Python-level* guard: it stops accidents and ordinary attempts, not a determined attacker
 with introspection (e.g. ``dir_fd``-relative calls, monkeypatching ``posixpath``, interpreter
-bugs). The kernel layers of the sandbox (rlimits, uid, namespaces, Landlock) are the boundary; see
+bugs). It is one layer, not the boundary: the kernel layers of the sandbox (rlimits, uid,
+namespaces, Landlock, seccomp, the task cap) are the boundary, and they also hold for code that runs
+without this hook (native code, a subinterpreter, a re-executed interpreter); see
 :mod:`dare_code.sandbox`. Event names: the CPython audit events table
 (https://docs.python.org/3/library/audit_events.html).
 """
 
 from __future__ import annotations
 
+import _imp
 import _posixsubprocess
 import os
 import posix
@@ -46,6 +53,12 @@ _DENIED = frozenset(
     }
 )
 _DENIED_PREFIXES = ("socket.", "ctypes.")
+#: subinterpreters (they start without this interpreter's audit hooks) and CPython's C test modules
+#: (raw memory access and interpreter internals); 3.11 to 3.13 names
+_DENIED_MODULES = frozenset(
+    {"_xxsubinterpreters", "_interpreters", "_xxinterpchannels", "_interpchannels", "_interpqueues",
+     "_testcapi", "_testinternalcapi", "_testmultiphase", "_testsinglephase", "_testclinic", "_testimportmultiple"}
+)
 _ALLOWED = frozenset({"ctypes.dlopen"})
 _FIRST_PATH = frozenset(
     {
@@ -87,6 +100,7 @@ def _make_hook(root: str, block_fork: bool):
         _denied=_DENIED,
         _prefixes=_DENIED_PREFIXES,
         _allowed=_ALLOWED,
+        _modules=_DENIED_MODULES,
         _paths_of=_paths_of,
         _realpath=os.path.realpath,
         _fsdecode=os.fsdecode,
@@ -101,6 +115,10 @@ def _make_hook(root: str, block_fork: bool):
             raise _error(f"sandbox: {event} is not allowed")
         if event == "import" and args[0] == "_posixsubprocess":
             raise _error("sandbox: re-importing _posixsubprocess is not allowed")
+        if event == "import" and str(args[0]).split(".")[0] in _modules:
+            raise _error(f"sandbox: importing {args[0]} is not allowed")
+        if event == "cpython.PyInterpreterState_New":
+            raise _error("sandbox: creating a subinterpreter is not allowed")
         if event == "object.__setattr__" and _isinstance(args[0], _function) and args[0].__code__ is _own_code:
             raise _error("sandbox: changing the guard is not allowed")
         for path in _paths_of(event, args):
@@ -121,6 +139,18 @@ def _refuse_fork_exec(*args, **kwargs):
     raise PermissionError("sandbox: starting programs is not allowed")
 
 
+def _guard_extension_loader(create_dynamic):
+    """``_imp.create_dynamic`` that refuses the :data:`_DENIED_MODULES` (loading an extension module by
+    spec raises no ``import`` event)."""
+
+    def create(spec, *args, _create=create_dynamic, _denied=_DENIED_MODULES, _error=PermissionError):
+        if str(getattr(spec, "name", "")).split(".")[0] in _denied:
+            raise _error(f"sandbox: importing {spec.name} is not allowed")
+        return _create(spec, *args)
+
+    return create
+
+
 def install(root: str, block_fork: bool) -> None:
     """Install the guard for this interpreter (irreversible).
 
@@ -130,3 +160,6 @@ def install(root: str, block_fork: bool) -> None:
     sys.addaudithook(_make_hook(os.path.realpath(root), block_fork))
     os._exit = posix._exit = _refuse_exit
     _posixsubprocess.fork_exec = _refuse_fork_exec
+    _imp.create_dynamic = _guard_extension_loader(_imp.create_dynamic)
+    for name in _DENIED_MODULES:  # already loaded by the interpreter before the hook: not reachable by name
+        sys.modules.pop(name, None)

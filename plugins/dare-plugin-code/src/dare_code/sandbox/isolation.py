@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import functools
 import os
+import platform
 import secrets
 import socket
 import stat
@@ -37,6 +38,7 @@ from typing import Literal
 
 from dare_code.sandbox import bwrap, procfs
 from dare_code.sandbox.errors import SandboxError
+from dare_code.sandbox.taskcap import cgroup_parent
 from dare_code.sandbox.view import DEFAULT_PACKAGES, view
 
 __all__ = [
@@ -231,8 +233,8 @@ def active_layers(requested: str = "auto", packages: tuple[str, ...] = DEFAULT_P
 
     Keys: ``kernel``, ``mode``, ``bwrap`` (True, or why not), ``user_namespaces``, ``landlock_abi``,
     ``cgroup_v2_memory`` (reported, not used), ``network``, ``reads``, ``writes``, ``disk_quota``,
-    ``memory_limit``, ``tests``, ``native_code``, ``ipc_keyring_processes`` (each a short description of
-    what enforces it).
+    ``memory_limit``, ``processes``, ``tasks`` (the cap on processes and threads), ``tests``, ``native_code``,
+    ``ipc_keyring_processes`` (each a short description of what enforces it).
 
     :raises SandboxError: as :func:`resolve_isolation`.
     """
@@ -251,6 +253,8 @@ def active_layers(requested: str = "auto", packages: tuple[str, ...] = DEFAULT_P
         network = "empty network namespace (uid mode)" if iso.mode == "uid" else (
             "Landlock TCP rules" if abi >= 4 else "Python guard only"
         )
+    if platform.system() == "Linux" and platform.machine().lower() in ("x86_64", "aarch64"):
+        network += " + seccomp: no socket() of any family"
     return {
         "kernel": os.uname().release,
         "mode": iso.mode,
@@ -265,11 +269,13 @@ def active_layers(requested: str = "auto", packages: tuple[str, ...] = DEFAULT_P
         "disk_quota": "tmpfs size (bwrap) + RLIMIT_FSIZE" if iso.bwrap else "watchdog (10 ms) + RLIMIT_FSIZE",
         "memory_limit": "whole tree: supervisor watchdog (RssAnon + RssShmem + memfd, 10 ms); RLIMIT_AS per process",
         "processes": "RLIMIT_NPROC (private uid)" if iso.mode == "uid" else "RLIMIT_NPROC or fork refused (root)",
+        "tasks": ("pids cgroup (pids.max = max_processes, threads included) + watchdog" if cgroup_parent() is not None
+                  else "watchdog: Threads: of the program's processes above max_processes kill the tree (10 ms)"),
         "tests": "separate process, plain data only",
         "native_code": "no executable mapping of what it wrote: noexec directory (a tmpfs in a mount namespace, "
                        "or bwrap's /tmp remounted; root or unprivileged user namespaces: the run's layers say "
                        "'noexec') + seccomp (no memfd, no W+X or anonymous executable memory, no mprotect to exec)",
         "ipc_keyring_processes": "seccomp: no SysV IPC or POSIX queues, no keyring (new empty session keyring), "
-                                 "prlimit on itself only, no AF_UNIX socket()"
+                                 "prlimit on itself only, no socket() of any family"
                                  + (", no fork (root in process mode)" if iso.mode == "process" and os.geteuid() == 0 else ""),
     }

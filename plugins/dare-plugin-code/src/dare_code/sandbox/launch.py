@@ -19,6 +19,7 @@ from typing import Any
 from dare_code.sandbox import bwrap
 from dare_code.sandbox.errors import SandboxError
 from dare_code.sandbox.isolation import Isolation, lease_uid, resolve_isolation
+from dare_code.sandbox.taskcap import task_cgroup
 from dare_code.sandbox.view import DEFAULT_PACKAGES, view
 
 __all__ = ["SandboxLimits", "SandboxResult", "run_python"]
@@ -75,20 +76,23 @@ class SandboxResult:
       was still running when the run ended). 0 means every unit ran to completion.
     * ``tests_returncode``: the test process's exit status (None without tests).
     * ``failed_unit``: index of the unit that raised (``len(units)``: the tests), else None.
-    * ``timed_out``: the wall-clock limit was hit; ``killed_for``: ``"memory"`` or ``"disk"`` when
-      the supervisor killed the tree for exceeding that limit, else None.
+    * ``timed_out``: the wall-clock limit was hit; ``killed_for``: ``"memory"``, ``"disk"`` or
+      ``"tasks"`` (more processes and threads than ``max_processes``) when the supervisor killed the
+      tree for exceeding that limit, else None.
     * ``elapsed_s``: wall seconds of the whole run, as the caller saw it (startup and cleanup included);
       ``run_s``: from the start of the program process until every process of it was reaped.
     * ``cpu_s``, ``maxrss_mb``: CPU seconds and largest single-process peak resident MiB of the
       run's processes; ``peak_memory_mb``: the largest whole-tree memory the supervisor saw;
-      ``peak_disk_mb``: the most the directory held (as last measured).
+      ``peak_disk_mb``: the most the directory held (as last measured); ``peak_tasks``: the most
+      processes and threads of the program's tree the supervisor saw at once.
     * ``leftover``: other processes of the program still present when it ended (all were killed).
     * ``pid``: the program's process id as the supervisor saw it (inside bubblewrap's PID
       namespace, ``pidns``, where that is used).
     * ``layers``: the confinement actually applied: ``bwrap``, ``uid``, ``read_all``, ``netns``,
       ``nproc``, ``fork_blocked``, ``noexec`` (the directory is a noexec mount), ``keyring`` (a new empty
       session keyring), ``no_new_privs``, ``landlock`` (ABI version, 0 = none), ``seccomp`` (the
-      :mod:`.seccomp` filter), ``subreaper``.
+      :mod:`.seccomp` filter), ``tasks_cgroup`` (the program joined a pids cgroup of ``max_processes``,
+      :mod:`.taskcap`), ``subreaper``.
     * ``stdout``/``stderr``: the last 4 KiB the program wrote to each; ``tests_stderr``: the test
       process's (the failing test's traceback).
     """
@@ -109,6 +113,7 @@ class SandboxResult:
     killed_for: str | None = None
     peak_memory_mb: float = 0.0
     peak_disk_mb: float = 0.0
+    peak_tasks: int = 0
     pidns: str | None = None
     run_s: float = 0.0
     verdict: bool = False
@@ -215,6 +220,8 @@ def run_python(
     setup_units: int = 0,
     entry_points: Sequence[str] = (),
     packages: Sequence[str] = DEFAULT_PACKAGES,
+    test_setup: str | None = None,
+    bound_names: Sequence[str] | None = None,
 ) -> SandboxResult:
     """Run Python source units, in order and in one namespace, in a fresh sandbox; with ``tests``,
     run those in a separate process against the program (:mod:`dare_code.sandbox.remote`).
@@ -232,6 +239,11 @@ def run_python(
     :param entry_points: names the program provides to the tests even where they shadow a built-in
         or setup name (the function under test).
     :param packages: third-party packages the program and tests may import (default: numpy).
+    :param test_setup: trusted source only the test process runs, after the setup units (the task's
+        helpers its tests call); the names it defines are never taken from the program.
+    :param bound_names: the only names the tests take from the program (the entry points and what
+        the task declares the program must define); None: every name the tests use that neither a
+        built-in nor the setup defines.
     :returns: the result; a program that fails, hangs or misbehaves yields a result, never an exception.
     :raises SandboxError: the sandbox itself cannot run here (e.g. ``uid`` without root) or its
         runner failed.
@@ -243,6 +255,7 @@ def run_python(
     started = time.monotonic()
     with ExitStack() as stack:
         uid = stack.enter_context(lease_uid()) if iso.mode == "uid" else None
+        tasks_file = stack.enter_context(task_cgroup(limits.max_processes))
         if iso.bwrap:
             workdir = cwd = bwrap.workdir(seen)
         else:
@@ -255,6 +268,8 @@ def run_python(
             "setup_count": int(setup_units),
             "tests_name": None if tests is None else "tests.py",
             "entry_points": list(entry_points),
+            "test_units": [] if test_setup is None else [["task.py", test_setup]],
+            "bound_names": None if bound_names is None else list(bound_names),
             "packages": list(seen.packages),
             "sys_path": list(seen.sys_path),
             "readable": seen.readable(),
@@ -269,6 +284,7 @@ def run_python(
             "max_disk_mb": limits.max_disk_mb,
             "uid": uid,
             "read_all": iso.read_all,
+            "tasks_cgroup": None if tasks_file is None else bwrap.TASKS_FILE if iso.bwrap else tasks_file,
         }
         header = json.dumps(config).encode("utf-8", "surrogatepass")
         payload = struct.pack(">Q", len(header)) + header
@@ -280,7 +296,8 @@ def run_python(
             binary = bwrap.executable()
             if binary is None:
                 raise SandboxError("isolation asks for bubblewrap but bwrap is not installed; resolve it with 'auto'")
-            cmd = bwrap.command(binary, seen, os.geteuid() == 0, limits.max_disk_mb * 1024 * 1024, env) + cmd
+            cmd = bwrap.command(binary, seen, os.geteuid() == 0, limits.max_disk_mb * 1024 * 1024, env,
+                                tasks_file) + cmd
         report = _supervise(cmd, cwd if not iso.bwrap else "/", env, payload, limits)
     elapsed = time.monotonic() - started
     if report is None:
@@ -302,6 +319,7 @@ def run_python(
         killed_for=report["killed_for"],
         peak_memory_mb=report["peak_memory_mb"],
         peak_disk_mb=report["peak_disk_mb"],
+        peak_tasks=report["peak_tasks"],
         pidns=report["pidns"],
         run_s=report["run_s"],
         verdict=report["passed"],

@@ -23,6 +23,7 @@ __all__ = [
     "subtree",
     "private_kib",
     "memfd_kib",
+    "threads",
     "session_members",
     "owned_by",
     "task_count",
@@ -132,6 +133,14 @@ def private_kib(pid: int) -> int:
         except (ValueError, IndexError):
             pass
     return total
+
+
+def threads(pid: int) -> int:
+    """Tasks (threads) of process ``pid`` (``Threads:``); 0 if the process is gone."""
+    try:
+        return int(_status(pid).get("Threads", "0").strip() or 0)
+    except ValueError:
+        return 0
 
 
 def memfd_kib(pid: int) -> int:

@@ -11,7 +11,12 @@ The sandbox runs a program that has tests in two processes (see :mod:`.runner`):
   data), or to the same standard-library module imported here.
 
 A name that shadows a built-in or a setup name (``abs``, ``set``, ``math``) is taken from the
-program only when it is an entry point (the function under test). The test process never receives
+program only when it is an entry point (the function under test). Helpers the tests call (HumanEval/38's
+``encode_cyclic``, /32's ``poly``) are trusted code of the task, run here (a setup unit only this
+process runs); with a declared list of names (``bound``) nothing else is taken from the program, so
+the expected answer never reaches a function of the program's making. An exception a program's
+function raises fails the test: ``StopIteration``/``StopAsyncIteration`` arrive as ``RuntimeError``
+(PEP 479 style), so they cannot end the test's own ``map``/``filter`` loop early. The test process never receives
 anything but plain data, so the verdict (its exit status, read by
 the supervisor) depends only on what the program's functions return: exiting early, raising
 ``SystemExit``, patching ``builtins``, walking frames to the runner or the tests, or returning an
@@ -135,6 +140,10 @@ def _perform(message, namespace, baseline, resolve, refer, wire):
 
 
 # ----------------------------------------------------------------------------------- test side
+#: exceptions that end an iteration in the test process: from the program they fail the test instead
+_ITERATION_ENDS = (StopIteration, StopAsyncIteration)
+
+
 class ProgramGone(Exception):
     """The program's process ended or sent something that is not a well-formed reply."""
 
@@ -174,6 +183,10 @@ class _Link:
                 raise ProgramGone(str(exc)) from None
         if type(reply) is list and len(reply) == 3 and reply[0] == "x" and all(type(p) is str for p in reply[1:]):
             cls = getattr(builtins, reply[1], None)
+            if cls in _ITERATION_ENDS and message[0] != "next":
+                # PEP 479 style: a StopIteration out of the program's function would end the test's
+                # own map()/filter()/next() loop early (all([]) is True); it fails the test instead
+                raise RuntimeError(f"the program raised {reply[1]}: {reply[2]}")
             if isinstance(cls, type) and issubclass(cls, Exception) and cls is not ProgramGone:
                 raise cls(reply[2])
             raise RemoteError(f"{reply[1]}: {reply[2]}")
@@ -258,13 +271,14 @@ def _module(name: str, packages: frozenset):
     return importlib.import_module(name)
 
 
-def _bindable(tree: ast.AST, namespace: dict, entry_points: frozenset) -> list[str]:
+def _bindable(tree: ast.AST, namespace: dict, entry_points: frozenset, bound: frozenset | None = None) -> list[str]:
     """The names the tests use that the program may provide: not dunder names, and not built-in or
     setup names unless they are entry points (so a program cannot replace ``abs`` or ``set`` under
-    its tests, while a task whose function is called ``sum`` still works)."""
+    its tests, while a task whose function is called ``sum`` still works); with ``bound``, only
+    those (the task's declared names: a helper the tests call is never the program's)."""
     names = []
     for name in sorted({n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}):
-        if name.startswith("__"):
+        if name.startswith("__") or (bound is not None and name not in bound):
             continue
         if name in entry_points or not (hasattr(builtins, name) or name in namespace):
             names.append(name)
@@ -278,15 +292,20 @@ def run_tests(
     reply_fd: int,
     entry_points: frozenset = frozenset(),
     packages: frozenset = frozenset(),
+    bound: frozenset | None = None,
 ) -> int:
     """Run the setup units and the tests against the program (runs in the test process).
 
-    :param setup: ``(file name, source)`` units run first (the program runs them too).
+    :param setup: ``(file name, source)`` units run first: the shared setup (the program runs it
+        too), then trusted code of the task that only this process runs (the helpers its tests call,
+        e.g. HumanEval/38's ``encode_cyclic`` from the prompt): names they define are never the program's.
     :param tests: ``(file name, source)`` of the tests.
     :param entry_points: names the program may provide even where they shadow a built-in or a
         setup name (the function under test, e.g. MBPP's ``sum``).
     :param packages: third-party top-level modules the tests may receive from the program's
         namespace (besides the standard library).
+    :param bound: the only names the program provides (the task's entry points and declared
+        names); None: every name the tests use that neither a built-in nor the setup defines.
     :returns: the exit status: 0 every test ran to completion, :data:`EXIT_TESTS_FAILED` one raised
         (its traceback is on stderr), :data:`EXIT_NO_PROGRAM` the program never became ready.
     """
@@ -296,7 +315,7 @@ def run_tests(
         exec(compile(source, name, "exec"), namespace)
     tree = compile(tests[1], tests[0], "exec", ast.PyCF_ONLY_AST)
     code = compile(tree, tests[0], "exec")
-    wanted = _bindable(tree, namespace, frozenset(entry_points))
+    wanted = _bindable(tree, namespace, frozenset(entry_points), None if bound is None else frozenset(bound))
     try:
         ready = link.wire.receive(reply_fd)
     except (OSError, link.wire.WireError):

@@ -10,7 +10,9 @@ test source (only when the config says there are tests). It runs as up to three 
   process, only *then* reads the tests (so they were never in the program's memory) and forks the
   test process. It drains the program's stdout/stderr, enforces the wall-clock limit, the
   whole-tree memory limit (resident anonymous + shared memory of every program process, polled every
-  :data:`POLL_S`, plus the size of the memfd files they hold open, every :data:`MEMFD_EVERY` polls)
+  :data:`POLL_S`, plus the size of the memfd files they hold open, every :data:`MEMFD_EVERY` polls),
+  the task cap (the ``Threads:`` of every program process above ``max_processes``: the tree is killed,
+  ``killed_for: "tasks"``; exact where the pids cgroup of :mod:`dare_code.sandbox.taskcap` holds it)
   and the disk quota and entry count of the program's directory (polled likewise;
   under bwrap the tmpfs size is the hard quota and ``statvfs`` counts its inodes, else the
   directory is walked); then it kills and reaps *every* descendant and prints one JSON report;
@@ -18,9 +20,12 @@ test source (only when the config says there are tests). It runs as up to three 
   test process's exit status is the verdict; the program cannot write to it.
 
 Config keys: ``units`` ([name, source] pairs), ``setup_count`` (leading units the test process runs
-too), ``tests_name`` (null: no tests), ``entry_points``, ``packages``, ``sys_path``, ``readable``,
+too), ``test_units`` (trusted [name, source] pairs only the test process runs), ``bound_names`` (the
+only names the tests take from the program, or null), ``tests_name`` (null: no tests), ``entry_points``,
+``packages``, ``sys_path``, ``readable``,
 ``listable``, ``workdir``, ``bwrap`` (bool), ``timeout_s``, ``cpu_time_s``, ``memory_mb``,
-``max_processes``, ``max_file_mb``, ``max_disk_mb``, ``uid`` (int or null), ``read_all`` (bool).
+``max_processes``, ``max_file_mb``, ``max_disk_mb``, ``uid`` (int or null), ``read_all`` (bool),
+``tasks_cgroup`` (the ``cgroup.procs`` file the program joins, or null).
 """
 
 from __future__ import annotations
@@ -135,7 +140,9 @@ def _supervise(cfg: dict, pids: dict, streams: dict, tests_pid: int | None) -> d
     disk_limit = int(cfg["max_disk_mb"]) * 1024 * 1024
     skip = frozenset({tests_pid}) if tests_pid else frozenset()
     statuses: dict[int, int] = {}
-    out = {"timed_out": False, "killed_for": None, "peak_memory_mb": 0.0, "peak_disk_mb": 0.0, "statuses": statuses}
+    max_tasks = int(cfg["max_processes"])
+    out = {"timed_out": False, "killed_for": None, "peak_memory_mb": 0.0, "peak_disk_mb": 0.0, "peak_tasks": 0,
+           "statuses": statuses}
     waiting_for = tests_pid if tests_pid else pids["program"]
     open_fds = dict(streams)
     polls, hidden, grace_end = 0, 0, None
@@ -171,6 +178,11 @@ def _supervise(cfg: dict, pids: dict, streams: dict, tests_pid: int | None) -> d
             polls += 1
             if polls % MEMFD_EVERY == 1:
                 hidden = sum(procfs.memfd_kib(p) for p in tree)
+            tasks = sum(procfs.threads(p) for p in tree)
+            out["peak_tasks"] = max(out["peak_tasks"], tasks)
+            if tasks > max_tasks:  # the cap where no pids cgroup holds it (root: RLIMIT_NPROC does not bind)
+                out["killed_for"] = "tasks"
+                break
             used = hidden + sum(procfs.private_kib(p) for p in tree)
             out["peak_memory_mb"] = max(out["peak_memory_mb"], used / 1024)
             if used > memory_limit_kib:
@@ -279,7 +291,8 @@ def main() -> int:
         os.close(reply_r)
         run = _supervise(cfg, pids, streams, tests_pid)
     except _Stop:
-        run = {"timed_out": True, "killed_for": None, "peak_memory_mb": 0.0, "peak_disk_mb": 0.0, "statuses": {}}
+        run = {"timed_out": True, "killed_for": None, "peak_memory_mb": 0.0, "peak_disk_mb": 0.0, "peak_tasks": 0,
+               "statuses": {}}
     statuses = run.pop("statuses")
     leftover = _kill_descendants(dict(statuses), set(pids.values()))  # statuses: those that ended by themselves
     run_s = time.monotonic() - started

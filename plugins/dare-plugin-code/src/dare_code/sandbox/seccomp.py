@@ -16,7 +16,9 @@ needs ``no_new_privs``), a classic-BPF filter that makes these calls fail with `
 * other processes: ``prlimit64`` on any pid but its own (``0``); with ``block_fork``, ``fork``,
   ``vfork`` and ``clone`` without ``CLONE_THREAD`` (threads still start; ``clone3`` answers
   ``ENOSYS`` so the C library falls back to ``clone``);
-* the host: ``socket(AF_UNIX, ...)`` (a Unix socket file of the host; ``socketpair`` stays);
+* the network and the host: ``socket()`` for every address family (``AF_INET``/``AF_INET6`` datagrams
+  to the host's loopback, ``AF_NETLINK`` queries of the host's sockets, ``AF_UNIX`` socket files, raw
+  and packet sockets: process mode shares the host's network namespace; ``socketpair`` stays);
   namespaces and mounts (``unshare``, ``setns``, ``mount``, ``umount2``, ``pivot_root``); kernel
   interfaces that bypass the filter or widen the attack surface (``io_uring_*``, ``userfaultfd``,
   ``bpf``, ``perf_event_open``, module and kexec loading).
@@ -40,7 +42,7 @@ __all__ = ["ARCHES", "restrict"]
 _PR_SET_SECCOMP, _SECCOMP_MODE_FILTER = 22, 2
 _RET_ALLOW, _RET_ERRNO = 0x7FFF0000, 0x00050000
 _LD_W_ABS, _JEQ_K, _JGE_K, _JSET_K, _RET_K = 0x20, 0x15, 0x35, 0x45, 0x06
-_PROT_WRITE, _PROT_EXEC, _MAP_ANONYMOUS, _CLONE_THREAD, _AF_UNIX = 0x2, 0x4, 0x20, 0x10000, 1
+_PROT_WRITE, _PROT_EXEC, _MAP_ANONYMOUS, _CLONE_THREAD = 0x2, 0x4, 0x20, 0x10000
 _OFF_NR, _OFF_ARCH = 0, 4
 
 #: (AUDIT_ARCH, system call numbers) per machine; ``None`` where the call does not exist there
@@ -73,7 +75,7 @@ ARCHES = {
 _DENIED = (
     "memfd_create", "memfd_secret", "ptrace", "process_vm_readv", "process_vm_writev", "shmget", "shmat", "shmctl",
     "semget", "semop", "semctl", "semtimedop", "msgget", "msgsnd", "msgrcv", "msgctl", "mq_open", "keyctl",
-    "add_key", "request_key", "unshare", "setns", "mount", "umount2", "pivot_root", "io_uring_setup",
+    "add_key", "request_key", "socket", "unshare", "setns", "mount", "umount2", "pivot_root", "io_uring_setup",
     "io_uring_enter", "io_uring_register", "userfaultfd", "bpf", "perf_event_open", "init_module", "finit_module",
     "kexec_load", "kexec_file_load", "remap_file_pages",
 )
@@ -120,7 +122,7 @@ def _filter(audit_arch: int, nr: dict, block_fork: bool) -> bytes:
         if nr.get(name) is not None:
             p.op(_JEQ_K, nr[name], "deny", 0)
     checks = [("mmap", "mmap"), ("mprotect", "mprotect"), ("pkey_mprotect", "mprotect"), ("personality", "personality"),
-              ("prlimit64", "prlimit"), ("socket", "socket")]
+              ("prlimit64", "prlimit")]
     if block_fork:
         checks += [("clone", "clone"), ("fork", "deny"), ("vfork", "deny")]
     for name, where in checks:
@@ -145,9 +147,6 @@ def _filter(audit_arch: int, nr: dict, block_fork: bool) -> bytes:
     p.op(_JEQ_K, 0, 0, "deny")
     p.op(_LD_W_ABS, _arg(0) + 4)
     p.op(_JEQ_K, 0, "allow", "deny")
-    p.label("socket")
-    p.op(_LD_W_ABS, _arg(0))
-    p.op(_JEQ_K, _AF_UNIX, "deny", "allow")
     p.label("clone")  # x86-64 and arm64: flags are the first argument
     p.op(_LD_W_ABS, _arg(0))
     p.op(_JSET_K, _CLONE_THREAD, "allow", "deny")
