@@ -158,6 +158,16 @@ def test_a_run_is_launched_as_its_spec_says_unless_flags_override_it():
         L.SubmititLauncher(cluster="slurm", timeout_min=5, save_window_s=600).resolve(_run_with_launch(d1))
 
 
+def test_a_launch_whose_processes_do_not_divide_over_its_machines_is_refused(sft_spec, tmp_path):
+    from dare.errors import SpecError
+    from dare.spec import load_spec
+
+    with pytest.raises(SpecError, match="num_processes 8 is not a multiple of num_machines 3"):
+        load_spec(str(sft_spec), overrides=["launch.num_processes=8", "launch.num_machines=3"])
+    (run,) = plan_runs(str(sft_spec), [], [0], tmp_path / "sw", ["launch.num_processes=16", "launch.num_machines=2"])
+    assert L.resolve_launch(run).describe().startswith("2 nodes x 8 GPUs, 16 processes, torchrun")
+
+
 def test_each_node_of_a_multi_node_job_fills_in_its_rank_and_the_first_host(monkeypatch):
     launch = L.resolve_launch(_run_with_launch({"num_processes": 32, "num_machines": 4,
                                                 "accelerate_config": "examples/accelerate/zero3.yaml"}))
