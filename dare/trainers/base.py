@@ -150,7 +150,7 @@ class DareTrainer(CheckpointSaving, Trainer):
             self._metrics, self._skipped_since_log = {}, 0
         super().log(logs, start_time)
 
-    # ------------------------------------------------------------------ non-finite guard
+    # ------------------------------------------------------------------ precision
     def train(self, *args, **kwargs):
         """``Trainer.train`` with fp32 master weights under mixed precision (``args.bf16``/``fp16``): the trainable
         16-bit parameters are cast to float32 first (:func:`dare.trainers.precision.upcast_trainable_to_fp32`), after
@@ -163,6 +163,7 @@ class DareTrainer(CheckpointSaving, Trainer):
                       "under autocast; dare/trainers/precision.py)", file=sys.stderr)
         return super().train(*args, **kwargs)
 
+    # ------------------------------------------------------------------ non-finite guard
     def create_optimizer(self, model=None):
         optimizer = super().create_optimizer(model)
         if not getattr(optimizer, "_dare_guarded", False):
