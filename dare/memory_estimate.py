@@ -6,25 +6,36 @@ closed-form terms. The sharding follows the spec's ``launch.accelerate_config`` 
 DeepSpeed ``zero_stage``, FSDP sharding and CPU offload) and is evaluated for several process counts.
 
 Terms, in bytes per GPU, with ``P`` parameters, ``T`` trainable parameters (LoRA: the adapters peft adds, ``r * (in +
-out)`` per adapted linear layer), ``w`` bytes per weight (``model.dtype``), ``N`` processes, and ``shard(x) =
-x / N`` where the strategy shards that state (else ``x``):
+out)`` per adapted linear layer), ``w`` bytes per weight (``model.dtype``), ``m`` bytes per trainable weight as it
+is trained, ``N`` processes, and ``shard(x) = x / N`` where the strategy shards that state (else ``x``):
 
-* weights ``shard_p(P * w)`` (sharded by ZeRO-3 and FSDP full sharding);
-* gradients ``shard_g(T * w)`` (sharded by ZeRO-2/3 and FSDP);
+* ``m``: 4 with fp32 master weights, i.e. ``train.bf16`` with 16-bit weights outside DeepSpeed (DARE's trainer on one
+  process or DDP, accelerate's FSDP2 upcast: dare/trainers/precision.py) and LoRA adapters (peft keeps them fp32);
+  else ``w``;
+* weights ``shard_p(F * w + T * m)``, ``F`` the frozen parameters (``P - T``; with LoRA the whole base ``P``);
+  sharded by ZeRO-3 and FSDP full sharding. DeepSpeed keeps the module in 16 bits: ``shard_p(P * w)``;
+* gradients ``shard_g(T * m)`` (DeepSpeed: ``T * w``); sharded by ZeRO-2/3 and FSDP;
 * optimizer (AdamW, two moments): DeepSpeed ``shard_o(T * 12)`` with 16-bit weights (fp32 master copy and
-  moments) or ``shard_o(T * 8)`` with fp32 weights; torch's AdamW (DDP, FSDP2) ``shard_o(2 * T * w)``
-  (moments in the parameters' dtype); 0 on the GPU with optimizer offload;
+  moments) or ``shard_o(T * 8)`` with fp32 weights; torch's AdamW (DDP, FSDP2) ``shard_o(2 * T * m)``
+  (moments in the trained parameters' dtype); 0 on the GPU with optimizer offload;
 * reference policy: ``shard_p(P * w)`` when the objective keeps one (preference objectives, RL with ``beta >
-  0``) and the model has no LoRA adapters (with LoRA the reference is the base with adapters disabled);
-* TraceRL's value model (``algorithm.params.value_model``): ``4 * P * w`` (a full copy of the model: weights,
-  gradients and torch AdamW's two moments; replicated on every process, never sharded);
+  0`` against the reference) and the model has no LoRA adapters (with LoRA the reference is the base with
+  adapters disabled). It is a copy taken before training, so 16-bit when ``model.dtype`` is; it is sharded and
+  placed like the policy (``dare.distributed.place_frozen``: FSDP2 units, a ZeRO-3 engine), so sharded exactly
+  when the weights are, replicated under DDP and ZeRO-1/2;
+* TraceRL's value model (``algorithm.params.value_model``): a copy of the model with a 1-wide head, ``P_v = P -
+  V h + h`` parameters, replicated on every process (one process or DDP only): weights, gradients and torch
+  AdamW's two moments, ``4 * P_v * m_v`` (``m_v`` = 4 with ``train.bf16``: its fp32 master weights, else ``w``);
 * activations of one micro-batch of ``b`` rows of ``s`` tokens (block-diffusion families run ``[x_t ; x_0]``,
   so ``s`` doubles), hidden size ``h``, ``L`` layers and MLP width ``i`` (MoE: ``moe_intermediate_size *
   num_experts_per_tok`` plus shared experts): a layer keeps about ``s * b * (10 h + 4 i) * w`` bytes for the
   backward pass (attention inputs, q/k/v, output, norms, residuals; MLP input, gate, up, activation and
   product; fused SDPA keeps no ``s x s`` score matrix); with gradient checkpointing only each layer's input,
-  ``L * s * b * h * w``, plus one recomputed layer; without it ``L`` layers;
-* logits ``s * b * V * (w + 4)`` (the head's output and its float32 log-softmax).
+  ``L * s * b * h * w``, plus one recomputed layer; without it ``L`` layers. Times ``K``, the forwards kept
+  before one backward: a preference objective scores every pass of its estimator (VRPO's ``mc_num``) before its
+  loss's backward (dare_dpo.trainer), so ``K`` = the passes its estimator draws; RL runs one backward per pass
+  and row chunk (``K = 1``);
+* logits ``K * s * b * V * (w + 4)`` (the head's output and its float32 log-softmax).
 
 Not counted: the rollout's KV cache and sampling buffers (no gradients; freed before the update), CUDA
 context and allocator fragmentation (budget 1-3 GiB), DeepSpeed's communication buckets. The activation
@@ -49,11 +60,13 @@ __all__ = ["Strategy", "MemoryEstimate", "strategy_from_accelerate_config", "est
 _BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 #: the formula, printed under the table
 FORMULA = (
-    "weights = shard_p(P*w); gradients = shard_g(T*w); optimizer = DeepSpeed shard_o(12*T) (16-bit weights) or "
-    "torch AdamW shard_o(2*T*w); reference = shard_p(P*w) when kept without LoRA; value model (TraceRL) = 4*P*w; "
-    "activations = L*s*b*h*w + "
-    "s*b*(10h+4i)*w with gradient checkpointing, else L*s*b*(10h+4i)*w; logits = s*b*V*(w+4); shard(x) = x/N "
-    "where the strategy shards it (dare/memory_estimate.py)"
+    "m = 4 with fp32 master weights (train.bf16 and 16-bit weights outside DeepSpeed; LoRA adapters), else w; "
+    "weights = shard_p(F*w + T*m) (DeepSpeed: shard_p(P*w)); gradients = shard_g(T*m) (DeepSpeed: T*w); "
+    "optimizer = DeepSpeed shard_o(12*T) (16-bit weights) or torch AdamW shard_o(2*T*m); reference = shard_p(P*w) "
+    "when kept without LoRA; value model (TraceRL) = 4*P_v*m_v; activations = K*(L*s*b*h*w + s*b*(10h+4i)*w) with "
+    "gradient checkpointing, else K*L*s*b*(10h+4i)*w; logits = K*s*b*V*(w+4); K = forwards kept before one "
+    "backward (a preference estimator's passes, e.g. VRPO mc_num); shard(x) = x/N where the strategy shards it "
+    "(dare/memory_estimate.py)"
 )
 
 
@@ -104,7 +117,8 @@ def strategy_from_accelerate_config(path: str | None, spec_file: str | None = No
 
 @dataclass
 class MemoryEstimate:
-    """Bytes per GPU of each term (module docstring) for ``processes`` GPUs."""
+    """Bytes per GPU of each term (module docstring) for ``processes`` GPUs; ``forwards`` is ``K``, the forwards
+    whose activations are kept before one backward."""
 
     processes: int
     strategy: str
@@ -113,6 +127,7 @@ class MemoryEstimate:
     rows: int
     seq_len: int
     terms: dict[str, float] = field(default_factory=dict)
+    forwards: int = 1
 
     @property
     def total(self) -> float:
@@ -145,21 +160,43 @@ def _layers(cfg) -> int:
     raise SpecError([("model.path", "config.json has neither num_hidden_layers nor n_layers: cannot size activations")])
 
 
-def _counts(ctx, config) -> tuple[int, int]:
-    """``(P, T)``: parameters of the meta-device model and those training would update (LoRA: the adapters
-    peft adds with the spec's ``model.lora``, built as training builds them, :func:`dare.modeling.lora.lora_config`)."""
+def _counts(ctx, config) -> tuple[int, int, int]:
+    """``(P, T, H)``: parameters of the meta-device model, those training would update (LoRA: the adapters
+    peft adds with the spec's ``model.lora``, built as training builds them, :func:`dare.modeling.lora.lora_config`),
+    and those of its output layer (``V * h``; 0 when it has none of its own)."""
     with torch.device("meta"):
         model = ctx.family.model_class_for(config)(config)
     total = sum(p.numel() for p in {id(p): p for p in model.parameters()}.values())
+    getter = getattr(model, "get_output_embeddings", None)
+    head = getter() if callable(getter) else None
+    head_params = head.weight.numel() if isinstance(head, torch.nn.Linear) else 0
     lora = ctx.spec.model.lora
     if lora is None:
-        return total, total
+        return total, total, head_params
     from peft import get_peft_model
 
     from dare.modeling.lora import lora_config
 
     peft_model = get_peft_model(model, lora_config(model, ctx.family, lora))
-    return total, sum(p.numel() for p in peft_model.parameters() if p.requires_grad)
+    return total, sum(p.numel() for p in peft_model.parameters() if p.requires_grad), head_params
+
+
+def forwards_before_backward(ctx, config) -> int:
+    """``K``: the training forwards whose activations are alive at once. A preference objective scores every pass
+    its estimator draws before one backward (dare_dpo.trainer ``sequence_scores``), so ``K`` is the number of
+    passes the objective's own estimator (``make_estimator``) draws for a 2-row batch (VRPO's ``mc_num``); other
+    objectives backward each pass (and row chunk) in turn: 1."""
+    obj = ctx.objective
+    if obj.stage != "preference" or not hasattr(obj, "make_estimator"):
+        return 1
+    from dare.diffusion.estimators.base import ScoringBatch
+
+    estimator = obj.make_estimator(ctx.family, config)
+    prompt, gen = 4, 16
+    ids = torch.ones(2, prompt + gen, dtype=torch.long)
+    batch = ScoringBatch(input_ids=ids, attention_mask=torch.ones_like(ids), prompt_length=prompt, mask_id=0,
+                         completion_mask=torch.ones(2, gen, dtype=torch.bool))
+    return max(len(estimator.draw(batch, torch.Generator().manual_seed(0))), 1)
 
 
 def _micro_batch(ctx) -> tuple[int, int]:
@@ -185,6 +222,8 @@ def _keeps_value_model(ctx) -> bool:
 
 
 def _keeps_reference(ctx) -> bool:
+    """Whether training holds a reference copy: the trainers' rule (dare_dpo.trainer: always; dare.rl.trainer:
+    ``beta > 0`` against the reference, not TraceRL's ``kl_target: rollout``), and no LoRA (adapters disabled)."""
     if ctx.spec.model.lora is not None:
         return False
     if ctx.objective.stage == "preference":
@@ -216,40 +255,53 @@ def estimate_memory(ctx, processes: list[int]) -> list[MemoryEstimate]:
                         or [("model.path", "`dare profile --estimate` needs a model whose family resolves")])
     register_auto_classes()
     config = AutoConfig.from_pretrained(str(trained_model_dir(resolve_path(spec.model.path))))
-    total, trainable = _counts(ctx, config)
+    total, trainable, head = _counts(ctx, config)
     strategy = strategy_from_accelerate_config(spec.launch.accelerate_config if spec.launch else None, ctx.source)
     w = _BYTES[spec.model.dtype]
+    lora = spec.model.lora is not None
+    mixed = bool(spec.train.bf16)
+    m = 4 if lora or (mixed and w == 2) else w  # bytes per trainable weight as trained (fp32 master weights)
+    frozen = total if lora else total - trainable
     b, s = _micro_batch(ctx)
     if ctx.family.attention == "block":
         s *= 2
     h, n_layers, i = _hidden(config), _layers(config), _mlp_width(config)
     vocab = int(getattr(config, "vocab_size"))
+    k = forwards_before_backward(ctx, config)
     layer = s * b * (10 * h + 4 * i) * w
-    act = n_layers * s * b * h * w + layer if spec.model.gradient_checkpointing else n_layers * layer
+    act = k * (n_layers * s * b * h * w + layer if spec.model.gradient_checkpointing else n_layers * layer)
+    value = 0.0
+    if _keeps_value_model(ctx):
+        value = 4.0 * (total - head + h) * (4 if mixed else w)
     out = []
     for n in processes:
         def shard(x, on):
             return x / n if on else x
-        opt = 0.0 if strategy.offload_optimizer else shard(
-            trainable * (12 if w == 2 else 8) if strategy.deepspeed else 2 * trainable * w, strategy.shard_optimizer)
+        if strategy.deepspeed:
+            weights, grads = total * w + (trainable * w if lora else 0), trainable * w
+            opt = trainable * (12 if w == 2 else 8)
+        else:
+            weights, grads, opt = frozen * w + trainable * m, trainable * m, 2 * trainable * m
         terms = {
-            "weights": shard(total * w, strategy.shard_params),
-            "gradients": shard(trainable * w, strategy.shard_grads),
-            "optimizer": opt,
+            "weights": shard(weights, strategy.shard_params),
+            "gradients": shard(grads, strategy.shard_grads),
+            "optimizer": 0.0 if strategy.offload_optimizer else shard(opt, strategy.shard_optimizer),
             "reference policy": shard(total * w, strategy.shard_params) if _keeps_reference(ctx) else 0.0,
-            "value model": 4.0 * total * w if _keeps_value_model(ctx) else 0.0,
+            "value model": value,
             "activations": float(act),
-            "logits": float(s * b * vocab * (w + 4)),
+            "logits": float(k * s * b * vocab * (w + 4)),
         }
-        out.append(MemoryEstimate(n, strategy.name, total, trainable, b, s, terms))
+        out.append(MemoryEstimate(n, strategy.name, total, trainable, b, s, terms, k))
     return out
 
 
-def estimate_report(spec: str, overrides: list[str], gpus: str, as_json: bool, unset: list[str] | None = None) -> str:
+def estimate_report(spec: str, overrides: list[str], gpus: str | None, as_json: bool,
+                    unset: list[str] | None = None) -> str:
     """What ``dare profile SPEC --estimate`` prints: a table (GiB per term and process count) and the formula, or
     JSON (bytes). Only the model, objective, sampler, train and launch sections are checked: the data files
     need not be on this machine.
 
+    :param gpus: process counts, comma-separated; None: 1 and the spec's ``launch.num_processes`` (its own launch).
     :raises DareError: ``gpus`` is not a comma-separated list of positive counts.
     :raises SpecError: the sections the estimate reads are invalid.
     """
@@ -258,14 +310,17 @@ def estimate_report(spec: str, overrides: list[str], gpus: str, as_json: bool, u
     from dare.errors import DareError
     from dare.spec import load_spec, resolve_spec
 
-    try:
-        counts = [int(g) for g in gpus.split(",")]
-        if min(counts) < 1:
-            raise ValueError
-    except ValueError:
-        raise DareError(f"--gpus {gpus!r}: give process counts separated by commas, e.g. --gpus 1,8") from None
-    ctx = resolve_spec(load_spec(spec, overrides=list(overrides), unset=list(unset or []), check=False), spec,
-                       config_only=True)
+    loaded = load_spec(spec, overrides=list(overrides), unset=list(unset or []), check=False)
+    if gpus is None:
+        counts = list(dict.fromkeys([1, loaded.launch.num_processes if loaded.launch else 1]))
+    else:
+        try:
+            counts = [int(g) for g in gpus.split(",")]
+            if min(counts) < 1:
+                raise ValueError
+        except ValueError:
+            raise DareError(f"--gpus {gpus!r}: give process counts separated by commas, e.g. --gpus 1,8") from None
+    ctx = resolve_spec(loaded, spec, config_only=True)
     ctx.problems = [(loc, msg) for loc, msg in ctx.problems if not loc.startswith(("data", "eval", "rewards", "output"))]
     ctx.raise_problems()
     estimates = estimate_memory(ctx, counts)
@@ -275,7 +330,8 @@ def estimate_report(spec: str, overrides: list[str], gpus: str, as_json: bool, u
             for e in estimates]}, indent=2)
     first = estimates[0]
     lines = [f"{spec}: per-GPU memory estimate, {first.strategy}, {first.parameters:,} parameters ({first.trainable:,} "
-             f"trainable), micro-batch {first.rows} rows x {first.seq_len} tokens",
+             f"trainable), micro-batch {first.rows} rows x {first.seq_len} tokens"
+             + (f", {first.forwards} forwards kept before one backward" if first.forwards > 1 else ""),
              "| term | " + " | ".join(f"{e.processes} GPU{'s' if e.processes > 1 else ''} (GiB)" for e in estimates) + " |",
              "|---|" + "---:|" * len(estimates)]
     for term in [*first.terms, "total"]:

@@ -116,10 +116,74 @@ def test_recipe_memory_estimate(path, tmp_path):
     one, eight = estimate_memory(ctx, [1, 8])
     assert one.parameters > 1e9 and 0 < one.trainable <= one.parameters
     assert one.total > 0 and eight.total <= one.total
-    w = 2  # bf16 weights
-    assert one.terms["weights"] == one.parameters * w
     sharded = ctx.spec.launch.accelerate_config.endswith(("zero3.yaml", "fsdp2.yaml"))
-    assert eight.terms["weights"] == pytest.approx(one.parameters * w / (8 if sharded else 1))
+    assert eight.terms["weights"] == pytest.approx(one.terms["weights"] / (8 if sharded else 1))
+    assert eight.terms["reference policy"] == pytest.approx(one.terms["reference policy"] / (8 if sharded else 1))
+
+
+def _bytes(tensors) -> int:
+    return sum(t.numel() * t.element_size() for t in {id(t): t for t in tensors}.values())
+
+
+@pytest.mark.parametrize("path", RECIPES, ids=lambda p: p.stem)
+def test_recipe_memory_estimate_equals_what_the_code_holds(path, tmp_path):
+    """On one process, each parameter term equals the bytes the training code itself would hold, built on the meta
+    device as training builds them: the policy (LoRA by peft; fp32 master weights by the trainer's own
+    upcast_trainable_to_fp32, outside DeepSpeed), its gradients (the trained parameters' dtype) and torch AdamW's
+    two moments, the reference copy (ReferencePolicy, taken before training), TraceRL's value model
+    (value_model_from, upcast as its trainer does); the activations are the forwards the objective's own estimator
+    keeps before one backward (VRPO: mc_num)."""
+    import torch
+    from transformers import AutoConfig
+
+    from dare.memory_estimate import estimate_memory, strategy_from_accelerate_config
+    from dare.modeling.lora import ReferencePolicy, apply_lora
+    from dare.plugins import register_auto_classes
+    from dare.rl.value import value_model_from
+    from dare.spec import load_spec, resolve_spec
+    from dare.trainers.precision import upcast_trainable_to_fp32
+
+    raw = _raw(path)
+    card = _card(raw)
+    sets = [f"model.path={card}", f"output.dir={tmp_path / 'run'}"]
+    if raw["algorithm"]["name"] == "tracerl":  # its value model, on the DDP launch it needs
+        sets += ["algorithm.params.value_model=true", "launch.accelerate_config=examples/accelerate/ddp.yaml"]
+    spec = load_spec(path, overrides=sets, check=False)
+    ctx = resolve_spec(spec, str(path), config_only=True)
+    (est,) = estimate_memory(ctx, [1])
+    register_auto_classes()
+    config = AutoConfig.from_pretrained(str(card))
+    with torch.device("meta"):
+        model = ctx.family.model_class_for(config)(config).to(getattr(torch, spec.model.dtype))
+    if spec.model.lora is not None:
+        model = apply_lora(model, ctx.family, spec.model.lora, base_name_or_path=str(card), seed=0)
+    strategy = strategy_from_accelerate_config(spec.launch.accelerate_config, str(path))
+    keeps = ctx.objective.stage == "preference" or (
+        spec.model.lora is None and getattr(ctx.objective.params, "beta", 0) > 0
+        and getattr(ctx.objective.params, "kl_target", "reference") == "reference")
+    reference = ReferencePolicy(model) if keeps else None  # taken in the trainer's __init__, before train()
+    if spec.train.bf16 and not strategy.deepspeed:
+        upcast_trainable_to_fp32(model)  # DareTrainer.train
+    trained = [p for p in model.parameters() if p.requires_grad]
+    if not strategy.deepspeed:
+        assert est.terms["weights"] == _bytes(model.parameters())
+        assert est.terms["gradients"] == _bytes(trained)
+        assert est.terms["optimizer"] == 2 * _bytes(trained)
+    else:  # DeepSpeed: the module in 16 bits, fp32 master copy and moments in its optimizer
+        assert est.terms["weights"] == sum(p.numel() for p in model.parameters()) * 2
+        assert est.terms["optimizer"] == 12 * sum(p.numel() for p in trained)
+    copy = reference._copy if reference is not None else None
+    assert est.terms["reference policy"] == (_bytes(copy.parameters()) if copy is not None else 0)
+    if raw["algorithm"]["name"] == "tracerl":
+        value = value_model_from(model)
+        upcast_trainable_to_fp32(value)  # TraceRLValueTrainer with train.bf16
+        assert est.terms["value model"] == 4 * _bytes(value.parameters()) > 0  # weights, gradients, 2 moments
+    else:
+        assert est.terms["value model"] == 0
+    if ctx.objective.stage == "preference":
+        assert est.forwards == ctx.objective.params.estimator.params["mc_num"] == 4  # VRPO's mc_num
+    else:
+        assert est.forwards == 1  # one backward per pass (and row chunk)
 
 
 def test_memory_estimate_by_hand(tmp_path):
@@ -139,21 +203,25 @@ def test_memory_estimate_by_hand(tmp_path):
     assert one.terms["logits"] == s * b * vocab * (w + 4)
     assert one.terms["optimizer"] == one.trainable * 12  # DeepSpeed with 16-bit weights
     assert one.terms["gradients"] == one.trainable * w
+    assert one.terms["weights"] == (one.parameters + one.trainable) * w  # the base and the adapters, in 16 bits
     assert one.terms["reference policy"] == 0  # LoRA: adapters disabled
     assert one.terms["value model"] == 0  # not TraceRL's value model
 
 
 def test_memory_estimate_counts_tracerls_value_model(tmp_path):
-    """The TraceRL recipe with ``value_model: true``: a replicated copy of the model, 4 P w per GPU."""
+    """The TraceRL recipe with ``value_model: true``: a replicated copy of the model with a 1-wide head, in fp32
+    master weights (train.bf16): 4 x 4 bytes per parameter on every GPU."""
     from dare.memory_estimate import estimate_memory
     from dare.spec import load_spec, resolve_spec
 
     path = ROOT / "examples/recipes/tracerl-sdar-8b-math.yaml"
     card = _card(_raw(path))
+    cfg = json.loads((card / "config.json").read_text())
     spec = load_spec(path, overrides=[f"model.path={card}", f"output.dir={tmp_path / 'run'}",
                                       "algorithm.params.value_model=true"], check=False)
     one, eight = estimate_memory(resolve_spec(spec, str(path), config_only=True), [1, 8])
-    assert one.terms["value model"] == eight.terms["value model"] == 4 * one.parameters * 2
+    h, vocab = cfg["hidden_size"], cfg["vocab_size"]
+    assert one.terms["value model"] == eight.terms["value model"] == 16 * (one.parameters - vocab * h + h)
 
 
 def test_profile_estimate_cli_prints_formula(tmp_path):
@@ -167,9 +235,9 @@ def test_profile_estimate_cli_prints_formula(tmp_path):
                                    "--set", f"output.dir={tmp_path / 'r'}", "--json"])
     assert res.exit_code == 0, res.output
     out = json.loads(res.output)
-    assert "shard" in out["formula"] and [e["processes"] for e in out["estimates"]] == [1, 8]
+    assert "shard" in out["formula"] and [e["processes"] for e in out["estimates"]] == [1, 32]  # the recipe's own
     assert out["estimates"][0]["strategy"] == "deepspeed-zero3"
-    assert out["estimates"][1]["terms_bytes"]["weights"] == pytest.approx(out["estimates"][0]["terms_bytes"]["weights"] / 8)
+    assert out["estimates"][1]["terms_bytes"]["weights"] == pytest.approx(out["estimates"][0]["terms_bytes"]["weights"] / 32)
 
 
 def _dry_run_overrides(raw: dict, model_dir: Path, out: Path) -> list[str]:

@@ -8,13 +8,14 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 import yaml
 
 from dare.errors import DareError
-from dare.sweep import parse_grid, parse_seeds, plan_runs, run_name, run_sweep
+from dare.sweep import SweepRun, parse_grid, parse_seeds, plan_runs, run_name, run_sweep
 from dare.sweep import launchers as L
 
 
@@ -117,13 +118,69 @@ def test_launchers_record_states_and_a_rerun_skips_finished_runs(sft_spec, tmp_p
 
 def test_run_command_launches_several_processes_with_torchrun(sft_spec, tmp_path):
     (run,) = plan_runs(str(sft_spec), [], [3], tmp_path / "sw")
-    cmd = L.run_command("s.yaml", run, processes=4)
+    cmd = L.run_command("s.yaml", run, L.RunLaunch(processes=4))
     assert cmd[:6] == [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "4"]
     assert cmd[6:10] == ["-m", "dare.cli", "run", "s.yaml"] and "train.seed=3" in cmd and "eval.seed=3" in cmd
     assert L.run_command("s.yaml", run)[:4] == [sys.executable, "-m", "dare.cli", "run"]
-    cmd = L.run_command("s.yaml", run, processes=8, accelerate_config="examples/accelerate/fsdp2.yaml")
+    cmd = L.run_command("s.yaml", run, L.RunLaunch(processes=8, accelerate_config="examples/accelerate/fsdp2.yaml"))
     assert cmd[1:11] == ["-m", "accelerate.commands.launch", "--config_file", "examples/accelerate/fsdp2.yaml",
                          "--num_processes", "8", "-m", "dare.cli", "run", "s.yaml"]
+    cmd = L.run_command("s.yaml", run, L.RunLaunch(processes=16, nodes=2))  # every node: its rank and the first node
+    assert cmd[1:13] == ["-m", "torch.distributed.run", "--nnodes", "2", "--node_rank", "{node_rank}", "--master_addr",
+                         "{master_addr}", "--master_port", "{master_port}", "--nproc_per_node", "8"]
+
+
+def _run_with_launch(launch):
+    return SweepRun("r", {}, 0, [], Path("r"), launch=launch)
+
+
+def test_a_run_is_launched_as_its_spec_says_unless_flags_override_it():
+    recipes = Path(__file__).parents[1] / "examples" / "recipes"
+    d1 = yaml.safe_load((recipes / "d1-llada-8b-gsm8k.yaml").read_text())["launch"]
+    tracerl = yaml.safe_load((recipes / "tracerl-sdar-8b-math.yaml").read_text())["launch"]
+    got = L.resolve_launch(_run_with_launch(d1))
+    assert (got.processes, got.nodes, got.gpus_per_node, got.accelerate_config) == (8, 1, 8, "examples/accelerate/zero2.yaml")
+    assert got.describe() == ("1 node x 8 GPUs, 8 processes, accelerate examples/accelerate/zero2.yaml (from the spec's "
+                              "launch.num_processes, launch.num_machines, launch.accelerate_config)")
+    got = L.resolve_launch(_run_with_launch(tracerl))
+    assert (got.processes, got.nodes, got.per_node, got.gpus_per_node) == (32, 4, 8, 8)
+    got = L.resolve_launch(_run_with_launch(d1), gpus_per_run=4, accelerate_config="examples/accelerate/fsdp2.yaml")
+    assert (got.processes, got.gpus_per_node, got.accelerate_config) == (4, 4, "examples/accelerate/fsdp2.yaml")
+    assert got.source == "from flags --gpus-per-run, --accelerate-config and the spec's launch.num_machines"
+    got = L.resolve_launch(_run_with_launch(None))
+    assert (got.processes, got.nodes, got.gpus_per_node, got.accelerate_config) == (1, 1, 0, None)
+    assert L.resolve_launch(_run_with_launch(d1), gpus_per_run=0).describe().startswith("1 node x no GPU, 1 process,")
+    with pytest.raises(DareError, match="8 processes do not divide over 3 nodes"):
+        L.resolve_launch(_run_with_launch(d1), nodes_per_run=3)
+    with pytest.raises(DareError, match="asks for 4 nodes.*--launcher local cannot give"):
+        L.LocalLauncher().resolve(_run_with_launch(tracerl))
+    with pytest.raises(DareError, match="save window"):
+        L.SubmititLauncher(cluster="slurm", timeout_min=5, save_window_s=600).resolve(_run_with_launch(d1))
+
+
+def test_a_launch_whose_processes_do_not_divide_over_its_machines_is_refused(sft_spec, tmp_path):
+    from dare.errors import SpecError
+    from dare.spec import load_spec
+
+    with pytest.raises(SpecError, match="num_processes 8 is not a multiple of num_machines 3"):
+        load_spec(str(sft_spec), overrides=["launch.num_processes=8", "launch.num_machines=3"])
+    (run,) = plan_runs(str(sft_spec), [], [0], tmp_path / "sw", ["launch.num_processes=16", "launch.num_machines=2"])
+    assert L.resolve_launch(run).describe().startswith("2 nodes x 8 GPUs, 16 processes, torchrun")
+
+
+def test_each_node_of_a_multi_node_job_fills_in_its_rank_and_the_first_host(monkeypatch):
+    launch = L.resolve_launch(_run_with_launch({"num_processes": 32, "num_machines": 4,
+                                                "accelerate_config": "examples/accelerate/zero3.yaml"}))
+    job = L.RunJob(L.run_command("s.yaml", _run_with_launch(None), launch), cwd=".", run_dir="r")
+    for k, v in {"SUBMITIT_EXECUTOR": "slurm", "SLURM_JOB_ID": "77", "SLURM_NODEID": "2", "SLURM_PROCID": "2",
+                 "SLURM_LOCALID": "0", "SLURM_NTASKS": "4", "SLURM_JOB_NUM_NODES": "4",
+                 "SLURM_JOB_NODELIST": "gpu[07-10]"}.items():
+        monkeypatch.setenv(k, v)
+    cmd = job.node_command()
+    i = cmd.index("--num_machines")
+    assert cmd[i:i + 10] == ["--num_machines", "4", "--machine_rank", "2", "--main_process_ip", "gpu07",
+                             "--main_process_port", cmd[i + 7], "--num_processes", "32"]
+    assert 29500 <= int(cmd[i + 7]) < 30500
 
 
 def test_cli_dry_run_lists_the_runs(run_cli, sft_spec, tmp_path):
@@ -172,7 +229,86 @@ def test_a_grid_over_the_run_limit_is_refused_before_any_validation(run_cli, sft
 def test_slurm_launcher_needs_sbatch(run_cli, sft_spec, tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", str(tmp_path))  # no sbatch here
     code, _, err = run_cli("sweep", str(sft_spec), "--seeds", "0", "-o", str(tmp_path / "sw"), "--launcher", "slurm")
-    assert code == 2 and "not on this machine's PATH" in err and not (tmp_path / "sw").exists()
+    assert code == 2 and "sbatch and srun are not on this machine's PATH" in err and not (tmp_path / "sw").exists()
+    code, _, err = run_cli("sweep", str(sft_spec), "--seeds", "0", "-o", str(tmp_path / "sw"), "--slurm-mem", "8G")
+    assert code == 2 and "--slurm-mem is for --launcher slurm" in err
+
+
+_FAKE_SLURM = {  # sbatch keeps the script it was given and answers a job id; sacct says the job completed
+    "sbatch": 'cp "${@: -1}" "$FAKE_SLURM_DIR/job.sh"; echo "Submitted batch job 4242"\n',
+    "srun": "exit 0\n",
+    "sacct": 'printf "JobID|State|NodeList\\n4242|COMPLETED|gpu01\\n4242_0|COMPLETED|gpu01\\n"\n',
+    "scontrol": "exit 0\n",
+}
+
+
+def test_slurm_sweep_of_an_8_process_launch_asks_for_8_gpus_and_launches_8_processes(run_cli, sft_spec, tmp_path,
+                                                                                    monkeypatch):
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for name, body in _FAKE_SLURM.items():
+        (bin_dir / name).write_text("#!/bin/bash\n" + body)
+        (bin_dir / name).chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    monkeypatch.setenv("FAKE_SLURM_DIR", str(tmp_path))
+    acc = str(Path(__file__).parents[1] / "examples" / "accelerate" / "zero2.yaml")
+    out = tmp_path / "sw"
+    code, _, err = run_cli("sweep", str(sft_spec), "--seeds", "0", "-o", str(out), "--launcher", "slurm",
+                           "--set", "launch.num_processes=8", "--set", f"launch.accelerate_config={acc}",
+                           "--slurm-mem", "512G", "--slurm-account", "proj", "--slurm-qos", "high",
+                           "--slurm-save-window-s", "900", "--slurm-timeout-min", "600")
+    assert f"asks for 1 node x 8 GPUs, 8 processes, accelerate {acc} (from the spec's launch.num_processes" in err
+    script = (tmp_path / "job.sh").read_text().splitlines()
+    for line in ("#SBATCH --gpus-per-node=8", "#SBATCH --nodes=1", "#SBATCH --ntasks-per-node=1", "#SBATCH --mem=512G",
+                 "#SBATCH --account=proj", "#SBATCH --qos=high", "#SBATCH --signal=USR2@900", "#SBATCH --time=600"):
+        assert line in script
+    (entry,) = json.loads((out / "sweep.json").read_text())["runs"]
+    assert entry["job_id"].startswith("4242") and entry["launch"]["processes"] == 8 and entry["launch"]["gpus_per_node"] == 8
+    cmd = entry["command"]  # what the job runs: accelerate with 8 processes
+    assert cmd[1:7] == ["-m", "accelerate.commands.launch", "--config_file", acc, "--num_processes", "8"]
+    assert code == 1 and entry["state"] == "failed"  # the fake job wrote no result
+
+
+def test_a_job_that_reaches_its_time_limit_is_requeued_and_resumes(sft_spec, tmp_path, monkeypatch):
+    """submitit's local executor signals the job save_window_s before its time limit: the run is stopped (SIGTERM)
+    and the job requeued; the requeued job's command finds what the first one left and finishes."""
+    out = tmp_path / "sw"
+
+    def command(spec_path, run, *launch):
+        code = (f"import json, pathlib, signal, sys, time; d = pathlib.Path({str(run.dir)!r}); d.mkdir(parents=True, exist_ok=True)\n"
+                "log = d / 'attempts.txt'; n = len(log.read_text().splitlines()) if log.exists() else 0\n"
+                "log.write_text((log.read_text() if log.exists() else '') + 'start\\n')\n"
+                "def stop(*a):\n    log.write_text(log.read_text() + 'stopped by SIGTERM\\n'); sys.exit(143)\n"
+                "signal.signal(signal.SIGTERM, stop)\n"
+                "if n == 0:\n    time.sleep(120)\n"
+                f"(d / 'run.json').write_text(json.dumps({{'spec_hash': {run.spec_hash!r}}}))\n"
+                "(d / 'report.json').write_text('{}'); log.write_text(log.read_text() + 'finished\\n')")
+        return [sys.executable, "-c", code]
+
+    monkeypatch.setattr(L, "run_command", command)
+    launcher = L.SubmititLauncher(cluster="local", poll_seconds=0.2, timeout_min=0.25, save_window_s=10)
+    res = run_sweep(str(sft_spec), [], [0], out, launcher)
+    (run,) = res["runs"]
+    assert res["states"] == {run.name: "finished"}
+    assert (run.dir / "attempts.txt").read_text().splitlines() == ["start", "stopped by SIGTERM", "start", "finished"]
+
+
+def test_a_checkpoint_being_written_is_finished_before_the_run_is_stopped(tmp_path):
+    staged = tmp_path / "checkpoints" / ".staging" / "checkpoint-4"
+    staged.mkdir(parents=True)
+    code = ("import pathlib, shutil, signal, sys, time\n"
+            "signal.signal(signal.SIGTERM, lambda *a: sys.exit(143 if pathlib.Path(sys.argv[1]).exists() else 0))\n"
+            "time.sleep(1.5); shutil.rmtree(sys.argv[1]); time.sleep(60)")
+    job = L.RunJob([sys.executable, "-c", code, str(staged)], cwd=str(tmp_path), run_dir=str(tmp_path), save_window_s=30)
+    job._proc = subprocess.Popen(job.command)
+    time.sleep(0.3)
+    assert job.stop_run() == 0  # SIGTERM came after the save had finished (the stand-in exits 0 then, 143 before)
+    staged.mkdir()  # a save that outlasts the window: the run is stopped anyway, after window - margin seconds
+    job._proc = subprocess.Popen([sys.executable, "-c", code.replace("time.sleep(1.5)", "time.sleep(60)"), str(staged)])
+    time.sleep(0.3)
+    began = time.monotonic()
+    assert job.stop_run(window_s=2, margin_s=1) == 143
+    assert 1 <= time.monotonic() - began < 5
 
 
 @pytest.mark.slow

@@ -35,6 +35,7 @@ __all__ = [
     "check_model",
     "check_lora",
     "check_gradient_checkpointing",
+    "check_precision",
     "check_packing",
     "check_report_to",
     "check_dataset",
@@ -199,6 +200,19 @@ def check_gradient_checkpointing(ctx, problems: Problems) -> None:
     if not getattr(cls, "supports_gradient_checkpointing", False):
         problems.append(("model.gradient_checkpointing", f"{cls.__name__} ({ctx.family.name}) does not support gradient "
                                                          "checkpointing; set model.gradient_checkpointing: false"))
+
+
+def check_precision(ctx, problems: Problems) -> None:
+    """``model.dtype`` 16-bit trained without mixed precision (``train.bf16: false``, no LoRA) at a learning rate
+    whose AdamW steps round away (:func:`dare.trainers.precision.pure_16bit_problem`): refused, naming the fix."""
+    spec = ctx.spec
+    if spec.algorithm is None or spec.train is None:
+        return
+    from dare.trainers.precision import pure_16bit_problem
+
+    why = pure_16bit_problem(spec.model.dtype, spec.train.bf16, spec.model.lora is not None, spec.train.learning_rate)
+    if why is not None:
+        problems.append(("train.bf16", why))
 
 
 def check_packing(ctx, problems: Problems) -> None:

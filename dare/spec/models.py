@@ -246,17 +246,28 @@ class OutputSpec(_Strict):
 
 class LaunchSpec(_Strict):
     """How a spec is meant to be launched at scale (recipes). ``dare run`` does not read it (launch with
-    ``accelerate launch --config_file ...``); ``dare profile --estimate`` reads it to size per-GPU memory, and
-    it is left out of the spec hash (it does not change what a run computes)."""
+    ``accelerate launch --config_file ...``); ``dare profile --estimate`` reads it to size per-GPU memory,
+    ``dare sweep`` to launch each run (processes, machines, accelerate config), and it is left out of the spec
+    hash (it does not change what a run computes)."""
 
     accelerate_config: str | None = Field(
         None, description="accelerate config the recipe is launched with (e.g. examples/accelerate/zero2.yaml): its "
         "distributed_type and zero_stage choose the sharding that `dare profile --estimate` assumes.")
-    num_processes: int = Field(1, gt=0, description="Processes (GPUs) the recipe's numbers were set for.")
+    num_processes: int = Field(1, gt=0, description="Processes (GPUs) the recipe's numbers were set for, over all "
+                               "machines (`dare sweep` asks SLURM for num_processes / num_machines GPUs per node).")
+    num_machines: int = Field(1, gt=0, description="Machines (nodes) the processes are spread over, an equal number "
+                              "on each; `dare sweep --launcher slurm` asks for this many nodes per run.")
     gpu: str | None = Field(None, description="GPU the recipe was written for, e.g. 'A100 80GB' (informational).")
     prompt_length: int | None = Field(
         None, gt=0, description="Longest prompt in tokens (the official trainer's max_prompt_length); with the sampler's "
         "gen_length it sets the sequence length `dare profile --estimate` sizes activations for.")
+
+    @model_validator(mode="after")
+    def _processes_per_machine(self) -> "LaunchSpec":
+        if self.num_processes % self.num_machines:
+            raise ValueError(f"num_processes {self.num_processes} is not a multiple of num_machines {self.num_machines}: "
+                             "every machine runs the same number of processes; set num_processes to a multiple of it")
+        return self
 
 
 class RunSpec(_Strict):

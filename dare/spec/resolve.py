@@ -24,6 +24,7 @@ from dare.spec.checks import (
     check_benchmark_data,
     check_dataset,
     check_gradient_checkpointing,
+    check_precision,
     check_packing,
     check_report_to,
     check_keep_best,
@@ -194,6 +195,7 @@ def resolve_spec(spec: RunSpec, source: str | None = None, config_only: bool = F
     check_model(ctx, problems)
     check_lora(ctx, problems)
     check_gradient_checkpointing(ctx, problems)
+    check_precision(ctx, problems)
     check_packing(ctx, problems)
     check_report_to(ctx, problems)
     if spec.algorithm is not None:

@@ -86,23 +86,32 @@ def run_sweep(spec_path: str, grid: list[tuple[str, list[Any]]], seeds: list[int
 
     :param launcher: a :class:`dare.sweep.launchers.LocalLauncher` or :class:`~dare.sweep.launchers.SubmititLauncher`.
     :param max_runs: the most runs (grid combinations x seeds) planned; more is refused before any validation.
-    :returns: ``{"runs": [SweepRun], "states": {name: state}, "comparison": path or None}``.
-    :raises DareError: a bad grid or spec (before any run starts), ``DIR`` is a run directory, or another sweep holds it.
+    :returns: ``{"runs": [SweepRun], "states": {name: state}, "comparison": path or None, "launches": {name:
+        RunLaunch}}``; what each run asks for (nodes, GPUs, processes, accelerate config and whether the spec's
+        ``launch:`` or a flag set it) is printed once per distinct launch and recorded in ``sweep.json``.
+    :raises DareError: a bad grid or spec (before any run starts), a launch the launcher cannot give, ``DIR`` is a
+        run directory, or another sweep holds it.
     """
     check_run_count(grid, len(seeds), max_runs)
     out_dir = Path(out_dir)
     if (out_dir / "run.json").is_file():
         raise DareError(f"{out_dir} is a run directory (it has run.json); give the sweep its own directory with -o DIR")
     runs = plan_runs(spec_path, grid, seeds, out_dir, overrides)
+    launches = {r.name: launcher.resolve(r) for r in runs}  # the launch each run asks for (a bad one stops here)
     states = {r.name: "finished" if is_finished(r) else "pending" for r in runs}
+    for text in dict.fromkeys(launches[r.name].describe() for r in runs if states[r.name] != "finished"):
+        print(f"dare sweep: {launcher.name} asks for {text} per run", file=sys.stderr)
     if dry_run:
-        return {"runs": runs, "states": states, "comparison": None}
+        return {"runs": runs, "states": states, "comparison": None, "launches": launches}
     out_dir.mkdir(parents=True, exist_ok=True)
     lock = _lock(out_dir)
     try:
         header = {"spec": spec_path, "grid": {k: v for k, v in grid}, "seeds": seeds, "overrides": list(overrides or []),
                   "seed_keys": list(SEED_KEYS), "launcher": launcher.name}
         record = SweepRecord(out_dir / "sweep.json", header, runs, states)
+        for r in runs:
+            record.data["runs"][record._index[r.name]]["launch"] = launches[r.name].to_dict()
+        record.write()
         todo = [r for r in runs if states[r.name] != "finished"]
         skipped = len(runs) - len(todo)
         print(f"dare sweep: {len(runs)} runs ({skipped} finished, kept; {len(todo)} to run) in {out_dir}, "
@@ -122,7 +131,7 @@ def run_sweep(spec_path: str, grid: list[tuple[str, list[Any]]], seeds: list[int
                                       power_effect=power_effect)
     finally:
         lock.close()
-    return {"runs": runs, "states": states, "comparison": comparison}
+    return {"runs": runs, "states": states, "comparison": comparison, "launches": launches}
 
 
 def write_comparison(out_dir: Path, runs: list[SweepRun], states: dict[str, str], title: str, min_seeds: int = 5,

@@ -31,8 +31,9 @@ How to read DIR/comparison.md (and comparison.png):
 Examples:
   dare sweep examples/quickstart-rl.yaml --grid algorithm.name=d1,tracerl --seeds 0,1,2 -o runs/sweep
   dare sweep SPEC --grid train.learning_rate=1e-4,3e-4 --seeds 0-4 --parallel 2
-  dare sweep SPEC --grid algorithm.name=d1,tracerl --seeds 0,1,2 --launcher slurm \\
-      --slurm-partition gpu --gpus-per-run 8 --slurm-array-parallelism 4
+  dare sweep examples/recipes/d1-llada-8b-gsm8k.yaml --seeds 0,1,2 --launcher slurm \\
+      --slurm-partition gpu --slurm-account proj --slurm-mem 512G --slurm-array-parallelism 4
+  (each run asks for what the recipe's launch: says: 1 node x 8 GPUs, 8 processes, ZeRO-2)
 See docs/scaling.md ("Sweeps") for the cluster setup."""
 
 
@@ -58,22 +59,39 @@ See docs/scaling.md ("Sweeps") for the cluster setup."""
                    "submitit's local executor (the slurm code path on this machine).")
 @click.option("--parallel", default=1, show_default=True, type=click.IntRange(min=1),
               help="local: runs at a time.")
-@click.option("--gpus-per-run", default=0, show_default=True, type=click.IntRange(min=0),
-              help="GPUs of each run; with more than 1 the run is launched with one process per GPU (torchrun). local "
-                   "with --parallel N: run slot k sees GPUs k*G..k*G+G-1.")
+@click.option("--gpus-per-run", default=None, type=click.IntRange(min=0),
+              help="GPUs of each run, over all its nodes, one process per GPU (torchrun, or accelerate with an "
+                   "accelerate config); 0: one process, no GPU.  [default: the spec's launch.num_processes, one "
+                   "process without a GPU when the spec has no launch:] local with --parallel N: run slot k sees GPUs "
+                   "k*G..k*G+G-1.")
+@click.option("--nodes-per-run", default=None, type=click.IntRange(min=1),
+              help="slurm: nodes of each run (the GPUs split evenly over them).  [default: the spec's "
+                   "launch.num_machines, else 1]")
 @click.option("--accelerate-config", default=None, type=click.Path(dir_okay=False, exists=True),
-              help="Launch each run with accelerate and this config (e.g. examples/accelerate/fsdp2.yaml), "
-                   "--gpus-per-run processes, instead of torchrun.")
+              help="Launch each run with accelerate and this config (e.g. examples/accelerate/fsdp2.yaml) instead of "
+                   "torchrun.  [default: the spec's launch.accelerate_config]")
 @click.option("--slurm-partition", default=None, help="slurm: the partition.")
+@click.option("--slurm-account", default=None, help="slurm: the account charged (sbatch --account).")
+@click.option("--slurm-qos", default=None, help="slurm: the quality of service (sbatch --qos).")
+@click.option("--slurm-mem", default=None, metavar="SIZE",
+              help="slurm: memory of each node of a run, as sbatch --mem takes it (e.g. 512G, 0 = all of it).")
 @click.option("--slurm-array-parallelism", default=256, show_default=True, type=click.IntRange(min=1),
               help="slurm: runs of the job array at once.")
 @click.option("--slurm-timeout-min", default=24 * 60, show_default=True, type=click.IntRange(min=1),
-              help="slurm: time limit of each run's job (minutes).")
-@click.option("--cpus-per-run", default=None, type=click.IntRange(min=1), help="slurm: CPUs of each run's job.")
+              help="slurm: time limit of each run's job (minutes); a run that reaches it is stopped and requeued, "
+                   "and resumes from its last checkpoint.")
+@click.option("--slurm-save-window-s", default=600, show_default=True, type=click.IntRange(min=10),
+              help="slurm: seconds before the time limit at which the job is signalled (sbatch --signal=USR2@S): a "
+                   "checkpoint being written then is finished, the run stops and the job is requeued. Longer than "
+                   "one checkpoint save (a ZeRO-3 checkpoint of an 8B model is about 128 GB).")
+@click.option("--slurm-max-requeues", default=20, show_default=True, type=click.IntRange(min=0),
+              help="slurm: time-outs after which a run is marked failed instead of requeued (preemptions do not count).")
+@click.option("--cpus-per-run", default=None, type=click.IntRange(min=1), help="slurm: CPUs of each run's job (per node).")
 @click.option("--max-runs", default=1000, show_default=True, type=click.IntRange(min=1),
               help="The most runs (grid combinations x seeds) the sweep plans; more is refused before any validation.")
 def sweep(spec, grids, seeds, out_dir, overrides, dry_run, min_seeds, power_effect, launcher, parallel, gpus_per_run,
-          accelerate_config, slurm_partition, slurm_array_parallelism, slurm_timeout_min, cpus_per_run, max_runs):
+          nodes_per_run, accelerate_config, slurm_partition, slurm_account, slurm_qos, slurm_mem, slurm_array_parallelism,
+          slurm_timeout_min, slurm_save_window_s, slurm_max_requeues, cpus_per_run, max_runs):
     """Run SPEC for every combination of --grid values times --seeds, then compare the settings over seeds.
 
     Every run is a normal run directory DIR/<settings>,seed=<s> (e.g. algorithm.name=d1,seed=0). All runs are
@@ -95,20 +113,28 @@ def sweep(spec, grids, seeds, out_dir, overrides, dry_run, min_seeds, power_effe
 
         out_dir = load_spec(spec, overrides=list(overrides), check=False).output.dir.rstrip("/") + "-sweep"
     if launcher == "local":
-        if slurm_partition:
-            raise DareError("--slurm-partition is for --launcher slurm; add --launcher slurm or remove it")
+        given = [flag for flag, v in (("--slurm-partition", slurm_partition), ("--slurm-account", slurm_account),
+                                      ("--slurm-qos", slurm_qos), ("--slurm-mem", slurm_mem),
+                                      ("--nodes-per-run", nodes_per_run)) if v is not None]
+        if given:
+            raise DareError(f"{', '.join(given)} {'is' if len(given) == 1 else 'are'} for --launcher slurm; add "
+                            "--launcher slurm or remove them")
         chosen = LocalLauncher(parallel=parallel, gpus_per_run=gpus_per_run, accelerate_config=accelerate_config)
     else:
         if parallel != 1:
             raise DareError("--parallel is for --launcher local; with slurm use --slurm-array-parallelism")
         import shutil
 
-        if launcher == "slurm" and not dry_run and shutil.which("sbatch") is None:
-            raise DareError("--launcher slurm submits with sbatch, which is not on this machine's PATH; run the sweep on "
-                            "a SLURM login node, or use --launcher local (or submitit-local) here")
+        missing = [c for c in ("sbatch", "srun") if shutil.which(c) is None]
+        if launcher == "slurm" and not dry_run and missing:
+            raise DareError(f"--launcher slurm submits with sbatch and srun; {' and '.join(missing)} "
+                            f"{'is' if len(missing) == 1 else 'are'} not on this machine's PATH; run the sweep on a "
+                            "SLURM login node, or use --launcher local (or submitit-local) here")
         chosen = SubmititLauncher(cluster="slurm" if launcher == "slurm" else "local", partition=slurm_partition,
-                                  gpus_per_run=gpus_per_run, cpus_per_run=cpus_per_run, timeout_min=slurm_timeout_min,
-                                  array_parallelism=slurm_array_parallelism, accelerate_config=accelerate_config)
+                                  gpus_per_run=gpus_per_run, nodes_per_run=nodes_per_run, cpus_per_run=cpus_per_run,
+                                  timeout_min=slurm_timeout_min, array_parallelism=slurm_array_parallelism,
+                                  accelerate_config=accelerate_config, mem=slurm_mem, account=slurm_account,
+                                  qos=slurm_qos, save_window_s=slurm_save_window_s, max_timeouts=slurm_max_requeues)
     if power_effect is not None and not (power_effect == power_effect and abs(power_effect) not in (0.0, float("inf"))):
         raise DareError(f"--power takes the difference to detect in score units, a non-zero number such as 0.02; got "
                         f"{power_effect!r}")

@@ -45,6 +45,8 @@ class SweepRun:
     spec_hash: str = ""
     #: whether ``dare run`` writes a report (the spec has ``eval:``); else a finished run is one with ``model/``
     evaluates: bool = True
+    #: the spec's ``launch:`` section (``num_processes``, ``num_machines``, ``accelerate_config``, ...), None without one
+    launch: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {"name": self.name, "settings": self.settings, "seed": self.seed, "dir": str(self.dir),
@@ -202,7 +204,8 @@ def plan_runs(spec_path: str, grid: list[tuple[str, list[Any]]], seeds: list[int
                 if why not in problems:
                     problems.append(why)
                 continue
-            run = SweepRun(name, settings, seed, ovs, run_dir, spec_hash(spec), spec.eval is not None)
+            run = SweepRun(name, settings, seed, ovs, run_dir, spec_hash(spec), spec.eval is not None,
+                           spec.launch.model_dump() if spec.launch is not None else None)
             if any(r.name == name for r in runs):
                 raise DareError(f"two runs of the sweep get the directory name {name!r}; give grid values that differ in "
                                 "letters or digits")

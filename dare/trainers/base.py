@@ -45,6 +45,7 @@ from dare.diffusion.packing import packed_denoiser_logits
 from dare.trainers.callbacks import JsonlMetricsCallback, LogFinalStepCallback, ProgressCallback, TensorBoardMetricsCallback
 from dare.trainers.checkpoints import last_complete_checkpoint, read_best
 from dare.trainers.guards import NonFiniteGuard
+from dare.trainers.precision import upcast_trainable_to_fp32
 from dare.trainers.saving import CheckpointSaving
 
 __all__ = ["DareConfig", "DareTrainer", "JsonlMetricsCallback", "last_complete_checkpoint", "read_best"]
@@ -161,6 +162,19 @@ class DareTrainer(CheckpointSaving, Trainer):
             logs["nonfinite_steps"] = self._skipped_since_log
             self._metrics, self._skipped_since_log = {}, 0
         super().log(logs, start_time)
+
+    # ------------------------------------------------------------------ precision
+    def train(self, *args, **kwargs):
+        """``Trainer.train`` with fp32 master weights under mixed precision (``args.bf16``/``fp16``): the trainable
+        16-bit parameters are cast to float32 first (:func:`dare.trainers.precision.upcast_trainable_to_fp32`), after
+        the subclasses took their frozen copies (the reference policy stays 16-bit) and before a checkpoint is
+        resumed (its fp32 weights load without rounding). DeepSpeed keeps its own fp32 copy: nothing is cast there."""
+        if (self.args.bf16 or self.args.fp16) and not self.is_deepspeed_enabled:
+            cast = upcast_trainable_to_fp32(self.model)
+            if cast and self.is_world_process_zero():
+                print(f"fp32 master weights: {len(cast)} trainable 16-bit parameters cast to float32 (16-bit compute "
+                      "under autocast; dare/trainers/precision.py)", file=sys.stderr)
+        return super().train(*args, **kwargs)
 
     # ------------------------------------------------------------------ non-finite guard
     def create_optimizer(self, model=None):

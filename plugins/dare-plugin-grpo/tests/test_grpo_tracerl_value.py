@@ -140,3 +140,36 @@ def test_rows_scored_under_the_rollout_policy_follow_the_token_advantages(tmp_pa
     (tmp_path / "s.yaml").write_text(yaml.safe_dump(spec))
     Run(load_spec(tmp_path / "s.yaml")).execute(evaluate=False)
     assert seen and set(seen) == {2}
+
+
+def test_bf16_weights_train_policy_and_value_model_in_fp32_master_weights_and_resume_bit_exact(tmp_path,
+                                                                                                tiny_llada_dir,
+                                                                                                monkeypatch):
+    """``model.dtype: bfloat16`` with ``train.bf16``: the policy and the value model train fp32 master weights
+    (dare/trainers/precision.py), saved as such, and a rerun from the first checkpoint ends bit-identical."""
+    from safetensors.torch import load_file
+
+    from dare.run import Run
+    from dare.spec import load_spec
+
+    monkeypatch.setattr("dare.builtins.rewards.sudoku_score", lambda completion, *a: len(set(completion)) / 8)
+    out = tmp_path / "run"
+    spec = _spec(tiny_llada_dir, out, steps=2)
+    spec["model"]["dtype"] = "bfloat16"
+    spec["train"].update(bf16=True, learning_rate=1e-5)
+    (tmp_path / "s.yaml").write_text(yaml.safe_dump(spec))
+    Run(load_spec(tmp_path / "s.yaml")).execute(evaluate=False)
+    policy = load_file(str(out / "model" / "model.safetensors"))
+    value = load_file(str(out / "value_model" / "model.safetensors"))
+    assert {v.dtype for v in policy.values()} == {v.dtype for v in value.values()} == {torch.float32}
+    start = load_file(str(tiny_llada_dir / "model.safetensors"))
+    moved = sum(int((start[k].to(torch.bfloat16).float() != v).sum()) for k, v in policy.items())
+    assert moved > 0.5 * sum(v.numel() for v in policy.values())  # lr 1e-5: steps that bf16 weights would round away
+
+    shutil.rmtree(out / "checkpoints" / "checkpoint-2")
+    shutil.rmtree(out / "model")
+    shutil.rmtree(out / "value_model")
+    Run(load_spec(tmp_path / "s.yaml", check=False)).execute(evaluate=False)
+    for name, before in (("model", policy), ("value_model", value)):
+        after = load_file(str(out / name / "model.safetensors"))
+        assert all(torch.equal(after[k], v) for k, v in before.items()), name

@@ -50,6 +50,7 @@ from dare.rl.batch_totals import whole_batch_sums
 from dare.rl.rollout import Rollout
 from dare.rl.trainer import GRPOTrainer
 from dare.rl.value import clipped_value_loss, score_values, step_gae, transition_ranks, value_model_from
+from dare.trainers.precision import upcast_trainable_to_fp32
 
 __all__ = ["TraceRLValueTrainer", "rollout_values", "value_gae", "value_loss_backward"]
 
@@ -121,6 +122,8 @@ class TraceRLValueTrainer(GRPOTrainer):
                             "set launch.strategy (or the accelerate config) to ddp, or algorithm.params.value_model: false")
         p = self.params
         self.value_model = value_model_from(self.accelerator.unwrap_model(self.model))
+        if self.args.bf16 or self.args.fp16:  # fp32 master weights, as the policy's (dare/trainers/precision.py)
+            upcast_trainable_to_fp32(self.value_model)
         self.value_optimizer = torch.optim.AdamW(self.value_model.parameters(), lr=p.value_learning_rate,
                                                  betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0)
 
