@@ -190,8 +190,8 @@ class TraceRLValueTrainer(GRPOTrainer):
         if (Path(checkpoint) / VALUE_WEIGHTS).exists():
             load_value_state(self.value_model, self.value_optimizer, checkpoint)
 
-    def save_final(self, model_dir) -> None:
-        super().save_final(model_dir)
+    def save_final(self, model_dir, card: str | None = None) -> None:
+        super().save_final(model_dir, card=card)
 
         def write(staged: str) -> None:
             if distributed.is_main():
