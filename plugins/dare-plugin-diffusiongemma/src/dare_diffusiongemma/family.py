@@ -200,3 +200,76 @@ class DiffusionGemmaFamily(ModelFamily):
         return model(decoder_input_ids=canvas, cache=cache, decoder_attention_mask=decoder_attention_mask,
                      decoder_position_ids=position_ids, self_conditioning_logits=self_conditioning_logits,
                      self_conditioning_mask=self_conditioning_mask).logits
+
+    # ------------------------------------------------------------------ training forward
+    def training_masks(self, model, prefix_lengths: torch.Tensor, response_lengths: torch.Tensor, enc_len: int,
+                       canvas_len: int) -> dict[str, torch.Tensor]:
+        """The block-causal decoder masks of SFT, ``{"full_attention", "sliding_attention"}`` -> ``[B, 1, R, S + R]``
+        bool (True = attend), keys ``[clean encoder sequence (S) ; noisy canvas (R)]``.
+
+        The rule of NeMo AutoModel's DiffusionGemma recipe (``components/models/diffusion_gemma/attention_mask.py``
+        ``build_block_diffusion_training_mask`` and ``recipes/dllm/train_ft.py`` ``_build_batched_block_mask``):
+        canvas query ``j`` of block ``b = j // C`` attends the clean prompt and the clean response blocks strictly
+        before ``b`` (offset-block-causal, never its own clean block) and the canvas positions of block ``b``
+        (block-diagonal); a sliding layer also drops encoder keys before ``prefix + b C - window + 1`` (the window
+        anchored at the block's cache end, as at inference). Canvas rows past a row's response attend their own
+        position only.
+
+        :param prefix_lengths: ``[B]`` int64 prompt lengths. :param response_lengths: ``[B]`` int64 (``<= R``).
+        """
+        import torch
+
+        C = int(model.config.canvas_length)
+        window = int(model.config.get_text_config().sliding_window)
+        device = prefix_lengths.device
+        B = prefix_lengths.shape[0]
+        q = torch.arange(canvas_len, device=device)
+        q_block = q // C
+        rel = torch.arange(enc_len, device=device)[None, :] - prefix_lengths[:, None]  # [B, S]
+        enc_block = torch.where(rel >= 0, rel // C, torch.full_like(rel, -1))
+        enc_valid = rel < response_lengths[:, None]
+        real = q[None, :] < response_lengths[:, None]  # [B, R]
+        left = (q_block[None, :, None] > enc_block[:, None, :]) & enc_valid[:, None, :] & real[:, :, None]
+        right = (q_block[:, None] == q_block[None, :])[None] & real[:, :, None] & real[:, None, :]
+        right = right | torch.eye(canvas_len, dtype=torch.bool, device=device)[None]
+        full = torch.cat([left, right], dim=2)
+        cache_end = prefix_lengths[:, None] + (q_block * C)[None, :]  # [B, R]
+        within = torch.arange(enc_len, device=device)[None, None, :] >= (cache_end[:, :, None] - window + 1)
+        sliding = full & torch.cat([within, torch.ones((B, canvas_len, canvas_len), dtype=torch.bool, device=device)],
+                                   dim=2)
+        return {"full_attention": full[:, None], "sliding_attention": sliding[:, None]}
+
+    def training_logits(self, model, clean_ids: torch.Tensor, attention_mask: torch.Tensor,
+                        prefix_lengths: torch.Tensor, canvas_ids: torch.Tensor,
+                        self_conditioning_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The SFT forward of NeMo AutoModel's DiffusionGemma recipe on transformers' modules: ``(canvas logits
+        [B, R, V], encoder logits [B, S, V])``, float32, soft-capped.
+
+        The encoder runs causally over the clean right-padded sequence ``clean_ids`` ``[B, S]`` (``attention_mask``
+        ``[B, S]``, positions ``0 .. S-1``) into a full-length KV cache; the decoder scores the noisy response
+        window ``canvas_ids`` ``[B, R]`` (canvas position ``j`` of row ``b`` is absolute position
+        ``prefix_lengths[b] + j``) under :meth:`training_masks`, twice: pass 1 without gradient and without
+        self-conditioning, pass 2 self-conditioned on pass 1's logits for the rows of ``self_conditioning_mask``
+        ``[B]`` bool (Analog-Bits self-conditioning, arXiv 2208.04202 §3; NeMo's ``DiffusionGemmaForBlockDiffusion.
+        forward``). Only pass 2 and the encoder carry gradients.
+        """
+        import torch
+        from transformers import DynamicCache
+
+        B, S = clean_ids.shape
+        R = canvas_ids.shape[1]
+        attn = attention_mask.bool()
+        cache = DynamicCache()  # full-length keys on every layer: the masks decide what each query sees
+        positions = torch.arange(S, device=clean_ids.device)[None, :].expand(B, -1)
+        hidden, cache = self.encode(model, clean_ids, attn, positions, cache=cache)
+        encoder_logits = self.encoder_logits(model, hidden)
+        response_lengths = (attn.long().sum(dim=1) - prefix_lengths).clamp(min=0)
+        low = torch.finfo(model.dtype).min
+        masks = {k: torch.where(v, 0.0, low).to(model.dtype)  # additive, as every attention implementation takes it
+                 for k, v in self.training_masks(model, prefix_lengths, response_lengths, S, R).items()}
+        dec_pos = (prefix_lengths[:, None] + torch.arange(R, device=clean_ids.device)[None, :]).clamp(max=S - 1)
+        with torch.no_grad():
+            first = self.canvas_logits(model, canvas_ids, cache, masks, dec_pos)
+        logits = self.canvas_logits(model, canvas_ids, cache, masks, dec_pos, self_conditioning_logits=first.detach(),
+                                    self_conditioning_mask=self_conditioning_mask)
+        return logits, encoder_logits
