@@ -1,7 +1,7 @@
 """DiffusionGemma canvas decoding: transformers' ``DiffusionGemmaGenerationMixin.generate``
 (``transformers/models/diffusion_gemma/generation_diffusion_gemma.py``, 5.25) with per-row random streams.
 
-Algorithm (docs/model-families.md §7): the prompt is encoded once into a KV cache; the completion is written
+Algorithm (docs/model-families.md §10): the prompt is encoded once into a KV cache; the completion is written
 canvas by canvas (``canvas_length`` tokens). A canvas starts as uniformly random tokens ``x_N ~ U(V)``; at step
 ``n = N .. 1`` the decoder scores the canvas (self-conditioned on the previous step's logits), the logits are divided
 by the linear temperature ``t_min + (t_max - t_min) n / N`` (``LinearTemperatureScheduleLogitsProcessor``), a

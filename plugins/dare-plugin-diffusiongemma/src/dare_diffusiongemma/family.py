@@ -1,5 +1,5 @@
 """The DiffusionGemma model family adapter (google/diffusiongemma-26B-A4B-it; transformers'
-``models/diffusion_gemma``), docs/model-families.md §7.
+``models/diffusion_gemma``), docs/model-families.md §10.
 
 DiffusionGemma is an encoder-decoder block-diffusion LM on one shared backbone: a causal encoder reads the prompt
 (and every committed canvas) into a KV cache; a decoder denoises a canvas of ``canvas_length`` tokens with
@@ -46,7 +46,7 @@ _TINY_VISION = {
 }
 
 PRESETS: dict[str, dict[str, Any]] = {
-    # docs/model-families.md §7: the CPU test size (~60k parameters with the byte tokenizer), canvas of 8 tokens
+    # docs/model-families.md §10: the CPU test size (~60k parameters with the byte tokenizer), canvas of 8 tokens
     "tiny": {
         "canvas_length": 8,
         "text_config": {
