@@ -22,7 +22,7 @@ generator per example too: ``corruption_sample_seed``); after the corruption, th
 selection and the self-conditioning coin come from the same generator, and are fed to NeMo's ``torch.rand`` calls of
 ``_build_response_window`` and ``_decide_self_conditioning`` in place of their step-seeded streams. Writes
 ``tests/fixtures/parity/diffusiongemma_sft/``: the weights, the batch, NeMo's window tensors, the loss terms and the
-gradients of three parameters; ``plugins/dare-plugin-diffusiongemma/tests/test_diffusiongemma_sft_parity.py``
+gradients of three parameters; ``tests/parity/test_diffusiongemma_sft.py``
 compares DARE.
 """
 
