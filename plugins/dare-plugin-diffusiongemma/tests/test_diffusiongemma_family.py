@@ -51,9 +51,12 @@ def test_checkpoint_round_trip_is_bit_exact(tiny, tmp_path):
     assert a.keys() == b.keys()
     assert all(torch.equal(a[k], b[k]) for k in a)
     names = set(load_file(str(tiny.path / "model.safetensors")))
-    # the official layout: the shared backbone under model.encoder.language_model, the LM head tied (not stored)
-    assert "model.encoder.language_model.embed_tokens.weight" in names
-    assert "model.decoder.self_conditioning.pre_norm.weight" in names or any("self_conditioning" in n for n in names)
+    # the official layout: the shared backbone stored once under model.decoder (the encoder's language model ties to
+    # it), the LM head tied to the embedding (not stored), the self-conditioning block and the vision tower
+    assert {"model.decoder.embed_tokens.weight", "model.decoder.self_conditioning.pre_norm.weight",
+            "model.decoder.layers.0.router.proj.weight", "model.decoder.layers.1.self_attn.q_proj.weight"} <= names
+    assert "lm_head.weight" not in names and "model.encoder.language_model.embed_tokens.weight" not in names
+    assert any(n.startswith("model.encoder.vision_tower.") for n in names)
     assert loaded.tokens == tiny.tokens
 
 
