@@ -28,7 +28,7 @@ TOL = 1e-5
 def run_dare(**overrides):
     t, meta = read_fixture("diffusiongemma_sft")
     fam = DiffusionGemmaFamily()
-    config = fam.new_config("tiny", {}, 300, SpecialTokens(mask_id=None, eos_id=1, pad_id=0, bos_id=2))
+    config = fam.new_config("tiny", meta["overrides"], 300, SpecialTokens(mask_id=None, eos_id=1, pad_id=0, bos_id=2))
     model = DiffusionGemmaForBlockDiffusion(config)
     model.load_state_dict({k[len("weight."):]: v for k, v in t.items() if k.startswith("weight.")})
     model.train()
@@ -58,12 +58,13 @@ def test_corruption_and_masks_equal_nemo():
     corrupted = bernoulli_mask(ratio, t["loss_mask"].bool(), generator=gens)
     assert uniform_noise(t["ids"], corrupted, 300, gens).tolist() == t["noisy"].tolist()
     fam = DiffusionGemmaFamily()
-    model = DiffusionGemmaForBlockDiffusion(fam.new_config("tiny", {}, 300, SpecialTokens(None, 1, 0, bos_id=2)))
+    model = DiffusionGemmaForBlockDiffusion(fam.new_config("tiny", meta["overrides"], 300, SpecialTokens(None, 1, 0, bos_id=2)))
     attn, lm = t["attention_mask"].bool(), t["loss_mask"].bool()
     prefix = lm.int().argmax(dim=1).long()
     masks = fam.training_masks(model, prefix, attn.long().sum(1) - prefix, attn.shape[1], t["canvas_ids"].shape[1])
     assert masks["full_attention"].tolist() == (t["mask_full"] == 0).tolist()
     assert masks["sliding_attention"].tolist() == (t["mask_sliding"] == 0).tolist()
+    assert not torch.equal(masks["sliding_attention"], masks["full_attention"])  # the window cuts keys here
 
 
 @pytest.mark.parametrize("override", [{"encoder_loss_weight": 0.5}, {"self_conditioning_p": 1.0}, {"mask_eps": 0.1}])

@@ -43,6 +43,8 @@ from tools.parity.common import official_checkout, official_functions, write_fix
 COMMIT = "36044ad3d139363fb6c73c24af2e7c6b65ec52f6"
 SEED, STEP, INDICES = 42, 3, [5, 9, 2]
 SETTINGS = {"eps": 1e-3, "self_conditioning_p": 0.5, "encoder_loss_weight": 1.0}
+#: a sliding window shorter than the sequences, so the sliding layer's block-anchored window cuts encoder keys
+OVERRIDES = {"sliding_window": 4}
 GRAD_PARAMS = ("model.encoder.language_model.embed_tokens.weight",
                "model.encoder.language_model.layers.0.self_attn.q_proj.weight",
                "model.decoder.self_conditioning.pre_norm.weight")
@@ -93,7 +95,7 @@ def main() -> None:
     from dare_diffusiongemma.family import DiffusionGemmaFamily
 
     fam = DiffusionGemmaFamily()
-    config = fam.new_config("tiny", {}, 300, SpecialTokens(mask_id=None, eos_id=1, pad_id=0, bos_id=2))
+    config = fam.new_config("tiny", OVERRIDES, 300, SpecialTokens(mask_id=None, eos_id=1, pad_id=0, bos_id=2))
     torch.manual_seed(0)
     model = DiffusionGemmaForBlockDiffusion(config).train()
     V, C = config.text_config.vocab_size, config.canvas_length
@@ -164,7 +166,7 @@ def main() -> None:
                    loss=loss.detach(), diffusion_loss=diffusion.detach(), ar_loss=ar.detach())
     tensors.update({f"grad.{k}": params[k].grad.detach().clone() for k in GRAD_PARAMS})
     meta = {"commit": COMMIT, "repo": "NVIDIA-NeMo/Automodel", "seed": SEED, "step": STEP, "indices": INDICES,
-            "settings": SETTINGS, "grad_params": list(GRAD_PARAMS), "loss": float(loss),
+            "settings": SETTINGS, "overrides": OVERRIDES, "grad_params": list(GRAD_PARAMS), "loss": float(loss),
             "config": config.to_dict()}
     assert math.isfinite(float(loss))
     print(write_fixture("diffusiongemma_sft", tensors, meta), float(loss), float(diffusion), float(ar), coins.tolist())
