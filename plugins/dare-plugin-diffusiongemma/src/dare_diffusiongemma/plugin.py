@@ -16,7 +16,7 @@ def register_model_families(register):
 @hookimpl
 def register_samplers(register):
     register("dare_diffusiongemma.sampler:DiffusionGemmaSampler", name="diffusiongemma",
-             description="DiffusionGemma entropy-bound canvas decoding (transformers' generate), batch-invariant")
+             description="DiffusionGemma canvas decoding, token for token transformers' ``generate`` for each row alone.")
 
 
 @hookimpl

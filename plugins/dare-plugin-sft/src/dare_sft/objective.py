@@ -34,8 +34,9 @@ class SFTParams(Params):
 
 
 class SFT(SupervisedObjective):
-    """Masked-diffusion SFT (LLaDA, arXiv 2502.09992): CE/t on masked response tokens / response length; for a
-    uniform-noise family (DiffusionGemma) NeMo AutoModel's recipe: flat canvas CE plus the encoder's AR loss.
+    """Masked-diffusion SFT (LLaDA, arXiv 2502.09992): CE/t on masked response tokens / response length.
+
+    For a uniform-noise family (DiffusionGemma), NeMo AutoModel's recipe: flat canvas CE plus the encoder's AR loss.
 
     With ``block_length``, Blockwise SFT (arXiv 2508.19529): the same on one active response block per
     example, divided by that block's length (:mod:`dare_sft.trainer`)."""
