@@ -73,6 +73,7 @@ def canvas_decode(model, family, prompt_ids: torch.Tensor, attention_mask: torch
     :param generator: ``torch.Generator``, :class:`dare.randomness.RowGenerators` or None (torch's global RNG).
     :raises ValueError: ``gen_length`` not a multiple of the model's ``canvas_length``.
     """
+    from transformers import DynamicCache
     from transformers.models.diffusion_gemma.generation_diffusion_gemma import (
         LinearTemperatureScheduleLogitsProcessor,
         StableAndConfidentStoppingCriteria,
@@ -98,10 +99,7 @@ def canvas_decode(model, family, prompt_ids: torch.Tensor, attention_mask: torch
     dtype = model.model.decoder.embed_tokens.weight.dtype
 
     encoder = model.model.encoder
-    dummy = torch.empty((B, Lp, 0), dtype=model.dtype, device=device)
-    cache = None
-    from transformers import DynamicCache
-
+    dummy = torch.empty((B, Lp, 0), dtype=model.dtype, device=device)  # the mask builder reads shape/dtype only
     cache = DynamicCache(config=config.get_text_config(decoder=True))
     enc_mask = encoder.create_masks_for_generate(config=config, inputs_embeds=dummy, attention_mask=attn, cache=cache,
                                                  position_ids=positions, mm_token_type_ids=None)
@@ -149,9 +147,9 @@ def canvas_decode(model, family, prompt_ids: torch.Tensor, attention_mask: torch
                 p = probs[b].to(g.device) if g is not None else probs[b]
                 proposal[b] = torch.multinomial(p, num_samples=1, generator=g).squeeze(-1).to(device)
             new_argmax = torch.argmax(processed, dim=-1)
-            accepted = torch.where(accept_by_entropy(processed, params.entropy_bound), proposal, current)
-            new_current = accepted.clone()
             keep = accept_by_entropy(processed, params.entropy_bound)
+            accepted = torch.where(keep, proposal, current)
+            new_current = accepted.clone()
             for b in active:
                 noise = _randint(V, C, generator, b, device)[0]
                 new_current[b] = torch.where(keep[b], accepted[b], noise)
