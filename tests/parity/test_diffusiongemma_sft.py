@@ -30,7 +30,12 @@ def run_dare(**overrides):
     fam = DiffusionGemmaFamily()
     config = fam.new_config("tiny", meta["overrides"], 300, SpecialTokens(mask_id=None, eos_id=1, pad_id=0, bos_id=2))
     model = DiffusionGemmaForBlockDiffusion(config)
-    model.load_state_dict({k[len("weight."):]: v for k, v in t.items() if k.startswith("weight.")})
+    # the fixture holds each tied tensor once; loading it sets its aliases too
+    result = model.load_state_dict({k[len("weight."):]: v for k, v in t.items() if k.startswith("weight.")}, strict=False)
+    assert result.unexpected_keys == []
+    state = model.state_dict()
+    loaded = {state[k].data_ptr() for k in state if k not in result.missing_keys}
+    assert all(state[k].data_ptr() in loaded for k in result.missing_keys)  # every key left out is an alias
     model.train()
     s = meta["settings"]
     params = SFTParams(mask_eps=s["eps"], self_conditioning_p=s["self_conditioning_p"],

@@ -159,7 +159,9 @@ def main() -> None:
     loss = diffusion + SETTINGS["encoder_loss_weight"] * ar
     loss.backward()
     params = dict(model.named_parameters())
-    tensors = {f"weight.{k}": v.detach().clone() for k, v in model.state_dict().items()}
+    stored = model.state_dict()  # each tied tensor once (named_parameters/named_buffers drop the aliases)
+    tensors = {f"weight.{k}": v.detach().clone() for k, v in [*model.named_parameters(), *model.named_buffers()]
+               if k in stored}
     tensors.update(ids=ids, attention_mask=attn, loss_mask=loss_mask, noisy=noisy, noise_mask=noise,
                    canvas_ids=window["canvas_ids"], canvas_loss_mask=window["loss_mask"], coins=coins,
                    mask_full=masks["full_attention"], mask_sliding=masks["sliding_attention"],
