@@ -61,7 +61,7 @@ DEFAULT_PLUGINS = ("dare.builtins",)
 #: the plugins under ``plugins/`` in this repository (``dare schema --first-party``).
 FIRST_PARTY = (
     "dare-dllm", "dare-plugin-code", "dare-plugin-dpo", "dare-plugin-dream", "dare-plugin-grpo", "dare-plugin-llada",
-    "dare-plugin-llada2", "dare-plugin-sdar", "dare-plugin-sft",
+    "dare-plugin-llada2", "dare-plugin-sdar", "dare-plugin-sft", "dare-plugin-diffusiongemma",
 )
 
 _pm: pluggy.PluginManager | None = None

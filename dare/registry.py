@@ -38,7 +38,7 @@ HOOK_FOR_KIND = {
 PROVIDERS: dict[tuple[str, str], str] = {
     **{("reward", n): "dare-plugin-code" for n in ("code",)},
     **{("evaluator", n): "dare-plugin-code" for n in ("humaneval", "humanevalplus", "humaneval+", "mbpp")},
-    **{(k, n): f"dare-plugin-{n}" for k in ("model_family", "sampler") for n in ("llada", "dream", "llada2", "sdar")},
+    **{(k, n): f"dare-plugin-{n}" for k in ("model_family", "sampler") for n in ("llada", "dream", "llada2", "sdar", "diffusiongemma")},
     **{("objective", n): "dare-plugin-grpo" for n in (
         "d1", "coupled-grpo", "bgpo", "espo", "cj-grpo", "tracerl", "mdpo", "spg", "ebpo", "d-treerpo", "justgrpo")},
     **{("objective", n): "dare-plugin-dpo" for n in ("dpo", "vrpo")},

@@ -17,9 +17,10 @@ __all__ = ["SpecialTokens", "ModelFamily"]
 
 @dataclass(frozen=True)
 class SpecialTokens:
-    """Token ids a diffusion LM needs. ``eot_id`` is the end-of-turn id (may equal ``eos_id``)."""
+    """Token ids a diffusion LM needs. ``eot_id`` is the end-of-turn id (may equal ``eos_id``); ``mask_id`` is
+    None for a family whose forward process has no mask token (``ModelFamily.forward_process == "uniform"``)."""
 
-    mask_id: int
+    mask_id: int | None
     eos_id: int
     pad_id: int
     eot_id: int | None = None
@@ -48,6 +49,10 @@ class ModelFamily(Component):
     model_types: ClassVar[tuple[str, ...]] = ()
     #: ``"full"`` (bidirectional, LLaDA/Dream) or ``"block"`` (block-causal, SDAR/LLaDA2).
     attention: ClassVar[Literal["full", "block"]] = "full"
+    #: The forward (corruption) process: ``"mask"`` replaces corrupted tokens by the mask token (absorbing
+    #: diffusion, MDLM/LLaDA arXiv 2502.09992 eq. (1)); ``"uniform"`` by tokens drawn uniformly from the vocabulary
+    #: (D3PM-uniform, arXiv 2107.03006 §3.1; :func:`dare.diffusion.forward.uniform_noise`), with no mask token.
+    forward_process: ClassVar[Literal["mask", "uniform"]] = "mask"
     #: True when EOS padding after the answer is part of the response (LLaDA/Dream convention);
     #: False when responses are truncated at EOS and padding is excluded (block families).
     pad_in_response: ClassVar[bool] = True

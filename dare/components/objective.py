@@ -18,6 +18,10 @@ class Objective(Component):
 
     kind = "objective"
     stage: ClassVar[Literal["supervised", "preference", "online_rl"]] = "supervised"
+    #: The forward (corruption) processes this objective's loss is defined for (``ModelFamily.forward_process``):
+    #: ``"mask"`` (absorbing [MASK], LLaDA/Dream/SDAR/LLaDA2) and/or ``"uniform"`` (uniformly random tokens,
+    #: DiffusionGemma). A family whose process is not listed is refused at validation, naming the family.
+    forward_processes: ClassVar[tuple[str, ...]] = ("mask",)
 
     def train(self, run) -> dict[str, float]:
         raise NotImplementedError
@@ -31,6 +35,14 @@ class Objective(Component):
     def check(self, ctx, loc: str) -> list[tuple[str, str]]:
         problems = []
         spec = ctx.spec
+        family = getattr(ctx, "family", None)
+        process = getattr(family, "forward_process", "mask")
+        if family is not None and process not in self.forward_processes:
+            problems.append((f"{loc}.name", (
+                f"objective {self.name!r} is defined for {' and '.join(self.forward_processes)}-noise diffusion, but "
+                f"model family {family.name!r} corrupts with {process} noise (no [MASK] token): its loss scores "
+                f"masked positions that such a model never sees; use an objective that supports {process} noise "
+                "(sft)")))
         if spec.data is None or spec.data.train is None:
             problems.append(("data.train", f"objective {self.name!r} needs a training dataset; add data.train.path"))
         if spec.train is None:

@@ -1,4 +1,5 @@
-"""Forward (noising) process of masked diffusion LMs (MDLM / LLaDA, arXiv 2502.09992 eq. (1)-(3))."""
+"""Forward (noising) processes: absorbing [MASK] corruption of masked diffusion LMs (MDLM / LLaDA, arXiv 2502.09992
+eq. (1)-(3)) and uniform-noise corruption (D3PM-uniform, arXiv 2107.03006 §3.1; DiffusionGemma)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import torch
 
 from dare.randomness import rand
 
-__all__ = ["sample_mask_ratio", "bernoulli_mask", "blockwise_mask", "apply_mask"]
+__all__ = ["sample_mask_ratio", "bernoulli_mask", "blockwise_mask", "apply_mask", "uniform_noise"]
 
 
 def sample_mask_ratio(batch: int, eps: float = 1e-3, generator=None, device="cpu") -> torch.Tensor:
@@ -107,3 +108,33 @@ def blockwise_mask(t: torch.Tensor, eligible: torch.Tensor, block_length: int, g
 def apply_mask(input_ids: torch.Tensor, mask: torch.Tensor, mask_id: int) -> torch.Tensor:
     """``x_t``: ``input_ids`` with masked positions replaced by ``mask_id`` (new tensor)."""
     return torch.where(mask, torch.full_like(input_ids, mask_id), input_ids)
+
+
+def uniform_noise(input_ids: torch.Tensor, corrupt: torch.Tensor, vocab_size: int, generator=None) -> torch.Tensor:
+    """``x_t`` of uniform-noise diffusion: corrupted positions hold a token drawn uniformly from ``[0, vocab_size)``.
+
+    The D3PM-uniform kernel (Austin et al., arXiv 2107.03006 §3.1: ``q(x_t | x_0) = Cat((1 - t) x_0 + t / V)``
+    restricted to the corrupted positions, a corrupted token may redraw its own value) as DiffusionGemma trains
+    and decodes with it (NeMo AutoModel ``corrupt_uniform_random``; transformers' ``EntropyBoundSampler``
+    renoising). Per row, ``L`` tokens are drawn from the row's generator with ``torch.randint`` after the
+    corruption indicator, so with :class:`dare.randomness.RowGenerators` a row's noise does not depend on the batch.
+
+    :param input_ids: ``[B, L]`` int64 clean tokens. :param corrupt: ``[B, L]`` bool positions to corrupt (e.g.
+        :func:`bernoulli_mask`). :param vocab_size: ``V`` (> 0). :param generator: ``torch.Generator``,
+        ``RowGenerators`` or None (global RNG).
+    :returns: ``[B, L]`` int64 noisy tokens (a new tensor).
+    :raises ValueError: ``vocab_size < 1``.
+    """
+    from dare.randomness import RowGenerators
+
+    if vocab_size < 1:
+        raise ValueError(f"vocab_size must be >= 1, got {vocab_size}")
+    if isinstance(generator, RowGenerators):
+        rows = [torch.randint(0, vocab_size, (input_ids.shape[1],), generator=g, device=g.device, dtype=input_ids.dtype)
+                for g in generator.generators]
+        noise = torch.stack(rows).to(input_ids.device) if rows else torch.empty_like(input_ids)
+    else:
+        gen_device = generator.device if generator is not None else input_ids.device
+        noise = torch.randint(0, vocab_size, input_ids.shape, generator=generator, device=gen_device,
+                              dtype=input_ids.dtype).to(input_ids.device)
+    return torch.where(corrupt, noise, input_ids)

@@ -249,6 +249,7 @@ def _new_tokenizer(family: ModelFamily, tokenizer: str = "byte"):
             family.special_token_strings,
             extra_special=tuple(getattr(family, "extra_special_tokens", ())),
             chat_template=family.chat_template or None,
+            require_mask=getattr(family, "forward_process", "mask") == "mask",
         )
     from transformers import AutoTokenizer
 

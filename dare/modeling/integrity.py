@@ -150,11 +150,17 @@ def check_finite(files: list[Path] | str | Path, what: str = "model") -> None:
 
 def embedding_rows(config) -> int | None:
     """Rows of the input embedding that ``config`` implies: ``embedding_size`` (LLaDA pads ``vocab_size`` up
-    to it) when set, else ``vocab_size``; None when neither is a positive integer."""
-    for key in ("embedding_size", "vocab_size"):
-        value = getattr(config, key, None)
-        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
-            return value
+    to it) when set, else ``vocab_size`` (of the text config for a composite config); None when neither is a positive
+    integer."""
+    sources = [config]
+    text = config.get_text_config() if hasattr(config, "get_text_config") else None
+    if text is not None and text is not config:  # a composite config (DiffusionGemma): its text model's rows
+        sources.append(text)
+    for source in sources:
+        for key in ("embedding_size", "vocab_size"):
+            value = getattr(source, key, None)
+            if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+                return value
     return None
 
 

@@ -12,20 +12,22 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 __all__ = ["build_byte_tokenizer"]
 
 
-def build_byte_tokenizer(special: dict[str, str], extra_special: tuple[str, ...] = (), chat_template: str | None = None):
+def build_byte_tokenizer(special: dict[str, str], extra_special: tuple[str, ...] = (), chat_template: str | None = None,
+                         require_mask: bool = True):
     """Build a ``PreTrainedTokenizerFast``.
 
     :param special: role -> token string, roles among ``bos, eos, pad, mask, eot, unk``; ``mask``
-        and ``eos`` are required.
+        and ``eos`` are required (``mask`` only with ``require_mask``).
+    :param require_mask: False for a family without a mask token (uniform-noise corruption).
     :param extra_special: more special tokens (e.g. chat header tokens).
     :param chat_template: Jinja chat template stored in the tokenizer.
     :returns: tokenizer with ids ``0..k-1`` for the special tokens (in order: bos, eos, pad, mask,
         eot, extras; duplicates once) followed by the 256 byte tokens.
-    :raises ValueError: ``mask`` or ``eos`` missing.
+    :raises ValueError: ``mask`` (with ``require_mask``) or ``eos`` missing.
     """
     from transformers import PreTrainedTokenizerFast
 
-    for role in ("mask", "eos"):
+    for role in ("mask", "eos") if require_mask else ("eos",):
         if role not in special:
             raise ValueError(f"special tokens need a {role!r} token")
     ordered: list[str] = []

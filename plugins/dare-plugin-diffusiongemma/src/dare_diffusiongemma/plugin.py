@@ -1,0 +1,24 @@
+"""Entry point of ``dare-plugin-diffusiongemma``: registers the DiffusionGemma family and its sampler.
+
+Lazy references (:mod:`dare.hookspecs`): the family and sampler modules are imported when a spec or command
+first uses them, and :mod:`dare_diffusiongemma.auto` (transformers) when DARE first reads or creates a checkpoint.
+"""
+
+from dare import hookimpl
+
+
+@hookimpl
+def register_model_families(register):
+    register("dare_diffusiongemma.family:DiffusionGemmaFamily", name="diffusiongemma", model_types=("diffusion_gemma",),
+             description="DiffusionGemma: causal prompt encoder + bidirectional canvas decoder, uniform-noise corruption.")
+
+
+@hookimpl
+def register_samplers(register):
+    register("dare_diffusiongemma.sampler:DiffusionGemmaSampler", name="diffusiongemma",
+             description="DiffusionGemma canvas decoding, token for token transformers' ``generate`` for each row alone.")
+
+
+@hookimpl
+def register_auto_classes():
+    import dare_diffusiongemma.auto  # noqa: F401  (importing it maps diffusion_gemma to the block-diffusion head)
