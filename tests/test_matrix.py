@@ -52,3 +52,15 @@ def test_known_statuses(matrix):
             assert c.status == "refused" and "block-diffusion" in c.reason, c
     # JustGRPO needs left-to-right decoding: the default sampler is rejected, not the pair
     assert cells[("llada", "justgrpo")].status == "sampler"
+
+
+def test_the_cli_prints_the_table(monkeypatch):
+    from click.testing import CliRunner
+
+    import dare.matrix
+    from dare.cli import cli
+
+    monkeypatch.setattr(dare.matrix, "matrix_markdown", lambda registry=None, matrix=None: "| objective |\n")
+    result = CliRunner().invoke(cli, ["plugins", "--matrix"])
+    assert result.exit_code == 0, result.output
+    assert result.output == "| objective |\n"

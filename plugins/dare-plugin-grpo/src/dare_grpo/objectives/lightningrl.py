@@ -29,7 +29,8 @@ The shaping, the filter and the correctness need the rollout's trajectory and re
 :class:`~dare_grpo.trainer_lightningrl.LightningRLTrainer` (a :class:`~dare.rl.trainer.GRPOTrainer` whose
 ``_after_passes`` hook replaces the advantages, drops the filtered groups' passes and records the correctness in
 ``Rollout.row_values``). Defaults are the release's ``configs/lightningrl.yaml`` (``LightningRLParams.official``,
-docs/algorithms.md §10.18), except G = 8 (the release: 32). The release normalises each term over a micro-batch
+docs/algorithms.md §10.18), except G = 8 (the release: 32) and ``response_tokens: all`` (the release scores the
+response through its first EOS). The release normalises each term over a micro-batch
 of 8 rows; DARE's normalisers are the whole batch's (equal with one micro-batch).
 tests/parity/test_lightningrl.py checks the reward shaping, the filter, the advantages, the loss and its gradients.
 """
