@@ -5,7 +5,9 @@ Models via Group Diffusion Policy Optimization", arXiv 2510.08554 §3; release: 
 Estimator: the semi-deterministic Monte-Carlo (SDMC) sequence ELBO ``l`` of :mod:`dare.diffusion.estimators.sdmc`
 (Gauss-Legendre quadrature over the mask ratio, ``mc_samples`` exact-count masks per node, the same masks for the
 current, rollout and reference policies). Loss over the ``N`` completions (the release's GSPO-shaped loss:
-``sequence_level_importance_ratios: true``, ``token_level_loss: false``)::
+``sequence_level_importance_ratios: true``, ``token_level_loss: false`` of NeMo RL's ``ClippedPGLoss``,
+``nemo_rl/algorithms/loss/loss_functions.py:528-540, 679-687``: the ratio is the exponent of the mean over the
+response of the per-position ELBO differences)::
 
     log rho_b = (l_b - l_old_b) / |y_b|                         (one ratio per sequence, length-normalised)
     L_pg      = mean_b max(-A_b rho_b, -A_b clip(rho_b, 1 - eps_low, 1 + eps_high))
@@ -37,6 +39,8 @@ __all__ = ["GDPO", "GDPOParams"]
 #: The released GDPO code (NVIDIA-NeMo/RL pull request 3550, docs/algorithms.md §10.16).
 GDPO_REPO = "NVIDIA-NeMo/RL@e03f62ced96cfa5cdf81c7876f7807bbda4e4f74"
 _CFG = f"{GDPO_REPO}:research/gdpo/configs/gdpo_llada_8b.yaml"
+#: NeMo RL's clipped policy loss, which the release configures (sequence-level ratio, sequence mean).
+NEMO_LOSS = "NVIDIA-NeMo/RL@7ea279abfbeb698b092856d0dab61e7cf39bc909:nemo_rl/algorithms/loss/loss_functions.py"
 
 
 class GDPOParams(RLParams):
@@ -48,7 +52,7 @@ class GDPOParams(RLParams):
         OfficialSetting("advantage", "drgrpo", f"{_CFG}:20-21"),
         OfficialSetting("clip_eps_low", 0.5, f"{_CFG}:41"),
         OfficialSetting("clip_eps_high", 0.5, f"{_CFG}:42"),
-        OfficialSetting("dual_clip_c", None, f"{_CFG}:27-42"),
+        OfficialSetting("dual_clip_c", None, f"{NEMO_LOSS}:125"),
         OfficialSetting("beta", 0.0, f"{_CFG}:37"),
         OfficialSetting("quadrature", "gauss-3", f"{_CFG}:70"),
         OfficialSetting("mc_samples", 1, f"{_CFG}:71"),
