@@ -13,14 +13,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from dare_grpo.objectives.lightningrl import (
-    LightningRLParams,
-    batch_advantages,
-    kept_groups,
-    lightningrl_loss,
-    shaped_rewards,
-    tokens_per_forward,
-)
+from dare_grpo.objectives.lightningrl import LightningRLParams, lightningrl_loss
+from dare_grpo.trainer_lightningrl import batch_advantages, kept_groups, shaped_rewards, tokens_per_forward
 from tools.parity.common import read_fixture, rel_diff
 
 TOL = 1e-5

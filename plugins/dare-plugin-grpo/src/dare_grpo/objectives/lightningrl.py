@@ -6,12 +6,13 @@ For block-diffusion families (SDAR).
 Reward on accuracy *and* parallelism. For completion ``j`` of a group, ``c_j`` in {0, 1} is its correctness
 (reward ``>= correct_threshold``) and ``tpf_j = |y_j| / F_j`` its tokens per forward (``F_j`` = the distinct
 denoising steps that committed its tokens through the first stop token). Each part is normalised *within the
-group* (population std; 0 where the std is 0), then summed (:func:`shaped_rewards`)::
+group* (population std; 0 where the std is 0), then summed
+(:func:`dare_grpo.trainer_lightningrl.shaped_rewards`)::
 
     r_j = z(c)_j + z(tpf)_j            (tpf_norm: z_score; minmax: (tpf - min) / (max - min), 0.5 when flat;
                                         none: tpf_coefficient * tpf.  acc_norm false: c -> +1 / -1)
 
-Parallelism-aware dynamic sampling (:func:`kept_groups`): a group with no correct completion, or whose tpf range
+Parallelism-aware dynamic sampling (:func:`dare_grpo.trainer_lightningrl.kept_groups`): a group with no correct completion, or whose tpf range
 ``max - min`` is below ``tpf_range_threshold``, is dropped (no loss term at all). Advantages are the batch-level
 z-score of the kept rewards, ``A = (r - mean) / max(std, 1e-8)`` (unbiased std, every kept row of the batch).
 
@@ -47,96 +48,12 @@ from dare.diffusion.estimators import OneStepEstimator
 from dare.rl import LossTerms, OnlineRLObjective, RLParams, clipped_policy_loss, kl_estimate, ratio_from_log
 from dare_grpo.objectives.dipo import clamped_k3
 
-__all__ = ["LightningRL", "LightningRLParams", "shaped_rewards", "kept_groups", "batch_advantages",
-           "tokens_per_forward", "lightningrl_loss"]
+__all__ = ["LightningRL", "LightningRLParams", "lightningrl_loss"]
 
 
 #: The released LightningRL code and config (docs/algorithms.md §10.18).
 LIGHTNINGRL_REPO = "SJTU-DENG-Lab/LightningRL@e4d7d293f3d5b1482cc3597a677af1c1c055ff53"
 _CFG = f"{LIGHTNINGRL_REPO}:configs/lightningrl.yaml"
-
-
-def _population_z(x: torch.Tensor) -> torch.Tensor:
-    """Row-wise ``(x - mean) / std`` with the population std, 0 where the std is 0. ``x``: ``[groups, G]``."""
-    x = x.double()
-    mean = x.mean(dim=1, keepdim=True)
-    std = ((x - mean) ** 2).mean(dim=1, keepdim=True).sqrt()
-    return torch.where(std > 0, (x - mean) / torch.where(std > 0, std, torch.ones_like(std)), torch.zeros_like(x))
-
-
-def shaped_rewards(correct: torch.Tensor, tpf: torch.Tensor, group_size: int, tpf_norm: str = "z_score",
-                   acc_norm: bool = True, tpf_coefficient: float = 1.0) -> torch.Tensor:
-    """LightningRL's reward ``r = acc part + speed part``, each normalised within its group (module docstring).
-
-    :param correct: ``[N]`` bool; :param tpf: ``[N]`` float tokens per forward; ``N`` = groups x ``group_size``
-        (completion ``j`` of group ``g`` is row ``g G + j``).
-    :returns: ``[N]`` float32. Source: SJTU-DENG-Lab/LightningRL ``reward/rl_reward.py:142-183``.
-    :raises ValueError: ``N`` not a multiple of ``group_size``, or an unknown ``tpf_norm``.
-    """
-    if correct.numel() % group_size:
-        raise ValueError(f"{correct.numel()} rows are not whole groups of {group_size}")
-    c = correct.double().view(-1, group_size)
-    t = tpf.double().view(-1, group_size)
-    if tpf_norm == "z_score":
-        speed = _population_z(t)
-    elif tpf_norm == "minmax":
-        lo, hi = t.min(dim=1, keepdim=True).values, t.max(dim=1, keepdim=True).values
-        span = hi - lo
-        speed = torch.where(span > 0, (t - lo) / torch.where(span > 0, span, torch.ones_like(span)), torch.full_like(t, 0.5))
-    elif tpf_norm == "none":
-        speed = tpf_coefficient * t
-    else:
-        raise ValueError(f"unknown tpf_norm {tpf_norm!r}; use z_score, minmax or none")
-    base = _population_z(c) if acc_norm else 2.0 * c - 1.0
-    return (base + speed).flatten().float()
-
-
-def kept_groups(correct: torch.Tensor, tpf: torch.Tensor, group_size: int, drop_all_wrong: bool = True,
-                tpf_range_threshold: float = 0.01) -> torch.Tensor:
-    """``[N]`` bool: rows of the groups the dynamic sampling keeps (at least one correct completion when
-    ``drop_all_wrong``, and a tpf range ``max - min >= tpf_range_threshold``).
-
-    Source: SJTU-DENG-Lab/LightningRL ``reward/rl_reward.py:186-197``.
-    """
-    c = correct.view(-1, group_size)
-    t = tpf.double().view(-1, group_size)
-    keep = (t.max(dim=1).values - t.min(dim=1).values) >= tpf_range_threshold
-    if drop_all_wrong:
-        keep &= c.any(dim=1)
-    return keep.repeat_interleave(group_size)
-
-
-def batch_advantages(rewards: torch.Tensor, keep: torch.Tensor, eps: float = 1e-8) -> torch.Tensor:
-    """``[N]`` float32: ``(r - mean) / max(std, eps)`` over the kept rows (unbiased std), 0 on dropped rows.
-
-    Source: SJTU-DENG-Lab/LightningRL ``train/train_policy_no_value.py:99-113`` (``adv_norm_mode: batch``).
-    """
-    out = torch.zeros_like(rewards, dtype=torch.float32)
-    r = rewards[keep].double()
-    if r.numel() == 0:
-        return out
-    std = max(float(r.std()) if r.numel() > 1 else float("nan"), eps)
-    std = eps if std != std else std  # one kept row: the unbiased std is undefined
-    out[keep] = ((r - r.mean()) / std).float()
-    return out
-
-
-def tokens_per_forward(unmask_step: torch.Tensor, completions: torch.Tensor, stop_ids: tuple[int, ...]) -> torch.Tensor:
-    """``[N]`` float32 ``tpf = |y| / F``: the completion's tokens through the first stop id over ``F``, the distinct
-    denoising steps that committed them (the release's ``response_length / num_forwards``, rl_reward.py:117-124).
-
-    :param unmask_step: ``[N, G]`` int64 (-1 = never committed); :param completions: ``[N, G]`` int64.
-    """
-    from dare.rl.rollout import content_lengths
-
-    lengths = content_lengths(completions, stop_ids)
-    pos = torch.arange(completions.shape[1], device=completions.device)[None, :]
-    inside = (pos < lengths[:, None]) & (unmask_step >= 0)
-    out = torch.zeros(completions.shape[0], dtype=torch.float32)
-    for b in range(completions.shape[0]):
-        steps = unmask_step[b][inside[b]].unique().numel()
-        out[b] = float(lengths[b]) / steps if steps else 0.0
-    return out
 
 
 def lightningrl_loss(logp: torch.Tensor, old: torch.Tensor, ref: torch.Tensor | None, advantages: torch.Tensor,
