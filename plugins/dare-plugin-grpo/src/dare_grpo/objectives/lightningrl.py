@@ -12,8 +12,8 @@ group* (population std; 0 where the std is 0), then summed
     r_j = z(c)_j + z(tpf)_j            (tpf_norm: z_score; minmax: (tpf - min) / (max - min), 0.5 when flat;
                                         none: tpf_coefficient * tpf.  acc_norm false: c -> +1 / -1)
 
-Parallelism-aware dynamic sampling (:func:`dare_grpo.trainer_lightningrl.kept_groups`): a group with no correct completion, or whose tpf range
-``max - min`` is below ``tpf_range_threshold``, is dropped (no loss term at all). Advantages are the batch-level
+Parallelism-aware dynamic sampling (:func:`dare_grpo.trainer_lightningrl.kept_groups`): a group with no correct
+completion, or whose tpf range ``max - min`` is below ``tpf_range_threshold``, is dropped (no loss term at all). Advantages are the batch-level
 z-score of the kept rewards, ``A = (r - mean) / max(std, 1e-8)`` (unbiased std, every kept row of the batch).
 
 Estimator: the block-diffusion training forward with the whole response masked (:class:`OneStepEstimator`
@@ -28,8 +28,8 @@ masked)``, as the release's ``compute_rl_loss`` forward does. Loss (:func:`light
 
 The shaping, the filter and the correctness need the rollout's trajectory and rewards, so the objective runs on
 :class:`~dare_grpo.trainer_lightningrl.LightningRLTrainer` (a :class:`~dare.rl.trainer.GRPOTrainer` whose
-``_after_passes`` hook replaces the advantages, drops the filtered groups' passes and records the correctness in
-``Rollout.row_values``). Defaults are the release's ``configs/lightningrl.yaml`` (``LightningRLParams.official``,
+``_after_passes`` hook replaces the advantages, drops the filtered groups' passes and records per-row loss weights,
+``1 / N`` and ``1 / T_c`` on the correct rows, in ``Rollout.row_values``). Defaults are the release's ``configs/lightningrl.yaml`` (``LightningRLParams.official``,
 docs/algorithms.md §10.18), except G = 8 (the release: 32) and ``response_tokens: all`` (the release scores the
 response through its first EOS). The release normalises each term over a micro-batch
 of 8 rows; DARE's normalisers are the whole batch's (equal with one micro-batch).
