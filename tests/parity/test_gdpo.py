@@ -116,3 +116,17 @@ def test_changing_one_official_setting_breaks_the_match(override):
     same_elbo = len(passes) == 3 and value.tolist() == pytest.approx(ELBO, rel=1e-5)
     same_loss = lv == pytest.approx(LOSS, rel=1e-6) and grad.tolist() == pytest.approx(GRAD, rel=1e-6, abs=1e-9)
     assert not (same_elbo and same_loss)
+
+
+def test_sdmc_masks_of_a_row_do_not_depend_on_the_batch():
+    """With per-row generators (what the RL trainer passes) a row's masks are the same in any batch, so two processes
+    draw the masks of one."""
+    from dare.randomness import RowGenerators
+
+    b = batch()
+    est = SDMCEstimator(quadrature="gauss-3", mc_samples=2)
+    whole = est.draw(b, RowGenerators.keyed(0, "rl-passes", 3, [0, 1, 2]))
+    part = est.draw(b.rows(torch.tensor([1, 2])), RowGenerators.keyed(0, "rl-passes", 3, [1, 2]))
+    assert len(whole) == len(part) == 6
+    for w, p in zip(whole, part):
+        assert torch.equal(w.mask[:, 1:], p.mask) and torch.equal(w.weight[:, 1:], p.weight)
