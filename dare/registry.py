@@ -40,7 +40,8 @@ PROVIDERS: dict[tuple[str, str], str] = {
     **{("evaluator", n): "dare-plugin-code" for n in ("humaneval", "humanevalplus", "humaneval+", "mbpp")},
     **{(k, n): f"dare-plugin-{n}" for k in ("model_family", "sampler") for n in ("llada", "dream", "llada2", "sdar", "diffusiongemma")},
     **{("objective", n): "dare-plugin-grpo" for n in (
-        "d1", "coupled-grpo", "bgpo", "espo", "cj-grpo", "tracerl", "mdpo", "spg", "ebpo", "d-treerpo", "justgrpo")},
+        "d1", "coupled-grpo", "bgpo", "espo", "cj-grpo", "tracerl", "mdpo", "spg", "ebpo", "d-treerpo", "justgrpo",
+        "gdpo", "dipo", "lightningrl")},
     **{("objective", n): "dare-plugin-dpo" for n in ("dpo", "vrpo")},
     ("objective", "sft"): "dare-plugin-sft",
 }

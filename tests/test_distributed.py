@@ -285,6 +285,29 @@ def test_online_rl_on_two_processes_equals_one(tmp_path, family, sampler):
     assert rewards[0] == pytest.approx(rewards[1], abs=1e-6)  # the same completions were rolled out
 
 
+def test_lightningrl_on_two_processes_equals_one(tmp_path):
+    """LightningRL's rollout hook (dare_grpo.trainer_lightningrl) z-scores the kept rewards over the whole batch and
+    normalises its policy and NLL terms by the whole batch's kept rows and correct tokens: 2 processes (2 prompts each)
+    equal 1 (4 prompts). Every completion counts as correct and every group is kept (a fresh model's rewards tie),
+    so the NLL term and the row weights are exercised; 2 steps of 4 prompts x 4 completions on a tiny LLaDA2."""
+    spec = {
+        "model": {"new": {"family": "llada2", "preset": "tiny"}},
+        "data": {"train": {"path": "dare://sudoku/train.parquet", "limit": 64, **SUDOKU}},
+        "algorithm": {"name": "lightningrl", "params": {"group_size": 4, "beta": 0.0, "correct_threshold": 0.0,
+                                                       "drop_all_wrong": False, "tpf_range_threshold": 0.0}},
+        "sampler": {"name": "llada2", "params": {"gen_length": 32, "steps": 4, "temperature": 1.0}},
+        "rewards": [{"name": "sudoku", "params": {"require_answer_tags": False}}],
+        "train": {"learning_rate": 1e-3, "max_steps": 2, "per_device_batch_size": 4, "logging_steps": 1, "save_steps": 2,
+                  "num_threads": 1, "seed": 0},
+    }
+    one = _one_process(_write(tmp_path, "one", spec), evaluate=False)
+    spec["train"]["per_device_batch_size"] = 2
+    two = _two_processes(_write(tmp_path, "two", spec), "train", dense=False)
+    _assert_same_losses(one, two)
+    _assert_same_weights(one, two)
+    _assert_same_metrics(one, two, ("reward", "nll", "lightningrl/kept_fraction", "lightningrl/tpf"))
+
+
 @pytest.fixture(scope="module")
 def digit_model(tmp_path_factory) -> Path:
     """A tiny LLaDA after 40 SFT steps on Sudoku: it writes digits (rewards ~0.26 with a spread, so RL has

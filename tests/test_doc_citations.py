@@ -249,8 +249,8 @@ def test_checker_accepts_correct_citations():
 
 
 def test_checker_reports_a_missing_section():
-    (problem,) = _problems("see docs/algorithms.md §3.13 for the loss")
-    assert "no section §3.13" in problem and problem.startswith("dare/example.py:1:")
+    (problem,) = _problems("see docs/algorithms.md §3.99 for the loss")
+    assert "no section §3.99" in problem and problem.startswith("dare/example.py:1:")
 
 
 def test_checker_reports_each_wrong_section_of_a_list_and_a_range():
@@ -338,9 +338,12 @@ def test_every_objective_official_table_entry_is_in_the_docs():
     from dare_grpo.objectives.coupled_grpo import CoupledGRPOParams
     from dare_grpo.objectives.d1 import D1Params
     from dare_grpo.objectives.dtreerpo import DTreeRPOParams
+    from dare_grpo.objectives.dipo import DiPOParams
     from dare_grpo.objectives.ebpo import EBPOParams
     from dare_grpo.objectives.espo import ESPOParams
+    from dare_grpo.objectives.gdpo import GDPOParams
     from dare_grpo.objectives.justgrpo import JustGRPOParams
+    from dare_grpo.objectives.lightningrl import LightningRLParams
     from dare_grpo.objectives.mdpo import MDPOParams
     from dare_grpo.objectives.spg import SPGParams
     from dare_grpo.objectives.tracerl import TraceRLParams
@@ -348,7 +351,7 @@ def test_every_objective_official_table_entry_is_in_the_docs():
     text = (REPO / "docs" / "algorithms.md").read_text(encoding="utf-8")
     section = text[text.index("\n## 10."):]
     for cls in (D1Params, CoupledGRPOParams, SPGParams, JustGRPOParams, CJGRPOParams, DTreeRPOParams, ESPOParams,
-                TraceRLParams, MDPOParams, BGPOParams, EBPOParams):
+                TraceRLParams, MDPOParams, BGPOParams, EBPOParams, GDPOParams, DiPOParams, LightningRLParams):
         for s in cls.official:
             repo, rest = s.source.split("@", 1)
             commit = rest.split(":", 1)[0]

@@ -75,3 +75,6 @@ def register_estimators(register):
     register("dare.diffusion.estimators.random_block:RandomBlockEstimator", name="random-block",
              description="SPG's block-wise corruption: random block ``j`` partly masked, later blocks masked, earlier "
                          "at 15%.")
+    register("dare.diffusion.estimators.sdmc:SDMCEstimator", name="sdmc-elbo",
+             description="GDPO's semi-deterministic Monte-Carlo ELBO: quadrature over the mask ratio, exact-count "
+                         "random masks at each node.")

@@ -19,7 +19,9 @@ __all__ = ["plugins", "new_plugin"]
               help="Also print each component's params: a table per component (with --json: its params JSON schema; "
                    "imports every component).")
 @click.option("--check", is_flag=True, help="Import every component and report those that fail (slower).")
-def plugins(name, as_json, with_params, check):
+@click.option("--matrix", is_flag=True, help="Print the families x online-RL objectives table (supported, refused and "
+                                             "why, untested), validating one spec per pair (docs/algorithms.md §11).")
+def plugins(name, as_json, with_params, check, matrix):
     """List installed components: kind, name, distribution, version; and plugins that failed to load.
 
     `dare plugins NAME` shows the component(s) called NAME (e.g. tracerl, llada) with their params:
@@ -31,6 +33,11 @@ def plugins(name, as_json, with_params, check):
     from dare import plugins as P
 
     reg = P._registry
+    if matrix:
+        from dare.matrix import matrix_markdown
+
+        click.echo(matrix_markdown(reg), nl=False)
+        return
     if name is not None:
         from dare.cli_help import show_component
 

@@ -149,7 +149,9 @@ class PassLossInput:
     * ``num_tokens``: tokens this pass scores in the *whole* rollout batch; ``num_sequences``: rows
       of the whole batch; ``total_response_tokens``: ``sum |y|`` over the whole batch (global
       normalisers, so chunk losses add up to the batch loss); ``num_row_passes``: ``(row, pass)`` pairs of the
-      whole batch in which the pass scores a token of the row (TraceRL's transition count).
+      whole batch in which the pass scores a token of the row (TraceRL's transition count);
+    * ``row_values``: ``{name: [n] tensor}``, the chunk's rows of ``Rollout.row_values`` (values a trainer subclass
+      records per row for its objective, e.g. LightningRL's correctness); empty by default.
     """
 
     current: PassScore
@@ -163,6 +165,7 @@ class PassLossInput:
     num_sequences: int
     total_response_tokens: float
     num_row_passes: float = 0.0
+    row_values: dict[str, torch.Tensor] = field(default_factory=dict)
 
 
 @dataclass

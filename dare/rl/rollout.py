@@ -30,7 +30,9 @@ class Rollout:
     * ``passes[i]``: the estimator passes of inner iteration ``i`` (drawn once, shared by the old,
       reference and current policies); ``old[i][p]``/``ref[i][p]``: ``[N, G]`` token scores of pass
       ``p`` under the rollout/reference policy (None when not needed);
-    * ``stats``: rollout metrics (timings, NFE, lengths) logged once per rollout.
+    * ``stats``: rollout metrics (timings, NFE, lengths) logged once per rollout;
+    * ``row_values``: ``{name: [N] tensor}`` per-row values a trainer subclass records for its objective's loss
+      (LightningRL's correctness); each pass loss gets its chunk's rows (``PassLossInput.row_values``).
     """
 
     batch: ScoringBatch
@@ -42,6 +44,7 @@ class Rollout:
     old: list[list[torch.Tensor]] | None = None
     ref: list[list[torch.Tensor]] | None = None
     stats: dict[str, float] = field(default_factory=dict)
+    row_values: dict[str, torch.Tensor] = field(default_factory=dict)
 
 
 @torch.no_grad()

@@ -308,7 +308,8 @@ def update_per_pass(settings: StepSettings, fn: LogitsFn, rollout: Rollout, iter
             PassLossInput(current=current, old=old, ref=ref, advantages=rollout.advantages[r],
                           response_lengths=lengths[r], pass_index=p, num_passes=num_passes,
                           num_tokens=num_tokens[p], num_sequences=num_sequences,
-                          total_response_tokens=response_tokens, num_row_passes=row_passes),
+                          total_response_tokens=response_tokens, num_row_passes=row_passes,
+                          row_values={k: v[r] for k, v in rollout.row_values.items()}),
         )
         backprop.backward_or_pad(terms.loss * world, pad_loss)
         total += float(terms.loss.detach()) * world

@@ -29,6 +29,9 @@ __all__ = ["REPO", "FIXTURES", "TinyDenoiser", "policy_models", "official_checko
            "official_functions", "write_fixture", "read_fixture", "rel_diff", "model_from_state", "plain_logits",
            "public_step", "official_update", "trainer_update", "update_worst"]
 
+
+           "official_functions", "official_lines", "write_fixture", "read_fixture", "rel_diff", "model_from_state"]
+
 REPO = Path(__file__).resolve().parents[2]
 FIXTURES = REPO / "tests" / "fixtures" / "parity"
 
@@ -178,6 +181,23 @@ def official_update(model: torch.nn.Module, optimizer: dict[str, float]) -> dict
     opt.step()
     out.update({f"expected.updated.{n}": p.detach().clone() for n, p in named.items()})
     return out
+
+
+def official_lines(path: str | os.PathLike, first: int, last: int, namespace: dict[str, Any]) -> dict[str, Any]:
+    """Run lines ``first..last`` (1-based, inclusive) of the official source file ``path``, dedented, in
+    ``namespace`` (the variables they read), for official code written inline in a larger function (a loss
+    inside a model's ``forward``, a reward rule inside ``main``). :returns: ``namespace`` with what they set.
+
+    :raises SystemExit: the file is shorter than ``last`` lines.
+    """
+    import textwrap
+
+    lines = Path(path).read_text(encoding="utf-8").splitlines()
+    if last > len(lines):
+        raise SystemExit(f"{path} has {len(lines)} lines, not {last}: is the checkout at the pinned commit?")
+    code = textwrap.dedent("\n".join(lines[first - 1:last]))
+    exec(compile(code, f"{path}:{first}-{last}", "exec"), namespace)  # noqa: S102 (pinned official source, by hand)
+    return namespace
 
 
 def write_fixture(algo: str, tensors: dict[str, torch.Tensor], meta: dict[str, Any]) -> Path:

@@ -15,6 +15,7 @@ module                     estimator                               level       u
 ``autoregressive``         exact left-to-right (block length 1)    token       justgrpo
 ``stratified``             stratified ELBO-MC, counts k/L          sequence    bgpo
 ``random_block``           random block j, later blocks masked     token       spg
+``sdmc``                   quadrature over t, exact-count masks    sequence    gdpo
 =========================  ======================================  ==========  ====================
 
 The stratified corruptions themselves live in :mod:`dare.diffusion.elbo` (shared with VRPO);
@@ -28,6 +29,7 @@ from dare.diffusion.estimators.coupled import CoupledEstimator
 from dare.diffusion.estimators.elbo_complement import ComplementaryELBOEstimator
 from dare.diffusion.estimators.onestep import OneStepEstimator
 from dare.diffusion.estimators.random_block import RandomBlockEstimator
+from dare.diffusion.estimators.sdmc import SDMCEstimator
 from dare.diffusion.estimators.stratified import StratifiedELBOEstimator
 from dare.diffusion.estimators.trajectory import TrajectoryEstimator
 
@@ -46,4 +48,5 @@ __all__ = [
     "AutoregressiveEstimator",
     "StratifiedELBOEstimator",
     "RandomBlockEstimator",
+    "SDMCEstimator",
 ]

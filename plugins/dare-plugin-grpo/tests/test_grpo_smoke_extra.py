@@ -1,4 +1,4 @@
-"""`dare run` (train only) for MDPO, SPG, EBPO, d-TreeRPO and JustGRPO over every installed family: a short run
+"""`dare run` (train only) for MDPO, SPG, EBPO, d-TreeRPO, JustGRPO, DiPO and LightningRL over every installed family: a short run
 on a tiny model where the pairing applies, and a spec-validation error naming the reason where it does not."""
 
 from __future__ import annotations
@@ -24,9 +24,14 @@ SMALL = {
     "ebpo": ({"mc_num": 2}, "clip_fraction"),
     "d-treerpo": ({"num_tree_samples": 2, "tree_branch_factor": 2, "num_iterations": 2}, "dtreerpo/num_edges"),
     "justgrpo": ({"chunk_size": 2}, "dual_clip_fraction"),
+    "dipo": ({"beta": 0.0}, "clip_fraction"),
+    # a tiny decoder's groups have equal tokens per forward: keep every group so that the update runs
+    "lightningrl": ({"beta": 0.0, "tpf_range_threshold": 0.0, "drop_all_wrong": False}, "nll"),
 }
 #: Objectives that need full attention (their states have masked later blocks); the reason names it.
 FULL_ONLY = {"mdpo": "full-sequence states", "spg": "clean predecessors", "d-treerpo": "full state"}
+#: Objectives that need a block-diffusion family (block rounds, tokens per forward of a block decoder).
+BLOCK_ONLY = {"dipo": "block-diffusion", "lightningrl": "block-diffusion"}
 
 
 @pytest.fixture(scope="module")
@@ -61,6 +66,8 @@ def plan(objective: str, family: str) -> tuple[str, dict, dict, str | None]:
         params["conf_alg"] = "entropy"  # the Dream recipe's
     if objective in FULL_ONLY and fam.attention != "full":
         return sampler, sparams, params, FULL_ONLY[objective]
+    if objective in BLOCK_ONLY and fam.attention != "block":
+        return sampler, sparams, params, BLOCK_ONLY[objective]
     if fam.attention == "full" and objective in ("d-treerpo", "justgrpo"):
         sampler = "llada"  # the partial-denoising / left-to-right decoder, over the family's aligned logits
         sparams = {"gen_length": 4, "block_length": 1 if objective == "justgrpo" else 2, "steps": 4}

@@ -12,7 +12,8 @@ from dare_grpo.objectives import OBJECTIVES
 
 FAMILIES = sorted(n for n, e in get_registry().entries["model_family"].items() if e.distribution in FIRST_PARTY)  # first-party: have tiny presets
 #: Per-objective overrides that keep the smoke run small.
-SMALL = {"bgpo": {"mc_num": 2}, "espo": {"mc_num": 1, "num_iterations": 2}}
+SMALL = {"bgpo": {"mc_num": 2}, "espo": {"mc_num": 1, "num_iterations": 2},
+         "gdpo": {"quadrature": "gauss-2", "num_iterations": 2}}
 
 
 @pytest.fixture(scope="module")

@@ -40,6 +40,15 @@ def register_objectives(register):
                          "self-distillation.")
     register("dare_grpo.objectives.justgrpo:JustGRPO", name="justgrpo",
              description="JustGRPO (arXiv 2601.15165): AR decoding (block length 1), exact AR likelihood, clipped GRPO.")
+    register("dare_grpo.objectives.gdpo:GDPO", name="gdpo",
+             description="GDPO (arXiv 2510.08554): SDMC sequence ELBO, length-normalised sequence ratio, Dr.GRPO "
+                         "advantages.")
+    register("dare_grpo.objectives.dipo:DiPO", name="dipo",
+             description="DiPO (DiRL, arXiv 2512.22234): block-round trajectory replay, clipped PPO, k3 KL, per-row "
+                         "token means.")
+    register("dare_grpo.objectives.lightningrl:LightningRL", name="lightningrl",
+             description="LightningRL (arXiv 2603.13319): accuracy + tokens-per-forward reward, dynamic sampling, PPO "
+                         "+ NLL on correct completions, block-diffusion one-step scores.")
 
 
 @hookimpl

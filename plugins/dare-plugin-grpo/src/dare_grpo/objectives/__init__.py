@@ -14,8 +14,11 @@ from dare_grpo.objectives.coupled_grpo import CoupledGRPO
 from dare_grpo.objectives.d1 import D1
 from dare_grpo.objectives.dtreerpo import DTreeRPO
 from dare_grpo.objectives.ebpo import EBPO
+from dare_grpo.objectives.dipo import DiPO
 from dare_grpo.objectives.espo import ESPO
+from dare_grpo.objectives.gdpo import GDPO
 from dare_grpo.objectives.justgrpo import JustGRPO
+from dare_grpo.objectives.lightningrl import LightningRL
 from dare_grpo.objectives.mdpo import MDPO
 from dare_grpo.objectives.spg import SPG
 from dare_grpo.objectives.tracerl import TraceRL
@@ -38,13 +41,16 @@ __all__ = [
     "EBPO",
     "DTreeRPO",
     "JustGRPO",
+    "GDPO",
+    "DiPO",
+    "LightningRL",
     "OBJECTIVES",
     "EXTRA_OBJECTIVES",
 ]
 
 #: Objectives this plugin registers.
-OBJECTIVES = (D1, CoupledGRPO, BGPO, ESPO, CJGRPO, TraceRL)
+OBJECTIVES = (D1, CoupledGRPO, BGPO, ESPO, CJGRPO, TraceRL, GDPO)
 
 #: Objectives this plugin also registers, with their own rollouts or (objective, family, sampler) rules
-#: (MDPO, SPG, EBPO, d-TreeRPO, JustGRPO); their smoke tests are in tests/test_grpo_smoke_extra.py.
-EXTRA_OBJECTIVES = (MDPO, SPG, EBPO, DTreeRPO, JustGRPO)
+#: (MDPO, SPG, EBPO, d-TreeRPO, JustGRPO, DiPO, LightningRL); their smoke tests are in tests/test_grpo_smoke_extra.py.
+EXTRA_OBJECTIVES = (MDPO, SPG, EBPO, DTreeRPO, JustGRPO, DiPO, LightningRL)
