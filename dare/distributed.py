@@ -7,11 +7,20 @@ others compute and wait at barriers. Evaluation is sharded: each process decodes
 the rows (:func:`shard`) and the results are gathered (:func:`gather`) before scoring and reporting.
 
 Misconfigured launches that would silently train alone are refused by :func:`check_launch`.
+
+Sharded models (FSDP2, DeepSpeed ZeRO-3) gather their parameters at every forward, a collective, so every process
+must run the same forwards in the same order. Evaluation pads each process's slice to the same length
+(:func:`padded_shard`) and decoders run in lock-step (:func:`lockstep`): before each forward the processes agree
+whether any of them still decodes, and a process that is done runs dummy forwards until every process is.
+
+On CPU processes accelerate turns FSDP on only for GPU-like devices; ``DARE_CPU_SHARDING=1`` (:func:`cpu_sharding`)
+applies the launch's FSDP2 there too (tests, debugging a sharded launch without GPUs; docs/scaling.md).
 """
 
 from __future__ import annotations
 
 import contextlib
+import copy
 import os
 import sys
 from collections.abc import Iterator
@@ -36,7 +45,16 @@ __all__ = [
     "teardown",
     "device",
     "shards_model",
+    "CPU_SHARDING_ENV",
+    "cpu_sharding",
+    "sharding_accelerator_state",
+    "is_sharded",
+    "padded_shard",
+    "lockstep",
+    "place_frozen",
 ]
+
+CPU_SHARDING_ENV = "DARE_CPU_SHARDING"
 
 _ENV_FIX = ("on a CPU machine launch with `ACCELERATE_USE_CPU=1 torchrun --nproc_per_node N --no-python dare run SPEC` or "
             "`ACCELERATE_USE_CPU=1 accelerate launch --multi_gpu --num_processes N $(which dare) run SPEC` "
@@ -88,9 +106,10 @@ def setup():
     check_launch(state.num_processes)
     if state.num_processes > 1:
         _exit_with_launcher()
-    if shards_model() and state.device.type == "cpu" and state.is_main_process:
+    if shards_model() and state.device.type == "cpu" and state.is_main_process and not cpu_sharding():
         print("warning: the launch asks for FSDP/DeepSpeed but this process runs on the CPU, where accelerate "
-              "uses plain data parallelism: every process holds the whole model (docs/scaling.md)", file=sys.stderr)
+              "uses plain data parallelism: every process holds the whole model; set DARE_CPU_SHARDING=1 to shard it with "
+              "FSDP2 on the CPU processes too (docs/scaling.md)", file=sys.stderr)
     return state
 
 
@@ -120,6 +139,199 @@ def shards_model() -> bool:
     """Whether the launch shards the model over the processes (accelerate FSDP or DeepSpeed): the trainer then
     places the model on the devices itself, so DARE leaves it where it was loaded (CPU)."""
     return any(os.environ.get(k, "").lower() in ("1", "true") for k in ("ACCELERATE_USE_FSDP", "ACCELERATE_USE_DEEPSPEED"))
+
+
+def cpu_sharding() -> bool:
+    """Whether ``DARE_CPU_SHARDING`` (``1``/``true``) asks for the launch's FSDP2 on CPU processes.
+
+    accelerate 1.16 builds an FSDP state only for GPU-like process groups (``MULTI_GPU``, ``MULTI_XPU``, ...): on
+    ``MULTI_CPU`` (gloo) it silently falls back to DDP. With the switch, :func:`sharding_accelerator_state` lets the
+    trainer's ``Accelerator`` take the launch's FSDP plugin (``ACCELERATE_USE_FSDP``, ``FSDP_VERSION=2``, ...) on the
+    CPU, so FSDP2 (``torch.distributed.fsdp.fully_shard`` over a gloo mesh) shards the model as on GPUs.
+    """
+    return os.environ.get(CPU_SHARDING_ENV, "").lower() in ("1", "true")
+
+
+@contextlib.contextmanager
+def sharding_accelerator_state() -> Iterator[None]:
+    """While the trainer creates its ``accelerate.Accelerator``: under :func:`cpu_sharding` and an FSDP launch on a
+    CPU process group, present the group to accelerate as data parallel over devices (``MULTI_GPU``) so that its
+    ``AcceleratorState`` takes the FSDP plugin; the device stays the CPU and the group gloo. No-op otherwise.
+
+    :raises LaunchError: the switch with an FSDP version other than 2 (FSDP1 on CPU is not supported).
+    """
+    fsdp = os.environ.get("ACCELERATE_USE_FSDP", "").lower() in ("1", "true")
+    if not (cpu_sharding() and fsdp and world_size() > 1):
+        yield
+        return
+    from accelerate.state import AcceleratorState, PartialState
+    from accelerate.utils import DistributedType
+
+    if os.environ.get("FSDP_VERSION", "1") != "2":
+        raise LaunchError(f"{CPU_SHARDING_ENV}=1 shards with FSDP2 only, but the launch asks for FSDP version "
+                          f"{os.environ.get('FSDP_VERSION', '1')}: set `fsdp_version: 2` in the accelerate config "
+                          "(examples/accelerate/fsdp2.yaml) or unset the variable")
+    PartialState()  # the trainer's own state (gloo, CPU)
+    if AcceleratorState._shared_state.get("distributed_type") == DistributedType.FSDP or \
+            PartialState._shared_state.get("distributed_type") != DistributedType.MULTI_CPU:
+        yield
+        return
+    PartialState._shared_state["distributed_type"] = DistributedType.MULTI_GPU
+    try:
+        yield
+    finally:
+        if PartialState._shared_state.get("distributed_type") == DistributedType.MULTI_GPU:  # the Accelerator failed
+            PartialState._shared_state["distributed_type"] = DistributedType.MULTI_CPU
+    if is_main() and AcceleratorState._shared_state.get("distributed_type") == DistributedType.FSDP:
+        print(f"sharding: FSDP2 over {world_size()} CPU processes ({CPU_SHARDING_ENV}=1)", file=sys.stderr)
+
+
+def is_sharded(model: Any) -> bool:
+    """Whether ``model``'s parameters are sharded over the processes, so that each forward is a collective: an FSDP2
+    module (``torch.distributed.fsdp.FSDPModule``), an FSDP1 wrapper, or DeepSpeed ZeRO-3 parameters (``ds_id``)."""
+    if model is None or world_size() == 1:
+        return False
+    from torch.distributed.fsdp import FSDPModule
+    from torch.distributed.fsdp import FullyShardedDataParallel as FSDP1
+
+    inner = getattr(model, "module", model)  # a DeepSpeed engine or a DDP wrapper
+    if isinstance(model, (FSDPModule, FSDP1)) or isinstance(inner, (FSDPModule, FSDP1)):
+        return True
+    if isinstance(inner, torch.nn.Module):
+        return any(isinstance(m, (FSDPModule, FSDP1)) for m in inner.modules()) or \
+            any(hasattr(p, "ds_id") for p in inner.parameters())
+    return False
+
+
+def padded_shard(n: int) -> tuple[list[int], int]:
+    """This process's slice of ``n`` items (:func:`shard`), padded to ``ceil(n / world)`` items by repeating its last
+    item (item ``n - 1`` for an empty slice), so that every process works through the same number of items and
+    batches (a sharded model's forwards are collectives). Returns ``(indices, real)``: the first ``real`` indices are
+    this process's own items; the rest are padding whose results are dropped. ``n`` = 0 gives ``([], 0)``."""
+    mine = list(shard(n))
+    if n == 0:
+        return [], 0
+    per = -(-n // world_size())
+    return mine + [mine[-1] if mine else n - 1] * (per - len(mine)), len(mine)
+
+
+def _any(flag: bool) -> bool:
+    """Whether ``flag`` is true on any process (an all-reduce; collective)."""
+    t = torch.tensor([1 if flag else 0], dtype=torch.int64)
+    torch.distributed.all_reduce(t, op=torch.distributed.ReduceOp.MAX)
+    return bool(t.item())
+
+
+class _LockStep:
+    """The forward pre-hook of :func:`lockstep`: before each real forward, every process agrees that some process
+    still decodes; :meth:`finish` runs dummy forwards until none does."""
+
+    def __init__(self, model: torch.nn.Module):
+        self.model = model
+        self.dummy = False
+        self.template: torch.Tensor | None = None
+        self.handle = model.register_forward_pre_hook(self._before, with_kwargs=True)
+
+    def _before(self, module, args, kwargs):
+        if self.dummy:
+            return None
+        ids = kwargs.get("input_ids", args[0] if args else None)
+        if isinstance(ids, torch.Tensor) and self.template is None:
+            self.template = ids[:1, :1].detach().clone()
+        _any(True)
+        return None
+
+    @torch.no_grad()
+    def finish(self) -> None:
+        self.handle.remove()
+        while _any(False):
+            ids = self.template if self.template is not None else torch.zeros(1, 1, dtype=torch.long)
+            self.dummy = True
+            try:
+                self.model(input_ids=ids.to(_param_device(self.model)))
+            finally:
+                self.dummy = False
+
+
+def _param_device(model: torch.nn.Module) -> torch.device:
+    for p in model.parameters():
+        return p.device if p.device.type != "meta" else torch.device("cpu")
+    return torch.device("cpu")
+
+
+@contextlib.contextmanager
+def lockstep(model: Any) -> Iterator[None]:
+    """Run the block's forwards of ``model`` in lock-step over the processes when the model is sharded
+    (:func:`is_sharded`; a no-op otherwise).
+
+    A sharded model gathers its parameters at every forward, so the processes must run the same number of forwards:
+    threshold decoders take data-dependent step counts and a process may have fewer batches. Before each forward of
+    ``model`` (a forward pre-hook on the root module, which every family's decoder calls) the processes all-reduce
+    "am I still decoding"; when the block ends, a process runs dummy forwards (one token, no cache, results unused)
+    while any other process is still decoding. The collective order is then the same on every process:
+    ``[agree, forward] * k, agree(nobody)``. Wrap whole decoding calls, never a part of one step. An exception in the
+    block ends the lock-step without the final agreement (the other processes then fail in their next collective).
+    """
+    if not is_sharded(model):
+        yield
+        return
+    root = model.module if hasattr(model, "module") and not hasattr(model, "config") else model
+    if getattr(root, "_dare_lockstep", False):  # already in lock-step (an enclosing block): one agreement per forward
+        yield
+        return
+    root._dare_lockstep = True
+    try:
+        step = _LockStep(root)
+        try:
+            yield
+        except BaseException:
+            step.handle.remove()
+            raise
+        step.finish()
+    finally:
+        root._dare_lockstep = False
+
+
+def place_frozen(model: torch.nn.Module, accelerator) -> Any:
+    """Shard and place a frozen model (the reference policy, a frozen copy) like the trainer's policy.
+
+    * FSDP2 (``accelerator.is_fsdp2``): ``accelerate``'s ``fsdp2_prepare_model``, the same units (the family's decoder
+      layers) on the same mesh, so each process keeps ``1 / world`` of its weights; its forwards are collectives like
+      the policy's;
+    * DeepSpeed ZeRO-3: a ``deepspeed.initialize`` engine without optimizer from the policy's ZeRO config (ZeRO-3
+      partitions parameters); ZeRO-1/2 shard only optimizer state and gradients, so the model goes to the device;
+    * otherwise (one process, DDP, FSDP1): moved to ``accelerator.device`` (the GPU of this process, or the CPU).
+
+    Gradients stay off and the model in eval mode. :returns: the module to call (a DeepSpeed engine's module under
+    ZeRO-3). Called once, after the trainer has prepared the policy (at the frozen model's first use).
+    """
+    from accelerate.utils import DistributedType
+
+    model = model.eval().requires_grad_(False)
+    kind = accelerator.distributed_type
+    if kind == DistributedType.FSDP and getattr(accelerator, "is_fsdp2", False):
+        from accelerate.utils.fsdp_utils import fsdp2_prepare_model
+
+        model = fsdp2_prepare_model(accelerator, model).eval()
+        if is_main():
+            print("reference policy: sharded like the policy (FSDP2)", file=sys.stderr)
+        return model
+    if kind == DistributedType.DEEPSPEED:
+        plugin = accelerator.state.deepspeed_plugin
+        config = copy.deepcopy(plugin.deepspeed_config)
+        if config.get("zero_optimization", {}).get("stage") == 3:
+            import deepspeed
+
+            for key in ("optimizer", "scheduler"):
+                config.pop(key, None)
+            config["train_micro_batch_size_per_gpu"] = 1
+            config.pop("train_batch_size", None)
+            config.pop("gradient_accumulation_steps", None)
+            engine, *_ = deepspeed.initialize(model=model, config=config)
+            if is_main():
+                print("reference policy: sharded like the policy (ZeRO-3)", file=sys.stderr)
+            return engine.module.eval()
+    return model.to(accelerator.device)
 
 
 def device() -> torch.device:

@@ -118,6 +118,12 @@ class DareTrainer(CheckpointSaving, Trainer):
         self.guard = NonFiniteGuard(targs.max_nonfinite_steps)
         self._skipped_since_log = 0
 
+    def create_accelerator_and_postprocess(self) -> None:
+        """transformers' accelerator creation, under :func:`dare.distributed.sharding_accelerator_state`: with
+        ``DARE_CPU_SHARDING=1`` an FSDP2 launch shards the model on CPU processes too (docs/scaling.md)."""
+        with distributed.sharding_accelerator_state():
+            super().create_accelerator_and_postprocess()
+
     # ------------------------------------------------------------------ training forwards
     def denoiser_logits(self, model, noisy_ids, clean_ids, attention_mask=None):
         """The family's training logits ``[B, L, V]`` (``ModelFamily.denoiser_logits``), computed padding-free with
