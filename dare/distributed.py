@@ -102,6 +102,8 @@ def setup():
     """
     from accelerate import PartialState  # accelerate is imported only by commands that run models
 
+    if cpu_sharding() and not torch.cuda.is_available():  # DeepSpeed's CPU accelerator (before deepspeed is imported)
+        os.environ.setdefault("DS_ACCELERATOR", "cpu")
     state = PartialState(cpu=not torch.cuda.is_available())
     check_launch(state.num_processes)
     if state.num_processes > 1:
@@ -154,36 +156,53 @@ def cpu_sharding() -> bool:
 
 @contextlib.contextmanager
 def sharding_accelerator_state() -> Iterator[None]:
-    """While the trainer creates its ``accelerate.Accelerator``: under :func:`cpu_sharding` and an FSDP launch on a
-    CPU process group, present the group to accelerate as data parallel over devices (``MULTI_GPU``) so that its
-    ``AcceleratorState`` takes the FSDP plugin; the device stays the CPU and the group gloo. No-op otherwise.
+    """While the trainer creates its ``accelerate.Accelerator``: under :func:`cpu_sharding`, on a CPU process group,
+    let accelerate apply the launch's sharding. No-op otherwise.
+
+    * FSDP (``ACCELERATE_USE_FSDP``): the group is presented to accelerate as data parallel over devices
+      (``MULTI_GPU``), so its ``AcceleratorState`` takes the FSDP plugin; the device stays the CPU and the group gloo;
+    * DeepSpeed (``ACCELERATE_USE_DEEPSPEED``): ``ACCELERATE_USE_CPU`` is hidden from the ``AcceleratorState`` (which
+      turns DeepSpeed on only when it is unset) and DeepSpeed runs on its CPU accelerator (``DS_ACCELERATOR=cpu``,
+      set by :func:`setup`; gloo without Intel's oneCCL bindings).
+
+    The main process prints what shards the model (``sharding: FSDP2 over 2 CPU processes ...``).
 
     :raises LaunchError: the switch with an FSDP version other than 2 (FSDP1 on CPU is not supported).
     """
     fsdp = os.environ.get("ACCELERATE_USE_FSDP", "").lower() in ("1", "true")
-    if not (cpu_sharding() and fsdp and world_size() > 1):
+    zero = os.environ.get("ACCELERATE_USE_DEEPSPEED", "").lower() in ("1", "true")
+    if not (cpu_sharding() and (fsdp or zero) and world_size() > 1 and device().type == "cpu"):
         yield
         return
     from accelerate.state import AcceleratorState, PartialState
     from accelerate.utils import DistributedType
 
-    if os.environ.get("FSDP_VERSION", "1") != "2":
+    if fsdp and os.environ.get("FSDP_VERSION", "1") != "2":
         raise LaunchError(f"{CPU_SHARDING_ENV}=1 shards with FSDP2 only, but the launch asks for FSDP version "
                           f"{os.environ.get('FSDP_VERSION', '1')}: set `fsdp_version: 2` in the accelerate config "
                           "(examples/accelerate/fsdp2.yaml) or unset the variable")
     PartialState()  # the trainer's own state (gloo, CPU)
-    if AcceleratorState._shared_state.get("distributed_type") == DistributedType.FSDP or \
-            PartialState._shared_state.get("distributed_type") != DistributedType.MULTI_CPU:
+    if AcceleratorState._shared_state.get("distributed_type") in (DistributedType.FSDP, DistributedType.DEEPSPEED):
         yield
         return
-    PartialState._shared_state["distributed_type"] = DistributedType.MULTI_GPU
+    cpu_flag = os.environ.pop("ACCELERATE_USE_CPU", None) if zero else None
+    multi_cpu = PartialState._shared_state.get("distributed_type") == DistributedType.MULTI_CPU
+    if fsdp and multi_cpu:
+        PartialState._shared_state["distributed_type"] = DistributedType.MULTI_GPU
     try:
         yield
     finally:
+        if cpu_flag is not None:
+            os.environ["ACCELERATE_USE_CPU"] = cpu_flag
         if PartialState._shared_state.get("distributed_type") == DistributedType.MULTI_GPU:  # the Accelerator failed
             PartialState._shared_state["distributed_type"] = DistributedType.MULTI_CPU
-    if is_main() and AcceleratorState._shared_state.get("distributed_type") == DistributedType.FSDP:
+    kind = AcceleratorState._shared_state.get("distributed_type")
+    if is_main() and kind == DistributedType.FSDP:
         print(f"sharding: FSDP2 over {world_size()} CPU processes ({CPU_SHARDING_ENV}=1)", file=sys.stderr)
+    elif is_main() and kind == DistributedType.DEEPSPEED:
+        stage = AcceleratorState().deepspeed_plugin.zero_stage
+        print(f"sharding: DeepSpeed ZeRO-{stage} over {world_size()} CPU processes ({CPU_SHARDING_ENV}=1)",
+              file=sys.stderr)
 
 
 def is_sharded(model: Any) -> bool:
