@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 import torch
+import yaml
 from safetensors.torch import load_file
 
 from test_distributed import (  # the 2-process helpers and the digit-writing model of the DDP tests
@@ -43,6 +44,8 @@ pytest.importorskip("dare_llada")
 
 ROOT = Path(__file__).resolve().parents[1]
 FSDP2 = ROOT / "examples" / "accelerate" / "fsdp2.yaml"
+ZERO2 = ROOT / "examples" / "accelerate" / "zero2.yaml"
+ZERO3 = ROOT / "examples" / "accelerate" / "zero3.yaml"
 SHARDED = "sharding: FSDP2 over 2 CPU processes"
 THRESHOLD = {"name": "llada", "params": {"gen_length": 16, "block_length": 4, "steps": 16, "threshold": 0.3}}
 NINE = {"name": "sudoku", "limit": 9, **SUDOKU, "reward": {"name": "sudoku", "params": {"require_answer_tags": False}}}
@@ -54,24 +57,46 @@ def _port() -> int:
         return s.getsockname()[1]
 
 
-def _launch(spec_path: Path, command: str) -> subprocess.Popen:
-    cmd = [str(BIN / "accelerate"), "launch", "--config_file", str(FSDP2), "--num_processes", "2",
+def _zero3_released(tmp_path: Path) -> Path:
+    """examples/accelerate/zero3.yaml with every parameter partitioned and released after use, as an 8B model's are:
+    by default DeepSpeed keeps parameters under 1e5 elements whole on every process (all of a tiny model's) and keeps
+    gathered ones while they are reused within 1e9 elements, so a tiny model's forwards would gather nothing."""
+    ds = tmp_path / "zero3-released.json"
+    ds.write_text(json.dumps({
+        "zero_optimization": {"stage": 3, "stage3_param_persistence_threshold": 0, "stage3_max_reuse_distance": 0,
+                              "stage3_max_live_parameters": 0, "stage3_prefetch_bucket_size": 0,
+                              "stage3_gather_16bit_weights_on_model_save": True},
+        "train_micro_batch_size_per_gpu": "auto", "train_batch_size": "auto", "gradient_accumulation_steps": "auto",
+        "gradient_clipping": "auto", "bf16": {"enabled": "auto"},
+    }))
+    config = yaml.safe_load((ZERO3).read_text())
+    config.pop("mixed_precision")  # the JSON's bf16 "auto" (the spec's train.bf16) decides, as accelerate requires
+    config["deepspeed_config"] = {"deepspeed_config_file": str(ds), "zero3_init_flag": False,
+                                  "deepspeed_multinode_launcher": "standard"}
+    out = tmp_path / "zero3-released.yaml"
+    out.write_text(yaml.safe_dump(config))
+    return out
+
+
+def _launch(spec_path: Path, command: str, config: Path = FSDP2) -> subprocess.Popen:
+    cmd = [str(BIN / "accelerate"), "launch", "--config_file", str(config), "--num_processes", "2",
            "--main_process_port", str(_port()), str(BIN / "dare"), command, str(spec_path)]
     env = _env() | {"DARE_CPU_SHARDING": "1"}
     return subprocess.Popen(cmd, env=env, cwd=spec_path.parent, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True, start_new_session=True)
 
 
-def _fsdp2(spec_path: Path, command: str = "run", timeout: float = 600) -> tuple[Path, str]:
-    """Run ``dare COMMAND SPEC`` on 2 FSDP2 processes; the run directory and the launch's stderr."""
-    proc = _launch(spec_path, command)
+def _fsdp2(spec_path: Path, command: str = "run", timeout: float = 600, config: Path = FSDP2,
+           sharded: str = SHARDED) -> tuple[Path, str]:
+    """Run ``dare COMMAND SPEC`` on 2 FSDP2 (or ``config``'s) processes; the run directory and the launch's stderr."""
+    proc = _launch(spec_path, command, config)
     try:
         out, err = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)  # the workers die with their launcher (dare.distributed)
-        pytest.fail(f"the FSDP2 run did not finish within {timeout} s")
+        pytest.fail(f"the sharded run did not finish within {timeout} s")
     assert proc.returncode == 0, "\n".join(x for x in err.splitlines() if "rank0" in x or "Error" in x)[-6000:]
-    assert SHARDED in err, err[-3000:]  # FSDP2 really sharded the model (not DDP)
+    assert sharded in err, err[-3000:]  # the launch's sharding really applied (not DDP)
     run_dir = spec_path.parent / spec_path.stem
     assert list((run_dir / "checkpoints").glob("checkpoint-*/rng_state_1.pth")), "the run did not use 2 processes"
     return run_dir, err
@@ -79,6 +104,31 @@ def _fsdp2(spec_path: Path, command: str = "run", timeout: float = 600) -> tuple
 
 def _results(run_dir: Path, stage: str) -> dict:
     return json.loads((run_dir / "eval" / f"{stage}.json").read_text())["results"][0]
+
+
+def _d1_spec(digit_model: Path) -> dict:
+    """3 d1 steps with beta 0.04 and threshold rollouts (16 tokens) of the digit-writing model, 4 prompts x 4."""
+    return {
+        "model": {"path": str(digit_model)},
+        "data": {"train": {"path": "dare://sudoku/train.parquet", "limit": 64, **SUDOKU}},
+        "algorithm": {"name": "d1", "params": {"group_size": 4, "beta": 0.04, "num_iterations": 1}},
+        "sampler": {"name": "llada", "params": {"gen_length": 16, "block_length": 16, "steps": 16, "temperature": 1.0,
+                                                "threshold": 0.3}},
+        "rewards": [{"name": "sudoku", "params": {"require_answer_tags": False}}],
+        "train": {"learning_rate": 1e-4, "max_steps": 3, "per_device_batch_size": 4, "logging_steps": 1,
+                  "save_steps": 3, "num_threads": 1, "seed": 0},
+    }
+
+
+def _vrpo_spec(tmp_path: Path) -> dict:
+    """3 VRPO steps (Monte-Carlo ELBO with 2 forwards before one backward) of a fresh tiny LLaDA."""
+    return {
+        "model": {"new": {"family": "llada", "preset": "tiny"}},
+        "data": {"train": {"path": _pairs(tmp_path / "pairs.jsonl"), "chat_template": False}},
+        "algorithm": {"name": "vrpo", "params": {"estimator": {"name": "mc-elbo", "params": {"mc_num": 2}}}},
+        "train": {"learning_rate": 1e-3, "max_steps": 3, "per_device_batch_size": 8, "logging_steps": 1, "save_steps": 3,
+                  "num_threads": 1, "seed": 0},
+    }
 
 
 def test_fsdp2_sft_and_threshold_evaluation_of_9_rows_equal_one_process(tmp_path, digit_model):  # noqa: F811
@@ -115,16 +165,7 @@ def test_fsdp2_d1_with_a_reference_policy_equals_one_process(tmp_path, digit_mod
     """3 d1 steps with beta > 0 (KL to the reference policy, sharded like the policy) and threshold rollouts
     (lock-step decoding) of the digit-writing model: non-zero rewards, gradients and KL; the same losses, KL, rewards
     and weights as 1 process."""
-    spec = {
-        "model": {"path": str(digit_model)},
-        "data": {"train": {"path": "dare://sudoku/train.parquet", "limit": 64, **SUDOKU}},
-        "algorithm": {"name": "d1", "params": {"group_size": 4, "beta": 0.04, "num_iterations": 1}},
-        "sampler": {"name": "llada", "params": {"gen_length": 16, "block_length": 16, "steps": 16, "temperature": 1.0,
-                                                "threshold": 0.3}},
-        "rewards": [{"name": "sudoku", "params": {"require_answer_tags": False}}],
-        "train": {"learning_rate": 1e-4, "max_steps": 3, "per_device_batch_size": 4, "logging_steps": 1,
-                  "save_steps": 3, "num_threads": 1, "seed": 0},
-    }
+    spec = _d1_spec(digit_model)
     one = _one_process(_write(tmp_path, "one", spec), evaluate=False)
     spec["train"]["per_device_batch_size"] = 2
     two, err = _fsdp2(_write(tmp_path, "two", spec), "train")
@@ -140,13 +181,7 @@ def test_fsdp2_d1_with_a_reference_policy_equals_one_process(tmp_path, digit_mod
 
 def test_fsdp2_vrpo_equals_one_process(tmp_path):
     """3 VRPO steps (Monte-Carlo ELBO, 2 forwards before one backward, reference policy sharded like the policy)."""
-    spec = {
-        "model": {"new": {"family": "llada", "preset": "tiny"}},
-        "data": {"train": {"path": _pairs(tmp_path / "pairs.jsonl"), "chat_template": False}},
-        "algorithm": {"name": "vrpo", "params": {"estimator": {"name": "mc-elbo", "params": {"mc_num": 2}}}},
-        "train": {"learning_rate": 1e-3, "max_steps": 3, "per_device_batch_size": 8, "logging_steps": 1, "save_steps": 3,
-                  "num_threads": 1, "seed": 0},
-    }
+    spec = _vrpo_spec(tmp_path)
     one = _one_process(_write(tmp_path, "one", spec), evaluate=False)
     spec["train"]["per_device_batch_size"] = 4
     two, err = _fsdp2(_write(tmp_path, "two", spec), "train")
@@ -180,3 +215,63 @@ def test_fsdp2_sigkill_then_resume_is_bit_exact(tmp_path):
     resumed, _ = _fsdp2(killed_spec, "train")
     a, b = load_file(straight / "model" / "model.safetensors"), load_file(resumed / "model" / "model.safetensors")
     assert all(torch.equal(a[k], b[k]) for k in a), "resumed weights differ from the uninterrupted FSDP2 run"
+
+
+# ------------------------------------------------------------------ DeepSpeed ZeRO (its CPU accelerator)
+def _deepspeed_problem() -> str | None:
+    """Why DeepSpeed cannot run here (None when it can): not installed, or no CPU accelerator in this build."""
+    try:
+        import deepspeed  # noqa: F401
+        from deepspeed.accelerator.cpu_accelerator import CPU_Accelerator  # noqa: F401
+    except Exception as exc:  # ImportError, or a build that fails at import on this machine
+        return f"DeepSpeed cannot run on this machine ({type(exc).__name__}: {exc}); `make install` installs it"
+    return None
+
+
+needs_deepspeed = pytest.mark.skipif(_deepspeed_problem() is not None, reason=str(_deepspeed_problem()))
+
+
+@needs_deepspeed
+def test_zero3_with_released_parameters_sft_and_threshold_evaluation_equal_one_process(tmp_path, digit_model):  # noqa: F811
+    """The FSDP2 test's SFT + 9-row threshold evaluation under ZeRO-3 with every parameter released after use (each
+    forward gathers every layer): the same losses, weights, completions and scores as 1 process."""
+    spec = _sft_spec(max_steps=4, save_steps=4, learning_rate=1e-4) | {"sampler": THRESHOLD}
+    spec["model"] = {"path": str(digit_model)}
+    spec["eval"] = {"before_train": False, "batch_size": 4, "benchmarks": [NINE]}
+    one = _one_process(_write(tmp_path, "one", spec))
+    spec["train"]["per_device_batch_size"] = 8
+    two, _ = _fsdp2(_write(tmp_path, "two", spec), config=_zero3_released(tmp_path),
+                    sharded="sharding: DeepSpeed ZeRO-3 over 2 CPU processes")
+    _assert_same_losses(one, two)
+    _assert_same_weights(one, two)
+    a, b = _results(one, "after"), _results(two, "after")
+    assert b["n"] == 9 and [s["completion"] for s in a["samples"]] == [s["completion"] for s in b["samples"]]
+    assert (a["accuracy"], a["mean_reward"]) == (b["accuracy"], b["mean_reward"])
+
+
+@needs_deepspeed
+def test_zero3_d1_with_a_reference_policy_equals_one_process(tmp_path, digit_model):  # noqa: F811
+    """d1 with beta > 0 under ZeRO-3 (released parameters): the reference policy is a ZeRO-3 engine like the
+    policy; threshold rollouts in lock-step; the same losses, KL and weights as 1 process."""
+    spec = _d1_spec(digit_model)
+    one = _one_process(_write(tmp_path, "one", spec), evaluate=False)
+    spec["train"]["per_device_batch_size"] = 2
+    two, err = _fsdp2(_write(tmp_path, "two", spec), "train", config=_zero3_released(tmp_path),
+                      sharded="sharding: DeepSpeed ZeRO-3 over 2 CPU processes")
+    assert "reference policy: sharded like the policy (ZeRO-3)" in err, err[-3000:]
+    assert max(v for _, v in _metric(one, "kl")) > 0
+    _assert_same_losses(one, two)
+    _assert_same_weights(one, two)
+    _assert_same_metrics(one, two, ("reward", "kl"))
+
+
+@needs_deepspeed
+def test_zero2_vrpo_equals_one_process(tmp_path):
+    """3 VRPO steps under ZeRO-2 (sharded optimizer state and gradients; the reference policy on the device)."""
+    spec = _vrpo_spec(tmp_path)
+    one = _one_process(_write(tmp_path, "one", spec), evaluate=False)
+    spec["train"]["per_device_batch_size"] = 4
+    two, _ = _fsdp2(_write(tmp_path, "two", spec), "train", config=ZERO2,
+                    sharded="sharding: DeepSpeed ZeRO-2 over 2 CPU processes")
+    _assert_same_losses(one, two)
+    _assert_same_weights(one, two)
