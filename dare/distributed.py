@@ -52,6 +52,7 @@ __all__ = [
     "padded_shard",
     "lockstep",
     "place_frozen",
+    "shard_for_evaluation",
 ]
 
 CPU_SHARDING_ENV = "DARE_CPU_SHARDING"
@@ -110,8 +111,8 @@ def setup():
         _exit_with_launcher()
     if shards_model() and state.device.type == "cpu" and state.is_main_process and not cpu_sharding():
         print("warning: the launch asks for FSDP/DeepSpeed but this process runs on the CPU, where accelerate "
-              "uses plain data parallelism: every process holds the whole model; set DARE_CPU_SHARDING=1 to shard it with "
-              "FSDP2 on the CPU processes too (docs/scaling.md)", file=sys.stderr)
+              "uses plain data parallelism: every process holds the whole model; set DARE_CPU_SHARDING=1 to shard "
+              "it on the CPU processes too (docs/scaling.md)", file=sys.stderr)
     return state
 
 
@@ -311,7 +312,22 @@ def lockstep(model: Any) -> Iterator[None]:
         root._dare_lockstep = False
 
 
-def place_frozen(model: torch.nn.Module, accelerator) -> Any:
+def _without_auto(config: dict, dtype: torch.dtype) -> dict:
+    """A DeepSpeed config without accelerate's ``"auto"`` values (filled by the trainer, absent without one):
+    ``bf16``/``fp16`` follow the model's dtype, other ``"auto"`` keys are left to DeepSpeed's defaults."""
+    out = {}
+    for key, value in config.items():
+        if key in ("bf16", "fp16") and isinstance(value, dict):
+            wanted = dtype == (torch.bfloat16 if key == "bf16" else torch.float16)
+            value = {**value, "enabled": wanted if value.get("enabled") == "auto" else value.get("enabled", False)}
+        if isinstance(value, dict):
+            value = _without_auto(value, dtype)
+        if value != "auto":
+            out[key] = value
+    return out
+
+
+def place_frozen(model: torch.nn.Module, accelerator, what: str = "reference policy") -> Any:
     """Shard and place a frozen model (the reference policy, a frozen copy) like the trainer's policy.
 
     * FSDP2 (``accelerator.is_fsdp2``): ``accelerate``'s ``fsdp2_prepare_model``, the same units (the family's decoder
@@ -320,6 +336,8 @@ def place_frozen(model: torch.nn.Module, accelerator) -> Any:
     * DeepSpeed ZeRO-3: a ``deepspeed.initialize`` engine without optimizer from the policy's ZeRO config (ZeRO-3
       partitions parameters); ZeRO-1/2 shard only optimizer state and gradients, so the model goes to the device;
     * otherwise (one process, DDP, FSDP1): moved to ``accelerator.device`` (the GPU of this process, or the CPU).
+
+    :param what: what the main process names in its ``... : sharded like the policy (FSDP2)`` line.
 
     Gradients stay off and the model in eval mode. :returns: the module to call (a DeepSpeed engine's module under
     ZeRO-3). Called once, after the trainer has prepared the policy (at the frozen model's first use).
@@ -333,11 +351,11 @@ def place_frozen(model: torch.nn.Module, accelerator) -> Any:
 
         model = fsdp2_prepare_model(accelerator, model).eval()
         if is_main():
-            print("reference policy: sharded like the policy (FSDP2)", file=sys.stderr)
+            print(f"{what}: sharded like the policy (FSDP2)", file=sys.stderr)
         return model
     if kind == DistributedType.DEEPSPEED:
         plugin = accelerator.state.deepspeed_plugin
-        config = copy.deepcopy(plugin.deepspeed_config)
+        config = _without_auto(copy.deepcopy(plugin.deepspeed_config), next(model.parameters()).dtype)
         if config.get("zero_optimization", {}).get("stage") == 3:
             import deepspeed
 
@@ -348,9 +366,26 @@ def place_frozen(model: torch.nn.Module, accelerator) -> Any:
             config.pop("gradient_accumulation_steps", None)
             engine, *_ = deepspeed.initialize(model=model, config=config)
             if is_main():
-                print("reference policy: sharded like the policy (ZeRO-3)", file=sys.stderr)
+                print(f"{what}: sharded like the policy (ZeRO-3)", file=sys.stderr)
             return engine.module.eval()
     return model.to(accelerator.device)
+
+
+def shard_for_evaluation(model: torch.nn.Module) -> Any:
+    """The model of an evaluation without training (``dare eval``) under a sharding launch (FSDP2, ZeRO-3), sharded
+    as training would shard it (:func:`place_frozen` with the launch's ``accelerate.Accelerator``), so that a model
+    too large for one device is evaluated in shards, on the devices, with lock-step decoding. Without a sharding
+    launch (or with one process) ``model`` is returned unchanged.
+
+    :returns: the module to evaluate (the same module, sharded in place).
+    """
+    if not shards_model() or world_size() == 1:
+        return model
+    from accelerate import Accelerator
+
+    with sharding_accelerator_state():
+        accelerator = Accelerator()
+    return place_frozen(model, accelerator, what="evaluated model")
 
 
 def device() -> torch.device:

@@ -134,8 +134,8 @@ def _vrpo_spec(tmp_path: Path) -> dict:
 def test_fsdp2_sft_and_threshold_evaluation_of_9_rows_equal_one_process(tmp_path, digit_model):  # noqa: F811
     """4 SFT steps of the digit-writing model, then 9 Sudoku rows decoded with a threshold sampler (batches of 4: 5
     rows on process 0, 4 and a padding row on process 1; data-dependent step counts) by the FSDP2-sharded model: the
-    same losses, weights, completions and scores as 1 process; ``model/`` is in the official format (transformers
-    loads it)."""
+    same losses, weights, completions and scores as 1 process, and so does ``dare eval`` of ``model/`` under the same
+    launch; ``model/`` is in the official format (transformers loads it)."""
     spec = _sft_spec(max_steps=4, save_steps=4, learning_rate=1e-4) | {"sampler": THRESHOLD}
     spec["model"] = {"path": str(digit_model)}
     spec["eval"] = {"before_train": False, "batch_size": 4, "benchmarks": [NINE]}
@@ -151,6 +151,12 @@ def test_fsdp2_sft_and_threshold_evaluation_of_9_rows_equal_one_process(tmp_path
     # threshold decoding took data-dependent step counts (the lock-step case), not the fixed 16 steps; a batch takes
     # as many steps as its slowest row, so the NFE per row depends on how the rows are batched (10.89 on 1 process, 10.44 on 2)
     assert 0 < a["nfe"] < 16 and 0 < b["nfe"] < 16
+    # `dare eval` of the trained model under the same launch: sharded as training shards it, the same scores
+    _, err = _fsdp2(two.with_suffix(".yaml"), "eval")
+    assert "evaluated model: sharded like the policy (FSDP2)" in err, err[-3000:]
+    c = _results(two, "eval")
+    assert [s["completion"] for s in a["samples"]] == [s["completion"] for s in c["samples"]]
+    assert (a["accuracy"], a["mean_reward"]) == (c["accuracy"], c["mean_reward"])
     from transformers import AutoModel
 
     import dare_llada  # noqa: F401 - registers LLaDA with AutoModel

@@ -71,7 +71,8 @@ def sample_completions(model, family, tokens, tokenizer, sampler, prompts: list[
         with distributed.lockstep(model):  # a sharded model: every process runs the same forwards
             for i in range(0, len(expanded), step):
                 gen = generator.rows(slice(i, i + step)) if isinstance(generator, RowGenerators) else generator
-                outs.append(sampler.generate(model, family, tokens, ids[i : i + step], attn[i : i + step], generator=gen))
+                outs.append(sampler.generate(model, family, tokens, ids[i : i + step], attn[i : i + step],
+                                             generator=gen))
                 if on_batch is not None:
                     on_batch(outs[-1].sequences.shape[0])
     finally:

@@ -118,7 +118,8 @@ class GRPOTrainer(PolicyUpdate, DareTrainer):
             self.add_callback(RolloutBoundarySaves(self.params.num_iterations))
         # a KL against the rollout policy (TraceRL's kl_target: rollout) needs no reference copy
         needs_reference = self.params.beta > 0 and getattr(self.params, "kl_target", "reference") == "reference"
-        self.reference = ReferencePolicy(self.accelerator.unwrap_model(self.model), self.accelerator) if needs_reference else None
+        policy = self.accelerator.unwrap_model(self.model)
+        self.reference = ReferencePolicy(policy, self.accelerator) if needs_reference else None
 
     # ------------------------------------------------------------------ data order
     def _get_train_sampler(self, train_dataset=None):
