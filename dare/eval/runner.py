@@ -6,7 +6,7 @@ import contextlib
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from dare import distributed
+from dare import distributed, sharding
 from dare.data import Prompter, load_rows
 from dare.eval.paths import benchmark_path, data_root
 from dare.sampling.text import generate_texts
@@ -88,7 +88,7 @@ def evaluate_benchmark(
     the per-row records are gathered, so every process returns the same result. A sharded model (FSDP2, ZeRO-3)
     runs the same forwards on every process: the slices are padded to the same length (the padding rows are
     decoded, then dropped from the scores, NFE and token counts) and the decoders run in lock-step
-    (:func:`dare.distributed.lockstep`). Row ``i``'s sampling noise
+    (:func:`dare.sharding.lockstep`). Row ``i``'s sampling noise
     is keyed by ``(seed, i)``, so the completions do not depend on the process count or ``batch_size``.
     """
     own = getattr(evaluator, "score_benchmark", None)
@@ -98,8 +98,8 @@ def evaluate_benchmark(
     rows = load_rows(str(path), limit=limit or bspec.limit, offset=bspec.offset)
     prompter = Prompter(tokenizer, bspec.prompt_template, None, bspec.chat_template, bspec.system_prompt,
                         loc=f"eval.benchmarks[{bspec.name}]")
-    if distributed.is_sharded(model):  # every process decodes as many rows (padding dropped below): lock-step forwards
-        mine, real = distributed.padded_shard(len(rows))
+    if sharding.is_sharded(model):  # every process decodes as many rows (padding dropped below): lock-step forwards
+        mine, real = sharding.padded_shard(len(rows))
     else:
         mine = list(distributed.shard(len(rows)))
         real = len(mine)

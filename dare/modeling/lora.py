@@ -228,7 +228,7 @@ class ReferencePolicy:
 
     :param accelerator: the trainer's ``accelerate.Accelerator``. The copy is taken before the trainer shards and
         places the policy; at its first use it is sharded and placed like the policy
-        (:func:`dare.distributed.place_frozen`: FSDP2 units on the policy's mesh, a ZeRO-3 inference engine, or the
+        (:func:`dare.sharding.place_frozen`: FSDP2 units on the policy's mesh, a ZeRO-3 inference engine, or the
         policy's device), so each process holds its shard of it, not a whole CPU copy.
     """
 
@@ -244,7 +244,7 @@ class ReferencePolicy:
         """The reference model for the duration of the block (dropout off)."""
         if self._copy is not None:
             if not self._placed:
-                from dare.distributed import place_frozen
+                from dare.sharding import place_frozen
 
                 self._copy = place_frozen(self._copy, self.accelerator)
                 self._placed = True

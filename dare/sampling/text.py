@@ -8,7 +8,7 @@ from typing import Callable
 
 import torch
 
-from dare import distributed
+from dare import sharding
 from dare.components import SamplerOutput, SpecialTokens
 from dare.randomness import STREAMS, RowGenerators, key_seed
 
@@ -88,9 +88,9 @@ def generate_texts(model, family, tokens: SpecialTokens, tokenizer, sampler, pro
         Without ``seed``, every batch draws from ``generator``.
     :param on_batch: called with the number of prompts of each finished batch (progress display).
 
-    A sharded model (FSDP2, ZeRO-3: :func:`dare.distributed.is_sharded`) decodes in lock-step with the other processes
-    (:func:`dare.distributed.lockstep`): every process must call this (give each the same number of prompts,
-    :func:`dare.distributed.padded_shard`, so the batches line up too).
+    A sharded model (FSDP2, ZeRO-3: :func:`dare.sharding.is_sharded`) decodes in lock-step with the other processes
+    (:func:`dare.sharding.lockstep`): every process must call this (give each the same number of prompts,
+    :func:`dare.sharding.padded_shard`, so the batches line up too).
     """
     indices = list(range(len(prompts))) if indices is None else list(indices)
     device = next(model.parameters()).device
@@ -98,7 +98,7 @@ def generate_texts(model, family, tokens: SpecialTokens, tokenizer, sampler, pro
     model.eval()
     out = TextGeneration()
     try:
-        with distributed.lockstep(model):  # a sharded model: every process runs the same forwards
+        with sharding.lockstep(model):  # a sharded model: every process runs the same forwards
             _decode_batches(model, family, tokens, tokenizer, sampler, prompts, batch_size, generator, seed, indices,
                             on_batch, device, out)
     finally:

@@ -40,7 +40,7 @@ from typing import Any, Callable
 import torch
 from transformers import Trainer, TrainingArguments
 
-from dare import distributed
+from dare import distributed, sharding
 from dare.diffusion.packing import packed_denoiser_logits
 from dare.trainers.callbacks import JsonlMetricsCallback, LogFinalStepCallback, ProgressCallback, TensorBoardMetricsCallback
 from dare.trainers.checkpoints import last_complete_checkpoint, read_best
@@ -119,9 +119,9 @@ class DareTrainer(CheckpointSaving, Trainer):
         self._skipped_since_log = 0
 
     def create_accelerator_and_postprocess(self) -> None:
-        """transformers' accelerator creation, under :func:`dare.distributed.sharding_accelerator_state`: with
+        """transformers' accelerator creation, under :func:`dare.sharding.sharding_accelerator_state`: with
         ``DARE_CPU_SHARDING=1`` an FSDP2 launch shards the model on CPU processes too (docs/scaling.md)."""
-        with distributed.sharding_accelerator_state():
+        with sharding.sharding_accelerator_state():
             super().create_accelerator_and_postprocess()
 
     # ------------------------------------------------------------------ training forwards
