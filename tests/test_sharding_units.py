@@ -1,0 +1,54 @@
+"""The pieces of dare.sharding that need no process group: padded slices, DeepSpeed configs without "auto", no-ops.
+
+The 2-process behaviour (lock-step decoding, FSDP2/ZeRO on CPU processes) is tests/test_sharding.py.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from dare import distributed, sharding
+
+
+@pytest.mark.parametrize("n,world,rank,expected", [
+    (9, 2, 0, ([0, 1, 2, 3, 4], 5)),
+    (9, 2, 1, ([5, 6, 7, 8, 8], 4)),  # one padding row: the last real one again
+    (8, 2, 1, ([4, 5, 6, 7], 4)),
+    (1, 2, 1, ([0], 0)),  # an empty slice decodes row n - 1 as padding, keeps nothing
+    (0, 2, 0, ([], 0)),
+    (5, 3, 2, ([4, 4], 1)),
+])
+def test_padded_shard_gives_every_process_the_same_count(monkeypatch, n, world, rank, expected):
+    monkeypatch.setattr(distributed, "world_size", lambda: world)
+    monkeypatch.setattr(distributed, "rank", lambda: rank)
+    monkeypatch.setattr(sharding, "world_size", lambda: world)
+    assert sharding.padded_shard(n) == expected
+
+
+def test_deepspeed_config_without_auto_values_follows_the_model_dtype():
+    config = {"bf16": {"enabled": "auto"}, "fp16": {"enabled": "auto", "loss_scale": 0}, "gradient_clipping": "auto",
+              "zero_optimization": {"stage": 3, "stage3_prefetch_bucket_size": "auto", "reduce_bucket_size": 5}}
+    assert sharding._without_auto(config, torch.bfloat16) == {
+        "bf16": {"enabled": True}, "fp16": {"enabled": False, "loss_scale": 0},
+        "zero_optimization": {"stage": 3, "reduce_bucket_size": 5}}
+    assert sharding._without_auto(config, torch.float32)["bf16"] == {"enabled": False}
+
+
+def test_one_process_is_never_sharded_and_lockstep_is_a_no_op():
+    model = torch.nn.Linear(2, 2)
+    assert not sharding.is_sharded(model)
+    with sharding.lockstep(model):
+        model(torch.ones(1, 2))
+    assert not model._forward_pre_hooks  # no hook left behind
+    assert sharding.shard_for_evaluation(model) is model
+
+
+def test_the_cpu_switch_reads_the_environment(monkeypatch):
+    monkeypatch.delenv(distributed.CPU_SHARDING_ENV, raising=False)
+    assert not distributed.cpu_sharding()
+    for value, on in (("1", True), ("true", True), ("TRUE", True), ("0", False), ("", False)):
+        monkeypatch.setenv(distributed.CPU_SHARDING_ENV, value)
+        assert distributed.cpu_sharding() is on
+    with sharding.sharding_accelerator_state():  # one process: nothing to shard, nothing changed
+        pass
