@@ -143,12 +143,18 @@ class _LockStep:
     def finish(self) -> None:
         self.handle.remove()
         while _any(False):
-            ids = self.template if self.template is not None else torch.zeros(1, 1, dtype=torch.long)
             self.dummy = True
             try:
-                self.model(input_ids=ids.to(_param_device(self.model)))
+                _dummy_forward(self.model, self.template)
             finally:
                 self.dummy = False
+
+
+def _dummy_forward(model: torch.nn.Module, template: torch.Tensor | None) -> Any:
+    """One forward of ``model`` on one token (``template``'s first, else id 0), no mask, no cache: what a process that
+    is done decoding runs while the others are not (its output is unused)."""
+    ids = template[:1, :1] if template is not None else torch.zeros(1, 1, dtype=torch.long)
+    return model(input_ids=ids.to(_param_device(model)))
 
 
 def _param_device(model: torch.nn.Module) -> torch.device:

@@ -52,3 +52,16 @@ def test_the_cpu_switch_reads_the_environment(monkeypatch):
         assert distributed.cpu_sharding() is on
     with sharding.sharding_accelerator_state():  # one process: nothing to shard, nothing changed
         pass
+
+
+@pytest.mark.parametrize("family", ["llada", "dream", "sdar", "llada2"])
+def test_the_dummy_forward_of_a_finished_process_runs_on_every_family(tmp_path, family):
+    """A process that is done decoding runs the model on one token (no mask, no cache) while the others decode: every
+    family's model takes it and returns finite logits for it."""
+    pytest.importorskip(f"dare_{family}")
+    from dare.testing import tiny_model
+
+    model = tiny_model(family, tmp_path / family).model.eval()
+    with torch.no_grad():
+        out = sharding._dummy_forward(model, torch.tensor([[5, 6], [7, 8]]))
+    assert out.logits.shape[:2] == (1, 1) and bool(torch.isfinite(out.logits).all())
