@@ -211,7 +211,8 @@ def _without_auto(config: dict, dtype: torch.dtype) -> dict:
     return out
 
 
-def place_frozen(model: torch.nn.Module, accelerator, what: str = "reference policy") -> Any:
+def place_frozen(model: torch.nn.Module, accelerator, what: str = "reference policy",
+                 placement: str = "like_policy") -> Any:
     """Shard and place a frozen model (the reference policy, a frozen copy) like the trainer's policy.
 
     * FSDP2 (``accelerator.is_fsdp2``): ``accelerate``'s ``fsdp2_prepare_model``, the same units (the family's decoder
@@ -221,6 +222,10 @@ def place_frozen(model: torch.nn.Module, accelerator, what: str = "reference pol
       partitions parameters); ZeRO-1/2 shard only optimizer state and gradients, so the model goes to the device;
     * otherwise (one process, DDP, FSDP1): moved to ``accelerator.device`` (the GPU of this process, or the CPU).
 
+    With ``placement="device_bf16"`` (``train.reference_placement``) the model is instead cast to bfloat16 and moved
+    whole to ``accelerator.device`` (the device its parameters are on without an accelerator): 2 bytes per parameter
+    on every process, and its forwards gather nothing.
+
     :param what: what the main process names in its ``... : sharded like the policy (FSDP2)`` line.
 
     Gradients stay off and the model in eval mode. :returns: the module to call (a DeepSpeed engine's module under
@@ -229,6 +234,11 @@ def place_frozen(model: torch.nn.Module, accelerator, what: str = "reference pol
     from accelerate.utils import DistributedType
 
     model = model.eval().requires_grad_(False)
+    if placement == "device_bf16":
+        target = accelerator.device if accelerator is not None else _param_device(model)
+        if is_main():
+            print(f"{what}: whole, in bfloat16, on {target} (train.reference_placement: device_bf16)", file=sys.stderr)
+        return model.to(device=target, dtype=torch.bfloat16)
     kind = accelerator.distributed_type
     if kind == DistributedType.FSDP and getattr(accelerator, "is_fsdp2", False):
         from accelerate.utils.fsdp_utils import fsdp2_prepare_model

@@ -65,3 +65,50 @@ def test_the_dummy_forward_of_a_finished_process_runs_on_every_family(tmp_path, 
     with torch.no_grad():
         out = sharding._dummy_forward(model, torch.tensor([[5, 6], [7, 8]]))
     assert out.logits.shape[:2] == (1, 1) and bool(torch.isfinite(out.logits).all())
+
+
+def test_the_reference_policy_kept_whole_in_bf16_when_asked(tmp_path):
+    """``train.reference_placement: device_bf16``: the reference copy is cast to bfloat16 at its first use (on the
+    policy's device, the CPU here) while the policy stays float32; its scores are the policy's to bf16 precision.
+    The default keeps the copy as it is (one process: nothing to shard)."""
+    from accelerate import Accelerator
+
+    from dare.testing import tiny_model
+
+    pytest.importorskip("dare_llada")
+    policy = tiny_model("llada", tmp_path / "m").model.eval()
+    ids = torch.tensor([[5, 6, 7, 8]])
+    try:
+        _compare_placements(policy, ids, Accelerator)
+    finally:
+        from accelerate.state import AcceleratorState
+
+        AcceleratorState._reset_state(reset_partial_state=True)  # later tests build their own
+
+
+def _compare_placements(policy, ids, Accelerator):
+    from dare.modeling.lora import ReferencePolicy
+
+    with torch.no_grad():
+        want = policy(input_ids=ids).logits
+        bf16 = ReferencePolicy(policy, Accelerator(cpu=True), "device_bf16")
+        with bf16.model() as ref:
+            assert {p.dtype for p in ref.parameters()} == {torch.bfloat16}
+            got = ref(input_ids=ids).logits.float()
+        assert {p.dtype for p in policy.parameters()} == {torch.float32}
+        assert 0 < float((got - want).abs().max()) < 0.05 * float(want.abs().max())
+        same = ReferencePolicy(policy, Accelerator(cpu=True))
+        with same.model() as ref:
+            assert {p.dtype for p in ref.parameters()} == {torch.float32}
+            assert torch.equal(ref(input_ids=ids).logits, want)
+
+
+def test_the_default_reference_placement_keeps_the_spec_hash():
+    """Specs written before ``train.reference_placement`` existed keep their hash (their runs still resume)."""
+    from dare.spec.models import RunSpec, spec_hash
+
+    base = {"model": {"path": "m"}, "output": {"dir": "o"}, "train": {"learning_rate": 1e-3, "max_steps": 2}}
+    default = RunSpec.model_validate(base)
+    explicit = RunSpec.model_validate(base | {"train": base["train"] | {"reference_placement": "like_policy"}})
+    other = RunSpec.model_validate(base | {"train": base["train"] | {"reference_placement": "device_bf16"}})
+    assert spec_hash(default) == spec_hash(explicit) != spec_hash(other)

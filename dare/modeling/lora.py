@@ -230,14 +230,17 @@ class ReferencePolicy:
         places the policy; at its first use it is sharded and placed like the policy
         (:func:`dare.sharding.place_frozen`: FSDP2 units on the policy's mesh, a ZeRO-3 inference engine, or the
         policy's device), so each process holds its shard of it, not a whole CPU copy.
+    :param placement: ``like_policy`` (above) or ``device_bf16``: a whole bf16 copy on the process's device
+        (``train.reference_placement``).
     """
 
-    def __init__(self, policy: torch.nn.Module, accelerator=None):
+    def __init__(self, policy: torch.nn.Module, accelerator=None, placement: str = "like_policy"):
         self.policy = policy
         self.accelerator = accelerator
+        self.placement = placement
         self.shares_weights = is_peft_model(policy)
         self._copy = None if self.shares_weights else copy.deepcopy(policy).eval().requires_grad_(False)
-        self._placed = accelerator is None
+        self._placed = accelerator is None and placement == "like_policy"
 
     @contextlib.contextmanager
     def model(self) -> Iterator[Any]:
@@ -246,7 +249,7 @@ class ReferencePolicy:
             if not self._placed:
                 from dare.sharding import place_frozen
 
-                self._copy = place_frozen(self._copy, self.accelerator)
+                self._copy = place_frozen(self._copy, self.accelerator, placement=self.placement)
                 self._placed = True
             yield self._copy
             return

@@ -118,8 +118,9 @@ class GRPOTrainer(PolicyUpdate, DareTrainer):
             self.add_callback(RolloutBoundarySaves(self.params.num_iterations))
         # a KL against the rollout policy (TraceRL's kl_target: rollout) needs no reference copy
         needs_reference = self.params.beta > 0 and getattr(self.params, "kl_target", "reference") == "reference"
-        policy = self.accelerator.unwrap_model(self.model)
-        self.reference = ReferencePolicy(policy, self.accelerator) if needs_reference else None
+        placement = self.args.reference_placement  # train.reference_placement: sharded like the policy, or whole bf16
+        self.reference = (ReferencePolicy(self.accelerator.unwrap_model(self.model), self.accelerator, placement)
+                          if needs_reference else None)
 
     # ------------------------------------------------------------------ data order
     def _get_train_sampler(self, train_dataset=None):

@@ -71,6 +71,8 @@ class DareConfig(TrainingArguments):
                                                                   "skipped in a row before training stops."})
     packing: bool = field(default=False, metadata={"help": "Padding-free training forwards (dare.diffusion."
                                                            "packing.packed_denoiser_logits)."})
+    reference_placement: str = field(default="like_policy", metadata={"help": "The frozen reference policy: like_policy "
+                                     "(sharded/placed like the policy) or device_bf16 (dare.sharding.place_frozen)."})
     packing_max_tokens: int | None = field(default=None, metadata={"help": "Tokens per packed row (default: the whole "
                                                                            "batch in one row; dare.diffusion.packing.packed_denoiser_logits)."})
 

@@ -71,7 +71,7 @@ class DPOTrainer(DareTrainer):
             return out | (bench(model) if bench is not None else {})
 
         super().__init__(*args, eval_fn=eval_fn if (eval_pairs or bench) else None, **kwargs)
-        self.reference = ReferencePolicy(self.model, self.accelerator)
+        self.reference = ReferencePolicy(self.model, self.accelerator, self.args.reference_placement)
 
     # ------------------------------------------------------------------ scores
     def draw_passes(self, batch: ScoringBatch, generator=None) -> list[Pass]:
