@@ -114,8 +114,9 @@ def padded_shard(n: int) -> tuple[list[int], int]:
 
 
 def _any(flag: bool) -> bool:
-    """Whether ``flag`` is true on any process (an all-reduce; collective)."""
-    t = torch.tensor([1 if flag else 0], dtype=torch.int64)
+    """Whether ``flag`` is true on any process (an all-reduce; collective). The flag travels on this process's device
+    (:func:`dare.distributed.device`: nccl groups reduce GPU tensors only)."""
+    t = torch.tensor([1 if flag else 0], dtype=torch.int64, device=device())
     torch.distributed.all_reduce(t, op=torch.distributed.ReduceOp.MAX)
     return bool(t.item())
 
