@@ -102,6 +102,22 @@ def _fsdp2(spec_path: Path, command: str = "run", timeout: float = 600, config: 
     return run_dir, err
 
 
+def _deepspeed_problem() -> str | None:
+    """Why DeepSpeed cannot run here (None when it can): not installed, or a build without its CPU accelerator.
+    Looked up without importing DeepSpeed (a slow import that logs), so collecting this file stays cheap."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("deepspeed")
+    if spec is None or spec.origin is None:
+        return "DeepSpeed is not installed (`make install` installs it: the test extra of pyproject.toml)"
+    if not (Path(spec.origin).parent / "accelerator" / "cpu_accelerator.py").is_file():
+        return f"this DeepSpeed ({spec.origin}) has no CPU accelerator, so ZeRO cannot run on a CPU machine"
+    return None
+
+
+needs_deepspeed = pytest.mark.skipif(_deepspeed_problem() is not None, reason=str(_deepspeed_problem()))
+
+
 def _results(run_dir: Path, stage: str) -> dict:
     return json.loads((run_dir / "eval" / f"{stage}.json").read_text())["results"][0]
 
@@ -196,15 +212,17 @@ def test_fsdp2_vrpo_equals_one_process(tmp_path):
     _assert_same_weights(one, two)
 
 
-def test_fsdp2_sigkill_then_resume_is_bit_exact(tmp_path):
-    """kill -9 of the FSDP2 launch after its first checkpoint, then the same command: the weights of an uninterrupted
-    FSDP2 run, bit for bit (full state dicts: the checkpoints are in the official format)."""
+@pytest.mark.parametrize("sharding", ["fsdp2", pytest.param("zero3", marks=needs_deepspeed)])
+def test_sigkill_of_a_sharded_run_then_resume_is_bit_exact(tmp_path, sharding):
+    """kill -9 of the FSDP2 (ZeRO-3, parameters released) launch after its first checkpoint, then the same command:
+    the weights of an uninterrupted run of the same launch, bit for bit."""
+    config, mark = (FSDP2, SHARDED) if sharding == "fsdp2" else (_zero3_released(tmp_path), "ZeRO-3 over 2")
     spec = _sft_spec(max_steps=4, save_steps=2, per_device_batch_size=8)
     spec.pop("eval")
     spec.pop("sampler")
-    straight, _ = _fsdp2(_write(tmp_path, "straight", spec), "train")
+    straight, _ = _fsdp2(_write(tmp_path, "straight", spec), "train", config=config, sharded=mark)
     killed_spec = _write(tmp_path, "killed", spec)
-    proc = _launch(killed_spec, "train")
+    proc = _launch(killed_spec, "train", config)
     marker = tmp_path / "killed" / "checkpoints" / "checkpoint-2" / "trainer_state.json"
     deadline = time.monotonic() + 600
     while not marker.is_file():
@@ -218,26 +236,13 @@ def test_fsdp2_sigkill_then_resume_is_bit_exact(tmp_path):
         assert time.monotonic() < deadline, "the workers outlived the launcher by 30 s"
         time.sleep(0.1)
     assert not (tmp_path / "killed" / "model").exists()
-    resumed, _ = _fsdp2(killed_spec, "train")
+    resumed, err = _fsdp2(killed_spec, "train", config=config, sharded=mark)
+    assert "resuming from step 2" in err, err[-2000:]
     a, b = load_file(straight / "model" / "model.safetensors"), load_file(resumed / "model" / "model.safetensors")
-    assert all(torch.equal(a[k], b[k]) for k in a), "resumed weights differ from the uninterrupted FSDP2 run"
+    assert all(torch.equal(a[k], b[k]) for k in a), f"resumed weights differ from the uninterrupted {sharding} run"
 
 
 # ------------------------------------------------------------------ DeepSpeed ZeRO (its CPU accelerator)
-def _deepspeed_problem() -> str | None:
-    """Why DeepSpeed cannot run here (None when it can): not installed, or a build without its CPU accelerator.
-    Looked up without importing DeepSpeed (a slow import that logs), so collecting this file stays cheap."""
-    import importlib.util
-
-    spec = importlib.util.find_spec("deepspeed")
-    if spec is None or spec.origin is None:
-        return "DeepSpeed is not installed (`make install` installs it: the test extra of pyproject.toml)"
-    if not (Path(spec.origin).parent / "accelerator" / "cpu_accelerator.py").is_file():
-        return f"this DeepSpeed ({spec.origin}) has no CPU accelerator, so ZeRO cannot run on a CPU machine"
-    return None
-
-
-needs_deepspeed = pytest.mark.skipif(_deepspeed_problem() is not None, reason=str(_deepspeed_problem()))
 
 
 @needs_deepspeed
