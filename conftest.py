@@ -27,6 +27,7 @@ def _own_working_directory(tmp_path_factory, monkeypatch):
 FILE_KIND: dict[str, str] = {
     # other processes
     "test_distributed.py": "process",
+    "test_sharding.py": "process",
     "test_resume.py": "process",
     "test_scaffold.py": "process",
     "test_sandbox_corpus.py": "process",
