@@ -61,6 +61,7 @@ FILE_KIND: dict[str, str] = {
     "test_sdar_training.py": "train",
     "test_pipeline.py": "train",            # `dare run` through the CLI, stage by stage
     "test_recipes.py": "train",             # the real 7-16B configs on the meta device; 2 training steps per recipe
+    "test_documented_commands.py": "train",  # every command of README.md, docs/ and --help: validated; a few steps
 }
 TEST_KIND: dict[str, str] = {
     "test_progress.py::test_ctrl_c_says_what_was_saved_and_how_to_resume": "train",

@@ -78,7 +78,7 @@ def run_sweep(spec_path: str, grid: list[tuple[str, list[Any]]], seeds: list[int
     if (out_dir / "run.json").is_file():
         raise DareError(f"{out_dir} is a run directory (it has run.json); give the sweep its own directory with -o DIR")
     runs = plan_runs(spec_path, grid, seeds, out_dir, overrides)
-    states = {r.name: "finished" if is_finished(r) else "pending" for r in runs}
+    states = _states(runs, read_record(out_dir))
     if dry_run:
         return {"runs": runs, "states": states, "comparison": None}
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -106,6 +106,22 @@ def run_sweep(spec_path: str, grid: list[tuple[str, list[Any]]], seeds: list[int
     finally:
         lock.close()
     return {"runs": runs, "states": states, "comparison": comparison}
+
+
+def _states(runs: list[SweepRun], record: dict[str, Any] | None) -> dict[str, str]:
+    """Each run's state before the sweep starts: ``finished`` (:func:`is_finished`); else ``failed`` or
+    ``interrupted`` as the last sweep recorded it; else ``interrupted`` when its directory holds its ``run.json``
+    (started, not finished: the next sweep resumes it from its last checkpoint); else ``pending``."""
+    recorded = {e.get("name"): e.get("state") for e in (record or {}).get("runs", []) if isinstance(e, dict)}
+    states = {}
+    for r in runs:
+        if is_finished(r):
+            states[r.name] = "finished"
+        elif recorded.get(r.name) in ("failed", "interrupted"):
+            states[r.name] = recorded[r.name]
+        else:
+            states[r.name] = "interrupted" if (r.dir / "run.json").is_file() else "pending"
+    return states
 
 
 def write_comparison(out_dir: Path, runs: list[SweepRun], states: dict[str, str], title: str) -> Path | None:

@@ -27,20 +27,33 @@ __all__ = ["run_command", "LocalLauncher", "SubmititLauncher", "Update"]
 Update = Callable[..., None]
 
 
+def _dare_entry() -> list[str]:
+    """How a child process starts the installed ``dare``: the console script next to this interpreter (the one
+    ``pip install`` wrote, so a ``dare/`` folder in the working directory is never imported instead), else this
+    interpreter with ``-P`` (no working directory on ``sys.path``) and ``-m dare.cli``."""
+    script = Path(sys.executable).parent / "dare"
+    if script.is_file():
+        return [str(script)]
+    return ["-P", "-m", "dare.cli"]
+
+
 def run_command(spec_path: str, run: SweepRun, processes: int = 1, accelerate_config: str | None = None) -> list[str]:
-    """The command line of one run: ``python -m dare.cli run SPEC --set ...``; with ``processes > 1``,
-    ``python -m torch.distributed.run --standalone --nproc_per_node N -m dare.cli run ...`` (torchrun: one node,
-    every process joins the group through accelerate, docs/scaling.md); with ``accelerate_config`` (FSDP2, ZeRO:
-    examples/accelerate/), ``python -m accelerate.commands.launch --config_file FILE --num_processes N -m dare.cli
-    run ...``. The interpreter is this one (``sys.executable``), so the run uses the same environment as the sweep."""
-    args = ["run", spec_path, *(x for ov in run.overrides for x in ("--set", ov))]
+    """The command line of one run: the installed ``dare run SPEC --set ... --unset ...`` (the console script next
+    to ``sys.executable``, :func:`_dare_entry`); with ``processes > 1``, ``python -m torch.distributed.run
+    --standalone --nproc_per_node N DARE run ...`` (torchrun: one node, every process joins the group through
+    accelerate, docs/scaling.md); with ``accelerate_config`` (FSDP2, ZeRO: examples/accelerate/), ``python -m
+    accelerate.commands.launch --config_file FILE --num_processes N DARE run ...``. The interpreter is this one
+    (``sys.executable``), so the run uses the same environment as the sweep."""
+    args = ["run", spec_path, *(x for ov in run.overrides for x in ("--set", ov)),
+            *(x for key in run.unset for x in ("--unset", key))]
+    entry = _dare_entry()
     if accelerate_config is not None:
         return [sys.executable, "-m", "accelerate.commands.launch", "--config_file", accelerate_config, "--num_processes",
-                str(processes), "-m", "dare.cli", *args]
+                str(processes), *entry, *args]
     if processes > 1:
         return [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(processes),
-                "-m", "dare.cli", *args]
-    return [sys.executable, "-m", "dare.cli", *args]
+                *entry, *args]
+    return [*entry, *args] if entry[0] != "-P" else [sys.executable, *entry, *args]
 
 
 def _die_with_sweep() -> None:  # pragma: no cover - runs in the child between fork and exec
