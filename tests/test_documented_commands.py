@@ -76,9 +76,11 @@ COMMANDS: dict[str, Doc] = {
     "dare validate SPEC.yaml": Doc(["validate", "tiny.yaml"]),
     "dare run SPEC.yaml": Doc(["run", "tiny.yaml"], _v("tiny.yaml", "--command", "run"), slow=True),
     "dare train SPEC.yaml": Doc(["train", "tiny.yaml", "--set", "output.dir=runs/tiny-train"],
-                                _v("tiny.yaml", "--command", "train", "--set", "output.dir=runs/tiny-train"), slow=True),
+                                _v("tiny.yaml", "--command", "train", "--set", "output.dir=runs/tiny-train"),
+                                slow=True),
     "dare eval SPEC.yaml": Doc(["eval", "tiny.yaml"], _v("tiny.yaml", "--command", "eval"), slow=True),
-    'dare generate --run DIR --prompt "..."': Doc(["generate", "--run", "runs/tiny", "--prompt", "1234"], [], slow=True),
+    'dare generate --run DIR --prompt "..."': Doc(["generate", "--run", "runs/tiny", "--prompt", "1234"], [],
+                                                  slow=True),
     'dare generate --model DIR --prompt "..." [--sampler NAME --param k=v ...]': Doc(
         ["generate", "--model", RL_START, "--prompt", "1234", "--sampler", "llada", "--param", "gen_length=4",
          "--param", "steps=2", "--param", "block_length=4"], [], slow=True),
@@ -116,7 +118,8 @@ COMMANDS: dict[str, Doc] = {
         _v("examples/quickstart-sft-short.yaml", "--command", "run"), slow=True),
     "dare run examples/quickstart-rl.yaml --set train.seed=1 --set output.dir=runs/rl-tracerl-s1": Doc(
         ["run", "examples/quickstart-rl.yaml", "--set", "train.seed=1", "--set", "output.dir=runs/rl-tracerl-s1",
-         *FEW_STEPS, "--set", "algorithm.params.group_size=2", "--set", "eval.validation.limit=2", "--set", "train.eval_steps=1",
+         *FEW_STEPS, "--set", "algorithm.params.group_size=2", "--set", "eval.validation.limit=2",
+         "--set", "train.eval_steps=1",
          "--set", "sampler.params.gen_length=4", "--set", "sampler.params.block_length=4",
          "--set", "sampler.params.steps=2"],
         _v("examples/quickstart-rl.yaml", "--command", "run", "--set", "train.seed=1", "--set",
