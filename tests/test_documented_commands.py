@@ -281,6 +281,10 @@ def test_the_sweep_over_objectives_drops_the_other_objectives_params(workdir, ru
     cmd = run_command("examples/quickstart-rl.yaml", by["d1"])
     assert cmd[-6:] == ["--unset", "algorithm.params.transition_grouping", "--unset", "algorithm.params.normaliser",
                         "--unset", "algorithm.params.shrink"]
+    code, out, err = run_cli("sweep", "examples/quickstart-rl.yaml", "--grid", "algorithm.name=d1,tracerl", "-o", "sw",
+                             "--dry-run")
+    assert code == 0 and "algorithm.name=d1: --unset algorithm.params.transition_grouping --unset " in err, err
+    assert "algorithm.name=tracerl:" not in err
 
 
 @pytest.mark.slow

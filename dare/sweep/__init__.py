@@ -78,6 +78,13 @@ def run_sweep(spec_path: str, grid: list[tuple[str, list[Any]]], seeds: list[int
     if (out_dir / "run.json").is_file():
         raise DareError(f"{out_dir} is a run directory (it has run.json); give the sweep its own directory with -o DIR")
     runs = plan_runs(spec_path, grid, seeds, out_dir, overrides)
+    removed: dict[str, list[str]] = {}
+    for r in runs:  # the spec's params of the component a grid value replaces, which the named one lacks or refuses
+        if r.unset:
+            removed.setdefault(", ".join(f"{k}={v}" for k, v in r.settings.items()), r.unset)
+    for setting, keys in removed.items():
+        print(f"{setting}: {' '.join(f'--unset {k}' for k in keys)} (the spec's params of another component; "
+              "their defaults apply)", file=sys.stderr)
     states = _states(runs, read_record(out_dir))
     if dry_run:
         return {"runs": runs, "states": states, "comparison": None}

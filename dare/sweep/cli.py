@@ -97,13 +97,6 @@ def sweep(spec, grids, seeds, out_dir, overrides, dry_run, launcher, parallel, g
                                   gpus_per_run=gpus_per_run, cpus_per_run=cpus_per_run, timeout_min=slurm_timeout_min,
                                   array_parallelism=slurm_array_parallelism, accelerate_config=accelerate_config)
     out = run_sweep(spec, grid, seed_list, out_dir, chosen, overrides=list(overrides), dry_run=dry_run)
-    removed = {}
-    for r in out["runs"]:
-        if r.unset:
-            removed.setdefault(", ".join(f"{k}={v}" for k, v in r.settings.items()), r.unset)
-    for setting, keys in removed.items():  # the params of the spec's component that the named one lacks or refuses
-        click.echo(f"{setting}: default for {', '.join(keys)} (--unset: the spec's value is another component's)",
-                   err=True)
     for r in out["runs"]:
         click.echo(f"{out['states'][r.name]:<12} {r.dir}")
     if dry_run:

@@ -257,8 +257,10 @@ def plan_runs(spec_path: str, grid: list[tuple[str, list[Any]]], seeds: list[int
             problems += [f"run {name}: {loc}: {msg}" for loc, msg in found]
             runs.append(run)
     if problems:
-        more = f"; and {len(problems) - 6} more" if len(problems) > 6 else ""
-        raise DareError("the sweep was not started: " + "; ".join(problems[:6]) + more)
+        more = [f"and {len(problems) - 6} more"] if len(problems) > 6 else []
+        if len(problems) == 1:
+            raise DareError("the sweep was not started: " + problems[0])
+        raise DareError("the sweep was not started:" + "".join(f"\n  {p}" for p in [*problems[:6], *more]))
     return runs
 
 
