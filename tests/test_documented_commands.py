@@ -10,7 +10,7 @@ examples/quickstart-rl.yaml starts from) is a tiny random LLaDA model.
 
 Tiers: every command is parsed (click) and its spec validated (``dare validate``, or the command itself with
 ``--dry-run``) in :func:`test_documented_command_parses_and_validates`; the commands that train or generate run
-for real in :func:`test_documented_commands_run` (``slow``: ``DARE_SLOW=1``) with a few steps. Commands that need
+for real in :func:`test_documented_commands_run` with a few steps (10-45 s on 2 cores). Commands that need
 GPUs, a cluster or several nodes are only parsed and validated; the reason is in their entry.
 """
 
@@ -46,7 +46,7 @@ TINY = {
 }
 RL_START = "runs/quickstart/checkpoints/checkpoint-250"
 CARD = "path/to/LLaDA-8B-Instruct-card"
-#: a quickstart run shrunk to seconds (the slow tier): 2 steps, small batches, 2 evaluation puzzles
+#: a quickstart run shrunk to seconds (run by test_documented_commands_run): 2 steps, small batches, 2 evaluation puzzles
 FEW_STEPS = ["--set", "train.max_steps=2", "--set", "train.per_device_batch_size=2", "--set", "train.num_threads=1",
              "--set", "data.train.limit=8", "--set", "eval.benchmarks.0.limit=2"]
 
@@ -55,8 +55,8 @@ FEW_STEPS = ["--set", "train.max_steps=2", "--set", "train.per_device_batch_size
 class Doc:
     """How one documented command is run. ``argv``: the command as run (placeholders instantiated, after
     ``dare``); ``check``: what the fast tier runs instead (None: ``argv`` itself, which must then be quick);
-    ``why``: for a command only parsed, why it cannot run here; ``slow``: the slow tier runs ``argv``
-    (in :data:`COMMANDS` order: later commands read earlier runs)."""
+    ``why``: for a command only parsed, why it cannot run here; ``slow``: it trains or generates, run by
+    :func:`test_documented_commands_run` (in :data:`COMMANDS` order: later commands read earlier runs)."""
 
     argv: list[str]
     check: list[str] | None = None
@@ -70,7 +70,7 @@ def _v(*args: str) -> list[str]:
     return ["validate", *args]
 
 
-#: documented command -> how it runs. Order matters for the slow tier (run before eval, generate --run, export).
+#: documented command -> how it runs. Order matters for test_documented_commands_run (run before eval, generate --run, export).
 COMMANDS: dict[str, Doc] = {
     # README.md, "CLI"
     "dare validate SPEC.yaml": Doc(["validate", "tiny.yaml"]),
@@ -287,8 +287,6 @@ def test_the_sweep_over_objectives_drops_the_other_objectives_params(workdir, ru
     assert "algorithm.name=tracerl:" not in err
 
 
-@pytest.mark.slow
-@pytest.mark.skipif(os.environ.get("DARE_SLOW") != "1", reason="slow (~45 s on 2 cores): set DARE_SLOW=1")
 def test_documented_commands_run(workdir, run_cli, monkeypatch):
     """The commands that train or generate, run with a few steps, in order (eval, generate --run, export and
     compare read the run of `dare run SPEC.yaml`)."""
@@ -303,3 +301,14 @@ def test_documented_commands_run(workdir, run_cli, monkeypatch):
     assert (workdir / "exported" / "config.json").is_file()
     assert (workdir / "cmp" / "comparison.md").is_file() or any((workdir / "cmp").glob("*.md"))
     assert os.path.isdir(workdir / "runs" / "rl-tracerl-s1" / "model")
+
+
+def test_the_run_spec_reference_switches_tracerl_to_d1_as_written(workdir, run_cli, monkeypatch):
+    """docs/run-spec.md's inline `--unset` example (TraceRL's quickstart switched to d1) is a complete command."""
+    text = (ROOT / "docs" / "run-spec.md").read_text()
+    m = re.search("`(" + re.escape("dare run examples/quickstart-rl.yaml --set") + r"\s+algorithm\.name=d1[^`]*)`", text)
+    assert m is not None, "docs/run-spec.md lost its --unset example"
+    argv = shlex.split(" ".join(m.group(1).split()))[1:]
+    monkeypatch.chdir(workdir)
+    code, out, err = run_cli("validate", *argv[1:], "--command", "run")
+    assert code == 0 and "valid" in out, err
