@@ -90,9 +90,9 @@ COMMANDS: dict[str, Doc] = {
     "dare profile SPEC.yaml [--steps N] [--json]": Doc(["profile", "tiny.yaml", "--steps", "2", "--json"],
                                                        _v("tiny.yaml"), slow=True),
     "dare export SRC OUT": Doc(["export", "runs/tiny/checkpoints/checkpoint-2", "exported"], [], slow=True),
-    "dare compare -o DIR LABEL=RUN_DIR[:before|:after] ...": Doc(["compare", "-o", "cmp", "tiny=runs/tiny:after"], [],
+    "dare compare -o DIR LABEL=RUN_DIR[:before|:after] ... [--power EFFECT]": Doc(["compare", "-o", "cmp", "tiny=runs/tiny:after"], [],
                                                                  slow=True),
-    "dare sweep SPEC.yaml --grid KEY=V1,V2 --seeds 0,1,2 -o DIR [--launcher local|slurm]": Doc(
+    "dare sweep SPEC.yaml --grid KEY=V1,V2 --seeds 0,1,2 -o DIR [--launcher local|slurm] [--power EFFECT]": Doc(
         ["sweep", "tiny.yaml", "--grid", "train.learning_rate=1e-3,2e-3", "--seeds", "0,1,2", "-o", "sweep",
          "--launcher", "local", "--dry-run"]),
     "dare create-model FAMILY DIR --preset tiny": Doc(["create-model", "llada", "created", "--preset", "tiny"]),
@@ -108,10 +108,10 @@ COMMANDS: dict[str, Doc] = {
     "model.path=path/to/LLaDA-8B-Instruct-card": Doc(
         ["validate", "examples/recipes/d1-llada-8b-gsm8k.yaml", "--config-only", "--set", f"model.path={CARD}"],
         needs_card=True),
-    "dare profile examples/recipes/d1-llada-8b-gsm8k.yaml --estimate --gpus 1,8 --set "
+    "dare profile examples/recipes/d1-llada-8b-gsm8k.yaml --estimate --set "
     "model.path=path/to/LLaDA-8B-Instruct-card": Doc(
-        ["profile", "examples/recipes/d1-llada-8b-gsm8k.yaml", "--estimate", "--gpus", "1,8", "--set",
-         f"model.path={CARD}"], needs_card=True),
+        ["profile", "examples/recipes/d1-llada-8b-gsm8k.yaml", "--estimate", "--set", f"model.path={CARD}"],
+        needs_card=True),
     # docs/rl-quickstart.md: the quickstart's two stages, a few steps each in the slow tier
     "dare run examples/quickstart-sft-short.yaml": Doc(
         ["run", "examples/quickstart-sft-short.yaml", *FEW_STEPS],
@@ -134,12 +134,17 @@ COMMANDS: dict[str, Doc] = {
     "dare sweep examples/quickstart-rl.yaml --grid algorithm.name=d1,tracerl --seeds 0,1,2 -o runs/rl-sweep": Doc(
         ["sweep", "examples/quickstart-rl.yaml", "--grid", "algorithm.name=d1,tracerl", "--seeds", "0,1,2", "-o",
          "runs/rl-sweep", "--dry-run"]),
-    "dare sweep SPEC.yaml --grid algorithm.name=d1,tracerl,spg --seeds 0-4 -o /shared/runs/rl-sweep --launcher slurm "
-    "--slurm-partition gpu --gpus-per-run 8 --cpus-per-run 64 --slurm-timeout-min 720 --slurm-array-parallelism 4": Doc(
-        ["sweep", "examples/quickstart-rl.yaml", "--grid", "algorithm.name=d1,tracerl,spg", "--seeds", "0-4", "-o",
-         "shared/runs/rl-sweep", "--launcher", "slurm", "--slurm-partition", "gpu", "--gpus-per-run", "8",
-         "--cpus-per-run", "64", "--slurm-timeout-min", "720", "--slurm-array-parallelism", "4", "--dry-run"],
-        why="a SLURM cluster: planned and validated with --dry-run"),
+    "dare sweep examples/recipes/d1-llada-8b-gsm8k.yaml --seeds 0,1,2 --launcher slurm --slurm-partition gpu "
+    "--slurm-account proj --slurm-mem 512G --slurm-array-parallelism 4": Doc(
+        ["sweep", "examples/recipes/d1-llada-8b-gsm8k.yaml", "--seeds", "0,1,2", "--launcher", "slurm"],
+        _v("examples/recipes/d1-llada-8b-gsm8k.yaml", "--config-only", "--set", f"model.path={CARD}"),
+        why="a SLURM cluster of 8-GPU nodes and LLaDA-8B-Instruct's weights", needs_card=True),
+    "dare sweep examples/recipes/d1-llada-8b-gsm8k.yaml --seeds 0-4 -o /shared/runs/d1-seeds --launcher slurm "
+    "--slurm-partition gpu --slurm-account proj --slurm-qos normal --slurm-mem 512G --cpus-per-run 64 "
+    "--slurm-timeout-min 720 --slurm-save-window-s 900 --slurm-array-parallelism 4": Doc(
+        ["sweep", "examples/recipes/d1-llada-8b-gsm8k.yaml", "--seeds", "0-4", "--launcher", "slurm"],
+        _v("examples/recipes/d1-llada-8b-gsm8k.yaml", "--config-only", "--set", f"model.path={CARD}"),
+        why="a SLURM cluster of 8-GPU nodes and LLaDA-8B-Instruct's weights", needs_card=True),
     # `dare sweep --help`
     "dare sweep examples/quickstart-rl.yaml --grid algorithm.name=d1,tracerl --seeds 0,1,2 -o runs/sweep": Doc(
         ["sweep", "examples/quickstart-rl.yaml", "--grid", "algorithm.name=d1,tracerl", "--seeds", "0,1,2", "-o",
@@ -147,11 +152,10 @@ COMMANDS: dict[str, Doc] = {
     "dare sweep SPEC --grid train.learning_rate=1e-4,3e-4 --seeds 0-4 --parallel 2": Doc(
         ["sweep", "tiny.yaml", "--grid", "train.learning_rate=1e-4,3e-4", "--seeds", "0-4", "--parallel", "2",
          "--dry-run"]),
-    "dare sweep SPEC --grid algorithm.name=d1,tracerl --seeds 0,1,2 --launcher slurm --slurm-partition gpu "
-    "--gpus-per-run 8 --slurm-array-parallelism 4": Doc(
-        ["sweep", "examples/quickstart-rl.yaml", "--grid", "algorithm.name=d1,tracerl", "--seeds", "0,1,2",
-         "--launcher", "slurm", "--slurm-partition", "gpu", "--gpus-per-run", "8", "--slurm-array-parallelism", "4",
-         "--dry-run"], why="a SLURM cluster: planned and validated with --dry-run"),
+    "dare compare pilot=runs/pilot -o runs/pilot-power --power 0.02": Doc(
+        ["compare", "pilot=runs/tiny", "-o", "runs/pilot-power", "--power", "0.02"], [], slow=True),
+    "dare compare untrained=runs/quickstart:before sft=runs/quickstart:after -o runs/compare": Doc(
+        ["compare", "untrained=runs/tiny:after", "sft=runs/tiny:after", "-o", "runs/compare"], [], slow=True),
 }
 
 _LAUNCHED = re.compile(r"^(?:\S+=\S+ )*(?:torchrun|accelerate launch)\b.*(?:\$\(which dare\)|--no-python dare) run\b")
