@@ -118,25 +118,19 @@ def resolve_launch(run: SweepRun, gpus_per_run: int | None = None, nodes_per_run
 
 
 def _dare_entry() -> list[str]:
-    """How a child process starts the installed ``dare``: the console script next to this interpreter (the one
-    ``pip install`` wrote, so a ``dare/`` folder in the working directory is never imported instead), else
-    ``-m dare.cli`` (run by this interpreter with ``-P``: no working directory on ``sys.path``)."""
+    """The installed ``dare`` of a child: the console script next to this interpreter (a ``dare/`` folder in the
+    working directory is never imported instead), else ``-m dare.cli`` (run with ``python -P``)."""
     script = Path(sys.executable).parent / "dare"
-    if script.is_file():
-        return [str(script)]
-    return ["-m", "dare.cli"]
+    return [str(script)] if script.is_file() else ["-m", "dare.cli"]
 
 
 def run_command(spec_path: str, run: SweepRun, launch: RunLaunch | None = None) -> list[str]:
-    """The command line of one run (on one node): the installed ``dare run SPEC --set ... --unset ...`` (the console
-    script next to ``sys.executable``, :func:`_dare_entry`; without one ``python -P -m dare.cli``); with several
-    processes on one node ``python -m torch.distributed.run --standalone --nproc_per_node N DARE run ...`` (torchrun:
-    every process joins the group through accelerate, docs/scaling.md); with ``launch.accelerate_config`` (FSDP2,
-    ZeRO: examples/accelerate/) ``python -m accelerate.commands.launch --config_file FILE --num_processes N DARE
-    run ...``. Over several nodes the command of every node is the same, with :data:`NODE_RANK`,
-    :data:`MASTER_ADDR` and :data:`MASTER_PORT` placeholders that :class:`RunJob` fills on each node (torchrun
-    ``--nnodes/--node_rank/--master_addr``; accelerate ``--num_machines/--machine_rank/--main_process_ip``). The
-    interpreter is this one (``sys.executable``), so the run uses the same environment as the sweep."""
+    """One run's command (on one node): the installed ``dare run SPEC --set ... --unset ...`` (:func:`_dare_entry`);
+    several processes: ``python -m torch.distributed.run --standalone --nproc_per_node N DARE run ...``;
+    ``launch.accelerate_config`` (FSDP2, ZeRO): ``python -m accelerate.commands.launch --config_file FILE
+    --num_processes N DARE run ...``. Over several nodes every node's command is the same, with :data:`NODE_RANK`,
+    :data:`MASTER_ADDR` and :data:`MASTER_PORT` that :class:`RunJob` fills on each node. The interpreter is
+    ``sys.executable``: the run uses the sweep's environment."""
     launch = launch or RunLaunch()
     args = ["run", spec_path, *(x for ov in run.overrides for x in ("--set", ov)),
             *(x for key in run.unset for x in ("--unset", key))]
