@@ -26,11 +26,8 @@ import torch
 from safetensors.torch import load_file, save_file
 
 __all__ = ["REPO", "FIXTURES", "TinyDenoiser", "policy_models", "official_checkout", "stub_modules",
-           "official_functions", "write_fixture", "read_fixture", "rel_diff", "model_from_state", "plain_logits",
-           "public_step", "official_update", "trainer_update", "update_worst"]
-
-
-           "official_functions", "official_lines", "write_fixture", "read_fixture", "rel_diff", "model_from_state"]
+           "official_functions", "official_lines", "write_fixture", "read_fixture", "rel_diff", "model_from_state",
+           "plain_logits", "public_step", "official_update", "trainer_update", "update_worst"]
 
 REPO = Path(__file__).resolve().parents[2]
 FIXTURES = REPO / "tests" / "fixtures" / "parity"
