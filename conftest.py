@@ -27,6 +27,7 @@ def _own_working_directory(tmp_path_factory, monkeypatch):
 FILE_KIND: dict[str, str] = {
     # other processes
     "test_distributed.py": "process",
+    "test_sharding.py": "process",
     "test_resume.py": "process",
     "test_scaffold.py": "process",
     "test_sandbox_corpus.py": "process",
@@ -64,6 +65,7 @@ FILE_KIND: dict[str, str] = {
     "test_pipeline.py": "train",            # `dare run` through the CLI, stage by stage
     "test_trackers.py": "train",            # train.report_to: wandb, trackio, MLflow offline, read back
     "test_recipes.py": "train",             # the real 7-16B configs on the meta device; 2 training steps per recipe
+    "test_documented_commands.py": "train",  # every command of README.md, docs/ and --help: validated; a few steps
 }
 TEST_KIND: dict[str, str] = {
     # a reward that never returns ends a fresh Python with the watchdog's paragraph

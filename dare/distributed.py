@@ -7,6 +7,9 @@ others compute and wait at barriers. Evaluation is sharded: each process decodes
 the rows (:func:`shard`) and the results are gathered (:func:`gather`) before scoring and reporting.
 
 Misconfigured launches that would silently train alone are refused by :func:`check_launch`.
+
+Sharded models (FSDP2, ZeRO-3: lock-step decoding, the reference policy's placement, the CPU switch) are
+:mod:`dare.sharding`; ``DARE_CPU_SHARDING=1`` (:func:`cpu_sharding`) applies a launch's sharding on CPU processes.
 """
 
 from __future__ import annotations
@@ -36,7 +39,11 @@ __all__ = [
     "teardown",
     "device",
     "shards_model",
+    "CPU_SHARDING_ENV",
+    "cpu_sharding",
 ]
+
+CPU_SHARDING_ENV = "DARE_CPU_SHARDING"
 
 _ENV_FIX = ("on a CPU machine launch with `ACCELERATE_USE_CPU=1 torchrun --nproc_per_node N --no-python dare run SPEC` or "
             "`ACCELERATE_USE_CPU=1 accelerate launch --multi_gpu --num_processes N $(which dare) run SPEC` "
@@ -84,13 +91,16 @@ def setup():
     """
     from accelerate import PartialState  # accelerate is imported only by commands that run models
 
+    if cpu_sharding() and not torch.cuda.is_available():  # DeepSpeed's CPU accelerator (before deepspeed is imported)
+        os.environ.setdefault("DS_ACCELERATOR", "cpu")
     state = PartialState(cpu=not torch.cuda.is_available())
     check_launch(state.num_processes)
     if state.num_processes > 1:
         _exit_with_launcher()
-    if shards_model() and state.device.type == "cpu" and state.is_main_process:
+    if shards_model() and state.device.type == "cpu" and state.is_main_process and not cpu_sharding():
         print("warning: the launch asks for FSDP/DeepSpeed but this process runs on the CPU, where accelerate "
-              "uses plain data parallelism: every process holds the whole model (docs/scaling.md)", file=sys.stderr)
+              "uses plain data parallelism: every process holds the whole model; set DARE_CPU_SHARDING=1 to shard "
+              "it on the CPU processes too (docs/scaling.md)", file=sys.stderr)
     return state
 
 
@@ -120,6 +130,12 @@ def shards_model() -> bool:
     """Whether the launch shards the model over the processes (accelerate FSDP or DeepSpeed): the trainer then
     places the model on the devices itself, so DARE leaves it where it was loaded (CPU)."""
     return any(os.environ.get(k, "").lower() in ("1", "true") for k in ("ACCELERATE_USE_FSDP", "ACCELERATE_USE_DEEPSPEED"))
+
+
+def cpu_sharding() -> bool:
+    """Whether ``DARE_CPU_SHARDING`` (``1``/``true``) asks for the launch's sharding (FSDP2, DeepSpeed ZeRO) on CPU
+    processes, where accelerate 1.16 silently falls back to DDP (:func:`dare.sharding.sharding_accelerator_state`)."""
+    return os.environ.get(CPU_SHARDING_ENV, "").lower() in ("1", "true")
 
 
 def device() -> torch.device:

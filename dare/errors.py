@@ -15,14 +15,20 @@ class DareError(Exception):
 
 
 class SpecError(DareError):
-    """The run spec is invalid. ``problems`` holds ``(yaml_path, message)`` pairs."""
+    """The run spec is invalid. ``problems`` holds ``(yaml_path, message)`` pairs.
+
+    The message is ``invalid run spec in SOURCE: path: message`` for one problem; for several, the heading
+    ``invalid run spec in SOURCE:`` then one indented line ``  path: message`` per problem."""
 
     def __init__(self, problems: list[tuple[str, str]], source: str | None = None):
         self.problems = list(problems)
         self.source = source
         where = f" in {source}" if source else ""
-        lines = "; ".join(f"{loc}: {msg}" if loc else msg for loc, msg in self.problems)
-        super().__init__(f"invalid run spec{where}: {lines}")
+        lines = [f"{loc}: {msg}" if loc else msg for loc, msg in self.problems]
+        if len(lines) == 1:
+            super().__init__(f"invalid run spec{where}: {lines[0]}")
+        else:  # one problem per line, indented under the heading (one paragraph: no blank line)
+            super().__init__(f"invalid run spec{where}:" + "".join(f"\n  {line}" for line in lines))
 
 
 class PluginError(DareError):

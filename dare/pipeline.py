@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from dare import distributed, progress, runinfo, runlog, threads
+from dare import distributed, progress, runinfo, runlog, sharding, threads
 from dare.eval import provenance, write_report
 from dare.eval.merge import earlier_run_report, keep_run_facts, merge_later_evaluation, read_report
 from dare.eval.plots import plot_training
@@ -101,6 +101,8 @@ class Pipeline:
                 print(warning, file=sys.stderr)
         torch.manual_seed(run.spec.train.seed if run.spec.train else 0)
         self.trained = self.do_eval and not self.do_train and run.use_trained_model()
+        if self.do_eval and not self.do_train and distributed.shards_model():  # `dare eval` under FSDP2/ZeRO-3
+            run.lm.model = sharding.shard_for_evaluation(run.model)
 
     # ------------------------------------------------------------------ the stages
     def evaluate_before(self) -> None:

@@ -236,7 +236,18 @@ def render_plugin(name: str, kind: str, parent: Path) -> Path:
     _refuse_installed(name, n, reg_kind, label)
     spec_snippet = {
         "objective": f"algorithm: {{name: {n['component']}, params: {{weight: 1.0}}}}",
-        "rl-objective": f"algorithm: {{name: {n['component']}, params: {{group_size: 8, scale: 1.0}}}}",
+        # a whole spec that validates once the plugin is installed (the llada family and the packaged Sudoku rows)
+        "rl-objective": "\n".join([
+            "model: {new: {family: llada, preset: tiny, tokenizer: byte, seed: 0}}",
+            "data:",
+            "  train: {path: dare://sudoku/train.parquet, limit: 64, chat_template: false,",
+            "          prompt_template: \"{{ extra_info.puzzle }}\"}",
+            f"algorithm: {{name: {n['component']}, params: {{group_size: 8, scale: 1.0,",
+            "                                rollout_sampler: {temperature: 1.0}}}",
+            "sampler: {name: llada, params: {gen_length: 17, block_length: 17, steps: 17}}",
+            "rewards: [{name: sudoku, params: {require_answer_tags: false}}]",
+            "train: {learning_rate: 1.0e-4, max_steps: 10, per_device_batch_size: 4}",
+            f"output: {{dir: runs/{n['component']}}}"]),
         "model": f"model: {{path: <a {n['component']} checkpoint>}}",
         "sampler": f"sampler: {{name: {n['component']}, params: {{gen_length: 16}}}}",
         "evaluator": f"eval: {{benchmarks: [{{name: {n['component']}, path: data/test.parquet}}]}}",

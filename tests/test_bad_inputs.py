@@ -675,8 +675,11 @@ def _run_unprivileged(args: list[str], cwd: Path) -> tuple[int, str]:
 def _assert_one_paragraph(err: str, needles: tuple[str, ...]) -> str:
     lines = [ln for ln in err.splitlines() if ln.strip()]
     assert not any(ln.startswith(("Traceback", "  File")) for ln in lines), err
-    errors = [ln for ln in lines if ln.startswith("error: ")]
-    assert len(errors) == 1 and lines[-1] == errors[0], err  # the error is the last thing printed, on one line
+    errors = [i for i, ln in enumerate(lines) if ln.startswith("error: ")]
+    assert len(errors) == 1, err  # the error is the last thing printed: its line, then its problems indented
+    assert all(ln.startswith("  ") for ln in lines[errors[0] + 1:]), err
+    assert "\n\n" not in err[err.index("error: "):].strip(), err  # one paragraph: no blank line
+    errors = ["\n".join(lines[errors[0]:])]  # the error is the last thing printed, on one line
     for n in needles:
         assert n in errors[0], (n, errors[0])
     return errors[0]

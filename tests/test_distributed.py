@@ -258,15 +258,18 @@ def test_multi_pass_preference_training_of_a_moe_model_on_two_processes_is_refus
 
 
 @pytest.mark.parametrize("family,sampler", [
-    ("llada", {"name": "llada", "params": {"gen_length": 8, "block_length": 8, "steps": 8, "temperature": 1.0}}),
+    ("llada", {"name": "llada", "params": {"gen_length": 16, "block_length": 16, "steps": 16, "temperature": 1.0}}),
     ("llada2", {"name": "llada2", "params": {"gen_length": 32, "steps": 4, "temperature": 1.0}}),
 ])
-def test_online_rl_on_two_processes_equals_one(tmp_path, family, sampler):
+def test_online_rl_on_two_processes_equals_one(tmp_path, family, sampler, digit_model):
     """3 d1 steps, 4 prompts x 4 completions per step: each process rolls out its 2 prompts' groups.
     (TraceRL and CJ-GRPO on 2 processes: the threshold-rollout replay test below.) LLaDA2, a block family: its forwards
-    and its sampler must read ``model.config`` of the unwrapped model, not through the DDP wrapper."""
+    and its sampler must read ``model.config`` of the unwrapped model, not through the DDP wrapper. LLaDA starts from
+    the digit-writing model with 16-token completions (a 4x4 grid): rewards with a spread, so the comparison is not
+    vacuous (a fresh model's 8-token completions score 0: no gradient, no weight change)."""
+    start = {"path": str(digit_model)} if family == "llada" else {"new": {"family": family, "preset": "tiny"}}
     spec = {
-        "model": {"new": {"family": family, "preset": "tiny"}},
+        "model": start,
         "data": {"train": {"path": "dare://sudoku/train.parquet", "limit": 64, **SUDOKU}},
         # a fresh model's rewards all tie: run every row so the update is really exercised (the skip on two
         # processes is covered by the threshold-rollout test below, whose trained model has reward spread)
@@ -277,6 +280,11 @@ def test_online_rl_on_two_processes_equals_one(tmp_path, family, sampler):
                   "num_threads": 1, "seed": 0},
     }
     one = _one_process(_write(tmp_path, "one", spec), evaluate=False)
+    # the comparison checks something: rewards, gradients and (from a saved start) the weights moved
+    assert max(v for _, v in _metric(one, "reward")) > 0, _metric(one, "reward")
+    assert max(v for _, v in _metric(one, "grad_norm")) > 0, _metric(one, "grad_norm")
+    if family == "llada":
+        _assert_moved(digit_model, one, 1e-5)
     spec["train"]["per_device_batch_size"] = 2
     two = _two_processes(_write(tmp_path, "two", spec), "train", dense=family != "llada2")
     _assert_same_losses(one, two)

@@ -33,8 +33,11 @@ def one_paragraph(err: str, *needles: str) -> str:
     """The single ``error:`` line, which must be the last thing printed, name every needle, and follow no traceback."""
     lines = [ln for ln in err.splitlines() if ln.strip()]
     assert not any(ln.startswith(("Traceback", "  File")) for ln in lines), err
-    errors = [ln for ln in lines if ln.startswith("error: ")]
-    assert len(errors) == 1 and lines[-1] == errors[0], err
+    errors = [i for i, ln in enumerate(lines) if ln.startswith("error: ")]
+    assert len(errors) == 1, err  # the error is the last thing printed: its line, then its problems indented
+    assert all(ln.startswith("  ") for ln in lines[errors[0] + 1:]), err
+    assert "\n\n" not in err[err.index("error: "):].strip(), err  # one paragraph: no blank line
+    errors = ["\n".join(lines[errors[0]:])]
     for n in needles:
         assert n in errors[0], (n, errors[0])
     return errors[0]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -55,6 +56,13 @@ def test_scaffolded_plugins_install_list_test_and_run(tmp_path, tiny_llada_dir):
     assert ("sampler", "scaf-sampler", "dare-plugin-scaf-sampler") in listed
     assert ("evaluator", "scaf-evaluator", "dare-plugin-scaf-evaluator") in listed
     assert ("model_family", "scaf-model", "dare-plugin-scaf-model") in listed
+
+    # the RL objective's README holds a whole run spec, which validates once the plugin is installed
+    readme = (pkgs[2] / "README.md").read_text()
+    (tmp_path / "readme-rl.yaml").write_text(re.search(r"```yaml\n(.*?)```", readme, flags=re.S).group(1))
+    out = subprocess.run([str(BIN / "dare"), "validate", str(tmp_path / "readme-rl.yaml")], env=env, capture_output=True,
+                         text=True, cwd=tmp_path)
+    assert out.returncode == 0 and "valid" in out.stdout, out.stderr
 
     tests = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *[str(p / "tests") for p in pkgs]],

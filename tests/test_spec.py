@@ -162,8 +162,17 @@ def test_all_problems_reported_at_once(tmp_path, tiny_llada_dir):
     s["sampler"]["name"] = "nosuch"
     with pytest.raises(SpecError) as exc:
         load_spec(write(tmp_path, s))
-    # structural errors are reported first (pass 1); the component pass runs once they are fixed
-    assert [loc for loc, _ in exc.value.problems] == ["train.learning_rate"]
+    # every stage at once: the structural problem (pass 1) and the component pass of the sections that parsed
+    assert [loc for loc, _ in exc.value.problems] == ["train.learning_rate", "sampler.name"]
+    lines = str(exc.value).splitlines()  # a heading, then one indented line per problem
+    assert lines[0].startswith("invalid run spec in ") and lines[0].endswith(":") and len(lines) == 3
+    assert lines[1].startswith("  train.learning_rate: ") and lines[2].startswith("  sampler.name: ")
+    s["train"]["learning_rate"] = "x"
+    s["sampler"]["name"] = "llada"
+    with pytest.raises(SpecError) as exc:
+        load_spec(write(tmp_path, s))
+    assert len(str(exc.value).splitlines()) == 1 and str(exc.value).count("train.learning_rate: ") == 1  # one problem
+    s["sampler"]["name"] = "nosuch"
     s["train"]["learning_rate"] = 1e-3
     s["algorithm"]["name"] = "nosuch"
     p = problems(tmp_path, s)

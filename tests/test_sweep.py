@@ -118,13 +118,15 @@ def test_launchers_record_states_and_a_rerun_skips_finished_runs(sft_spec, tmp_p
 
 def test_run_command_launches_several_processes_with_torchrun(sft_spec, tmp_path):
     (run,) = plan_runs(str(sft_spec), [], [3], tmp_path / "sw")
+    dare = str(Path(sys.executable).parent / "dare")  # the installed console script, never ./dare of the cwd
+    assert Path(dare).is_file()
     cmd = L.run_command("s.yaml", run, L.RunLaunch(processes=4))
     assert cmd[:6] == [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "4"]
-    assert cmd[6:10] == ["-m", "dare.cli", "run", "s.yaml"] and "train.seed=3" in cmd and "eval.seed=3" in cmd
-    assert L.run_command("s.yaml", run)[:4] == [sys.executable, "-m", "dare.cli", "run"]
+    assert cmd[6:9] == [dare, "run", "s.yaml"] and "train.seed=3" in cmd and "eval.seed=3" in cmd
+    assert L.run_command("s.yaml", run)[:2] == [dare, "run"]
     cmd = L.run_command("s.yaml", run, L.RunLaunch(processes=8, accelerate_config="examples/accelerate/fsdp2.yaml"))
-    assert cmd[1:11] == ["-m", "accelerate.commands.launch", "--config_file", "examples/accelerate/fsdp2.yaml",
-                         "--num_processes", "8", "-m", "dare.cli", "run", "s.yaml"]
+    assert cmd[1:10] == ["-m", "accelerate.commands.launch", "--config_file", "examples/accelerate/fsdp2.yaml",
+                         "--num_processes", "8", dare, "run", "s.yaml"]
     cmd = L.run_command("s.yaml", run, L.RunLaunch(processes=16, nodes=2))  # every node: its rank and the first node
     assert cmd[1:13] == ["-m", "torch.distributed.run", "--nnodes", "2", "--node_rank", "{node_rank}", "--master_addr",
                          "{master_addr}", "--master_port", "{master_port}", "--nproc_per_node", "8"]
@@ -183,6 +185,25 @@ def test_each_node_of_a_multi_node_job_fills_in_its_rank_and_the_first_host(monk
     assert 29500 <= int(cmd[i + 7]) < 30500
 
 
+def test_a_sweep_child_imports_the_installed_dare_not_the_working_directorys(tmp_path, monkeypatch):
+    """A ``dare/`` package in the working directory is not what a sweep's run imports: the console script's
+    interpreter does not put the working directory on sys.path (nor does ``python -P``)."""
+    (tmp_path / "dare").mkdir()
+    (tmp_path / "dare" / "__init__.py").write_text("raise SystemExit('the working directory was imported')\n")
+    (tmp_path / "dare" / "cli.py").write_text("raise SystemExit('the working directory was imported')\n")
+    from dare.sweep.plan import SweepRun
+
+    run = SweepRun("r", {}, 0, [], tmp_path / "r")
+    cmd = L.run_command("s.yaml", run)[:-2] + ["--version"]
+    out = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0 and "working directory" not in out.stderr, out.stderr
+    monkeypatch.setattr(L.Path, "is_file", lambda self: False)  # no console script: python -P -m dare.cli
+    cmd = L.run_command("s.yaml", run)
+    assert cmd[:4] == [sys.executable, "-P", "-m", "dare.cli"]
+    out = subprocess.run(cmd[:4] + ["--version"], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0 and "working directory" not in out.stderr, out.stderr
+
+
 def test_cli_dry_run_lists_the_runs(run_cli, sft_spec, tmp_path):
     code, out, err = run_cli("sweep", str(sft_spec), "--grid", "train.max_steps=1,2", "--seeds", "0,1", "-o",
                              str(tmp_path / "sw"), "--dry-run")
@@ -224,6 +245,20 @@ def test_a_grid_over_the_run_limit_is_refused_before_any_validation(run_cli, sft
 
     assert count_seeds("0-4,7") == 6 and count_seeds("x") is None
     assert check_run_count([("a", [1, 2]), ("b", [1, 2, 3])], 2, 12) == 12
+
+
+def test_dry_run_shows_started_and_recorded_runs_as_they_are(run_cli, sft_spec, tmp_path):
+    """A run that started and did not finish is ``interrupted`` (the sweep resumes it), a run the last sweep
+    recorded as failed is ``failed``; the others stay ``pending``."""
+    out_dir = tmp_path / "sw"
+    runs = plan_runs(str(sft_spec), [("train.max_steps", [1, 2])], [0], out_dir)
+    started, failed = runs
+    started.dir.mkdir(parents=True)
+    (started.dir / "run.json").write_text(json.dumps({"spec_hash": started.spec_hash}))
+    (out_dir / "sweep.json").write_text(json.dumps({"runs": [{"name": failed.name, "state": "failed"}]}))
+    code, out, err = run_cli("sweep", str(sft_spec), "--grid", "train.max_steps=1,2", "-o", str(out_dir), "--dry-run")
+    assert code == 0, err
+    assert f"interrupted  {started.dir}" in out and f"failed       {failed.dir}" in out, out
 
 
 def test_slurm_launcher_needs_sbatch(run_cli, sft_spec, tmp_path, monkeypatch):

@@ -6,7 +6,7 @@ import contextlib
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from dare import distributed
+from dare import distributed, sharding
 from dare.data import Prompter, load_rows
 from dare.eval.paths import benchmark_path, data_root
 from dare.sampling.text import generate_texts
@@ -85,7 +85,10 @@ def evaluate_benchmark(
     :raises DataError: unreadable data or a prompt template referring to a missing field.
 
     With several processes (:mod:`dare.distributed`) each decodes and scores a contiguous slice of the rows;
-    the per-row records are gathered, so every process returns the same result. Row ``i``'s sampling noise
+    the per-row records are gathered, so every process returns the same result. A sharded model (FSDP2, ZeRO-3)
+    runs the same forwards on every process: the slices are padded to the same length (the padding rows are
+    decoded, then dropped from the scores, NFE and token counts) and the decoders run in lock-step
+    (:func:`dare.sharding.lockstep`). Row ``i``'s sampling noise
     is keyed by ``(seed, i)``, so the completions do not depend on the process count or ``batch_size``.
     """
     own = getattr(evaluator, "score_benchmark", None)
@@ -95,10 +98,14 @@ def evaluate_benchmark(
     rows = load_rows(str(path), limit=limit or bspec.limit, offset=bspec.offset)
     prompter = Prompter(tokenizer, bspec.prompt_template, None, bspec.chat_template, bspec.system_prompt,
                         loc=f"eval.benchmarks[{bspec.name}]")
-    mine = distributed.shard(len(rows))
+    if sharding.is_sharded(model):  # every process decodes as many rows (padding dropped below): lock-step forwards
+        mine, real = sharding.padded_shard(len(rows))
+    else:
+        mine = list(distributed.shard(len(rows)))
+        real = len(mine)
     prompts = [prompter.prompt(rows[i]) for i in mine]
     world = distributed.world_size()
-    title = progress if world == 1 or progress is None else f"{progress} (process 0's {len(mine)} of {len(rows)})"
+    title = progress if world == 1 or progress is None else f"{progress} (process 0's {real} of {len(rows)})"
     from dare.progress import task
 
     with task(title or "", len(mine), "rows") if progress else contextlib.nullcontext() as bar:
@@ -108,12 +115,14 @@ def evaluate_benchmark(
     timed = (sum(out.batch_tokens[warm:]), sum(out.batch_seconds[warm:]), out.batch_seconds[0] if warm else 0.0)
     errors_before = sum(getattr(reward, "errors", {}).values())
     samples = []
-    for i, prompt, text in zip(mine, prompts, out.texts, strict=True):
+    kept = [min(max(real - b * batch_size, 0), o.completions.shape[0]) for b, o in enumerate(out.outputs)]  # real rows
+    for i, prompt, text in zip(mine[:real], prompts[:real], out.texts[:real], strict=True):
         r, _ = reward.score_one(text, rows[i])
         samples.append({"index": i, "prompt": prompt, "completion": text, "reward": r, "correct": evaluator.is_correct(r)})
-    nfe = sum(o.nfe * o.completions.shape[0] for o in out.outputs)  # forward passes x prompts of each batch
+    nfe = sum(o.nfe * k for o, k in zip(out.outputs, kept))  # forward passes x (real) prompts of each batch
+    generated = sum(o.completions[:k].numel() for o, k in zip(out.outputs, kept))
     errors = sum(getattr(reward, "errors", {}).values()) - errors_before
-    parts = distributed.gather((samples, nfe, out.generated_tokens, out.seconds, errors, timed, len(out.batch_seconds)))
+    parts = distributed.gather((samples, nfe, generated, out.seconds, errors, timed, len(out.batch_seconds)))
     samples = [s for part in parts for s in part[0]]
     n = len(rows)
     tokens_total, seconds = sum(p[2] for p in parts), max(p[3] for p in parts)

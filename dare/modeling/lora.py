@@ -225,12 +225,22 @@ class ReferencePolicy:
     * otherwise: a deep copy of the policy taken at construction, in eval mode, without gradients.
 
     Use ``with ref.model() as m:`` under ``torch.no_grad()``; the policy's train/eval mode is restored.
+
+    :param accelerator: the trainer's ``accelerate.Accelerator``. The copy is taken before the trainer shards and
+        places the policy; at its first use it is sharded and placed like the policy
+        (:func:`dare.sharding.place_frozen`: FSDP2 units on the policy's mesh, a ZeRO-3 inference engine, or the
+        policy's device), so each process holds its shard of it, not a whole CPU copy.
+    :param placement: ``like_policy`` (above) or ``device_bf16``: a whole bf16 copy on the process's device
+        (``train.reference_placement``).
     """
 
-    def __init__(self, policy: torch.nn.Module):
+    def __init__(self, policy: torch.nn.Module, accelerator=None, placement: str = "like_policy"):
         self.policy = policy
+        self.accelerator = accelerator
+        self.placement = placement
         self.shares_weights = is_peft_model(policy)
         self._copy = None if self.shares_weights else copy.deepcopy(policy).eval().requires_grad_(False)
+        self._placed = accelerator is None and placement == "like_policy"
 
     def mix_in(self, alpha: float) -> bool:
         """``ref <- alpha * policy + (1 - alpha) * ref``, parameter by parameter, in place: TRL's reference sync
@@ -252,6 +262,11 @@ class ReferencePolicy:
     def model(self) -> Iterator[Any]:
         """The reference model for the duration of the block (dropout off)."""
         if self._copy is not None:
+            if not self._placed:
+                from dare.sharding import place_frozen
+
+                self._copy = place_frozen(self._copy, self.accelerator, placement=self.placement)
+                self._placed = True
             yield self._copy
             return
         was_training = self.policy.training

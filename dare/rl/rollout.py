@@ -12,6 +12,7 @@ from typing import Any, Callable
 
 import torch
 
+from dare import sharding
 from dare.diffusion.estimators import Pass, ScoringBatch
 from dare.randomness import RowGenerators
 from dare.sampling import completion_mask as family_completion_mask
@@ -51,7 +52,8 @@ class Rollout:
 def sample_completions(model, family, tokens, tokenizer, sampler, prompts: list[str], group_size: int,
                        generator: torch.Generator | None = None, batch_size: int | None = None,
                        on_batch: Callable[[int], None] | None = None) -> tuple[ScoringBatch, dict[str, float]]:
-    """Generate ``group_size`` completions per prompt with ``sampler`` (model in eval mode).
+    """Generate ``group_size`` completions per prompt with ``sampler`` (model in eval mode). A sharded model
+    (FSDP2, ZeRO-3) decodes in lock-step with the other processes (:func:`dare.sharding.lockstep`).
 
     Positions the sampler never committed (still the mask token) become EOS, as DARE's rollouts do;
     for families with ``pad_in_response = False`` the completion mask is then recomputed and
@@ -69,11 +71,13 @@ def sample_completions(model, family, tokens, tokenizer, sampler, prompts: list[
     model.eval()
     outs = []
     try:
-        for i in range(0, len(expanded), step):
-            gen = generator.rows(slice(i, i + step)) if isinstance(generator, RowGenerators) else generator
-            outs.append(sampler.generate(model, family, tokens, ids[i : i + step], attn[i : i + step], generator=gen))
-            if on_batch is not None:
-                on_batch(outs[-1].sequences.shape[0])
+        with sharding.lockstep(model):  # a sharded model: every process runs the same forwards
+            for i in range(0, len(expanded), step):
+                gen = generator.rows(slice(i, i + step)) if isinstance(generator, RowGenerators) else generator
+                outs.append(sampler.generate(model, family, tokens, ids[i : i + step], attn[i : i + step],
+                                             generator=gen))
+                if on_batch is not None:
+                    on_batch(outs[-1].sequences.shape[0])
     finally:
         model.train(was_training)
     P = outs[0].prompt_length

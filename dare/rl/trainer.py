@@ -126,7 +126,9 @@ class GRPOTrainer(RLStepHooks, DareTrainer):
             self.add_callback(RolloutBoundarySaves(self.params.num_iterations))
         # a KL against another policy than a frozen reference (TraceRL's kl_target: rollout) needs no reference copy
         needs_reference = self.params.uses_reference_policy()
-        self.reference = ReferencePolicy(self.accelerator.unwrap_model(self.model)) if needs_reference else None
+        placement = self.args.reference_placement  # train.reference_placement: sharded like the policy, or whole bf16
+        self.reference = (ReferencePolicy(self.accelerator.unwrap_model(self.model), self.accelerator, placement)
+                          if needs_reference else None)
         sync = reference_sync(self.reference, self.params)  # TRL's sync_ref_model (dare.rl.reference_sync)
         if sync is not None:
             self.add_callback(sync)

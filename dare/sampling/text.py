@@ -8,6 +8,7 @@ from typing import Callable
 
 import torch
 
+from dare import sharding
 from dare.components import SamplerOutput, SpecialTokens
 from dare.randomness import STREAMS, RowGenerators, key_seed
 
@@ -86,6 +87,10 @@ def generate_texts(model, family, tokens: SpecialTokens, tokenizer, sampler, pro
         the batch it was decoded in, nor on the process (for samplers with ``supports_row_generators``).
         Without ``seed``, every batch draws from ``generator``.
     :param on_batch: called with the number of prompts of each finished batch (progress display).
+
+    A sharded model (FSDP2, ZeRO-3: :func:`dare.sharding.is_sharded`) decodes in lock-step with the other processes
+    (:func:`dare.sharding.lockstep`): every process must call this (give each the same number of prompts,
+    :func:`dare.sharding.padded_shard`, so the batches line up too).
     """
     indices = list(range(len(prompts))) if indices is None else list(indices)
     device = next(model.parameters()).device
@@ -93,23 +98,31 @@ def generate_texts(model, family, tokens: SpecialTokens, tokenizer, sampler, pro
     model.eval()
     out = TextGeneration()
     try:
-        for i in range(0, len(prompts), batch_size):
-            chunk = prompts[i : i + batch_size]
-            ids, attn = encode_prompts(tokenizer, chunk, tokens.pad_id, device)
-            t0 = time.perf_counter()
-            gen = _generator(sampler, generator, seed, indices[i : i + batch_size], device)
-            res = sampler.generate(model, family, tokens, ids, attn, generator=gen)
-            dt = time.perf_counter() - t0
-            out.seconds += dt
-            out.batch_seconds.append(dt)
-            out.batch_tokens.append(res.completions.numel())
-            out.nfe += res.nfe
-            out.generated_tokens += res.completions.numel()
-            out.outputs.append(res)
-            out.prompt_ids.append(ids)
-            out.texts.extend(decode_completions(tokenizer, res.completions, tokens))
-            if on_batch is not None:
-                on_batch(len(chunk))
+        with sharding.lockstep(model):  # a sharded model: every process runs the same forwards
+            _decode_batches(model, family, tokens, tokenizer, sampler, prompts, batch_size, generator, seed, indices,
+                            on_batch, device, out)
     finally:
         model.train(was_training)
     return out
+
+
+def _decode_batches(model, family, tokens, tokenizer, sampler, prompts, batch_size, generator, seed, indices, on_batch,
+                    device, out: TextGeneration) -> None:
+    """The batches of :func:`generate_texts`, appended to ``out``."""
+    for i in range(0, len(prompts), batch_size):
+        chunk = prompts[i : i + batch_size]
+        ids, attn = encode_prompts(tokenizer, chunk, tokens.pad_id, device)
+        t0 = time.perf_counter()
+        gen = _generator(sampler, generator, seed, indices[i : i + batch_size], device)
+        res = sampler.generate(model, family, tokens, ids, attn, generator=gen)
+        dt = time.perf_counter() - t0
+        out.seconds += dt
+        out.batch_seconds.append(dt)
+        out.batch_tokens.append(res.completions.numel())
+        out.nfe += res.nfe
+        out.generated_tokens += res.completions.numel()
+        out.outputs.append(res)
+        out.prompt_ids.append(ids)
+        out.texts.extend(decode_completions(tokenizer, res.completions, tokens))
+        if on_batch is not None:
+            on_batch(len(chunk))

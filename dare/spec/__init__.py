@@ -93,7 +93,16 @@ def validate_spec(raw: dict | RunSpec, source: str | None = None, check: bool = 
         either a training or an evaluation-only command.
     :raises SpecError: listing every problem with its YAML path.
     """
-    spec = raw if isinstance(raw, RunSpec) else structure(raw, source)
+    if isinstance(raw, RunSpec):
+        spec = raw
+    else:
+        try:
+            spec = structure(raw, source)
+        except SpecError as exc:
+            if check:  # every problem of every stage: the semantic checks of the sections that did parse too
+                exc.problems += _checks_of_parsed_sections(raw, exc.problems, source, config_only, command)
+                raise SpecError(exc.problems, source=source) from None
+            raise
     if check:
         resolve_spec(spec, source, config_only=config_only, command=command).raise_problems()
     return spec
@@ -114,3 +123,24 @@ def load_spec(path: str | os.PathLike, overrides: list[str] | None = None, check
         if not overrides and not unset:
             raise
         raise SpecError(mark_overrides(exc.problems, overrides or [], unset), source=exc.source) from None
+
+
+def _top_section(loc: str) -> str:
+    return loc.split(".", 1)[0].split("[", 1)[0].strip()
+
+
+def _checks_of_parsed_sections(raw: dict, problems: list[tuple[str, str]], source: str | None, config_only: bool,
+                               command: str | None) -> list[tuple[str, str]]:
+    """The semantic problems (second pass) of the sections of ``raw`` that passed the structural pass, found on
+    the spec without the sections that failed; none when a required section (``model``, ``output``) or the
+    spec's top level failed. Only problems located in a parsed section are kept (a check about a removed
+    section would be a consequence of the structural problem already reported)."""
+    failed = {_top_section(loc) for loc, _ in problems}
+    if not isinstance(raw, dict) or "" in failed or failed & {"model", "output"}:
+        return []
+    try:
+        spec = RunSpec.model_validate({k: v for k, v in raw.items() if k not in failed})
+        found = resolve_spec(spec, source, config_only=config_only, command=command).problems
+    except (ValidationError, SpecError):
+        return []
+    return [(loc, msg) for loc, msg in found if _top_section(loc) not in failed and (loc, msg) not in problems]

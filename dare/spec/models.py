@@ -192,6 +192,12 @@ class TrainSpec(_Strict):
         "variables (WANDB_MODE=offline, MLFLOW_TRACKING_URI, ...); unset, wandb and MLflow write under output.dir and trackio "
         "to its local store. See docs/run-spec.md.",
     )
+    reference_placement: Literal["like_policy", "device_bf16"] = Field(
+        "like_policy", description="Where the frozen reference policy (DPO/VRPO, RL with beta > 0; not with LoRA, "
+        "where it is the policy with its adapters off) lives: like_policy = sharded and placed like the policy (FSDP2 "
+        "units, a ZeRO-3 engine, or the policy's device); device_bf16 = a whole bf16 copy on each process's device "
+        "(2 bytes per parameter per process, no gathers at its forwards). See docs/scaling.md.",
+    )
 
     @field_validator("eval_steps", "eval_limit", "save_total_limit", "max_length", mode="before")
     @classmethod
@@ -297,6 +303,8 @@ def spec_hash(spec: RunSpec) -> str:
         data["train"].pop("report_to", None)  # where metrics are logged never changes the run
     for reward in data.get("rewards") or []:  # a time limit changes no score: the hash of specs written before it
         reward.pop("timeout_s", None)
+        if data["train"].get("reference_placement") == "like_policy":  # the default: the hash of specs written before
+            data["train"].pop("reference_placement")
     blob = json.dumps(data, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 

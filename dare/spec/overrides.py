@@ -4,7 +4,8 @@
 parsed as YAML (:func:`parse_override_value`), list items are addressed by index
 (``eval.benchmarks.0.limit`` or ``eval.benchmarks[0].limit``). ``--unset key`` removes a key (or a list
 item) after every ``--set``, so the component's default applies again, e.g. ``--set algorithm.name=d1
---unset algorithm.params.shrink`` when switching from TraceRL, which has that param, to d1, which has not.
+--unset algorithm.params.shrink --unset algorithm.params.transition_grouping --unset algorithm.params.normaliser``
+when switching examples/quickstart-rl.yaml from TraceRL, which has those params, to d1, which has not.
 """
 
 from __future__ import annotations

@@ -97,8 +97,15 @@ def run_sweep(spec_path: str, grid: list[tuple[str, list[Any]]], seeds: list[int
     if (out_dir / "run.json").is_file():
         raise DareError(f"{out_dir} is a run directory (it has run.json); give the sweep its own directory with -o DIR")
     runs = plan_runs(spec_path, grid, seeds, out_dir, overrides)
+    removed: dict[str, list[str]] = {}
+    for r in runs:  # the spec's params of the component a grid value replaces, which the named one lacks or refuses
+        if r.unset:
+            removed.setdefault(", ".join(f"{k}={v}" for k, v in r.settings.items()), r.unset)
+    for setting, keys in removed.items():
+        print(f"{setting}: {' '.join(f'--unset {k}' for k in keys)} (the spec's params of another component; "
+              "their defaults apply)", file=sys.stderr)
     launches = {r.name: launcher.resolve(r) for r in runs}  # the launch each run asks for (a bad one stops here)
-    states = {r.name: "finished" if is_finished(r) else "pending" for r in runs}
+    states = _states(runs, read_record(out_dir))
     for text in dict.fromkeys(launches[r.name].describe() for r in runs if states[r.name] != "finished"):
         print(f"dare sweep: {launcher.name} asks for {text} per run", file=sys.stderr)
     if dry_run:
@@ -132,6 +139,22 @@ def run_sweep(spec_path: str, grid: list[tuple[str, list[Any]]], seeds: list[int
     finally:
         lock.close()
     return {"runs": runs, "states": states, "comparison": comparison, "launches": launches}
+
+
+def _states(runs: list[SweepRun], record: dict[str, Any] | None) -> dict[str, str]:
+    """Each run's state before the sweep starts: ``finished`` (:func:`is_finished`); else ``failed`` or
+    ``interrupted`` as the last sweep recorded it; else ``interrupted`` when its directory holds its ``run.json``
+    (started, not finished: the next sweep resumes it from its last checkpoint); else ``pending``."""
+    recorded = {e.get("name"): e.get("state") for e in (record or {}).get("runs", []) if isinstance(e, dict)}
+    states = {}
+    for r in runs:
+        if is_finished(r):
+            states[r.name] = "finished"
+        elif recorded.get(r.name) in ("failed", "interrupted"):
+            states[r.name] = recorded[r.name]
+        else:
+            states[r.name] = "interrupted" if (r.dir / "run.json").is_file() else "pending"
+    return states
 
 
 def write_comparison(out_dir: Path, runs: list[SweepRun], states: dict[str, str], title: str, min_seeds: int = 5,

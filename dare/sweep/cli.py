@@ -96,7 +96,8 @@ def sweep(spec, grids, seeds, out_dir, overrides, dry_run, min_seeds, power_effe
 
     Every run is a normal run directory DIR/<settings>,seed=<s> (e.g. algorithm.name=d1,seed=0). All runs are
     validated (as `dare validate`) before any starts: a grid key the spec does not have, or a value it refuses,
-    stops the sweep naming the --grid key. Re-running the same command skips finished runs and resumes the
+    stops the sweep naming the --grid key; a grid over a component's name (algorithm.name=d1,tracerl) drops the
+    spec's params the named component lacks or refuses (printed; their defaults apply). Re-running the same command skips finished runs and resumes the
     others from their last checkpoint. At the end DIR/comparison.md and comparison.png group the runs of each
     setting and say which differences exceed seed noise (below).
     """

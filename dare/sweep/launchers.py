@@ -117,29 +117,42 @@ def resolve_launch(run: SweepRun, gpus_per_run: int | None = None, nodes_per_run
     return RunLaunch(processes, nodes, processes // nodes if gpus else 0, accelerate_config, source)
 
 
+def _dare_entry() -> list[str]:
+    """How a child process starts the installed ``dare``: the console script next to this interpreter (the one
+    ``pip install`` wrote, so a ``dare/`` folder in the working directory is never imported instead), else
+    ``-m dare.cli`` (run by this interpreter with ``-P``: no working directory on ``sys.path``)."""
+    script = Path(sys.executable).parent / "dare"
+    if script.is_file():
+        return [str(script)]
+    return ["-m", "dare.cli"]
+
+
 def run_command(spec_path: str, run: SweepRun, launch: RunLaunch | None = None) -> list[str]:
-    """The command line of one run (on one node): ``python -m dare.cli run SPEC --set ...``; with several processes
-    on one node ``python -m torch.distributed.run --standalone --nproc_per_node N -m dare.cli run ...`` (torchrun:
+    """The command line of one run (on one node): the installed ``dare run SPEC --set ... --unset ...`` (the console
+    script next to ``sys.executable``, :func:`_dare_entry`; without one ``python -P -m dare.cli``); with several
+    processes on one node ``python -m torch.distributed.run --standalone --nproc_per_node N DARE run ...`` (torchrun:
     every process joins the group through accelerate, docs/scaling.md); with ``launch.accelerate_config`` (FSDP2,
-    ZeRO: examples/accelerate/) ``python -m accelerate.commands.launch --config_file FILE --num_processes N -m
-    dare.cli run ...``. Over several nodes the command of every node is the same, with :data:`NODE_RANK`,
+    ZeRO: examples/accelerate/) ``python -m accelerate.commands.launch --config_file FILE --num_processes N DARE
+    run ...``. Over several nodes the command of every node is the same, with :data:`NODE_RANK`,
     :data:`MASTER_ADDR` and :data:`MASTER_PORT` placeholders that :class:`RunJob` fills on each node (torchrun
     ``--nnodes/--node_rank/--master_addr``; accelerate ``--num_machines/--machine_rank/--main_process_ip``). The
     interpreter is this one (``sys.executable``), so the run uses the same environment as the sweep."""
     launch = launch or RunLaunch()
-    args = ["run", spec_path, *(x for ov in run.overrides for x in ("--set", ov))]
+    args = ["run", spec_path, *(x for ov in run.overrides for x in ("--set", ov)),
+            *(x for key in run.unset for x in ("--unset", key))]
+    entry = _dare_entry()
     many = launch.nodes > 1
     if launch.accelerate_config is not None:
         nodes = ["--num_machines", str(launch.nodes), "--machine_rank", NODE_RANK, "--main_process_ip", MASTER_ADDR,
                  "--main_process_port", MASTER_PORT] if many else []
         return [sys.executable, "-m", "accelerate.commands.launch", "--config_file", launch.accelerate_config, *nodes,
-                "--num_processes", str(launch.processes), "-m", "dare.cli", *args]
+                "--num_processes", str(launch.processes), *entry, *args]
     if launch.processes > 1:
         nodes = (["--nnodes", str(launch.nodes), "--node_rank", NODE_RANK, "--master_addr", MASTER_ADDR,
                   "--master_port", MASTER_PORT] if many else ["--standalone"])
         return [sys.executable, "-m", "torch.distributed.run", *nodes, "--nproc_per_node", str(launch.per_node),
-                "-m", "dare.cli", *args]
-    return [sys.executable, "-m", "dare.cli", *args]
+                *entry, *args]
+    return [*entry, *args] if entry[0] != "-m" else [sys.executable, "-P", *entry, *args]
 
 
 def _die_with_sweep() -> None:  # pragma: no cover - runs in the child between fork and exec

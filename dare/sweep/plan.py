@@ -1,6 +1,8 @@
 """What a sweep runs: every combination of the grid values times the seeds, each a normal run directory.
 
-A run is the spec with ``--set`` overrides: the sweep's own ``--set`` values, one value per grid key, the seed
+A run is the spec with ``--set`` overrides: the sweep's own ``--set`` values, one value per grid key (a grid over
+a component's ``name`` also removes the spec's params that the replacing component lacks or refuses:
+:func:`replaced_params`), the seed
 (``train.seed`` and ``eval.seed``: the seed of every random stream of the run, see :data:`SEED_KEYS`) and
 ``output.dir`` = ``DIR/<name>``, where the name lists the run's settings (``algorithm.name=d1,seed=0``, characters
 outside ``[A-Za-z0-9._=,+-]`` replaced by ``_``). Every run is validated as ``dare validate`` does, and its
@@ -13,7 +15,7 @@ import hashlib
 import itertools
 import json
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +24,7 @@ import yaml
 from dare.errors import DareError, SpecError
 
 __all__ = ["SEED_KEYS", "DEFAULT_MAX_RUNS", "SweepRun", "parse_grid", "parse_seeds", "count_seeds", "check_run_count",
-           "plan_runs", "run_name", "is_finished"]
+           "plan_runs", "run_name", "is_finished", "replaced_params"]
 
 #: the spec keys ``--seeds`` sets. ``train.seed`` keys the trainer's streams (data order, SFT masks, RL rollouts
 #: and likelihood passes: dare.randomness, transformers' seed, LoRA initialisation); ``eval.seed`` keys the
@@ -47,10 +49,12 @@ class SweepRun:
     evaluates: bool = True
     #: the spec's ``launch:`` section (``num_processes``, ``num_machines``, ``accelerate_config``, ...), None without one
     launch: dict[str, Any] | None = None
+    #: the ``--unset`` keys: the spec's params the component a grid value names lacks or refuses
+    unset: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return {"name": self.name, "settings": self.settings, "seed": self.seed, "dir": str(self.dir),
-                "spec_hash": self.spec_hash, "overrides": self.overrides}
+                "spec_hash": self.spec_hash, "overrides": self.overrides, "unset": self.unset}
 
 
 def parse_grid(items: list[str]) -> list[tuple[str, list[Any]]]:
@@ -166,6 +170,75 @@ def _grid_problem(exc: SpecError, grid_sets: dict[str, str]) -> str | None:
     return "; ".join(found) or None
 
 
+def _lookup(raw: Any, dotted: str) -> Any:
+    """The value at ``dotted`` (``algorithm``, ``rewards.0``) in the spec mapping ``raw`` (None when absent)."""
+    node = raw
+    for part in dotted.split("."):
+        if isinstance(node, dict):
+            node = node.get(part)
+        elif isinstance(node, list) and part.isdigit() and int(part) < len(node):
+            node = node[int(part)]
+        else:
+            return None
+    return node
+
+
+#: the component kind of each spec section with a ``name`` and ``params``
+_KINDS = {"algorithm": "objective", "sampler": "sampler", "rewards": "reward"}
+
+
+def replaced_params(raw: dict, settings: dict[str, Any]) -> list[str]:
+    """The ``--unset`` keys of one grid setting: for a grid key ``X.name`` (``algorithm.name``, ``sampler.name``,
+    ``rewards.0.name``) whose value replaces the spec's component, the keys of the spec's ``X.params`` that the
+    replacing component does not have (its ``Params`` model): TraceRL's ``shrink`` is no d1 param, while
+    ``group_size`` or ``rollout_sampler``, which both have, are kept. A value equal to the spec's own name, or a
+    name no installed plugin registers (validation reports it), unsets nothing."""
+    from dare.errors import PluginError
+    from dare.plugins import get_registry
+
+    out = []
+    for key, value in settings.items():
+        parent = key[: -len(".name")] if key.endswith(".name") else None
+        section = _lookup(raw, parent) if parent else None
+        kind = _KINDS.get(parent.split(".")[0]) if parent else None
+        if (kind is None or not isinstance(section, dict) or not isinstance(section.get("params"), dict)
+                or section.get("name") == value):
+            continue
+        try:
+            fields = get_registry().get(kind, str(value)).cls.Params.model_fields
+        except PluginError:
+            continue
+        out += [f"{parent}.params.{k}" for k in section["params"] if k not in fields]
+    return out
+
+
+def _load_replacing(spec_path: str, overrides: list[str], unset: list[str], raw: dict,
+                    settings: dict[str, Any]) -> tuple[Any, list[str]]:
+    """The run's spec with ``unset`` removed, and with the spec's params that a component named by the grid
+    refuses (SPG refuses ``clip_eps_low``: it has no ratio) removed too, so their defaults apply; returns the spec
+    and every removed key. :raises SpecError: the problems that remain."""
+    from dare.spec import load_spec
+
+    replaced = {key[: -len(".name")]: _lookup(raw, key[: -len(".name")]) for key, value in settings.items()
+                if key.endswith(".name") and isinstance(_lookup(raw, key[: -len(".name")]), dict)
+                and _lookup(raw, key[: -len(".name")]).get("name") != value}
+    unset = list(unset)
+    while True:
+        try:
+            return load_spec(spec_path, overrides=overrides, unset=unset), unset
+        except SpecError as exc:
+            more = []
+            for loc, _ in exc.problems:
+                for parent, section in replaced.items():
+                    m = re.match(re.escape(parent) + r"\.params\.(\w+)", re.sub(r"\[(\w*)\]", r".\1", loc))
+                    key = f"{parent}.params.{m.group(1)}" if m else None
+                    if m and m.group(1) in (section.get("params") or {}) and key not in unset and key not in more:
+                        more.append(key)
+            if not more:
+                raise
+            unset += more
+
+
 def plan_runs(spec_path: str, grid: list[tuple[str, list[Any]]], seeds: list[int], out_dir: Path,
               overrides: list[str] | None = None) -> list[SweepRun]:
     """Every run of the sweep, each validated (structure, component params, files, model config: ``dare validate``)
@@ -179,6 +252,9 @@ def plan_runs(spec_path: str, grid: list[tuple[str, list[Any]]], seeds: list[int
 
     overrides = list(overrides or [])
     base = load_spec(spec_path, overrides=overrides, check=False)  # the spec's own structural problems first
+    from dare.spec.overrides import read_spec_file
+
+    raw = read_spec_file(spec_path, overrides)
     seed_keys = [k for k in SEED_KEYS if getattr(base, k.split(".")[0]) is not None]
     if not seed_keys:
         raise DareError(f"{spec_path} has neither a train: nor an eval: section, so a seed changes nothing; add one")
@@ -192,8 +268,9 @@ def plan_runs(spec_path: str, grid: list[tuple[str, list[Any]]], seeds: list[int
             run_dir = out_dir / name
             ovs = [*overrides, *(f"{k}={json.dumps(v)}" for k, v in settings.items()),
                    *(f"{k}={seed}" for k in seed_keys), f"output.dir={json.dumps(str(run_dir))}"]
+            unset = replaced_params(raw, settings)
             try:
-                spec = load_spec(spec_path, overrides=ovs)
+                spec, unset = _load_replacing(spec_path, ovs, unset, raw, settings)
             except SpecError as exc:
                 why = _grid_problem(exc, grid_sets)
                 if why is None and not grid_sets:
@@ -205,7 +282,7 @@ def plan_runs(spec_path: str, grid: list[tuple[str, list[Any]]], seeds: list[int
                     problems.append(why)
                 continue
             run = SweepRun(name, settings, seed, ovs, run_dir, spec_hash(spec), spec.eval is not None,
-                           spec.launch.model_dump() if spec.launch is not None else None)
+                           launch=spec.launch.model_dump() if spec.launch is not None else None, unset=unset)
             if any(r.name == name for r in runs):
                 raise DareError(f"two runs of the sweep get the directory name {name!r}; give grid values that differ in "
                                 "letters or digits")
@@ -215,8 +292,10 @@ def plan_runs(spec_path: str, grid: list[tuple[str, list[Any]]], seeds: list[int
             problems += [f"run {name}: {loc}: {msg}" for loc, msg in found]
             runs.append(run)
     if problems:
-        more = f"; and {len(problems) - 6} more" if len(problems) > 6 else ""
-        raise DareError("the sweep was not started: " + "; ".join(problems[:6]) + more)
+        more = [f"and {len(problems) - 6} more"] if len(problems) > 6 else []
+        if len(problems) == 1:
+            raise DareError("the sweep was not started: " + problems[0])
+        raise DareError("the sweep was not started:" + "".join(f"\n  {p}" for p in [*problems[:6], *more]))
     return runs
 
 

@@ -46,6 +46,7 @@ def config_from_spec(train, output_dir: str, config_cls=None, **extra: Any):
         max_nonfinite_steps=train.max_nonfinite_steps,
         packing=train.packing,
         packing_max_tokens=train.packing_max_tokens,
+        reference_placement=train.reference_placement,
         dataloader_num_workers=0,
     )
     kwargs.update(extra)

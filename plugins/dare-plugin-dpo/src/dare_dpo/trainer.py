@@ -26,7 +26,7 @@ from typing import Any
 
 import torch
 
-from dare import distributed
+from dare import distributed, sharding
 from dare.diffusion.estimators import Pass, ScoringBatch, score_pass
 from dare.errors import DareError
 from dare.modeling.lora import ReferencePolicy
@@ -71,7 +71,7 @@ class DPOTrainer(DareTrainer):
             return out | (bench(model) if bench is not None else {})
 
         super().__init__(*args, eval_fn=eval_fn if (eval_pairs or bench) else None, **kwargs)
-        self.reference = ReferencePolicy(self.model)
+        self.reference = ReferencePolicy(self.model, self.accelerator, self.args.reference_placement)
 
     # ------------------------------------------------------------------ scores
     def draw_passes(self, batch: ScoringBatch, generator=None) -> list[Pass]:
@@ -134,7 +134,8 @@ class DPOTrainer(DareTrainer):
     @torch.no_grad()
     def preference_metrics(self, pairs: list) -> dict[str, float]:
         """Held-out preference metrics, the corruptions keyed by ``eval_seed`` and each pair's index (the same
-        every time); each process scores its slice of the pairs and the sums are gathered.
+        every time); each process scores its slice of the pairs and the sums are gathered. A sharded policy (FSDP2,
+        ZeRO-3) scores as many batches on every process (:func:`dare.sharding.padded_shard`).
 
         :returns: ``loss``, ``rewards/accuracies`` (implicit reward of chosen > rejected),
             ``rewards/margins``, ``elbo/accuracy`` (the policy's own ELBO prefers chosen), means over pairs.
@@ -144,17 +145,21 @@ class DPOTrainer(DareTrainer):
         model.eval()
         bs = self.args.per_device_eval_batch_size
         sums = {"loss": 0.0, "rewards/accuracies": 0.0, "rewards/margins": 0.0, "elbo/accuracy": 0.0}
-        mine = distributed.shard(len(pairs))
+        if sharding.is_sharded(model):  # the same batches on every process (padding pairs dropped from the sums)
+            mine, real = sharding.padded_shard(len(pairs))
+        else:
+            mine = list(distributed.shard(len(pairs)))
+            real = len(mine)
         try:
-            for i in range(mine.start, mine.stop, bs):
-                chunk = pairs[i : min(i + bs, mine.stop)]
+            for i in range(0, len(mine), bs):
+                chunk = [pairs[j] for j in mine[i : i + bs]]
                 inputs = self._prepare_inputs(self.data_collator(chunk))
                 out, policy = self.pair_loss(model, inputs, seed=self.eval_seed, step=0)
-                B = len(chunk)
-                sums["loss"] += float(out.losses.sum())
-                sums["rewards/accuracies"] += float((out.chosen_rewards > out.rejected_rewards).float().sum())
-                sums["rewards/margins"] += float(out.margins.sum())
-                sums["elbo/accuracy"] += float((policy[:B] > policy[B:]).float().sum())
+                B, k = len(chunk), max(min(real - i, len(chunk)), 0)  # k: this batch's own pairs
+                sums["loss"] += float(out.losses[:k].sum())
+                sums["rewards/accuracies"] += float((out.chosen_rewards[:k] > out.rejected_rewards[:k]).float().sum())
+                sums["rewards/margins"] += float(out.margins[:k].sum())
+                sums["elbo/accuracy"] += float((policy[:k] > policy[B : B + k]).float().sum())
         finally:
             model.train(was_training)
         parts = distributed.gather(sums)
