@@ -77,3 +77,31 @@ def test_changing_one_official_setting_breaks_the_match(override):
     some = want.abs() > 1e-9
     diffs.append(float(((grad - want).abs()[some] / want.abs()[some]).max()))
     assert max(diffs) > TOL
+
+
+def test_given_logprobs_scores_the_given_values_with_unit_gradient():
+    """The stand-in policy of the leaf-log-prob fixtures: each pass scores exactly the given log-probs (also at a stop
+    token), and d(score)/d(logp) is 1 at the scored tokens and 0 elsewhere."""
+    from dare.diffusion.estimators import score_pass
+
+    logp = torch.tensor([[[-0.5, -2.0, -7.0], [-1.5, -0.01, -3.0]],
+                         [[-4.0, -0.2, -1.0], [-0.7, -9.0, -2.5]]], requires_grad=True)   # [N=2, R=2, G=3]
+    masks = torch.tensor([[[True, True, True], [False, True, False]],
+                          [[True, True, False], [False, False, True]]])
+    scored = torch.tensor([[[True, False, True], [False, True, False]],
+                           [[True, True, False], [False, False, True]]])
+    batch = logprob_batch(2, 3, torch.tensor([2, 3]))      # row 0 ends at a stop token (id 1) at position 1
+    policy = given_logprobs(logp, masks, 1, batch.mask_id)
+    no_prompt = torch.zeros(2, 1, dtype=torch.bool)
+    total = 0.0
+    for r in range(2):
+        pas = Pass(mask=torch.cat([no_prompt, masks[:, r]], 1)[None], weight=scored[:, r].float()[None])
+        token = score_pass(policy, batch, pas).token
+        want = torch.where(scored[:, r], logp[:, r], torch.zeros(()))
+        assert torch.allclose(token, want.detach(), rtol=1e-6, atol=1e-7), r
+        total = total + token.sum()
+    total.backward()
+    assert torch.allclose(logp.grad, scored.float(), rtol=1e-5, atol=1e-6)
+    with pytest.raises(ValueError, match="none of its passes"):
+        other = torch.cat([no_prompt, torch.tensor([[False, False, True], [True, False, True]])], 1)[None]
+        score_pass(policy, batch, Pass(mask=other, weight=torch.ones(1, 2, 3)))
