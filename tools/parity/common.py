@@ -229,19 +229,22 @@ def plain_logits(model: torch.nn.Module):
     return lambda noisy, clean, attn: model(noisy, attention_mask=attn).logits
 
 
+#: The stop token id of :func:`logprob_batch` (its other completion tokens are id 0).
+LOGPROB_EOS = 1
+
+
 def given_logprobs(logp: torch.Tensor, masks: torch.Tensor, prompt_length: int, mask_id: int):
     """A policy whose token log-probabilities are the given ``logp``, as DARE's step scores a policy
     (:data:`dare.rl.step.LogitsFn`), for a fixture whose official loss takes token log-probs as leaf tensors (the model
     forward is not the object of that fixture).
 
     The rows' clean ids (:func:`logprob_batch`) hold the row's index ``n`` at position 0 (a prompt token, so a chunk of
-    rows still finds its log-probs) and id 0 or 1 at every completion token. Pass ``r`` of row ``n`` masks the completion positions
-    ``masks[n, r]``; a call finds ``r`` by the masked positions (the last pass with that mask: passes with equal masks
-    score nothing of that row but the last) and returns, at each position, the two-token logits
-    ``(x, log(1 - e^x))`` with ``x = logp[n, r, j]`` (swapped where the clean token is 1): their log-softmax at the
-    clean token is ``x`` and its gradient with respect
-    to ``x`` is exactly 1 (``log(e^x + 1 - e^x) = 0`` for every ``x``), so the gradients reaching ``logp`` are the
-    loss's gradients with respect to the token log-probs.
+    rows still finds its log-probs) and id 0 or 1 at every completion token. Pass ``r`` of row ``n`` masks the
+    completion positions ``masks[n, r]``; a call finds ``r`` by the masked positions (the last pass with that mask:
+    passes with equal masks score nothing of that row but the last) and returns, at each position, the two-token
+    logits ``(x, log(1 - e^x))`` with ``x = logp[n, r, j]`` (swapped where the clean token is 1): their log-softmax at
+    the clean token is ``x`` and its gradient with respect to ``x`` is exactly 1 (``log(e^x + 1 - e^x) = 0`` for every
+    ``x``), so the gradients reaching ``logp`` are the loss's gradients with respect to the token log-probs.
 
     :param logp: ``[N, R, G]`` float32 log-probs ``< 0`` (a leaf with ``requires_grad`` to read gradients back).
     :param masks: ``[N, R, G]`` bool, the completion positions pass ``r`` masks.
@@ -290,10 +293,6 @@ def logprob_batch(num_rows: int, completion_length: int, lengths: torch.Tensor |
     ids = torch.cat([torch.arange(num_rows)[:, None], completion], 1)
     return ScoringBatch(ids, torch.ones_like(ids), torch.ones(num_rows, completion_length, dtype=torch.bool), 1,
                         mask_id)
-
-
-#: The stop token id of :func:`logprob_batch` (its other completion tokens are id 0).
-LOGPROB_EOS = 1
 
 
 def public_step(objective, batch, passes, advantages: torch.Tensor, current: torch.nn.Module,
