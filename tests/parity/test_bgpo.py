@@ -8,8 +8,10 @@ attend to the whole response, the valid length through the first EOS for SDAR), 
 the gradients of one ``update_policy`` (one backward per Monte-Carlo term). The SDAR actor's block-diffusion model
 call is replaced on both sides by the same forward over left-aligned rows
 (:func:`tools.parity.build_bgpo.compact_forward`). DARE's stratified estimator is fed the same draws (the first
-count ``k`` of each row and the masked positions); with ``preset: official`` DARE's per-term ELBOs, loss and
-gradients must match to 1e-5 (relative), and changing any one official setting must break the match.
+count ``k`` of each row and the masked positions) and DARE's side is the public RL step (:mod:`dare.rl.step`, the
+functions ``GRPOTrainer`` runs: rollout batch, passes, advantages, old scores and the per-pass update with one
+backward per term); with ``preset: official`` DARE's per-term ELBOs, loss and gradients must match to 1e-5
+(relative), and changing any one official setting must break the match.
 """
 
 from __future__ import annotations
@@ -20,13 +22,12 @@ import pytest
 import torch
 
 from dare.diffusion import elbo as elbo_module
-from dare.diffusion.estimators import ScoringBatch, StratifiedELBOEstimator, score_pass
+from dare.diffusion.estimators import ScoringBatch
+from dare.rl import step
 from dare.rl.advantages import group_advantages
-from dare.rl.conventions import attend_prompt_padding, score_through_first_stop
-from dare.rl.losses import PassLossInput
 from dare_grpo.objectives.bgpo import BGPO, BGPOParams
 from tools.parity.build_bgpo import compact_forward
-from tools.parity.common import model_from_state, read_fixture, rel_diff
+from tools.parity.common import model_from_state, plain_logits, public_step, read_fixture, rel_diff
 
 TOL = 1e-5
 
@@ -49,48 +50,44 @@ def _left_aligned(model):
     return fn
 
 
+def _logits(meta):
+    """``model -> LogitsFn`` of the fixture's family: the SDAR harness's forward over left-aligned rows, or the
+    plain bidirectional forward (LLaDA)."""
+    return _left_aligned if meta["family"] == "sdar" else plain_logits
+
+
 def run_dare(fixture: str = "bgpo", **overrides):
-    """DARE's BGPO on ``fixture`` with ``preset: official`` (+ ``overrides``): per-term ELBOs, loss, grads."""
+    """DARE's BGPO on ``fixture`` with ``preset: official`` (+ ``overrides``), run by the public RL step
+    (:mod:`dare.rl.step`: rollout batch, passes, advantages, old scores, :func:`dare.rl.step.update_per_pass`):
+    per-term ELBOs, loss, grads."""
     t, meta = read_fixture(fixture)
     params = BGPOParams.model_validate({"preset": "official", "group_size": meta["group_size"],
                                         "mc_num": meta["settings"]["mc_num"], **overrides})
+    objective = BGPO(params)
     models = {m: model_from_state(t, f"{m}.") for m in ("current", "old")}
     P = meta["prompt_length"]
     ids = t["input_ids"]
-    batch = ScoringBatch(ids, t["attention_mask"], t["attention_mask"][:, P:].bool(), P, meta["mask_id"])
-    if params.prompt_padding == "attend":
-        batch = attend_prompt_padding(batch)
+    sampled = ScoringBatch(ids, t["attention_mask"], t["attention_mask"][:, P:].bool(), P, meta["mask_id"])
+    settings = step.StepSettings(objective, temperature=1.0, stop_ids=(meta["eos_id"],))
+    batch = step.rollout_batch(sampled, params)
     official = t["mask_indices"][:, :, P:]                         # [N, M, R]
     R = official.shape[-1]
     first_k = official[:, 0].sum(dim=-1, keepdim=True)            # count of term 0 = the official k
     draws = torch.where(official, 0.1, 0.9) + 0.001 * torch.arange(R)
     with mock.patch.object(elbo_module, "_uniform_count", lambda lengths, shape, g: first_k), \
          mock.patch.object(elbo_module, "_eligible_uniform", lambda eligible, n, g: draws):
-        passes = StratifiedELBOEstimator(mc_num=params.mc_num).draw(batch, None)
-    if params.response_tokens == "through_first_eos":
-        passes = score_through_first_stop(passes, batch, (meta["eos_id"],))
+        estimator = objective.make_estimator(None, None, None)
+        passes = step.draw_passes(estimator, batch, None, params, settings.stop_ids)
 
-    def logits_fn(model):
-        if meta["family"] == "sdar":
-            return _left_aligned(model)
-        return lambda noisy, clean, attn: model(noisy, attention_mask=attn).logits
-
-    adv = group_advantages(t["rewards"], meta["group_size"], params.advantage, params.advantage_std_eps)
-    lengths = batch.response_lengths
-    objective, loss, terms = BGPO(params), torch.zeros(()), []
-    for j, pas in enumerate(passes):
-        with torch.no_grad():
-            old = score_pass(logits_fn(models["old"]), batch, pas).token
-        current = score_pass(logits_fn(models["current"]), batch, pas)
-        inp = PassLossInput(current=current, old=old, ref=None, advantages=adv, response_lengths=lengths,
-                            pass_index=j, num_passes=len(passes), num_tokens=float(pas.scored.sum()),
-                            num_sequences=ids.shape[0], total_response_tokens=float(lengths.sum()))
-        pass_loss = objective.pass_loss(inp).loss
-        pass_loss.backward()                                       # one term in memory, as the release
-        loss = loss + pass_loss.detach()
-        terms.append(current.sequence.detach() / lengths.clamp(min=1))
+    logits = _logits(meta)
+    adv = step.rollout_advantages(t["rewards"], params)
+    assert objective.score_reduction == "per_pass"  # one backward per Monte-Carlo term, as the release
+    loss, _ = public_step(objective, batch, passes, adv, models["current"], models["old"], logits=logits)
+    lengths = batch.response_lengths.clamp(min=1)
+    scores = step.score_passes(logits(models["current"]), batch, passes)
+    terms = torch.stack([s.sequence / lengths for s in scores], 1)
     grads = {n: p.grad for n, p in models["current"].named_parameters() if n in meta["grad_params"]}
-    return t, meta, passes, torch.stack(terms, 1), loss, grads
+    return t, meta, passes, terms, torch.tensor(loss), grads
 
 
 def _worst(t, meta, passes, terms, loss, grads) -> float:

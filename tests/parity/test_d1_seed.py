@@ -3,9 +3,10 @@
 d1 is released by its authors (dllm-reasoning/d1: ``preset: official``, ``tests/parity/test_d1.py``) and
 re-implemented in the seed paper's verl fork. The fixture (``tests/fixtures/parity/d1_seed/``, built by
 ``tools/parity/build_d1_seed.py``) holds the fork's prompt draws, per-token log-probs, loss and gradients of one
-``update_policy``. The estimator is the same in both releases; the settings are not: the fork's are DARE's
-defaults (``preset: dare``), which match it to 1e-5 (relative), while the authors' settings (``preset: official``)
-and any one changed default do not (docs/algorithms.md §10.1).
+``update_policy``; DARE's side is the public RL step (:mod:`dare.rl.step`, the functions ``GRPOTrainer`` runs:
+rollout batch, passes, advantages, old scores, update). The estimator is the same in both releases; the settings
+are not: the fork's are DARE's defaults (``preset: dare``), which match it to 1e-5 (relative), while the authors'
+settings (``preset: official``) and any one changed default do not (docs/algorithms.md §10.1).
 """
 
 from __future__ import annotations
@@ -15,46 +16,37 @@ from unittest import mock
 import pytest
 import torch
 
-from dare.diffusion.estimators import ScoringBatch, score_pass
+from dare.diffusion.estimators import ScoringBatch
 from dare.diffusion.estimators import onestep as onestep_module
+from dare.rl import step
 from dare.rl.advantages import group_advantages
-from dare.rl.conventions import attend_prompt_padding, score_through_first_stop
-from dare.rl.losses import PassLossInput
 from dare_grpo.objectives.d1 import D1, D1Params
-from tools.parity.common import model_from_state, read_fixture, rel_diff
+from tools.parity.common import model_from_state, plain_logits, public_step, read_fixture, rel_diff
 
 TOL = 1e-5
 
 
 def run_dare(**settings):
-    """DARE's d1 on the fixture with ``settings`` (default: DARE's defaults): per-token log-probs, loss, grads."""
+    """DARE's d1 on the fixture with ``settings`` (default: DARE's defaults), run by the public RL step
+    (:mod:`dare.rl.step`: rollout batch, passes, advantages, old scores, update): per-token log-probs, loss, grads."""
     t, meta = read_fixture("d1_seed")
     params = D1Params.model_validate({"group_size": meta["group_size"], **settings})
+    objective = D1(params)
     models = {m: model_from_state(t, f"{m}.") for m in ("current", "old")}
     P, ids = meta["prompt_length"], t["input_ids"]
-    batch = ScoringBatch(ids, t["attention_mask"], torch.ones_like(ids[:, P:], dtype=torch.bool), P, meta["mask_id"])
-    if params.prompt_padding == "attend":
-        batch = attend_prompt_padding(batch)
+    sampled = ScoringBatch(ids, t["attention_mask"], torch.ones_like(ids[:, P:], dtype=torch.bool), P, meta["mask_id"])
+    settings = step.StepSettings(objective, temperature=1.0, stop_ids=(meta["eos_id"],))
+    batch = step.rollout_batch(sampled, params)
     with mock.patch.object(onestep_module, "uniform", lambda shape, g, device: t["prompt_draws"]):
-        passes = onestep_module.OneStepEstimator(p_mask_prompt=params.p_mask_prompt).draw(batch, None)
-    if params.response_tokens == "through_first_eos":
-        passes = score_through_first_stop(passes, batch, (meta["eos_id"],))
+        estimator = objective.make_estimator(None, None, None)
+        passes = step.draw_passes(estimator, batch, None, params, settings.stop_ids)
     (pas,) = passes
 
-    def logits_fn(model):
-        return lambda noisy, clean, attn: model(noisy, attention_mask=attn).logits
-
-    with torch.no_grad():
-        old = score_pass(logits_fn(models["old"]), batch, pas).token
-    current = score_pass(logits_fn(models["current"]), batch, pas)
-    adv = group_advantages(t["rewards"], meta["group_size"], params.advantage, params.advantage_std_eps)
-    inp = PassLossInput(current=current, old=old, ref=None, advantages=adv, response_lengths=batch.response_lengths,
-                        pass_index=0, num_passes=1, num_tokens=float(pas.scored.sum()), num_sequences=ids.shape[0],
-                        total_response_tokens=float(batch.response_lengths.sum()))
-    loss = D1(params).pass_loss(inp).loss
-    loss.backward()
+    adv = step.rollout_advantages(t["rewards"], params)
+    loss, _ = public_step(objective, batch, passes, adv, models["current"], models["old"])
+    (current,) = step.token_scores(plain_logits(models["current"]), batch, passes)
     grads = {n: p.grad for n, p in models["current"].named_parameters() if n in meta["grad_params"]}
-    return t, meta, pas, current.token.detach(), loss.detach(), grads
+    return t, meta, pas, current, torch.tensor(loss), grads
 
 
 def _worst(t, meta, pas, token, loss, grads) -> float:

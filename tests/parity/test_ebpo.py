@@ -9,24 +9,26 @@ scalar-proxy replay. The block-diffusion model call is replaced on both sides by
 (:func:`tools.parity.build_bgpo.compact_forward` on left-aligned rows), so the comparison covers the
 corruption, the composite ELBO, the log-domain clip, the advantages and the gradients, not SDAR's block
 attention. DARE's blockwise estimator is fed the official draws (the offset, the masked positions of each
-cell); with ``preset: official`` its composites, loss and gradients must match to 1e-5 (relative), and
-changing any one official setting must break the match.
+cell) and DARE's side is the public RL step (:mod:`dare.rl.step`, the functions ``GRPOTrainer`` runs: rollout
+batch, passes, advantages, old scores and the scalar-proxy replay ``update_pass_mean``); with ``preset: official``
+its composites, loss and gradients must match to 1e-5 (relative), and changing any one official setting must break
+the match.
 """
 
 from __future__ import annotations
 
+import types
 from unittest import mock
 
 import pytest
 import torch
 
-from dare.diffusion.estimators import ScoringBatch, score_pass
+from dare.diffusion.estimators import ScoringBatch
 from dare.diffusion.estimators import blockwise as bw
-from dare.rl.advantages import group_advantages
-from dare.rl.losses import SequenceLossInput
+from dare.rl import step
 from dare_grpo.objectives.ebpo import EBPO, EBPOParams
 from tools.parity.build_bgpo import compact_forward
-from tools.parity.common import model_from_state, read_fixture, rel_diff
+from tools.parity.common import model_from_state, public_step, read_fixture, rel_diff
 
 TOL = 1e-5
 
@@ -71,30 +73,35 @@ def _official_draws(t, meta, batch: ScoringBatch, block_length: int, mc_num: int
 
 
 def run_dare(**overrides):
-    """DARE's EBPO on the fixture with ``preset: official`` (+ ``overrides``): passes, composites, loss, grads."""
+    """DARE's EBPO on the fixture with ``preset: official`` (+ ``overrides``), run by the public RL step
+    (:mod:`dare.rl.step`: rollout batch, passes, advantages, old scores and :func:`dare.rl.step.update_pass_mean`,
+    the scalar-proxy replay of the sequence-level loss): passes, composites, loss, grads."""
     t, meta = read_fixture("ebpo")
     s = meta["settings"]
     params = EBPOParams.model_validate({"preset": "official", "group_size": meta["group_size"],
                                         "mc_num": s["mc_num"], "block_length": s["block_length"], **overrides})
+    objective = EBPO(params)
     models = {m: model_from_state(t, f"{m}.") for m in ("current", "old")}
     P, ids, attn = meta["prompt_length"], t["input_ids"], t["attention_mask"]
-    batch = ScoringBatch(ids, attn, attn[:, P:].bool(), P, meta["mask_id"])
+    sampled = ScoringBatch(ids, attn, attn[:, P:].bool(), P, meta["mask_id"])
+    settings = step.StepSettings(objective, temperature=1.0, stop_ids=(meta["eos_id"],))
+    batch = step.rollout_batch(sampled, params)
     draws = iter(_official_draws(t, meta, batch, params.block_length, params.mc_num))
     with mock.patch.object(bw, "uniform", lambda shape, g, device: next(draws).reshape(shape)):
-        passes = bw.BlockwiseELBOEstimator(block_length=params.block_length, mc_num=params.mc_num).draw(batch, None)
+        # the fixture's family as EBPO.make_estimator reads it: block attention (SDAR), its training block size
+        family = types.SimpleNamespace(attention="block", block_size=lambda config: s["block_length"])
+        estimator = objective.make_estimator(family, None, None)
+        passes = step.draw_passes(estimator, batch, None, params, settings.stop_ids)
 
     def composite(model):
-        return torch.stack([score_pass(_left_aligned(model), batch, p).sequence for p in passes]).mean(0)
+        return torch.stack([x.sequence for x in step.score_passes(_left_aligned(model), batch, passes)]).mean(0)
 
-    with torch.no_grad():
-        old = composite(models["old"])
-    current = composite(models["current"])
-    adv = group_advantages(t["rewards"], meta["group_size"], params.advantage, params.advantage_std_eps)
-    loss = EBPO(params).sequence_loss(SequenceLossInput(current=current, old=old, ref=None, advantages=adv,
-                                                        response_lengths=batch.response_lengths)).loss
-    loss.backward()
+    old, current = composite(models["old"]), composite(models["current"])
+    adv = step.rollout_advantages(t["rewards"], params)
+    assert objective.score_reduction == "pass_mean"  # the release's scalar-proxy replay
+    loss, _ = public_step(objective, batch, passes, adv, models["current"], models["old"], logits=_left_aligned)
     grads = {n: p.grad for n, p in models["current"].named_parameters() if n in meta["grad_params"]}
-    return t, meta, passes, old, current.detach(), adv, loss.detach(), grads
+    return t, meta, passes, old, current, adv, torch.tensor(loss), grads
 
 
 def _worst(t, meta, passes, old, current, adv, loss, grads) -> float:

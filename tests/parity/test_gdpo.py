@@ -18,21 +18,26 @@ hand-computed values of the release's and the paper's equations (arXiv 2510.0855
   (``-0.5 * 0.90484 = -0.45242``); loss ``(-0.75 + 2.24084 + 0.25 - 0.45242) / 4 = 0.32211``; gradient
   ``(0, 0.5 * 4.48169 / 10 / 4, 0, -0.5 * 0.90484 / 5 / 4) = (0, 0.05602, 0, -0.02262)``.
 
-Changing any one official setting breaks one of these matches.
+DARE's side is the public RL step (:mod:`dare.rl.step`): the estimator's passes (``draw_passes``, ``score_passes``)
+and the scalar-proxy replay of the sequence-level loss (``update``, ``score_reduction = "pass_mean"``) with its
+advantages (``rollout_advantages``), the sequence scores ``l`` given as a policy's token log-probs
+(:func:`tools.parity.common.given_logprobs`). Changing any one official setting breaks one of these matches.
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import pytest
 import torch
 
-from dare.diffusion.estimators import ScoringBatch, SDMCEstimator, score_pass
+from dare.diffusion.estimators import Pass, ScoringBatch, SDMCEstimator
 from dare.diffusion.estimators.sdmc import quadrature
-from dare.rl.advantages import group_advantages
-from dare.rl.losses import SequenceLossInput
+from dare.rl import step
+from dare.rl.rollout import Rollout
 from dare_grpo.objectives.gdpo import GDPO, GDPOParams
+from tools.parity.common import given_logprobs, logprob_batch
 
 GAUSS3 = ((0.1127016653792583, 0.5, 0.8872983346207417), (5 / 18, 8 / 18, 5 / 18))
 ELBO = (-26.10016178522401, -11.034145777124124, -10.166158648212532)  # L = 10, 3, 1 (module docstring)
@@ -52,22 +57,40 @@ def batch() -> ScoringBatch:
 
 
 def elbo(params: GDPOParams) -> tuple[torch.Tensor, list]:
+    """The pass-mean SDMC ELBO of :func:`batch` under all-zero logits: the objective's estimator drawn by
+    :func:`dare.rl.step.draw_passes` and scored by :func:`dare.rl.step.score_passes`."""
     b = batch()
-    passes = GDPO(params).make_estimator(None, {}, None).draw(b, torch.Generator().manual_seed(1))
+    estimator = GDPO(params).make_estimator(None, {}, None)
+    passes = step.draw_passes(estimator, b, torch.Generator().manual_seed(1), params, ())
     fn = lambda noisy, clean, a: torch.zeros(*noisy.shape, 16)  # noqa: E731  (log-prob -log 16 everywhere)
-    scores = torch.stack([score_pass(fn, b, p, 1.0).sequence for p in passes])
+    scores = torch.stack([s.sequence for s in step.score_passes(fn, b, passes)])
     return scores.mean(0), passes
 
 
 def loss(params: GDPOParams):
-    adv = group_advantages(torch.tensor([1.0, 0.0, 0.0, 1.0]), 2, params.advantage, params.advantage_std_eps)
+    """The loss and its gradient with respect to the sequence scores ``l``, by the public RL step's scalar-proxy
+    replay (:func:`dare.rl.step.update`, ``score_reduction = "pass_mean"``) over one pass that scores the first
+    completion token of each row, under a policy whose log-prob of that token is ``l``
+    (:func:`tools.parity.common.given_logprobs`); two prompts of two completions."""
+    params = params.model_copy(update={"group_size": 2})
+    objective = GDPO(params)
+    adv = step.rollout_advantages(torch.tensor([1.0, 0.0, 0.0, 1.0]), params)
     cur = torch.tensor([-10.0, -20.0, -8.0, -6.0], requires_grad=True)
     ref = torch.tensor([-11.0, -21.0, -7.0, -6.5])
     old = torch.tensor([-12.0, -35.0, -4.8, -5.5])
-    out = GDPO(params).sequence_loss(SequenceLossInput(current=cur, old=old, ref=ref, advantages=adv,
-                                                       response_lengths=torch.tensor([4, 10, 4, 5])))
-    out.loss.backward()
-    return adv, float(out.loss.detach()), cur.grad
+    lengths = torch.tensor([4, 10, 4, 5])
+    N, G = 4, 10
+    b = replace(logprob_batch(N, G), completion_mask=torch.arange(G)[None, :] < lengths[:, None])  # |y| = lengths
+    first = torch.zeros(N, G, dtype=torch.bool)
+    first[:, 0] = True                                      # the one masked and scored token of each row
+    pas = Pass(mask=torch.cat([torch.zeros(N, 1, dtype=torch.bool), first], 1)[None], weight=first.float()[None])
+    logp = torch.cat([cur[:, None, None], torch.full((N, 1, G - 1), -1.0)], -1)
+    at_first = lambda x: torch.where(first, x[:, None], torch.zeros(N, G))  # noqa: E731
+    rollout = Rollout(b, [], torch.zeros(N), {}, adv, passes=[[pas]], old=[[at_first(old)]], ref=[[at_first(ref)]])
+    assert objective.score_reduction == "pass_mean"
+    policy = given_logprobs(logp, first[:, None], 1, b.mask_id)
+    value, _ = step.update(step.StepSettings(objective), policy, rollout, 0)
+    return adv, value, cur.grad
 
 
 def test_quadrature_rules_are_the_releases():

@@ -4,37 +4,61 @@
 The fixture (``tests/fixtures/parity/lightningrl/``, built by ``tools/parity/build_lightningrl.py``) holds the
 release's shaped rewards (group z-scores of correctness and tokens per forward), the groups its dynamic sampling
 keeps, the batch-level advantages, and the loss (sequence-mean clipped surrogate + token-mean k3 KL + token-mean NLL
-on the correct rows) with its gradient. DARE's functions with ``preset: official`` must give the same values
-(relative 1e-5), and changing any one official setting must break the match.
+on the correct rows) with its gradient. DARE's side is the trainer's ``after_passes`` hook and the public RL step
+(:mod:`dare.rl.step`: the estimator's pass and the per-pass update ``GRPOTrainer`` runs), scored by a policy whose
+token log-probabilities are the fixture's (:func:`tools.parity.common.given_logprobs`); with ``preset: official`` it
+must give the same values (relative 1e-5), and changing any one official setting must break the match.
 """
 
 from __future__ import annotations
 
+import types
+from dataclasses import replace
+from unittest import mock
+
 import pytest
 import torch
 
-from dare_grpo.objectives.lightningrl import LightningRLParams, lightningrl_loss
-from dare_grpo.trainer_lightningrl import batch_advantages, kept_groups, shaped_rewards, tokens_per_forward
-from tools.parity.common import read_fixture, rel_diff
+from dare.rl import step
+from dare.rl.rollout import Rollout
+from dare_grpo import trainer_lightningrl
+from dare_grpo.objectives.lightningrl import LightningRL, LightningRLParams
+from dare_grpo.trainer_lightningrl import LightningRLTrainer, kept_groups, shaped_rewards, tokens_per_forward
+from tools.parity.common import LOGPROB_EOS, given_logprobs, logprob_batch, read_fixture, rel_diff
 
 TOL = 1e-5
 
 
 def run_dare(**overrides):
+    """DARE's LightningRL step on the fixture with ``preset: official`` (+ ``overrides``): the estimator's pass
+    (:func:`dare.rl.step.draw_passes`), the trainer's ``after_passes`` hook (shaped rewards, kept groups, batch-level
+    advantages, per-row loss weights; the fixture's tokens per forward in place of the rollout's unmask steps) and
+    :func:`dare.rl.step.update`, scored by a policy whose token log-probs are the fixture's leaf tensors
+    (:func:`tools.parity.common.given_logprobs`)."""
     t, meta = read_fixture("lightningrl")
     p = LightningRLParams.model_validate({"preset": "official", "group_size": meta["group_size"], **overrides},
                                          context={"family": "sdar"})
+    objective = LightningRL(p)
     correct, tpf = t["correct"].bool(), t["tpf"]
     rewards = shaped_rewards(correct, tpf, p.group_size, p.tpf_norm, p.acc_norm, p.tpf_coefficient)
     keep = kept_groups(correct, tpf, p.group_size, p.drop_all_wrong, p.tpf_range_threshold)
-    adv = batch_advantages(rewards, keep)
-    scored = t["mask"].bool() & keep[:, None]
-    good = (keep & correct).float()
+    N, L = t["mask"].shape
+    # the response masks' lengths as completions ending at a stop token (the release scores through the first EOS)
+    batch = replace(logprob_batch(N, L, t["mask"].sum(-1)), unmask_step=torch.zeros(N, L, dtype=torch.int64))
+    passes = step.draw_passes(objective.make_estimator(None, None, None), batch, None, p, (LOGPROB_EOS,))
+    assert torch.equal(passes[0].scored, t["mask"].bool())
+    reward = correct.float() * p.correct_threshold  # correct: reward >= correct_threshold
+    rollout = Rollout(batch, [], reward, {}, torch.zeros(N), passes=[passes])
+    trainer = types.SimpleNamespace(params=p, tokens=types.SimpleNamespace(stop_ids=(LOGPROB_EOS,)),
+                                    _first_row_index=lambda num_rows: 0)  # one process: its rows start the batch
+    with mock.patch.object(trainer_lightningrl, "tokens_per_forward", lambda steps, completions, stop_ids: tpf):
+        LightningRLTrainer.after_passes(trainer, rollout)
+    masks = rollout.passes[0][0].mask[0, :, batch.prompt_length:, None].transpose(1, 2)  # [N, 1, L]
     logp = t["logp"].clone().requires_grad_(True)
-    loss, _ = lightningrl_loss(logp, t["old"], t["ref"], adv, scored, keep.float() / max(float(keep.sum()), 1.0),
-                               good / max(float((scored.sum(-1) * good).sum()), 1.0), p, float(scored.sum()))
-    loss.backward()
-    return t, rewards, keep, adv, loss.detach(), logp.grad
+    rollout.old, rollout.ref = [[t["old"]]], [[t["ref"]]]
+    policy = given_logprobs(logp[:, None], masks, 1, batch.mask_id)
+    loss, _ = step.update(step.StepSettings(objective, stop_ids=(LOGPROB_EOS,)), policy, rollout, 0)
+    return t, rewards, keep, rollout.advantages, torch.tensor(loss), logp.grad
 
 
 def test_official_preset_reproduces_the_official_code():

@@ -27,7 +27,8 @@ from safetensors.torch import load_file, save_file
 
 __all__ = ["REPO", "FIXTURES", "TinyDenoiser", "policy_models", "official_checkout", "stub_modules",
            "official_functions", "official_lines", "write_fixture", "read_fixture", "rel_diff", "model_from_state",
-           "plain_logits", "public_step", "official_update", "trainer_update", "update_worst"]
+           "plain_logits", "public_step", "official_update", "trainer_update", "update_worst", "given_logprobs",
+           "logprob_batch", "LOGPROB_EOS"]
 
 REPO = Path(__file__).resolve().parents[2]
 FIXTURES = REPO / "tests" / "fixtures" / "parity"
@@ -226,6 +227,72 @@ def plain_logits(model: torch.nn.Module):
     """``model``'s logits as DARE's step scores a policy (:data:`dare.rl.step.LogitsFn`):
     ``fn(noisy, clean, attention_mask) -> model(noisy, attention_mask=attention_mask).logits``."""
     return lambda noisy, clean, attn: model(noisy, attention_mask=attn).logits
+
+
+#: The stop token id of :func:`logprob_batch` (its other completion tokens are id 0).
+LOGPROB_EOS = 1
+
+
+def given_logprobs(logp: torch.Tensor, masks: torch.Tensor, prompt_length: int, mask_id: int):
+    """A policy whose token log-probabilities are the given ``logp``, as DARE's step scores a policy
+    (:data:`dare.rl.step.LogitsFn`), for a fixture whose official loss takes token log-probs as leaf tensors (the model
+    forward is not the object of that fixture).
+
+    The rows' clean ids (:func:`logprob_batch`) hold the row's index ``n`` at position 0 (a prompt token, so a chunk of
+    rows still finds its log-probs) and id 0 or 1 at every completion token. Pass ``r`` of row ``n`` masks the
+    completion positions ``masks[n, r]``; a call finds ``r`` by the masked positions (the last pass with that mask:
+    passes with equal masks score nothing of that row but the last) and returns, at each position, the two-token
+    logits ``(x, log(1 - e^x))`` with ``x = logp[n, r, j]`` (swapped where the clean token is 1): their log-softmax at
+    the clean token is ``x`` and its gradient with respect to ``x`` is exactly 1 (``log(e^x + 1 - e^x) = 0`` for every
+    ``x``), so the gradients reaching ``logp`` are the loss's gradients with respect to the token log-probs.
+
+    :param logp: ``[N, R, G]`` float32 log-probs ``< 0`` (a leaf with ``requires_grad`` to read gradients back).
+    :param masks: ``[N, R, G]`` bool, the completion positions pass ``r`` masks.
+    :returns: ``fn(noisy [n, P + G], clean [n, P + G], attention_mask) -> [n, P + G, 2]`` logits.
+    :raises ValueError: ``logp`` and ``masks`` are not both ``[N, R, G]``; a row's masked positions are none of its
+        passes'.
+    """
+    if logp.ndim != 3 or masks.shape != logp.shape:
+        raise ValueError(f"given_logprobs needs logp and masks of one shape [N, R, G]; got {tuple(logp.shape)} and "
+                         f"{tuple(masks.shape)}")
+    P = prompt_length
+
+    def fn(noisy, clean, attn):
+        rows = []
+        for b in range(noisy.shape[0]):
+            n = int(clean[b, 0])
+            masked = noisy[b, P:] == mask_id
+            x = torch.full_like(logp[n, 0], -1.0)
+            if bool(masked.any()):
+                match = [r for r in range(masks.shape[1]) if torch.equal(masks[n, r], masked)]
+                if not match:
+                    raise ValueError(f"row {n}: the masked positions are none of its passes'")
+                x = logp[n, match[-1]]
+            y = torch.log1p(-torch.exp(x))
+            one = clean[b, P:] == 1
+            rows.append(torch.stack([torch.where(one, y, x), torch.where(one, x, y)], -1))
+        completion = torch.stack(rows)
+        return torch.cat([torch.zeros(noisy.shape[0], P, 2, dtype=completion.dtype), completion], 1)
+
+    return fn
+
+
+def logprob_batch(num_rows: int, completion_length: int, lengths: torch.Tensor | None = None, mask_id: int = 2):
+    """The :class:`~dare.diffusion.estimators.ScoringBatch` that :func:`given_logprobs` scores: one prompt token (the
+    row's index), ``completion_length`` completion tokens of id 0 except, with ``lengths`` (``[N]`` int64), the stop
+    token id 1 (:data:`LOGPROB_EOS`) at position ``lengths[n] - 1`` of each row shorter than ``completion_length``
+    (so ``response_tokens: through_first_eos`` scores ``lengths[n]`` tokens); every token attended and in the
+    response."""
+    from dare.diffusion.estimators import ScoringBatch
+
+    completion = torch.zeros(num_rows, completion_length, dtype=torch.int64)
+    if lengths is not None:
+        for n, k in enumerate(lengths.tolist()):
+            if 0 < k < completion_length:
+                completion[n, k - 1] = LOGPROB_EOS
+    ids = torch.cat([torch.arange(num_rows)[:, None], completion], 1)
+    return ScoringBatch(ids, torch.ones_like(ids), torch.ones(num_rows, completion_length, dtype=torch.bool), 1,
+                        mask_id)
 
 
 def public_step(objective, batch, passes, advantages: torch.Tensor, current: torch.nn.Module,
