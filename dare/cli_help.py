@@ -30,6 +30,8 @@ Environment variables:
   DARE_PROGRESS           rich | plain | off (default: rich on a
                           terminal, plain lines otherwise)
   DARE_PROGRESS_INTERVAL  seconds between plain progress lines (30)
+  DARE_CPU_SHARDING       1: apply the launch's FSDP2/ZeRO sharding on CPU
+                          processes too (gloo; DeepSpeed's CPU accelerator)
   DARE_SHARED_DIR         the project's shared reference files, for
                           tests (default ../shared)
   DARE_SLOW               1: also run the tests marked slow

@@ -95,7 +95,7 @@ def test_report_explains_its_numbers(finished):
                    "- **tokens/s**: decoded positions", "- benchmark **sudoku**: 4x4 Sudoku (500 test puzzles); accuracy = "
                    "exact solves, mean reward = empty-cell accuracy",
                    "- tokens/s timed over: before sudoku: batch 2 of 2; the first batch",
-                   '| objective | sft `{"block_length": null, "mask_eps": 0.001, "padding_block_weight": 1.0}` |', "| steps | 4 of 4 |",
+                   '| objective | sft `{"block_length": null, "encoder_loss_weight": 1.0, "mask_eps": 0.001, "padding_block_weight": 1.0, "self_conditioning_p": 0.5}` |', "| steps | 4 of 4 |",
                    "| training data | dare://sudoku/train.parquet (16 rows, 16 training examples) |",
                    "| sampler | llada `{", "| in-training evaluation | every 2 steps on validation (sudoku): 4 rows "
                    "(1000-1003) of dare://sudoku/train.parquet |",

@@ -53,6 +53,11 @@ def test_known_statuses(matrix):
             assert c.status == "refused" and "block-diffusion" in c.reason, c
     # JustGRPO needs left-to-right decoding: the default sampler is rejected, not the pair
     assert cells[("llada", "justgrpo")].status == "sampler"
+    # a uniform-noise family (no mask token): every RL objective is refused at validation, naming the family
+    _, objectives, _ = matrix
+    for obj in objectives:
+        c = cells[("diffusiongemma", obj)]
+        assert c.status == "refused" and "diffusiongemma" in c.reason, c
 
 
 def test_the_cli_prints_the_table(monkeypatch):
