@@ -293,6 +293,8 @@ def test_online_rl_on_two_processes_equals_one(tmp_path, family, sampler, digit_
     assert rewards[0] == pytest.approx(rewards[1], abs=1e-6)  # the same completions were rolled out
 
 
+@pytest.mark.slow
+@pytest.mark.skipif(os.environ.get("DARE_SLOW") != "1", reason="slow (2 processes, ~30 s): set DARE_SLOW=1")
 def test_lightningrl_on_two_processes_equals_one(tmp_path):
     """LightningRL's rollout hook (dare_grpo.trainer_lightningrl) z-scores the kept rewards over the whole batch and
     normalises its policy and NLL terms by the whole batch's kept rows and correct tokens: 2 processes (2 prompts each)

@@ -147,6 +147,17 @@ def _vrpo_spec(tmp_path: Path) -> dict:
     }
 
 
+#: the rest of the sharded matrix (RL with a reference, VRPO, ZeRO-3 resume): the suite keeps FSDP2 and ZeRO-3
+#: training + 9-row threshold evaluation and FSDP2 kill -9 + resume within its time budget; DARE_SLOW=1 runs these too
+slow = [pytest.mark.slow, pytest.mark.skipif(os.environ.get("DARE_SLOW") != "1", reason="slow: set DARE_SLOW=1")]
+
+
+def _slow(fn):
+    for mark in reversed(slow):
+        fn = mark(fn)
+    return fn
+
+
 def test_fsdp2_sft_and_threshold_evaluation_of_9_rows_equal_one_process(tmp_path, digit_model):  # noqa: F811
     """4 SFT steps of the digit-writing model, then 9 Sudoku rows decoded with a threshold sampler (batches of 4: 5
     rows on process 0, 4 and a padding row on process 1; data-dependent step counts) by the FSDP2-sharded model: the
@@ -183,6 +194,7 @@ def test_fsdp2_sft_and_threshold_evaluation_of_9_rows_equal_one_process(tmp_path
     assert all(torch.equal(state[k], v) for k, v in saved.items())
 
 
+@_slow
 def test_fsdp2_d1_with_a_reference_policy_equals_one_process(tmp_path, digit_model):  # noqa: F811
     """3 d1 steps with beta > 0 (KL to the reference policy, sharded like the policy) and threshold rollouts
     (lock-step decoding) of the digit-writing model: non-zero rewards, gradients and KL; the same losses, KL, rewards
@@ -201,6 +213,7 @@ def test_fsdp2_d1_with_a_reference_policy_equals_one_process(tmp_path, digit_mod
     _assert_same_metrics(one, two, ("reward", "reward_std", "kl"))
 
 
+@_slow
 def test_fsdp2_vrpo_equals_one_process(tmp_path):
     """3 VRPO steps (Monte-Carlo ELBO, 2 forwards before one backward, reference policy sharded like the policy)."""
     spec = _vrpo_spec(tmp_path)
@@ -212,7 +225,7 @@ def test_fsdp2_vrpo_equals_one_process(tmp_path):
     _assert_same_weights(one, two)
 
 
-@pytest.mark.parametrize("sharding", ["fsdp2", pytest.param("zero3", marks=needs_deepspeed)])
+@pytest.mark.parametrize("sharding", ["fsdp2", pytest.param("zero3", marks=[needs_deepspeed, *slow])])
 def test_sigkill_of_a_sharded_run_then_resume_is_bit_exact(tmp_path, sharding):
     """kill -9 of the FSDP2 (ZeRO-3, parameters released) launch after its first checkpoint, then the same command:
     the weights of an uninterrupted run of the same launch, bit for bit."""
@@ -263,6 +276,7 @@ def test_zero3_with_released_parameters_sft_and_threshold_evaluation_equal_one_p
     assert (a["accuracy"], a["mean_reward"]) == (b["accuracy"], b["mean_reward"])
 
 
+@_slow
 @needs_deepspeed
 def test_zero3_d1_with_a_reference_policy_equals_one_process(tmp_path, digit_model):  # noqa: F811
     """d1 with beta > 0 under ZeRO-3 (released parameters): the reference policy is a ZeRO-3 engine like the
@@ -279,6 +293,7 @@ def test_zero3_d1_with_a_reference_policy_equals_one_process(tmp_path, digit_mod
     _assert_same_metrics(one, two, ("reward", "kl"))
 
 
+@_slow
 @needs_deepspeed
 def test_zero2_vrpo_equals_one_process(tmp_path):
     """3 VRPO steps under ZeRO-2 (sharded optimizer state and gradients; the reference policy on the device)."""
