@@ -212,7 +212,11 @@ def _check_trainer_files(ckpt: Path) -> None:
         values = json.loads(state.read_text())
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise CheckpointError(f"{state} is not valid JSON ({exc}): the save was interrupted") from None
-    if (wrong := _trainer_state_problem(values)) is not None:
+    if (wrong := _trainer_state_problem(values)) is None and ckpt.name.startswith("checkpoint-"):
+        step = ckpt.name[len("checkpoint-"):]
+        if step.isdigit() and values.get("global_step", int(step)) != int(step):  # saved at this step, by its name
+            wrong = f"'global_step' is {values['global_step']}, but the checkpoint was saved at step {int(step)}"
+    if wrong is not None:
         raise CheckpointError(f"{state} is valid JSON but not a trainer state: {wrong}; it was edited or written by "
                               "another program")
     for f in sorted(ckpt.glob("*.pt")) + sorted(ckpt.glob("*.pth")):

@@ -386,6 +386,13 @@ def _lone_surrogate(w: World, c: Path) -> list[str]:
     return ["train", write_spec(c, spec)]
 
 
+def _stepped_trainer_state(ckpt: Path) -> None:
+    """Valid types, but a step the checkpoint was not saved at (a resume would skip training to 99999)."""
+    state = json.loads((ckpt / "trainer_state.json").read_text())
+    state["global_step"] = 99999
+    (ckpt / "trainer_state.json").write_text(json.dumps(state))
+
+
 def _retyped_trainer_state(ckpt: Path) -> None:
     """Valid JSON with a wrong type: ``"global_step": "two"``."""
     state = json.loads((ckpt / "trainer_state.json").read_text())
@@ -576,6 +583,9 @@ CASES: list[Case] = [
     Case("resume-trainer-state-wrong-types", _resume_case(_retyped_trainer_state, max_steps=2),
          ("train.resume", "checkpoint-1/trainer_state.json", "'global_step' is \"two\" (a JSON str), not int"),
          staging="out"),
+    Case("resume-trainer-state-other-step", _resume_case(_stepped_trainer_state, max_steps=2),
+         ("train.resume", "checkpoint-1/trainer_state.json", "'global_step' is 99999, but the checkpoint was saved at "
+          "step 1"), staging="out"),
     Case("data-jsonl-lone-surrogate", _lone_surrogate,
          ("train.jsonl", "line 2, column 'extra_info.puzzle'", "lone UTF-16 surrogate (\\ud800 at character 1)"),
          staging="out"),

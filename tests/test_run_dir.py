@@ -9,7 +9,7 @@ import torch
 import yaml
 from safetensors.torch import load_file
 
-from dare.errors import SpecError
+from dare.errors import DareError, SpecError
 from dare.run import Run
 from dare.spec import load_spec
 
@@ -197,3 +197,16 @@ def test_a_spec_that_is_not_utf8_is_one_paragraph(tmp_path):
     spec.write_bytes(yaml.safe_dump(_spec(tmp_path / "run")).encode() + b"# caf\xe9\n")
     with pytest.raises(SpecError, match=r"is not UTF-8 text \(byte 0xe9 at offset \d+\); save it as UTF-8"):
         load_spec(spec)
+
+
+def test_a_non_finite_evaluation_reward_is_refused_naming_the_reward(tmp_path, monkeypatch):
+    """A reward that returns NaN during evaluation stops the command with one paragraph naming the benchmark, the
+    reward and the rows, instead of reporting ``mean reward nan``."""
+    from dare.builtins.rewards import SudokuReward
+
+    monkeypatch.setattr(SudokuReward, "score", lambda self, completion, sample: float("nan"))
+    spec = _spec(tmp_path / "run")
+    spec.pop("algorithm"), spec.pop("train"), spec.pop("data")
+    with pytest.raises(DareError, match=r"benchmark 'sudoku': its reward \(sudoku\) returned a non-finite score for "
+                                        r"4 of 4 rows \(row 0: nan"):
+        _run(tmp_path, spec).execute()

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import contextlib
+import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from dare import distributed, sharding
 from dare.data import Prompter, load_rows
+from dare.errors import DareError
 from dare.eval.paths import benchmark_path, data_root
 from dare.sampling.text import generate_texts
 
@@ -124,6 +126,14 @@ def evaluate_benchmark(
     errors = sum(getattr(reward, "errors", {}).values()) - errors_before
     parts = distributed.gather((samples, nfe, generated, out.seconds, errors, timed, len(out.batch_seconds)))
     samples = [s for part in parts for s in part[0]]
+    bad = [s for s in samples if not math.isfinite(float(s["reward"]))]
+    if bad:  # every process holds every sample here: all raise together
+        shown = ", ".join(f"row {s['index']}: {s['reward']}" for s in bad[:5])
+        names = ", ".join(r.name for r, _ in getattr(reward, "rewards", [])) or getattr(reward, "name", "?")
+        raise DareError(f"benchmark {evaluator.name!r}: its reward ({names}) "
+                        f"returned a non-finite score for {len(bad)} of {len(samples)} rows ({shown}), so no accuracy "
+                        "or mean reward can be reported; fix the reward so that it returns a finite number for every "
+                        "completion (e.g. 0 for one it cannot score)")
     n = len(rows)
     tokens_total, seconds = sum(p[2] for p in parts), max(p[3] for p in parts)
     timed_tokens, timed_seconds = sum(p[5][0] for p in parts), max(p[5][1] for p in parts)

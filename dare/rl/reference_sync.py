@@ -6,17 +6,22 @@ the TRL commit apple/ml-diffucoder pins; TR-DPO, arXiv 2404.09656): at the end o
 ``s % ref_model_sync_steps == 0`` (``s`` counts from 1, so never before the first update),
 ``ref <- alpha * policy + (1 - alpha) * ref`` for every parameter
 (:meth:`dare.modeling.lora.ReferencePolicy.mix_in`). With a LoRA policy nothing is mixed: the reference is the base
-with the adapters disabled, and TRL keeps no reference copy under PEFT, so its callback does nothing either. Like TRL,
-the mixed reference is not checkpointed: a resumed run restarts it from the initial weights.
+with the adapters disabled, and TRL keeps no reference copy under PEFT, so its callback does nothing either. Unlike
+TRL, the mixed reference is checkpointed (``reference_policy.safetensors`` in each checkpoint), so a resumed run
+equals the uninterrupted one.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 
 from transformers import TrainerCallback
 
-__all__ = ["ReferenceSync", "reference_sync"]
+__all__ = ["ReferenceSync", "reference_sync", "REFERENCE_FILE"]
+
+#: the mixed reference policy's weights in a checkpoint directory
+REFERENCE_FILE = "reference_policy.safetensors"
 
 log = logging.getLogger("dare.rl")
 
@@ -32,6 +37,27 @@ class ReferenceSync(TrainerCallback):
         if reference.shares_weights:
             log.warning("sync_ref_model: the policy is a LoRA model, whose reference is the base with the adapters "
                         "disabled; nothing is mixed (as TRL under PEFT)")
+
+    def save(self, output_dir: str) -> None:
+        """Write the mixed reference copy into the staged checkpoint ``output_dir`` (safetensors, main process)."""
+        from safetensors.torch import save_file
+
+        from dare import distributed
+
+        copy = self.reference._copy
+        if copy is not None and distributed.is_main():
+            state = {k: v.detach().contiguous().cpu() for k, v in copy.state_dict().items()}
+            save_file(state, os.path.join(output_dir, REFERENCE_FILE))
+
+    def load(self, checkpoint: str) -> None:
+        """Read the mixed reference copy back from ``checkpoint`` (a checkpoint written before it existed keeps the
+        initial reference, as TRL)."""
+        from safetensors.torch import load_file
+
+        path = os.path.join(checkpoint, REFERENCE_FILE)
+        copy = self.reference._copy
+        if copy is not None and os.path.isfile(path):
+            copy.load_state_dict(load_file(path), strict=True)
 
     def on_step_end(self, args, state, control, **kwargs):
         if state.global_step > 0 and state.global_step % self.steps == 0:

@@ -59,6 +59,7 @@ from transformers import TrainerCallback
 from dare import progress
 from dare.components import Estimator
 from dare.diffusion.estimators import Pass, PassScore, ScoringBatch
+from dare.errors import DareError
 from dare.modeling.lora import ReferencePolicy
 from dare.randomness import STREAMS, RowGenerators, key_seed
 from dare.rl import step
@@ -129,9 +130,28 @@ class GRPOTrainer(RLStepHooks, DareTrainer):
         placement = self.args.reference_placement  # train.reference_placement: sharded like the policy, or whole bf16
         self.reference = (ReferencePolicy(self.accelerator.unwrap_model(self.model), self.accelerator, placement)
                           if needs_reference else None)
+        self._refuse_unsupported_sharding()
         sync = reference_sync(self.reference, self.params)  # TRL's sync_ref_model (dare.rl.reference_sync)
+        self.reference_sync = sync
         if sync is not None:
             self.add_callback(sync)
+
+    def _refuse_unsupported_sharding(self) -> None:
+        """Refuse, before any step, what is known not to work on a launch that shards the parameters: the reference
+        sync (it mixes whole tensors into the reference copy) under FSDP or ZeRO-3, and trajectory replay scored
+        under a ZeRO-3 reference policy (its KL comes out wrong from the first step on 2 CPU processes; DDP, FSDP2
+        and one process agree). :raises DareError: naming the setting and the launches that work."""
+        ds = getattr(self.accelerator.state, "deepspeed_plugin", None)
+        zero3 = ds is not None and getattr(ds, "zero_stage", None) == 3
+        sharded = zero3 or bool(getattr(self, "is_fsdp_enabled", False))
+        if self.params.sync_ref_model and self.reference is not None and sharded:
+            raise DareError("algorithm.params.sync_ref_model mixes the policy's whole parameters into the reference "
+                            "copy, which a launch that shards the parameters (FSDP, ZeRO-3) does not hold: launch with "
+                            "DDP or ZeRO-1/2 (examples/accelerate/zero2.yaml), or set sync_ref_model: false")
+        if zero3 and self.reference is not None and getattr(self.estimator, "name", None) == "trajectory":
+            raise DareError("trajectory replay (TraceRL) with a reference policy (beta > 0 and kl_target: reference) "
+                            "gives a wrong KL under ZeRO-3: launch with FSDP2, DDP or ZeRO-1/2, or set "
+                            "algorithm.params.kl_target: rollout (the release's) or beta: 0")
 
     def _accumulated_backward(self, loss: torch.Tensor) -> None:
         self.accelerator.backward(loss / self.current_gradient_accumulation_steps)
@@ -269,11 +289,15 @@ class GRPOTrainer(RLStepHooks, DareTrainer):
     def _save_optimizer_and_scheduler(self, output_dir):
         super()._save_optimizer_and_scheduler(output_dir)
         self.save_extra_state(output_dir)
+        if self.reference_sync is not None:
+            self.reference_sync.save(output_dir)
 
     def _load_optimizer_and_scheduler(self, checkpoint):
         super()._load_optimizer_and_scheduler(checkpoint)
         if checkpoint is not None:
             self.load_extra_state(checkpoint)
+            if self.reference_sync is not None:
+                self.reference_sync.load(checkpoint)
 
     def _finished_from(self, ckpt: str, state: dict):
         self.load_extra_state(ckpt)

@@ -438,3 +438,25 @@ def test_training_with_skipped_rows_equals_training_every_row(tmp_path, tiny_lla
     assert moved > 1e-3
     for n in weights[0]:
         assert torch.allclose(weights[0][n], weights[1][n], rtol=1e-5, atol=1e-6), (n, (weights[0][n] - weights[1][n]).abs().max())
+
+
+def test_reference_sync_resumes_with_the_mixed_reference(tmp_path, tiny_llada_dir):
+    """The mixed reference is saved with each checkpoint: 4 steps with a sync every step equal 2 steps, then a resume
+    from checkpoint-2 to step 4 (weights and the reference bit-exact); the checkpoint holds the reference's file."""
+    from dare.rl.reference_sync import REFERENCE_FILE
+
+    def run(out, resume=None):
+        lm = load_model(tiny_llada_dir)
+        trainer = make_trainer(lm, D1(), out, beta=0.1, max_steps=4, save_steps=2, sync_ref_model=True,
+                               ref_model_sync_steps=1, ref_model_mixup_alpha=0.5)
+        trainer.train(resume_from_checkpoint=resume)
+        with trainer.reference.model() as ref:
+            return ({n: p.detach().clone() for n, p in lm.model.named_parameters()},
+                    {n: p.detach().clone() for n, p in ref.named_parameters()})
+
+    straight = run(tmp_path / "a")
+    assert (tmp_path / "a" / "checkpoint-2" / REFERENCE_FILE).is_file()
+    resumed = run(tmp_path / "a", resume=str(tmp_path / "a" / "checkpoint-2"))
+    for want, got in zip(straight, resumed):
+        for name in want:
+            assert torch.equal(want[name], got[name]), name
