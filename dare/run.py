@@ -231,7 +231,7 @@ class Run:
         """
         return evaluate_benchmark(
             model if model is not None else self.model, self.family, self.tokens, self.tokenizer, self.sampler,
-            bench.evaluator, bench.spec, WeightedReward([(bench.reward, 1.0)]), batch_size=self.spec.eval.batch_size,
+            bench.evaluator, bench.spec, WeightedReward([(bench.reward, 1.0)], [bench.spec.reward_timeout_s]), batch_size=self.spec.eval.batch_size,
             seed=self.spec.eval.seed, limit=limit, progress=progress,
         )
 

@@ -210,3 +210,24 @@ def test_a_non_finite_evaluation_reward_is_refused_naming_the_reward(tmp_path, m
     with pytest.raises(DareError, match=r"benchmark 'sudoku': its reward \(sudoku\) returned a non-finite score for "
                                         r"4 of 4 rows \(row 0: nan"):
         _run(tmp_path, spec).execute()
+
+
+def test_an_evaluation_reward_past_its_time_limit_stops_naming_the_reward(tmp_path, monkeypatch):
+    """``eval.benchmarks[].reward_timeout_s``: a reward call that does not return in time ends the evaluation with
+    one paragraph naming the reward and the sample; the limit does not change the spec hash."""
+    import time
+
+    from dare.builtins.rewards import SudokuReward
+    from dare.spec.models import RunSpec, spec_hash
+
+    monkeypatch.setattr(SudokuReward, "score", lambda self, completion, sample: time.sleep(60) or 0.0)
+    spec = _spec(tmp_path / "run")
+    spec.pop("algorithm"), spec.pop("train"), spec.pop("data")
+    spec["eval"]["benchmarks"][0]["reward_timeout_s"] = 0.5
+    started = time.monotonic()
+    with pytest.raises(DareError, match=r"reward 'sudoku' did not return within its timeout_s of 0.5 s"):
+        _run(tmp_path, spec).execute()
+    assert time.monotonic() - started < 50
+    other = json.loads(json.dumps(spec))
+    other["eval"]["benchmarks"][0]["reward_timeout_s"] = 30
+    assert spec_hash(RunSpec.model_validate(spec)) == spec_hash(RunSpec.model_validate(other))

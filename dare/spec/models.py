@@ -219,6 +219,8 @@ class BenchmarkSpec(_Strict):
     chat_template: bool = True
     system_prompt: str | None = None
     reward: ComponentSpec | None = Field(None, description="Override the benchmark's reward.")
+    reward_timeout_s: float = Field(300.0, gt=0, description="Seconds one call of the benchmark's reward may take; a call "
+                                    "past it stops the evaluation with an error naming the reward and the sample.")
     params: dict[str, Any] = Field(
         default_factory=dict,
         description="The benchmark's own params, validated by its Params model (likelihood benchmarks: mc_samples, "
@@ -292,7 +294,7 @@ class RunSpec(_Strict):
 
 def spec_hash(spec: RunSpec) -> str:
     """SHA-256 (first 16 hex digits) of the validated spec, ignoring ``output.overwrite``/``train.resume``/
-    ``train.report_to`` and the rewards' ``timeout_s``."""
+    ``train.report_to``, the default ``train.reference_placement`` and the rewards' time limits."""
     data = spec.model_dump(mode="json")
     data["output"].pop("overwrite", None)
     data.pop("launch", None)
@@ -301,10 +303,14 @@ def spec_hash(spec: RunSpec) -> str:
     if data.get("train"):
         data["train"].pop("resume", None)
         data["train"].pop("report_to", None)  # where metrics are logged never changes the run
-    for reward in data.get("rewards") or []:  # a time limit changes no score: the hash of specs written before it
-        reward.pop("timeout_s", None)
         if data["train"].get("reference_placement") == "like_policy":  # the default: the hash of specs written before
             data["train"].pop("reference_placement")
+    for reward in data.get("rewards") or []:  # a time limit changes no score: the hash of specs written before it
+        reward.pop("timeout_s", None)
+    ev = data.get("eval") or {}
+    for bench in [*(ev.get("benchmarks") or []), ev.get("validation")]:
+        if isinstance(bench, dict):
+            bench.pop("reward_timeout_s", None)
     blob = json.dumps(data, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
