@@ -296,7 +296,7 @@ def test_online_rl_on_two_processes_equals_one(tmp_path, family, sampler, digit_
 @pytest.mark.slow
 @pytest.mark.skipif(os.environ.get("DARE_SLOW") != "1", reason="slow (2 processes, ~30 s): set DARE_SLOW=1")
 def test_lightningrl_on_two_processes_equals_one(tmp_path):
-    """LightningRL's rollout hook (dare_grpo.trainer_lightningrl) z-scores the kept rewards over the whole batch and
+    """LightningRL's rollout hook (dare_grpo.objectives.lightningrl.trainer) z-scores the kept rewards over the whole batch and
     normalises its policy and NLL terms by the whole batch's kept rows and correct tokens: 2 processes (2 prompts each)
     equal 1 (4 prompts). Every completion counts as correct and every group is kept (a fresh model's rewards tie),
     so the NLL term and the row weights are exercised; 2 steps of 4 prompts x 4 completions on a tiny LLaDA2."""
@@ -385,7 +385,7 @@ def test_objectives_with_their_own_rollout_or_update_on_two_processes_equal_one(
     rollout, edge loss) have their own trainers. They normalise by whole-batch counts (SPG's response tokens,
     MDPO's scored step tokens, d-TreeRPO's edges and self-distillation pairs), MDPO chooses its steps from every
     process's rows, and MDPO's and d-TreeRPO's decoders draw per row, so 2 processes sample the completions
-    of 1. ESPO (the pass-mean update) logs the whole batch's entropy. TraceRL's value model (dare_grpo.trainer_tracerl)
+    of 1. ESPO (the pass-mean update) logs the whole batch's entropy. TraceRL's value model (dare_grpo.objectives.tracerl.trainer)
     is all-reduced by hand and normalised by the whole batch's (completion, transition) pairs. 3 steps of 4 prompts
     at temperature 1 on the digit-writing model."""
     spec = {

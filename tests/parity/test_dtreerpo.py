@@ -5,9 +5,9 @@ The fixture (``tests/fixtures/parity/dtreerpo/``, built by ``tools/parity/build_
 sibling self-distillation at progress 0.5) and gradients. DARE's :meth:`DTreeRPO.edge_loss` on the same edges
 (log-probs of the tokens decoded on each edge under the parent state, up to the child's first EOS) must match
 to 1e-5 (relative), and changing one official setting must break the match. The tree rollout is not compared.
-DARE runs the functions ``DTreeRPOTrainer`` runs on the edges (:class:`~dare_grpo.trainer_tree.TreeRollout` with
-the parents' attention as the trainer builds it, :func:`~dare_grpo.trainer_tree.score_edges` for the old and
-reference policies, :func:`~dare_grpo.trainer_tree.tree_update`).
+DARE runs the functions ``DTreeRPOTrainer`` runs on the edges (:class:`~dare_grpo.objectives.dtreerpo.trainer.TreeRollout` with
+the parents' attention as the trainer builds it, :func:`~dare_grpo.objectives.dtreerpo.trainer.score_edges` for the old and
+reference policies, :func:`~dare_grpo.objectives.dtreerpo.trainer.tree_update`).
 """
 
 from __future__ import annotations
@@ -17,9 +17,10 @@ import torch
 
 from dare.diffusion.estimators import ScoringBatch
 from dare.rl import step
-from dare_grpo.objectives.dtreerpo import DTreeRPO, DTreeRPOParams, sd_pair_count
-from dare_grpo.rollout_tree import transition_mask
-from dare_grpo.trainer_tree import TreeRollout, score_edges, tree_update
+from dare_grpo.objectives.dtreerpo import DTreeRPO, DTreeRPOParams
+from dare_grpo.objectives.dtreerpo.loss import sd_pair_count
+from dare_grpo.objectives.dtreerpo.rollout import transition_mask
+from dare_grpo.objectives.dtreerpo.trainer import TreeRollout, score_edges, tree_update
 from tools.parity.common import model_from_state, plain_logits, read_fixture, rel_diff
 
 TOL = 1e-5

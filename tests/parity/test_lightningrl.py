@@ -21,9 +21,9 @@ import torch
 
 from dare.rl import step
 from dare.rl.rollout import Rollout
-from dare_grpo import trainer_lightningrl
+from dare_grpo.objectives.lightningrl import trainer as lightningrl_trainer
 from dare_grpo.objectives.lightningrl import LightningRL, LightningRLParams
-from dare_grpo.trainer_lightningrl import LightningRLTrainer, kept_groups, shaped_rewards, tokens_per_forward
+from dare_grpo.objectives.lightningrl.trainer import LightningRLTrainer, kept_groups, shaped_rewards, tokens_per_forward
 from tools.parity.common import LOGPROB_EOS, given_logprobs, logprob_batch, read_fixture, rel_diff
 
 TOL = 1e-5
@@ -51,7 +51,7 @@ def run_dare(**overrides):
     rollout = Rollout(batch, [], reward, {}, torch.zeros(N), passes=[passes])
     trainer = types.SimpleNamespace(params=p, tokens=types.SimpleNamespace(stop_ids=(LOGPROB_EOS,)),
                                     _first_row_index=lambda num_rows: 0)  # one process: its rows start the batch
-    with mock.patch.object(trainer_lightningrl, "tokens_per_forward", lambda steps, completions, stop_ids: tpf):
+    with mock.patch.object(lightningrl_trainer, "tokens_per_forward", lambda steps, completions, stop_ids: tpf):
         LightningRLTrainer.after_passes(trainer, rollout)
     masks = rollout.passes[0][0].mask[0, :, batch.prompt_length:, None].transpose(1, 2)  # [N, 1, L]
     logp = t["logp"].clone().requires_grad_(True)

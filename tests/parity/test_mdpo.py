@@ -5,8 +5,8 @@ one-shot predictions, confidences, step advantages) and the official loss (learn
 0.1, ``lambda = G / #masked``, k2 KL) and gradients. DARE's :meth:`MDPO.step_loss` on the same rows with
 ``preset: official`` must match to 1e-5 (relative), and changing one official setting must break the match.
 The recording rollout and the step advantages are not compared. DARE runs the functions ``MDPOTrainer`` runs: the
-step rows of a trajectory (:func:`dare_grpo.trainer_mdpo.step_rows`, the rollout batch convention of
-:func:`dare.rl.step.rollout_batch`) and the update (:func:`dare_grpo.trainer_mdpo.mdpo_update`).
+step rows of a trajectory (:func:`dare_grpo.objectives.mdpo.trainer.step_rows`, the rollout batch convention of
+:func:`dare.rl.step.rollout_batch`) and the update (:func:`dare_grpo.objectives.mdpo.trainer.mdpo_update`).
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ import torch
 
 from dare.rl import step
 from dare_grpo.objectives.mdpo import MDPO, MDPOParams
-from dare_grpo.rollout_mdpo import MDPOTrajectory
-from dare_grpo.trainer_mdpo import MDPORollout, mdpo_update, step_rows
+from dare_grpo.objectives.mdpo.rollout import MDPOTrajectory
+from dare_grpo.objectives.mdpo.trainer import MDPORollout, mdpo_update, step_rows
 from tools.parity.common import model_from_state, plain_logits, read_fixture, rel_diff
 
 TOL = 1e-5

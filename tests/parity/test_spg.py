@@ -6,7 +6,7 @@ DARE's random-block estimator is fed the same draws (the block, the count and th
 are read off the official masks; the prompt/earlier-block draw is the official matrix), then DARE's SPG
 loss with ``preset: official`` must match to 1e-5 (relative), and changing any one official setting must
 break the match. DARE runs the functions ``SPGTrainer`` runs: the rollout batch and advantages of
-:mod:`dare.rl.step`, :func:`dare_grpo.trainer_spg.spg_passes` and :func:`dare_grpo.trainer_spg.spg_update`.
+:mod:`dare.rl.step`, :func:`dare_grpo.objectives.spg.trainer.spg_passes` and :func:`dare_grpo.objectives.spg.trainer.spg_update`.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from dare.rl import step
 from dare.rl.advantages import group_advantages
 from dare.rl.rollout import Rollout
 from dare_grpo.objectives.spg import SPG, SPGParams
-from dare_grpo.trainer_spg import response_batch, spg_passes, spg_update
+from dare_grpo.objectives.spg.trainer import response_batch, spg_passes, spg_update
 from tools.parity.common import model_from_state, plain_logits, read_fixture, rel_diff
 
 TOL = 1e-5

@@ -8,8 +8,8 @@ released ``gam = lam = 1`` and at ``gam 0.9, lam 0.8``), clipped value loss and 
 DARE's value model (:func:`dare.rl.value.value_model_from`), :func:`~dare.rl.value.step_gae`,
 :func:`~dare.rl.value.clipped_value_loss` and TraceRL's ``normaliser: response_length`` must match to 1e-5
 (relative), and changing one official setting must break the match. DARE runs the functions the trainer runs: the
-rollout batch and passes of :mod:`dare.rl.step`, :func:`~dare_grpo.trainer_tracerl.rollout_values`,
-:func:`~dare_grpo.trainer_tracerl.value_gae`, :func:`~dare_grpo.trainer_tracerl.value_loss_backward` and the policy
+rollout batch and passes of :mod:`dare.rl.step`, :func:`~dare_grpo.objectives.tracerl.trainer.rollout_values`,
+:func:`~dare_grpo.objectives.tracerl.trainer.value_gae`, :func:`~dare_grpo.objectives.tracerl.trainer.value_loss_backward` and the policy
 update :func:`dare.rl.step.update`.
 """
 
@@ -22,7 +22,7 @@ from dare.diffusion.estimators import ScoringBatch
 from dare.rl import step
 from dare.rl.value import value_model_from
 from dare_grpo.objectives.tracerl import TraceRL, TraceRLParams
-from dare_grpo.trainer_tracerl import rollout_values, value_gae, value_loss_backward
+from dare_grpo.objectives.tracerl.trainer import rollout_values, value_gae, value_loss_backward
 from tools.parity.common import model_from_state, plain_logits, public_step, read_fixture, rel_diff
 
 TOL = 1e-5

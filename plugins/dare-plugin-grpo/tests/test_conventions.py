@@ -64,7 +64,7 @@ def test_prompt_padding_sets_the_rollout_attention(tmp_path, tiny_llada_dir, rul
 
 def test_spg_response_ends_at_the_first_eos_and_later_positions_are_masked(tmp_path, tiny_llada_dir):
     from dare_grpo.objectives import SPG
-    from dare_grpo.trainer_spg import SPGTrainer, response_batch
+    from dare_grpo.objectives.spg.trainer import SPGTrainer, response_batch
 
     lm = load_model(tiny_llada_dir)
     objective = SPG({"group_size": 2, "response_tokens": "through_first_eos", "mc_num": 2, "block_length": 2})

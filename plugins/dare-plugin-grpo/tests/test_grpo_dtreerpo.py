@@ -12,8 +12,8 @@ import torch
 from dare.trainers import DareConfig
 
 from dare_grpo.objectives import DTreeRPO
-from dare_grpo.loss_tree import EdgeLossInput, sd_pair_count, sd_schedule, self_distillation
-from dare_grpo.rollout_tree import branch_points, local_advantages, node_indices, propagate_values, transition_mask
+from dare_grpo.objectives.dtreerpo.loss import EdgeLossInput, sd_pair_count, sd_schedule, self_distillation
+from dare_grpo.objectives.dtreerpo.rollout import branch_points, local_advantages, node_indices, propagate_values, transition_mask
 
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -125,7 +125,7 @@ def test_one_step_raises_the_transition_likelihood_of_a_positive_edge(tmp_path, 
     from dare.diffusion.estimators import ScoringBatch
     from dare.modeling import load_model
     from dare.rl.prompts import PromptDataset
-    from dare_grpo.trainer_tree import TreeRollout, edge_scores
+    from dare_grpo.objectives.dtreerpo.trainer import TreeRollout, edge_scores
     from dare_llada.sampler import LLaDASampler
 
     lm = load_model(tiny_llada_dir)

@@ -13,7 +13,7 @@ from dare.diffusion.estimators import OneStepEstimator, PassScore, ScoringBatch
 from dare.rl.losses import PassLossInput
 from dare.rl.rollout import Rollout
 from dare_grpo.objectives.lightningrl import LightningRL, LightningRLParams
-from dare_grpo.trainer_lightningrl import LightningRLTrainer
+from dare_grpo.objectives.lightningrl.trainer import LightningRLTrainer
 
 STOP = 2
 # 3 groups of 2. tokens through the first stop / distinct steps: row 0: 3 / {0, 1} = 1.5; row 1: 4 / {0, 1} = 2;

@@ -13,8 +13,8 @@ from dare.sampling.options import DecodeOptions
 from dare.trainers import DareConfig
 
 from dare_grpo.objectives import MDPO
-from dare_grpo.loss_mdpo import StepLossInput, select_steps, step_advantages, step_scores
-from dare_grpo.rollout_mdpo import MDPORolloutParams, MDPOTrajectory, mdpo_decode
+from dare_grpo.objectives.mdpo.loss import StepLossInput, select_steps, step_advantages, step_scores
+from dare_grpo.objectives.mdpo.rollout import MDPORolloutParams, MDPOTrajectory, mdpo_decode
 
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -135,7 +135,7 @@ def test_one_step_raises_the_step_likelihood_of_a_positive_advantage(tmp_path, t
     from dare.diffusion.estimators import score_pass
     from dare.modeling import load_model
     from dare.rl.prompts import PromptDataset
-    from dare_grpo.trainer_mdpo import MDPORollout, step_rows
+    from dare_grpo.objectives.mdpo.trainer import MDPORollout, step_rows
     from dare_llada.sampler import LLaDASampler
 
     lm = load_model(tiny_llada_dir)

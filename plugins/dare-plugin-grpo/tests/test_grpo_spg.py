@@ -12,7 +12,7 @@ from dare.trainers import DareConfig
 
 from dare.diffusion.estimators import RandomBlockEstimator, ScoringBatch, score_pass
 from dare_grpo.objectives import SPG
-from dare_grpo.loss_spg import JointLossInput, spg_surrogates
+from dare_grpo.objectives.spg.loss import JointLossInput, spg_surrogates
 
 
 pytestmark = pytest.mark.usefixtures("one_thread")

@@ -124,7 +124,7 @@ def test_rows_scored_under_the_rollout_policy_follow_the_token_advantages(tmp_pa
     the token advantages: a tied group (group advantage 0) still trains once its values are non-zero."""
     from dare.run import Run
     from dare.spec import load_spec
-    from dare_grpo.trainer_tracerl import TraceRLValueTrainer
+    from dare_grpo.objectives.tracerl.trainer import TraceRLValueTrainer
 
     seen = []
     trained_rows = TraceRLValueTrainer.trained_rows

@@ -24,18 +24,18 @@ def register_objectives(register):
                          "iterations.")
     register("dare_grpo.objectives.cj_grpo:CJGRPO", name="cj-grpo",
              description="CJ-GRPO (arXiv 2509.23924): GRPO on the replayed decoding trajectory, averaged over steps.")
-    register("dare_grpo.objectives.tracerl:TraceRL", name="tracerl",
+    register("dare_grpo.objectives.tracerl.objective:TraceRL", name="tracerl",
              description="TraceRL (arXiv 2509.06949): trajectory-aware PPO with shrinkage, optionally with its value model.")
     # objectives with their own rollouts or (objective, family, sampler) rules
-    register("dare_grpo.objectives.mdpo:MDPO", name="mdpo",
+    register("dare_grpo.objectives.mdpo.objective:MDPO", name="mdpo",
              description="MDPO (arXiv 2508.13148): step-wise rewards on intermediate predictions, top-K steps, weighted "
                          "PPO.")
-    register("dare_grpo.objectives.spg:SPG", name="spg",
+    register("dare_grpo.objectives.spg.objective:SPG", name="spg",
              description="SPG (arXiv 2510.09541): ELBO/EUBO sandwich by advantage sign, block-wise masking, REINFORCE.")
     register("dare_grpo.objectives.ebpo:EBPO", name="ebpo",
              description="EBPO (LLaDA2.1, arXiv 2602.08676): all-block composite ELBO, sequence PPO with log-domain "
                          "clipping.")
-    register("dare_grpo.objectives.dtreerpo:DTreeRPO", name="d-treerpo", aliases=("dtreerpo",),
+    register("dare_grpo.objectives.dtreerpo.objective:DTreeRPO", name="d-treerpo", aliases=("dtreerpo",),
              description="d-TreeRPO (arXiv 2512.09675): tree rollout, local transition PPO, k3 KL, sibling "
                          "self-distillation.")
     register("dare_grpo.objectives.justgrpo:JustGRPO", name="justgrpo",
@@ -46,7 +46,7 @@ def register_objectives(register):
     register("dare_grpo.objectives.dipo:DiPO", name="dipo",
              description="DiPO (DiRL, arXiv 2512.22234): block-round trajectory replay, clipped PPO, k3 KL, per-row "
                          "token means.")
-    register("dare_grpo.objectives.lightningrl:LightningRL", name="lightningrl",
+    register("dare_grpo.objectives.lightningrl.objective:LightningRL", name="lightningrl",
              description="LightningRL (arXiv 2603.13319): accuracy + tokens-per-forward reward, dynamic sampling, PPO "
                          "+ NLL on correct completions, block-diffusion one-step scores.")
 

@@ -1,6 +1,6 @@
 """d-TreeRPO's edge loss input and its self-distillation maths (arXiv 2512.09675 §3, eq. (6)-(8); DARE
 ``dtreerpo_algos.py``), shared by the objective (:mod:`dare_grpo.objectives.dtreerpo`, which assembles the loss)
-and the trainer (:mod:`dare_grpo.trainer_tree`, which builds the inputs).
+and the trainer (:mod:`dare_grpo.objectives.dtreerpo.trainer`, which builds the inputs).
 """
 
 from __future__ import annotations

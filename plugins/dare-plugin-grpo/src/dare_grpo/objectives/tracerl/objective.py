@@ -21,7 +21,7 @@ the ``N`` completions (``C_eps``: clipped surrogate with dual clip). ``loss_aggr
 therefore not used. Metrics are averaged over transitions.
 
 Value model (``value_model: true``, off by default): the released trainer's optional diffusion value model
-(:mod:`dare_grpo.trainer_tracerl`, :mod:`dare.rl.value`) turns the group advantage into token advantages by
+(:mod:`dare_grpo.objectives.tracerl.trainer`, :mod:`dare.rl.value`) turns the group advantage into token advantages by
 step-level GAE (``gamma``, ``lam``) and is trained once per rollout with the clipped value loss
 (``value_clip_eps``, ``value_learning_rate``). The released value pipeline's policy loss
 (``train/train_sdar_policy.py``) divides each row's token sum by the completion length:
@@ -152,7 +152,7 @@ class TraceRLParams(RLParams):
         "transition; rollout = k3 against the rollout policy summed over each transition's tokens (the released "
         "trainer).")
     value_model: bool = Field(False, description="Train TraceRL's diffusion value model and use its step-level GAE "
-                              "token advantages (dare_grpo.trainer_tracerl); one process or DDP.")
+                              "token advantages (dare_grpo.objectives.tracerl.trainer); one process or DDP.")
     gamma: float = Field(1.0, ge=0.0, le=1.0, description="GAE discount over transitions (value_model only).")
     lam: float = Field(1.0, ge=0.0, le=1.0, description="GAE lambda over transitions (value_model only).")
     value_learning_rate: float = Field(5e-6, gt=0.0, le=1.0, description="AdamW learning rate of the value model.")
@@ -165,7 +165,7 @@ class TraceRLParams(RLParams):
         return self.beta > 0 and self.kl_target == "reference"
 
     def trains_value_model(self) -> bool:
-        """``value_model: true`` (dare_grpo.trainer_tracerl)."""
+        """``value_model: true`` (dare_grpo.objectives.tracerl.trainer)."""
         return self.value_model
 
 
@@ -177,10 +177,10 @@ class TraceRL(OnlineRLObjective):
     zero_advantage_rows_vanish = True  # loss -A * clip(rho): identically 0 at A = 0
 
     def trainer_class(self) -> type:
-        """:class:`~dare_grpo.trainer_tracerl.TraceRLValueTrainer` with ``value_model``, else the GRPO trainer."""
+        """:class:`~dare_grpo.objectives.tracerl.trainer.TraceRLValueTrainer` with ``value_model``, else the GRPO trainer."""
         if not self.params.value_model:
             return super().trainer_class()
-        from dare_grpo.trainer_tracerl import TraceRLValueTrainer
+        from dare_grpo.objectives.tracerl.trainer import TraceRLValueTrainer
 
         return TraceRLValueTrainer
 

@@ -3,7 +3,7 @@ Divide of Masked Diffusion Language Models", arXiv 2508.13148 §3, eq. (4)-(7); 
 ``mdpo_llada_rollout.py``, ``mdpo_algos.py`` (``compute_step_wise_advantage``, ``select_top_k_steps``,
 ``compute_mdpo_policy_loss``), ``llada_dp_actor_mdpo.py``; docs/algorithms.md §3.4).
 
-Rollout (:mod:`dare_grpo.rollout_mdpo`): a non-cached categorical sampler that records, for every
+Rollout (:mod:`dare_grpo.objectives.mdpo.rollout`): a non-cached categorical sampler that records, for every
 denoising step ``s = 1..T``, the input state ``x^(s)``, the one-shot prediction ``y^(s)`` and the
 per-token confidence ``c^(s)``. It takes ``gen_length``, ``steps``, ``block_length`` (absent: one block)
 and ``temperature`` (and ``top_k``/``top_p`` if the sampler has them and this objective does not set
@@ -54,8 +54,8 @@ from pydantic import Field
 from dare.components.official import OfficialSetting
 from dare.rl import clipped_policy_loss, kl_estimate, ratio_from_log
 from dare.rl import LossTerms, OnlineRLObjective, RLParams
-from dare_grpo.loss_mdpo import StepLossInput, select_steps, step_advantages, step_scores
-from dare_grpo.rollout_mdpo import ConfAlg, MDPORolloutParams
+from dare_grpo.objectives.mdpo.loss import StepLossInput, select_steps, step_advantages, step_scores
+from dare_grpo.objectives.mdpo.rollout import ConfAlg, MDPORolloutParams
 
 __all__ = ["MDPO", "MDPOParams", "StepLossInput", "step_scores", "step_advantages", "select_steps"]
 
@@ -95,16 +95,16 @@ class MDPO(OnlineRLObjective):
     Params = MDPOParams
 
     def trainer_class(self):
-        from dare_grpo.trainer_mdpo import MDPOTrainer
+        from dare_grpo.objectives.mdpo.trainer import MDPOTrainer
 
         return MDPOTrainer
 
     def make_estimator(self, family, model_config, sampler):
-        """None: the step rows are scored from the recorded states (:mod:`dare_grpo.trainer_mdpo`)."""
+        """None: the step rows are scored from the recorded states (:mod:`dare_grpo.objectives.mdpo.trainer`)."""
         return None
 
     def rollout_settings(self, sampler) -> MDPORolloutParams:
-        """The settings of :func:`~dare_grpo.rollout_mdpo.mdpo_decode` from the rollout sampler."""
+        """The settings of :func:`~dare_grpo.objectives.mdpo.rollout.mdpo_decode` from the rollout sampler."""
         sp, p = sampler.params, self.params
         top_k = p.top_k if p.top_k is not None else (getattr(sp, "top_k", None) or None)
         top_p = p.top_p if p.top_p is not None else getattr(sp, "top_p", None)
@@ -155,7 +155,7 @@ class MDPO(OnlineRLObjective):
                 if getattr(sampler.params, key, off) != off:
                     problems.append((rollout.where(key), f"MDPO rolls out with its own recording decoder (uncached, "
                                                          f"the fixed quota of steps per block, remasking by conf_alg; "
-                                                         f"dare_grpo/rollout_mdpo.py), which has no {key}: it would be "
+                                                         f"dare_grpo/objectives/mdpo/rollout.py), which has no {key}: it would be "
                                                          f"ignored. Remove it from the rollout sampler, e.g. override "
                                                          f"it in {loc}.params.rollout_sampler ({key}: "
                                                          f"{off if off is not None else 'null'}) to keep it for "

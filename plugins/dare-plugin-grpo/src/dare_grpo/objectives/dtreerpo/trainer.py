@@ -2,10 +2,11 @@
 
 One rollout batch (docs/algorithms.md §3.9):
 
-1. :func:`~dare_grpo.rollout_tree.grow_tree` per prompt (no group expansion: ``group_size`` is unused),
+1. :func:`~dare_grpo.objectives.dtreerpo.rollout.grow_tree` per prompt (no group expansion: ``group_size`` is unused),
    with the rollout sampler's ``partial_denoise`` and the rollout generator;
 2. leaves: leftover masks become EOS (as every DARE rollout), rewards with the spec's rewards;
-   :func:`~dare_grpo.rollout_tree.propagate_values`, :func:`~dare_grpo.rollout_tree.local_advantages`;
+   :func:`~dare_grpo.objectives.dtreerpo.rollout.propagate_values`,
+   :func:`~dare_grpo.objectives.dtreerpo.rollout.local_advantages`;
 3. edges: every (parent, child) pair with its child tokens, active mask and local advantage; parents are
    the distinct internal states (roots included). Old (``num_iterations > 1``) and reference (``beta > 0``)
    log-probs are taken once.
@@ -16,7 +17,7 @@ parents, gathers every child's token log-probs from the parent's logits, and bac
 ``dtreerpo/mean_root_value``, ``dtreerpo/num_edges``, ``sd_loss``.
 
 On N processes each process grows its prompts' trees with per-node generators (keyed by the step and
-:func:`~dare_grpo.rollout_tree.node_indices`, when the sampler draws per row), the edge count and the
+:func:`~dare_grpo.objectives.dtreerpo.rollout.node_indices`, when the sampler draws per row), the edge count and the
 self-distillation pair count that normalise the loss are the whole batch's, each process's loss is multiplied
 by N (DDP averages the gradients), and the logged statistics are the whole batch's: N processes train and log
 what one does (``tests/test_distributed.py``).
@@ -38,11 +39,12 @@ from dare.randomness import RowGenerators
 from dare.rl import step
 from dare.sampling import completion_mask as family_completion_mask
 from dare.sampling.text import encode_prompts
-from dare_grpo.loss_tree import EdgeLossInput, sd_pair_count
+from dare_grpo.objectives.dtreerpo.loss import EdgeLossInput, sd_pair_count
 from dare.rl.batch_totals import whole_batch_metrics, whole_batch_sums, whole_batch_values
 from dare.rl.rollout import Rollout, score_completions
-from dare_grpo.rollout_tree import (Tree, branch_points, grow_tree, local_advantages, node_indices, propagate_values,
-                                    transition_mask)
+from dare_grpo.objectives.dtreerpo.rollout import (
+    Tree, branch_points, grow_tree, local_advantages, node_indices, propagate_values, transition_mask,
+)
 from dare.rl.trainer import GRPOTrainer
 
 __all__ = ["TreeRollout", "DTreeRPOTrainer", "tree_edges", "edge_scores", "score_edges", "tree_update"]

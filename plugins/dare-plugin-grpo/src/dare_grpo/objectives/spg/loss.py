@@ -1,6 +1,6 @@
 """SPG's joint loss input and its sandwich surrogates (arXiv 2510.09541 §3, eq. (6)-(8); DARE
 ``compute_policy_loss_spg``), shared by the objective (:mod:`dare_grpo.objectives.spg`, which assembles the
-loss) and the trainer (:mod:`dare_grpo.trainer_spg`, which builds the inputs).
+loss) and the trainer (:mod:`dare_grpo.objectives.spg.trainer`, which builds the inputs).
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 §3, eq. (3)-(8); DARE ``dtreerpo_llada_rollout.py``, ``dtreerpo_algos.py``, ``llada_dp_actor_dtreerpo.py``;
 docs/algorithms.md §3.9).
 
-Rollout (:mod:`dare_grpo.rollout_tree`): per prompt a tree of partly decoded states, branching at the
+Rollout (:mod:`dare_grpo.objectives.dtreerpo.rollout`): per prompt a tree of partly decoded states, branching at the
 remaining-step counts ``T, T - T/s, ..., 0`` (``s = contraction``): ``num_tree_samples`` children of the
 root, ``tree_branch_factor`` children of every later node; leaf value = reward, internal value = mean of
 the children, local advantage ``A_i = V_i - mean(V_siblings \\ i)``. The decoding is the rollout
@@ -58,7 +58,7 @@ from pydantic import Field
 from dare.components.official import OfficialSetting
 from dare.rl import clipped_policy_loss, kl_estimate, ratio_from_log
 from dare.rl import LossTerms, OnlineRLObjective, RLParams
-from dare_grpo.loss_tree import EdgeLossInput, sd_pair_count, sd_schedule, self_distillation
+from dare_grpo.objectives.dtreerpo.loss import EdgeLossInput, sd_pair_count, sd_schedule, self_distillation
 
 __all__ = ["DTreeRPO", "DTreeRPOParams", "EdgeLossInput", "sd_schedule", "self_distillation", "sd_pair_count"]
 
@@ -111,12 +111,12 @@ class DTreeRPO(OnlineRLObjective):
     Params = DTreeRPOParams
 
     def trainer_class(self):
-        from dare_grpo.trainer_tree import DTreeRPOTrainer
+        from dare_grpo.objectives.dtreerpo.trainer import DTreeRPOTrainer
 
         return DTreeRPOTrainer
 
     def make_estimator(self, family, model_config, sampler):
-        """None: edges are scored from the tree's states (:mod:`dare_grpo.trainer_tree`)."""
+        """None: edges are scored from the tree's states (:mod:`dare_grpo.objectives.dtreerpo.trainer`)."""
         return None
 
     def fans(self) -> list[int]:

@@ -7,12 +7,12 @@ Reward on accuracy *and* parallelism. For completion ``j`` of a group, ``c_j`` i
 (reward ``>= correct_threshold``) and ``tpf_j = |y_j| / F_j`` its tokens per forward (``F_j`` = the distinct
 denoising steps that committed its tokens through the first stop token). Each part is normalised *within the
 group* (population std; 0 where the std is 0), then summed
-(:func:`dare_grpo.trainer_lightningrl.shaped_rewards`)::
+(:func:`dare_grpo.objectives.lightningrl.trainer.shaped_rewards`)::
 
     r_j = z(c)_j + z(tpf)_j            (tpf_norm: z_score; minmax: (tpf - min) / (max - min), 0.5 when flat;
                                         none: tpf_coefficient * tpf.  acc_norm false: c -> +1 / -1)
 
-Parallelism-aware dynamic sampling (:func:`dare_grpo.trainer_lightningrl.kept_groups`): a group with no correct
+Parallelism-aware dynamic sampling (:func:`dare_grpo.objectives.lightningrl.trainer.kept_groups`): a group with no correct
 completion, or whose tpf range ``max - min`` is below ``tpf_range_threshold``, is dropped (no loss term at all). Advantages are the batch-level
 z-score of the kept rewards, ``A = (r - mean) / max(std, 1e-8)`` (unbiased std, every kept row of the batch).
 
@@ -27,7 +27,7 @@ masked)``, as the release's ``compute_rl_loss`` forward does. Loss (:func:`light
     L     = L_pg + L_KL + L_NLL
 
 The shaping, the filter and the correctness need the rollout's trajectory and rewards, so the objective runs on
-:class:`~dare_grpo.trainer_lightningrl.LightningRLTrainer` (a :class:`~dare.rl.trainer.GRPOTrainer` whose
+:class:`~dare_grpo.objectives.lightningrl.trainer.LightningRLTrainer` (a :class:`~dare.rl.trainer.GRPOTrainer` whose
 ``after_passes`` hook (dare.rl.hooks) replaces the advantages, drops the filtered groups' passes and records per-row loss weights,
 ``1 / N`` and ``1 / T_c`` on the correct rows, in ``Rollout.row_values``). Defaults are the release's ``configs/lightningrl.yaml`` (``LightningRLParams.official``,
 docs/algorithms.md §10.18), except G = 8 (the release: 32) and ``response_tokens: all`` (the release scores the
@@ -131,8 +131,8 @@ class LightningRL(OnlineRLObjective):
     Params = LightningRLParams
 
     def trainer_class(self) -> type:
-        """:class:`~dare_grpo.trainer_lightningrl.LightningRLTrainer` (reward shaping and dynamic sampling)."""
-        from dare_grpo.trainer_lightningrl import LightningRLTrainer
+        """:class:`~dare_grpo.objectives.lightningrl.trainer.LightningRLTrainer` (reward shaping and dynamic sampling)."""
+        from dare_grpo.objectives.lightningrl.trainer import LightningRLTrainer
 
         return LightningRLTrainer
 

@@ -33,7 +33,7 @@ from dare.rl.conventions import cut_response_at_first_stop, mask_after_response
 from dare.rl.losses import RLParams
 from dare.rl.rollout import Rollout
 from dare.rl.trainer import GRPOTrainer
-from dare_grpo.loss_spg import JointLossInput
+from dare_grpo.objectives.spg.loss import JointLossInput
 
 __all__ = ["SPGTrainer", "response_batch", "spg_passes", "spg_update"]
 

@@ -2,7 +2,7 @@
 
 (MDPO, arXiv 2508.13148; DARE ``dllm_ray_trainer.py`` mdpo branch; docs/algorithms.md §3.4.) One rollout batch:
 
-1. :func:`~dare_grpo.rollout_mdpo.mdpo_decode` on ``G`` copies of each prompt (the rollout generator);
+1. :func:`~dare_grpo.objectives.mdpo.rollout.mdpo_decode` on ``G`` copies of each prompt (the rollout generator);
 2. the final completions are scored (the logged ``reward``) and every step's prediction ``y^(s)``
    (``r_s``, ``T`` reward calls per completion); :func:`~dare_grpo.objectives.mdpo.step_scores`,
    per-step group advantages, the top-K steps;
@@ -37,10 +37,10 @@ from dare.rl import step
 from dare.sampling import completion_mask as family_completion_mask
 from dare.sampling.options import DecodeOptions
 from dare.sampling.text import encode_prompts
-from dare_grpo.loss_mdpo import StepLossInput, select_steps, step_advantages, step_scores
+from dare_grpo.objectives.mdpo.loss import StepLossInput, select_steps, step_advantages, step_scores
 from dare.rl.batch_totals import whole_batch_metrics, whole_batch_sums, whole_batch_values
 from dare.rl.rollout import Rollout, score_completions
-from dare_grpo.rollout_mdpo import MDPOTrajectory, mdpo_decode
+from dare_grpo.objectives.mdpo.rollout import MDPOTrajectory, mdpo_decode
 from dare.rl.trainer import GRPOTrainer
 
 __all__ = ["MDPORollout", "MDPOTrainer", "step_rows", "mdpo_update"]

@@ -1,6 +1,6 @@
 """MDPO's step loss input and its step-wise reward maths (arXiv 2508.13148 §3, eq. (4)-(6); DARE
 ``mdpo_algos.py``: ``compute_step_wise_advantage``, ``select_top_k_steps``), shared by the objective
-(:mod:`dare_grpo.objectives.mdpo`, which assembles the loss) and the trainer (:mod:`dare_grpo.trainer_mdpo`).
+(:mod:`dare_grpo.objectives.mdpo`, which assembles the loss) and the trainer (:mod:`dare_grpo.objectives.mdpo.trainer`).
 """
 
 from __future__ import annotations

@@ -24,7 +24,7 @@ the true log-likelihood, so both push it in the advantage's direction.
   no token is dropped for numerical reasons; the value is otherwise identical.
 * The EUBO couples the Monte-Carlo copies (a log of a mean), so the update cannot be a sum of per-copy
   losses. With ``mc_num = 1`` (recipe) the loss is computed directly; with ``mc_num > 1`` the trainer
-  (:class:`~dare_grpo.trainer_spg.SPGTrainer`) scores all copies without gradient, differentiates the loss
+  (:class:`~dare_grpo.objectives.spg.trainer.SPGTrainer`) scores all copies without gradient, differentiates the loss
   with respect to the token log-probs, then replays each copy with gradient (exact; one copy in memory).
 * KL is disallowed (DARE raises): ``beta > 0`` is rejected at spec validation. ``num_iterations`` must be 1:
   without an importance ratio a reused rollout would give a biased gradient. (DARE's SPG ``num_iterations``
@@ -38,7 +38,7 @@ Recipe defaults (docs/algorithms.md §4.2): ``logp_estimation`` mix, ``mix_weigh
 mu 1, block length = the rollout sampler's (32), ``p_mask_prompt`` 0.15, ``min_t`` 0, ``max_t`` 1.
 ``preset: official`` gives the released settings DARE can express (``SPGParams.official``: r - mean advantage,
 G = 6, ``mc_num`` 2, the response ending at the first EOS with every later position masked, which
-:class:`~dare_grpo.trainer_spg.SPGTrainer` applies); docs/algorithms.md §10.6 lists the one it cannot (mu = 4
+:class:`~dare_grpo.objectives.spg.trainer.SPGTrainer` applies); docs/algorithms.md §10.6 lists the one it cannot (mu = 4
 without a ratio); tests/parity/test_spg.py checks the loss and gradients against the official code's.
 """
 
@@ -51,7 +51,7 @@ from pydantic import Field, model_validator
 from dare.components.official import OfficialSetting
 from dare.diffusion.estimators import RandomBlockEstimator
 from dare.rl import LossTerms, OnlineRLObjective, RLParams
-from dare_grpo.loss_spg import JointLossInput, LogpEstimation, spg_sequence_logp, spg_surrogates
+from dare_grpo.objectives.spg.loss import JointLossInput, LogpEstimation, spg_sequence_logp, spg_surrogates
 
 __all__ = ["SPG", "SPGParams", "JointLossInput", "spg_surrogates", "spg_sequence_logp"]
 
@@ -115,7 +115,7 @@ class SPG(OnlineRLObjective):
     Params = SPGParams
 
     def trainer_class(self):
-        from dare_grpo.trainer_spg import SPGTrainer
+        from dare_grpo.objectives.spg.trainer import SPGTrainer
 
         return SPGTrainer
 
