@@ -376,8 +376,8 @@ def test_trajectory_replay_of_threshold_rollouts_on_two_processes_equals_one(tmp
     ("mdpo", {"group_size": 4, "sample_train_steps": 3}),
     ("d-treerpo", {"num_tree_samples": 2, "tree_branch_factor": 2, "self_distillation": True, "num_iterations": 1}),
     ("espo", {"group_size": 4, "num_iterations": 1, "mc_num": 1, "reduce_var": False}),
-    ("tracerl", {"group_size": 4, "shrink": 2, "value_model": True, "value_learning_rate": 1e-3, "gamma": 0.9,
-                 "lam": 0.95}),
+    ("tracerl", {"group_size": 4, "shrink": 2,
+                 "value_model": {"learning_rate": 1e-3, "gamma": 0.9, "lam": 0.95}}),
 ])
 def test_objectives_with_their_own_rollout_or_update_on_two_processes_equal_one(tmp_path, digit_model, objective,
                                                                                  params):

@@ -348,13 +348,16 @@ def test_every_objective_official_table_entry_is_in_the_docs():
     from dare_grpo.objectives.mdpo import MDPOParams
     from dare_grpo.objectives.spg import SPGParams
     from dare_grpo.objectives.tracerl import TraceRLParams
+    from dare_grpo.objectives.tracerl.objective import ValueModelParams
 
     text = (REPO / "docs" / "algorithms.md").read_text(encoding="utf-8")
     section = text[text.index("\n## 10."):]
     for cls in (D1Params, CoupledGRPOParams, SPGParams, JustGRPOParams, CJGRPOParams, DTreeRPOParams, ESPOParams,
-                TraceRLParams, MDPOParams, BGPOParams, EBPOParams, GDPOParams, DiPOParams, LightningRLParams):
+                TraceRLParams, ValueModelParams, MDPOParams, BGPOParams, EBPOParams, GDPOParams, DiPOParams,
+                LightningRLParams):
         for s in cls.official:
             repo, rest = s.source.split("@", 1)
             commit = rest.split(":", 1)[0]
             assert f"{repo}@{commit[:7]}" in section, (cls.__name__, s.param)
-            assert any(f"{sep} {s.param}" in section for sep in ("|", "/")), (cls.__name__, s.param)
+            name = f"value_model.{s.param}" if cls is ValueModelParams else s.param  # a nested settings object
+            assert any(f"{sep} {name}" in section for sep in ("|", "/")), (cls.__name__, s.param)

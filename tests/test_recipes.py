@@ -147,7 +147,7 @@ def test_recipe_memory_estimate_equals_what_the_code_holds(path, tmp_path):
     card = _card(raw)
     sets = [f"model.path={card}", f"output.dir={tmp_path / 'run'}"]
     if raw["algorithm"]["name"] == "tracerl":  # its value model, on the DDP launch it needs
-        sets += ["algorithm.params.value_model=true", "launch.accelerate_config=examples/accelerate/ddp.yaml"]
+        sets += ["algorithm.params.value_model={}", "launch.accelerate_config=examples/accelerate/ddp.yaml"]
     spec = load_spec(path, overrides=sets, check=False)
     ctx = resolve_spec(spec, str(path), config_only=True)
     (est,) = estimate_memory(ctx, [1])
@@ -209,7 +209,7 @@ def test_memory_estimate_by_hand(tmp_path):
 
 
 def test_memory_estimate_counts_tracerls_value_model(tmp_path):
-    """The TraceRL recipe with ``value_model: true``: a replicated copy of the model with a 1-wide head, in fp32
+    """The TraceRL recipe with ``value_model: {}``: a replicated copy of the model with a 1-wide head, in fp32
     master weights (train.bf16): 4 x 4 bytes per parameter on every GPU."""
     from dare.memory_estimate import estimate_memory
     from dare.spec import load_spec, resolve_spec
@@ -218,7 +218,7 @@ def test_memory_estimate_counts_tracerls_value_model(tmp_path):
     card = _card(_raw(path))
     cfg = json.loads((card / "config.json").read_text())
     spec = load_spec(path, overrides=[f"model.path={card}", f"output.dir={tmp_path / 'run'}",
-                                      "algorithm.params.value_model=true"], check=False)
+                                      "algorithm.params.value_model={}"], check=False)
     one, eight = estimate_memory(resolve_spec(spec, str(path), config_only=True), [1, 8])
     h, vocab = cfg["hidden_size"], cfg["vocab_size"]
     assert one.terms["value model"] == eight.terms["value model"] == 16 * (one.parameters - vocab * h + h)

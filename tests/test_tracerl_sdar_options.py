@@ -148,5 +148,5 @@ def test_block_family_conventions_are_refused_on_a_full_attention_family(tmp_pat
     where = sorted(loc for loc, _ in ctx.problems)
     assert where == ["algorithm.params.block_alignment", "algorithm.params.response_padding", "algorithm.params.row_layout"]
     assert all("'llada'" in msg for _, msg in ctx.problems)
-    ctx = _resolve(tmp_path, "sdar", SDAR_SAMPLER, "{preset: official, value_model: true}")
+    ctx = _resolve(tmp_path, "sdar", SDAR_SAMPLER, "{preset: official, value_model: {}}")
     assert [loc for loc, _ in ctx.problems] == ["algorithm.params.row_layout"]

@@ -120,7 +120,7 @@ class RLParams(OfficialParams):
 
     def trains_value_model(self) -> bool:
         """Whether training keeps a value model besides the policy (a full model copy with its optimizer, which
-        ``dare profile --estimate`` counts): False here; TraceRL's ``value_model: true`` overrides it."""
+        ``dare profile --estimate`` counts): False here; TraceRL's ``value_model`` overrides it."""
         return False
 
 

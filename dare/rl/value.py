@@ -50,14 +50,14 @@ def value_model_from(policy: torch.nn.Module) -> torch.nn.Module:
         raise DareError(
             "algorithm.params.value_model: the policy is a LoRA (peft) model; TraceRL's value model is a full copy of "
             "the policy with its own head and cannot share the adapters. Remove model.lora to train the value model, "
-            "or set algorithm.params.value_model: false.")
+            "or remove algorithm.params.value_model.")
     getter = getattr(policy, "get_output_embeddings", None)
     head = getter() if callable(getter) else None
     if not isinstance(head, torch.nn.Linear) or not hasattr(policy, "set_output_embeddings"):
         raise DareError(
             f"algorithm.params.value_model: {type(policy).__name__} has no separate output layer "
             "(get_output_embeddings() is not a Linear; e.g. LLaDA with weight_tying: true), so no value head can "
-            "replace it. Use a checkpoint with an untied output layer, or set algorithm.params.value_model: false.")
+            "replace it. Use a checkpoint with an untied output layer, or remove algorithm.params.value_model.")
     value = copy.deepcopy(policy)
     new_head = torch.nn.Linear(head.in_features, 1, bias=False, device=head.weight.device, dtype=head.weight.dtype)
     torch.nn.init.zeros_(new_head.weight)

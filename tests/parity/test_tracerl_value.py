@@ -26,7 +26,7 @@ from dare_grpo.objectives.tracerl.trainer import rollout_values, value_gae, valu
 from tools.parity.common import model_from_state, plain_logits, public_step, read_fixture, rel_diff
 
 TOL = 1e-5
-OFFICIAL = {"preset": "official", "group_size": 2, "num_iterations": 2, "shrink": 2, "value_model": True,
+OFFICIAL = {"preset": "official", "group_size": 2, "num_iterations": 2, "shrink": 2, "value_model": {},
             "normaliser": "response_length"}
 
 
@@ -97,7 +97,7 @@ def test_values_gae_value_loss_and_policy_loss_reproduce_the_official_trainer():
 
 def test_step_gae_reproduces_the_official_recursion_at_other_gamma_and_lambda():
     other = read_fixture("tracerl_value")[1]["other_gae"]
-    t, meta, params, batch, passes, values = setup(gamma=other["gam"], lam=other["lam"])
+    t, meta, params, batch, passes, values = setup(value_model={"gamma": other["gam"], "lam": other["lam"]})
     _, returns, adv = gae(t, params, batch, passes, values)
     assert rel_diff(returns, t["expected.other.returns"]) <= TOL
     assert rel_diff(adv, t["expected.other.advantages"]) <= TOL
@@ -115,9 +115,9 @@ def test_gamma_lambda_one_telescopes_to_reward_minus_value():
 
 
 @pytest.mark.parametrize("change", [
-    {"gamma": 0.9},
-    {"lam": 0.5},
-    {"value_clip_eps": 0.05},
+    {"value_model": {"gamma": 0.9}},
+    {"value_model": {"lam": 0.5}},
+    {"value_model": {"clip_eps": 0.05}},
     {"normaliser": "transitions"},
     {"beta": 0.0},
 ])

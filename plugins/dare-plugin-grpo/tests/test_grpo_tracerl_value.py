@@ -1,4 +1,4 @@
-"""TraceRL's value model (``algorithm.params.value_model: true``): step-level GAE by hand, the value head, a run
+"""TraceRL's value model (``algorithm.params.value_model``): step-level GAE by hand, the value head, a run
 from the spec that trains both models and saves the value model, and kill-and-resume equal to an uninterrupted run."""
 
 from __future__ import annotations
@@ -60,8 +60,8 @@ def _spec(model_dir, out, steps=3):
         "model": {"path": str(model_dir)},
         "data": {"train": {"path": "dare://sudoku/train.parquet", "limit": 16, "chat_template": False,
                            "prompt_template": "{{ extra_info.puzzle }}"}},
-        "algorithm": {"name": "tracerl", "params": {"group_size": 2, "shrink": 2, "value_model": True,
-                                                     "value_learning_rate": 1e-2, "gamma": 0.9, "lam": 0.95,
+        "algorithm": {"name": "tracerl", "params": {"group_size": 2, "shrink": 2,
+                                                     "value_model": {"learning_rate": 1e-2, "gamma": 0.9, "lam": 0.95},
                                                      "rollout_sampler": {"temperature": 1.0}}},
         "sampler": {"name": "llada", "params": {"gen_length": 8, "block_length": 4, "steps": 8}},
         "rewards": [{"name": "sudoku", "params": {"require_answer_tags": False}}],

@@ -142,7 +142,7 @@ def test_a_rejected_rollout_override_leaves_no_rollout_sampler(tiny_llada_dir, t
 
 
 def test_tracerl_value_model_with_lora_is_rejected(tiny_llada_dir, tmp_path):
-    raw = spec(tiny_llada_dir, tmp_path, params={"value_model": True, "rollout_sampler": {"temperature": 1.0}})
+    raw = spec(tiny_llada_dir, tmp_path, params={"value_model": {}, "rollout_sampler": {"temperature": 1.0}})
     raw["algorithm"]["name"] = "tracerl"
     raw["model"]["lora"] = {"r": 4}
     assert "cannot share LoRA adapters" in problems(raw)["algorithm.params.value_model"]
@@ -161,5 +161,49 @@ def test_tracerl_value_model_with_lora_is_rejected(tiny_llada_dir, tmp_path):
     shutil.copytree(tiny_llada_dir, tied)
     (tied / "config.json").write_text(json.dumps({**cfg, "weight_tying": True}))
     assert "weight_tying" in problems({**raw, "model": {"path": str(tied)}})["algorithm.params.value_model"]
-    raw["algorithm"]["params"]["value_learning_rate"] = 1e39
-    assert "less than or equal to 1" in problems(raw)["algorithm.params.value_learning_rate"]
+    raw["algorithm"]["params"]["value_model"] = {"learning_rate": 1e39}
+    assert "less than or equal to 1" in problems(raw)["algorithm.params.value_model.learning_rate"]
+    raw["algorithm"]["params"]["value_model"] = {"lr": 1e-6}
+    assert "learning_rate" in problems(raw)["algorithm.params.value_model.lr"]  # unknown key: the allowed ones listed
+
+
+def test_tracerl_value_model_settings_moved_into_one_mapping(tiny_llada_dir, tmp_path):
+    """The flat keys and the true/false switch are refused, each naming where its setting went; ``{}`` is the
+    release's settings and null (or no key) trains without a value model."""
+    from dare_grpo.objectives.tracerl import TraceRLParams
+    from dare_grpo.objectives.tracerl.objective import ValueModelParams
+
+    raw = spec(tiny_llada_dir, tmp_path, params={"rollout_sampler": {"temperature": 1.0}})
+    raw["algorithm"]["name"] = "tracerl"
+    validate_spec(raw)
+    params = raw["algorithm"]["params"]
+    for old, new in (("gamma", "gamma"), ("lam", "lam"), ("value_learning_rate", "learning_rate"),
+                     ("value_clip_eps", "clip_eps")):
+        got = problems({**raw, "algorithm": {"name": "tracerl", "params": {**params, old: 0.5}}})
+        assert list(got) == ["algorithm.params"], got
+        assert f"algorithm.params.{old} moved to algorithm.params.value_model.{new}" in got["algorithm.params"]
+        assert f"value_model: {{{new}: 0.5}}" in got["algorithm.params"]
+    for switch in (True, False):
+        got = problems({**raw, "algorithm": {"name": "tracerl", "params": {**params, "value_model": switch}}})
+        assert f"value_model: {str(switch).lower()} is no longer a switch" in got["algorithm.params.value_model"]
+    assert not TraceRLParams().trains_value_model() and not TraceRLParams(value_model=None).trains_value_model()
+    on = TraceRLParams(value_model={})
+    assert on.trains_value_model()
+    assert on.value_model.model_dump() == {"gamma": 1.0, "lam": 1.0, "learning_rate": 5e-6, "clip_eps": 0.2}
+    assert on.value_model.model_dump() == {s.param: s.value for s in ValueModelParams.official}
+    # preset: official keeps the value model off, and leaves an explicit one at the release's settings
+    assert not TraceRLParams(preset="official").trains_value_model()
+    assert TraceRLParams(preset="official", value_model={"gamma": 0.9}).value_model.model_dump() == {
+        "gamma": 0.9, "lam": 1.0, "learning_rate": 5e-6, "clip_eps": 0.2}
+
+
+@pytest.mark.parametrize("env", ["ACCELERATE_USE_FSDP", "ACCELERATE_USE_DEEPSPEED"])
+def test_tracerl_value_model_under_a_sharded_accelerate_launch_is_refused(tiny_llada_dir, tmp_path, monkeypatch, env):
+    """``accelerate launch --config_file fsdp2.yaml dare run`` sets these variables in every process: the value model
+    (one process or DDP) is refused by the spec check, before any weights load, whatever the spec's launch says."""
+    raw = spec(tiny_llada_dir, tmp_path, params={"value_model": {}, "rollout_sampler": {"temperature": 1.0}})
+    raw["algorithm"]["name"] = "tracerl"
+    monkeypatch.setenv(env, "true")
+    assert "FSDP or DeepSpeed launch" in problems(raw)["algorithm.params.value_model"]
+    raw["algorithm"]["params"].pop("value_model")
+    validate_spec(raw)  # without the value model the launch is fine

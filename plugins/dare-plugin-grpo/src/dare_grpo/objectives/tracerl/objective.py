@@ -20,11 +20,12 @@ i.e. a per-sequence token mean inside each transition, *summed* over transitions
 the ``N`` completions (``C_eps``: clipped surrogate with dual clip). ``loss_aggregation`` is
 therefore not used. Metrics are averaged over transitions.
 
-Value model (``value_model: true``, off by default): the released trainer's optional diffusion value model
+Value model (``value_model: {gamma, lam, learning_rate, clip_eps}``, :class:`ValueModelParams`; absent or null =
+off, ``value_model: {}`` = on with the release's settings): the released trainer's optional diffusion value model
 (:mod:`dare_grpo.objectives.tracerl.trainer`, :mod:`dare.rl.value`) turns the group advantage into token advantages by
-step-level GAE (``gamma``, ``lam``) and is trained once per rollout with the clipped value loss
-(``value_clip_eps``, ``value_learning_rate``). The released value pipeline's policy loss
-(``train/train_sdar_policy.py``) divides each row's token sum by the completion length:
+step-level GAE (``gamma``, ``lam``) and is trained once per rollout with the clipped value loss (``clip_eps``,
+``learning_rate``); one process or DDP (:meth:`TraceRL.check` refuses an FSDP or DeepSpeed launch). The released
+value pipeline's policy loss (``train/train_sdar_policy.py``) divides each row's token sum by the completion length:
 ``normaliser: response_length``. Its settings (``configs/rl_sdar_with_value.yaml``) are in docs/algorithms.md
 §10.11; tests/parity/test_tracerl_value.py checks values, GAE, the value loss and the policy loss against the
 official code. Sliced block training is out of scope.
@@ -51,17 +52,19 @@ accuracy is in [0.2, 0.8] trained (``group_filter``), RL options of every object
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import ClassVar, Literal
+from typing import Any, ClassVar, Literal
 
 import torch
-from pydantic import Field
+from pydantic import Field, model_validator
 
+from dare import distributed
+from dare.components import Params
 from dare.components.official import OfficialSetting
 
 from dare.diffusion.estimators import TrajectoryEstimator
 from dare.rl import LossTerms, OnlineRLObjective, RLParams, clipped_token_loss, kl_estimate
 
-__all__ = ["TraceRL", "TraceRLParams"]
+__all__ = ["TraceRL", "TraceRLParams", "ValueModelParams"]
 
 
 #: The released TraceRL code and configs (docs/algorithms.md §10.11).
@@ -75,6 +78,31 @@ def _llada(param, value, where, why=""):
 
 def _sdar(param, value, where, why=""):
     return OfficialSetting(param, value, f"{TRACERL_REPO}:{where}", why, family=_S)
+
+
+#: Where the flat keys of the value model's settings moved (refused with the new path named).
+_MOVED = {"gamma": "gamma", "lam": "lam", "value_learning_rate": "learning_rate", "value_clip_eps": "clip_eps"}
+
+
+class ValueModelParams(Params):
+    """``algorithm.params.value_model``: the settings of TraceRL's optional diffusion value model (arXiv 2509.06949
+    §3.2).
+
+    The defaults are the released value pipeline's (``official``: Gen-Verse/dLLM-RL@10b4fd1
+    ``configs/rl_sdar_with_value.yaml``, ``train/train_sdar_value.py``), so ``value_model: {}`` trains it as the
+    release does; ``preset: official`` never turns it on (the released ``rl_*.yaml`` configs have none).
+    """
+
+    official: ClassVar[tuple[OfficialSetting, ...]] = (
+        OfficialSetting("gamma", 1.0, f"{TRACERL_REPO}:configs/rl_sdar_with_value.yaml:70"),
+        OfficialSetting("lam", 1.0, f"{TRACERL_REPO}:configs/rl_sdar_with_value.yaml:71"),
+        OfficialSetting("learning_rate", 5e-6, f"{TRACERL_REPO}:configs/rl_sdar_with_value.yaml:79"),
+        OfficialSetting("clip_eps", 0.2, f"{TRACERL_REPO}:train/train_sdar_value.py:998"),
+    )
+    gamma: float = Field(1.0, ge=0.0, le=1.0, description="GAE discount over transitions.")
+    lam: float = Field(1.0, ge=0.0, le=1.0, description="GAE lambda over transitions.")
+    learning_rate: float = Field(5e-6, gt=0.0, le=1.0, description="AdamW learning rate of the value model.")
+    clip_eps: float = Field(0.2, gt=0.0, description="Clip range of the value loss around the rollout-time values.")
 
 
 class TraceRLParams(RLParams):
@@ -125,11 +153,6 @@ class TraceRLParams(RLParams):
                         "DARE scores a truncated completion by its reward"),
         OfficialSetting("group_filter", (0.2, 0.8), f"{TRACERL_REPO}:reward/rl_reward.py:112-114",
                         "DARE trains every group (equal-reward groups have advantage 0)"),
-        # the optional value model's settings (configs/rl_sdar_with_value.yaml; value_model itself stays off)
-        OfficialSetting("gamma", 1.0, f"{TRACERL_REPO}:configs/rl_sdar_with_value.yaml:70"),
-        OfficialSetting("lam", 1.0, f"{TRACERL_REPO}:configs/rl_sdar_with_value.yaml:71"),
-        OfficialSetting("value_learning_rate", 5e-6, f"{TRACERL_REPO}:configs/rl_sdar_with_value.yaml:79"),
-        OfficialSetting("value_clip_eps", 0.2, f"{TRACERL_REPO}:train/train_sdar_value.py:998"),
     )
     shrink: int = Field(1, ge=1, description="Trajectory shrinkage s: merge every s neighbouring denoising steps.")
     transition_grouping: Literal["global", "per_row"] = Field(
@@ -151,13 +174,30 @@ class TraceRLParams(RLParams):
         "reference", description="reference = the KL estimator against the reference policy, token mean per "
         "transition; rollout = k3 against the rollout policy summed over each transition's tokens (the released "
         "trainer).")
-    value_model: bool = Field(False, description="Train TraceRL's diffusion value model and use its step-level GAE "
-                              "token advantages (dare_grpo.objectives.tracerl.trainer); one process or DDP.")
-    gamma: float = Field(1.0, ge=0.0, le=1.0, description="GAE discount over transitions (value_model only).")
-    lam: float = Field(1.0, ge=0.0, le=1.0, description="GAE lambda over transitions (value_model only).")
-    value_learning_rate: float = Field(5e-6, gt=0.0, le=1.0, description="AdamW learning rate of the value model.")
-    value_clip_eps: float = Field(0.2, gt=0.0, description="Clip range of the value loss around the rollout-time "
-                                  "values.")
+    value_model: ValueModelParams | None = Field(
+        None, description="Train TraceRL's diffusion value model and use its step-level GAE token advantages "
+        "(dare_grpo.objectives.tracerl.trainer; one process or DDP): {gamma, lam, learning_rate, clip_eps}, {} = the "
+        "release's settings; null = off.")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _refuse_flat_value_keys(cls, data: Any) -> Any:
+        """The value model's settings were four flat keys and a ``value_model: true/false`` switch: refuse them,
+        naming where each moved."""
+        if not isinstance(data, dict):
+            return data
+        moved = [k for k in _MOVED if k in data]
+        if moved:
+            where = "; ".join(f"algorithm.params.{k} moved to algorithm.params.value_model.{_MOVED[k]}" for k in moved)
+            example = ", ".join(f"{_MOVED[k]}: {data[k]}" for k in moved)
+            raise ValueError(f"{where}: the value model's settings are one mapping now, value_model: {{{example}}} "
+                             "(which also turns the value model on; leave value_model out to train without it)")
+        if isinstance(data.get("value_model"), bool):
+            raise ValueError(f"value_model: {str(data['value_model']).lower()} is no longer a switch: value_model is "
+                             "the value model's settings {gamma, lam, learning_rate, clip_eps}; value_model: {} trains "
+                             "it with the release's (1.0, 1.0, 5e-6, 0.2), and leaving it out (or null) trains without "
+                             "it")
+        return data
 
     def uses_reference_policy(self) -> bool:
         """A reference copy only for ``kl_target: reference`` with ``beta > 0`` (``kl_target: rollout`` takes the KL
@@ -165,8 +205,8 @@ class TraceRLParams(RLParams):
         return self.beta > 0 and self.kl_target == "reference"
 
     def trains_value_model(self) -> bool:
-        """``value_model: true`` (dare_grpo.objectives.tracerl.trainer)."""
-        return self.value_model
+        """Whether ``value_model`` is set (dare_grpo.objectives.tracerl.trainer)."""
+        return self.value_model is not None
 
 
 class TraceRL(OnlineRLObjective):
@@ -178,7 +218,7 @@ class TraceRL(OnlineRLObjective):
 
     def trainer_class(self) -> type:
         """:class:`~dare_grpo.objectives.tracerl.trainer.TraceRLValueTrainer` with ``value_model``, else the GRPO trainer."""
-        if not self.params.value_model:
+        if self.params.value_model is None:
             return super().trainer_class()
         from dare_grpo.objectives.tracerl.trainer import TraceRLValueTrainer
 
@@ -192,35 +232,48 @@ class TraceRL(OnlineRLObjective):
             problems.append((f"{loc}.params.row_layout", f"block_round bundles every block's step into one forward, which "
                              f"is exact only for block-diffusion families (SDAR, LLaDA2), and {family.name!r} is not one: "
                              "set row_layout: transition"))
-        if not self.params.value_model:
+        if self.params.value_model is None:
             return problems
         if self.params.row_layout == "block_round":
             problems.append((f"{loc}.params.row_layout", "the value model's step-level GAE runs over transitions, not "
-                             "block rounds: set row_layout: transition with value_model: true"))
+                             "block rounds: set row_layout: transition with value_model"))
         if getattr(model, "lora", None) is not None:
             problems.append((f"{loc}.params.value_model", "the value model is a full copy of the policy with its own "
-                             "head and cannot share LoRA adapters: remove model.lora, or set value_model: false"))
+                             "head and cannot share LoRA adapters: remove model.lora, or remove value_model"))
         cfg = ctx.model_config
         if (cfg.get("weight_tying") if isinstance(cfg, dict) else getattr(cfg, "weight_tying", False)):
             problems.append((f"{loc}.params.value_model", "the model ties its output layer to the input embeddings "
                              "(weight_tying: true), so no value head can replace it: use a checkpoint with an untied "
-                             "output layer, or set value_model: false"))
+                             "output layer, or remove value_model"))
+        return problems + self._value_model_launch_problems(ctx, loc)
+
+    def _value_model_launch_problems(self, ctx, loc: str) -> list[tuple[str, str]]:
+        """The value model is replicated and its gradients all-reduced by hand: one process or DDP. The launch is the
+        spec's ``launch.accelerate_config``, else the accelerate launch running this command (``accelerate launch
+        --config_file`` sets ``ACCELERATE_USE_FSDP`` / ``ACCELERATE_USE_DEEPSPEED`` in every process it starts:
+        :func:`dare.distributed.shards_model`), so ``dare run`` refuses it before loading any weights."""
         launch = getattr(ctx.spec, "launch", None)
-        if launch is not None and launch.accelerate_config:
+        config = launch.accelerate_config if launch is not None else None
+        if config:
             from dare.errors import SpecError
             from dare.memory_estimate import strategy_from_accelerate_config
 
             try:
-                strategy = strategy_from_accelerate_config(launch.accelerate_config, ctx.source)
+                strategy = strategy_from_accelerate_config(config, ctx.source).name
             except SpecError as exc:  # a missing or unreadable config would hide a ZeRO/FSDP launch
-                problems.extend(exc.problems)
-                strategy = None
-            if strategy is not None and strategy.name != "ddp":
-                problems.append((f"{loc}.params.value_model", f"the value model is replicated and all-reduced (one "
-                                 f"process or DDP), but launch.accelerate_config ({launch.accelerate_config}) is "
-                                 f"{strategy.name}: launch with a DDP config (examples/accelerate/ddp.yaml; --set "
-                                 "launch.accelerate_config=examples/accelerate/ddp.yaml), or set value_model: false"))
-        return problems
+                return list(exc.problems)
+            launched = f"launch.accelerate_config ({config}) is {strategy}"
+            fix = "--set launch.accelerate_config=examples/accelerate/ddp.yaml"
+        elif distributed.shards_model():
+            strategy = "sharded"
+            launched = "this command runs under an FSDP or DeepSpeed launch (accelerate launch --config_file)"
+            fix = "accelerate launch --config_file examples/accelerate/ddp.yaml, or torchrun"
+        else:
+            return []
+        if strategy == "ddp":
+            return []
+        return [(f"{loc}.params.value_model", f"the value model is replicated and all-reduced (one process or DDP), but "
+                 f"{launched}: launch with DDP ({fix}), or remove value_model")]
 
     def make_estimator(self, family, model_config, sampler):
         if self.params.row_layout == "block_round":

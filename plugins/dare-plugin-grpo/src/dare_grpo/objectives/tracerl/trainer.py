@@ -1,4 +1,4 @@
-"""TraceRL with its diffusion value model (``algorithm.params.value_model: true``; arXiv 2509.06949 §3.2).
+"""TraceRL with its diffusion value model (``algorithm.params.value_model``; arXiv 2509.06949 §3.2).
 
 :class:`TraceRLValueTrainer` is the :class:`~dare.rl.trainer.GRPOTrainer` plus the released trainer's value
 stage (Gen-Verse/dLLM-RL@10b4fd1 ``rl.py`` with ``model.value_base_model``: ``train/train_sdar_value.py`` then
@@ -22,7 +22,8 @@ Differences from the released trainer, by design: the value model starts as a co
 weights with a zeroed head (the release loads ``model.value_base_model``, usually the same checkpoint); it takes
 one optimizer step per rollout over every row (the release steps every ``batch_size_lm x
 gradient_accumulation_steps x processes`` rows); its gradients are averaged over processes by an all-reduce, so it
-supports one process and DDP, not FSDP or DeepSpeed sharding. Its weights and AdamW state are saved with every
+supports one process and DDP, not FSDP or DeepSpeed sharding (refused with the spec,
+:meth:`~dare_grpo.objectives.tracerl.TraceRL.check`). Its weights and AdamW state are saved with every
 checkpoint (``value_model.safetensors``, ``value_optimizer.safetensors`` + ``value_optimizer.json``: no pickle) and
 restored on resume (and when a finished run is re-run); the final value model is written to
 ``<output_dir>/value_model`` (safetensors): the last step's, also with ``train.keep_best_metric`` (``model/`` then
@@ -44,7 +45,6 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from dare import distributed
-from dare.errors import DareError
 from dare.rl import step
 from dare.rl.batch_totals import whole_batch_sums
 from dare.rl.rollout import Rollout
@@ -74,18 +74,21 @@ def rollout_values(fn: step.LogitsFn, batch, passes, micro_batch_size: int | Non
 
 def value_gae(passes, num_rows: int, advantages: torch.Tensor, old_values: torch.Tensor, params):
     """Step-level GAE (:func:`dare.rl.value.step_gae`) of the ``[N]`` group-normalised sequence rewards over the
-    transitions of ``passes``: ``(ranks, returns, token advantages)``, each ``[N, G]``."""
+    transitions of ``passes`` with ``params.value_model``'s ``gamma`` and ``lam``: ``(ranks, returns, token
+    advantages)``, each ``[N, G]``."""
     G = old_values.shape[1]
     ranks = transition_ranks(passes, num_rows, G)
-    returns, token_advantages = step_gae(ranks, advantages, old_values, params.gamma, params.lam)
+    settings = params.value_model
+    returns, token_advantages = step_gae(ranks, advantages, old_values, settings.gamma, settings.lam)
     return ranks, returns, token_advantages
 
 
 def value_loss_backward(fn: step.LogitsFn, batch, passes, old_values: torch.Tensor, returns: torch.Tensor,
                         params, backprop: step.Backprop | None = None) -> torch.Tensor:
-    """The clipped value loss (:func:`dare.rl.value.clipped_value_loss`) of every (completion, transition) row, its
-    token sum divided by the completion length ``G`` and averaged over the whole batch's rows
-    (``train_sdar_value.py:1003-1005``), backpropagated into the value model behind ``fn`` one row chunk at a time.
+    """The clipped value loss (:func:`dare.rl.value.clipped_value_loss`, clip range ``params.value_model.clip_eps``)
+    of every (completion, transition) row, its token sum divided by the completion length ``G`` and averaged over the
+    whole batch's rows (``train_sdar_value.py:1003-1005``), backpropagated into the value model behind ``fn`` one row
+    chunk at a time.
 
     :returns: the 0-d float32 loss (this process's part; summed over processes by the caller).
     """
@@ -93,6 +96,7 @@ def value_loss_backward(fn: step.LogitsFn, batch, passes, old_values: torch.Tens
     G = batch.input_ids.shape[1] - batch.prompt_length
     (pairs,), _ = whole_batch_sums(sum(float(x.scored.any(dim=-1).sum()) for x in passes))
     denom = max(pairs, 1.0) * G
+    clip_eps = params.value_model.clip_eps
     total = torch.zeros((), dtype=torch.float32, device=batch.input_ids.device)
     for pas in passes:
         for r in step.row_chunks(batch.num_rows, params.micro_batch_size):
@@ -101,7 +105,7 @@ def value_loss_backward(fn: step.LogitsFn, batch, passes, old_values: torch.Tens
                 continue
             with backprop.context():
                 v = score_values(fn, batch.rows(r), sub)
-                loss = (clipped_value_loss(v, old_values[r], returns[r], params.value_clip_eps) * sub.scored).sum() / denom
+                loss = (clipped_value_loss(v, old_values[r], returns[r], clip_eps) * sub.scored).sum() / denom
             backprop.backward(loss)
             total += loss.detach()
     return total
@@ -110,21 +114,16 @@ def value_loss_backward(fn: step.LogitsFn, batch, passes, old_values: torch.Tens
 class TraceRLValueTrainer(GRPOTrainer):
     """:class:`~dare.rl.trainer.GRPOTrainer` with TraceRL's value model (module docstring).
 
-    :raises DareError: FSDP or DeepSpeed (the value model is replicated and all-reduced: one process or DDP), or a
-        policy without a separate output layer (:func:`dare.rl.value.value_model_from`).
+    :raises DareError: a policy without a separate output layer (:func:`dare.rl.value.value_model_from`).
     """
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        kind = str(self.accelerator.distributed_type).rsplit(".", 1)[-1]
-        if kind in ("FSDP", "DEEPSPEED"):
-            raise DareError(f"algorithm.params.value_model: the value model supports one process or DDP, not {kind}: "
-                            "set launch.strategy (or the accelerate config) to ddp, or algorithm.params.value_model: false")
         p = self.params
         self.value_model = value_model_from(self.accelerator.unwrap_model(self.model))
         if self.args.bf16 or self.args.fp16:  # fp32 master weights, as the policy's (dare/trainers/precision.py)
             upcast_trainable_to_fp32(self.value_model)
-        self.value_optimizer = torch.optim.AdamW(self.value_model.parameters(), lr=p.value_learning_rate,
+        self.value_optimizer = torch.optim.AdamW(self.value_model.parameters(), lr=p.value_model.learning_rate,
                                                  betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0)
 
     # ------------------------------------------------------------------ values, GAE and the value step
