@@ -96,13 +96,15 @@ def bench_sft(lm, examples, collator, steps: int, batch: int, tmp: str) -> tuple
 def bench_sampler(lm, n_prompts: int, batch: int) -> tuple[float, float, bool]:
     from dare.data import Prompter, load_rows
     from dare.plugins import get_registry
+    from dare.sampling import DecodingBundle
     from dare.sampling.text import generate_texts
 
     rows = load_rows("dare://sudoku/test.parquet", limit=n_prompts)
     prompts = [Prompter(lm.tokenizer, "{{ extra_info.puzzle }}", chat_template=False).prompt(r) for r in rows]
     sampler = get_registry().get("sampler", "llada").create({"gen_length": 17, "block_length": 17, "steps": 17})
-    fast = generate_texts(lm.model, lm.family, lm.tokens, lm.tokenizer, sampler, prompts, batch_size=batch)
-    slow = generate_texts(lm.model, lm.family, lm.tokens, lm.tokenizer, sampler, prompts, batch_size=1)
+    decoding = DecodingBundle.of(lm, sampler)
+    fast = generate_texts(decoding, prompts, batch_size=batch)
+    slow = generate_texts(decoding, prompts, batch_size=1)
     return fast.generated_tokens / fast.seconds, slow.generated_tokens / slow.seconds, fast.texts == slow.texts
 
 

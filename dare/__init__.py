@@ -53,7 +53,8 @@ __all__ = [
 ]
 
 _FROM_COMPONENTS = frozenset(
-    {"ModelFamily", "Sampler", "SamplerOutput", "Objective", "Evaluator", "Reward", "Params", "NoParams", "SpecialTokens"}
+    {"ModelFamily", "Sampler", "SamplerOutput", "Objective", "Evaluator", "Reward", "Params", "NoParams",
+     "SpecialTokens"}
 )
 
 

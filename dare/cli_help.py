@@ -78,8 +78,8 @@ def print_params(con, entry) -> None:
     rows = param_rows(entry.cls.Params)
     by_family = official_by_family(entry.cls.Params)
     heads = tuple(f"official {fam}".strip() for fam in by_family)  # one column per family the release trains
-    t = Table(title=f"{entry.kind} {entry.name} ({entry.distribution}): {entry.cls.description()}", title_justify="left",
-              caption=official_note(entry.cls.Params) or None, caption_justify="left")
+    t = Table(title=f"{entry.kind} {entry.name} ({entry.distribution}): {entry.cls.description()}",
+              title_justify="left", caption=official_note(entry.cls.Params) or None, caption_justify="left")
     for col in ("param", "type", "default") + heads + ("description",):
         t.add_column(col, overflow="fold")
     for r in rows:  # –: no official value recorded
@@ -104,8 +104,8 @@ def show_component(reg, name: str, as_json: bool) -> None:
     if not found:
         names = sorted({e.name for e in reg.all()})
         close = difflib.get_close_matches(name, names, n=3)
-        raise PluginError(f"no installed component is called {name!r}" + (f"; did you mean {', '.join(close)}?" if close else "")
-                          + " (`dare plugins` lists them all)")
+        hint = f"; did you mean {', '.join(close)}?" if close else ""
+        raise PluginError(f"no installed component is called {name!r}" + hint + " (`dare plugins` lists them all)")
     if as_json:
         click.echo(json.dumps([{"kind": e.kind, "name": e.name, "distribution": e.distribution,
                                 "description": e.cls.description(), "params": e.cls.Params.model_json_schema(),

@@ -45,8 +45,8 @@ __all__ = [
 
 CPU_SHARDING_ENV = "DARE_CPU_SHARDING"
 
-_ENV_FIX = ("on a CPU machine launch with `ACCELERATE_USE_CPU=1 torchrun --nproc_per_node N --no-python dare run SPEC` or "
-            "`ACCELERATE_USE_CPU=1 accelerate launch --multi_gpu --num_processes N $(which dare) run SPEC` "
+_ENV_FIX = ("on a CPU machine launch with `ACCELERATE_USE_CPU=1 torchrun --nproc_per_node N --no-python dare run SPEC` "
+            "or `ACCELERATE_USE_CPU=1 accelerate launch --multi_gpu --num_processes N $(which dare) run SPEC` "
             "(docs/scaling.md)")
 
 
@@ -75,9 +75,10 @@ def check_launch(num_processes: int) -> None:
     """
     asked = _requested_world_size()
     if asked > 1 and num_processes != asked:
-        raise LaunchError(f"the launcher started {asked} processes (WORLD_SIZE={asked}) but they formed a process group "
-                          f"of {num_processes}: each would train alone on the whole data; {_ENV_FIX}")
-    simple_launcher = "ACCELERATE_USE_CPU" in os.environ and "MASTER_ADDR" in os.environ and "WORLD_SIZE" not in os.environ
+        raise LaunchError(f"the launcher started {asked} processes (WORLD_SIZE={asked}) but they formed a process "
+                          f"group of {num_processes}: each would train alone on the whole data; {_ENV_FIX}")
+    simple_launcher = ("ACCELERATE_USE_CPU" in os.environ and "MASTER_ADDR" in os.environ
+                       and "WORLD_SIZE" not in os.environ)
     if simple_launcher and os.environ.get("ACCELERATE_MIXED_PRECISION") is not None and num_processes == 1:
         raise LaunchError("`accelerate launch --cpu --num_processes N` starts ONE process whatever N is (accelerate's "
                           f"simple launcher), so this run would silently use one process; {_ENV_FIX}. For one process, "
@@ -129,7 +130,8 @@ def _exit_with_launcher() -> None:
 def shards_model() -> bool:
     """Whether the launch shards the model over the processes (accelerate FSDP or DeepSpeed): the trainer then
     places the model on the devices itself, so DARE leaves it where it was loaded (CPU)."""
-    return any(os.environ.get(k, "").lower() in ("1", "true") for k in ("ACCELERATE_USE_FSDP", "ACCELERATE_USE_DEEPSPEED"))
+    keys = ("ACCELERATE_USE_FSDP", "ACCELERATE_USE_DEEPSPEED")
+    return any(os.environ.get(k, "").lower() in ("1", "true") for k in keys)
 
 
 def cpu_sharding() -> bool:

@@ -147,7 +147,8 @@ def _load_file(path: Path) -> dict[str, torch.Tensor]:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise CheckpointError(f"{path} cannot be read as a weights-only PyTorch file ({first}); DARE loads .bin "
                               "files with torch.load(weights_only=True) and never unpickles other objects, since a "
-                              "pickle can run code: if you trust the file, re-save its state dict with safetensors") from None
+                              "pickle can run code: if you trust the file, re-save its state dict with "
+                              "safetensors") from None
     if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
         raise CheckpointError(f"{path} does not hold a state dict (name -> tensor)")
     return state
@@ -203,8 +204,9 @@ def read_state_dict(src: str | Path) -> dict[str, torch.Tensor]:
     if (src / _FSDP_SHARDED / ".metadata").is_file():
         return _load_sharded(src)
     raise CheckpointError(
-        f"{src} holds no weights DARE can export: expected model.safetensors(.index.json), pytorch_model.bin(.index.json), "
-        f"pytorch_model_fsdp.bin, {_FSDP_SHARDED}/ or a LoRA adapter (adapter_config.json)"
+        f"{src} holds no weights DARE can export: expected model.safetensors(.index.json), "
+        f"pytorch_model.bin(.index.json), pytorch_model_fsdp.bin, {_FSDP_SHARDED}/ or a LoRA adapter "
+        f"(adapter_config.json)"
     )
 
 
@@ -237,7 +239,8 @@ def _config_source(src: Path, base: str | None) -> str:
     if (src / "config.json").is_file():
         return str(src)
     if base is None:
-        raise CheckpointError(f"{src} has no config.json; pass --base with the model directory the checkpoint was trained from")
+        raise CheckpointError(f"{src} has no config.json; pass --base with the model directory the checkpoint was "
+                              f"trained from")
     return base
 
 
@@ -340,7 +343,8 @@ def _merge_adapter(src: Path, base: str | None, dtype: str | None, registry):
 
     base = base or adapter_base(src)
     if Path(base).is_absolute() and not Path(base).is_dir():
-        raise CheckpointError(f"{src}: its base model {base!r} does not exist; pass --base with the base model directory")
+        raise CheckpointError(f"{src}: its base model {base!r} does not exist; pass --base with the base model "
+                              f"directory")
     lm = load_model(base, dtype="float32", registry=registry)
     merged = PeftModel.from_pretrained(lm.model, str(src)).merge_and_unload()
     return _cast(merged, dtype), _tokenizer(src, base)

@@ -57,8 +57,8 @@ def run_settings(run_dir: str | Path) -> GenerateSettings:
     try:
         spec = json.loads((run_dir / "run.json").read_text())["spec"]
     except (OSError, json.JSONDecodeError, KeyError, TypeError):
-        raise DareError(f"--run {run_dir}: not a DARE run directory (no readable run.json with the run's spec); give the "
-                        "output.dir of a `dare run`/`dare train`") from None
+        raise DareError(f"--run {run_dir}: not a DARE run directory (no readable run.json with the run's spec); give "
+                        f"the output.dir of a `dare run`/`dare train`") from None
     model = spec.get("model") or {}
     ckpt = last_complete_checkpoint(run_dir / "checkpoints") if (run_dir / "checkpoints").is_dir() else None
     if (run_dir / "model" / "config.json").is_file():
@@ -81,8 +81,9 @@ def run_settings(run_dir: str | Path) -> GenerateSettings:
         chat_template=fmt.get("chat_template", True), system_prompt=fmt.get("system_prompt"),
         dtype=model.get("dtype", "float32"), seed=int(ev.get("seed", 0) or 0),
         format_from=f"the run's {where}",
-        origin=(f"{run_dir}: {which} {path}, sampler {sampler.get('name') or '(family default)'} with the run's params, "
-                f"prompts formatted as {where} (chat template {'on' if fmt.get('chat_template', True) else 'off'}"
+        origin=(f"{run_dir}: {which} {path}, sampler {sampler.get('name') or '(family default)'} with the run's "
+                f"params, prompts formatted as {where} (chat template "
+                f"{'on' if fmt.get('chat_template', True) else 'off'}"
                 f"{', system prompt' if fmt.get('system_prompt') else ''})"),
     )
 
@@ -129,7 +130,8 @@ def prompt_format_line(settings: GenerateSettings, used_chat: bool) -> str:
 
 
 def _prompt_format(spec: dict[str, Any]) -> tuple[dict[str, Any], str]:
-    """The prompt format (``chat_template``, ``system_prompt``) of the run's first eval benchmark, else ``data.train``."""
+    """The prompt format (``chat_template``, ``system_prompt``) of the run's first eval benchmark, else
+    ``data.train``."""
     benches = (spec.get("eval") or {}).get("benchmarks") or []
     if benches:
         b = benches[0]
@@ -140,7 +142,8 @@ def _prompt_format(spec: dict[str, Any]) -> tuple[dict[str, Any], str]:
     return {}, "the defaults"
 
 
-def render_prompts(tokenizer, texts: list[str], chat_template: bool, system_prompt: str | None, strict: bool) -> list[str]:
+def render_prompts(tokenizer, texts: list[str], chat_template: bool, system_prompt: str | None,
+                   strict: bool) -> list[str]:
     """Prompt texts as the model sees them: each text is the user message (with ``system_prompt``), through the
     tokenizer's chat template when ``chat_template``.
 

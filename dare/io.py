@@ -26,8 +26,8 @@ from safetensors import SafetensorError
 from dare import assets
 from dare.errors import DareError
 
-__all__ = ["atomic_dir", "replace_dir", "describe_write_error", "WRITE_ERRORS", "disk_errors_explained", "atomic_write_text", "atomic_write_json", "resolve_path",
-           "looks_local", "current_umask", "apply_umask"]
+__all__ = ["atomic_dir", "replace_dir", "describe_write_error", "WRITE_ERRORS", "disk_errors_explained",
+           "atomic_write_text", "atomic_write_json", "resolve_path", "looks_local", "current_umask", "apply_umask"]
 
 
 #: what a failed write raises: OSError (Python's own writes), RuntimeError (``torch.save``: "PytorchStreamWriter
@@ -91,10 +91,12 @@ def atomic_dir(target: str | os.PathLike, overwrite: bool = False) -> Iterator[P
         yield tmp
     except WRITE_ERRORS as exc:
         shutil.rmtree(tmp, ignore_errors=True)
-        if isinstance(exc, RuntimeError) and _io_errno(exc) is None and not any(m in str(exc) for m in _TORCH_SHORT_WRITE):
+        if isinstance(exc, RuntimeError) and _io_errno(exc) is None \
+                and not any(m in str(exc) for m in _TORCH_SHORT_WRITE):
             raise  # a RuntimeError of the computation, not of the write
         raise DareError(f"writing {target} failed: {describe_write_error(exc, tmp)}. Nothing was half-written: the "
-                        f"temporary copy was removed{' and the previous ' + str(target) + ' is intact' if nonempty else ''}. "
+                        f"temporary copy was "
+                        f"removed{' and the previous ' + str(target) + ' is intact' if nonempty else ''}. "
                         "Free space (or fix the permissions) and run the command again") from None
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -131,7 +133,8 @@ def describe_write_error(exc: BaseException, path: str | os.PathLike) -> str:
     while err is not None:
         code = err.errno if isinstance(err, OSError) else _io_errno(err)
         if code in (errno.ENOSPC, errno.EDQUOT):
-            return f"no space left on the device holding {path}" + (" (disk quota exceeded)" if code == errno.EDQUOT else "")
+            quota = " (disk quota exceeded)" if code == errno.EDQUOT else ""
+            return f"no space left on the device holding {path}" + quota
         if code in (errno.EACCES, errno.EPERM) or isinstance(err, PermissionError):
             return f"permission denied writing {path}"
         if code == errno.EROFS:

@@ -69,7 +69,8 @@ def _cell(reg, first_party: set[str], family: str, objective: str) -> Cell:
             return Cell(family, objective, "untested", "no tiny preset to validate with")
         if all(loc.startswith("sampler") for loc, _ in exc.problems):
             return Cell(family, objective, "sampler", "; ".join(msg for _, msg in exc.problems))
-        return Cell(family, objective, "refused", "; ".join(msg for loc, msg in exc.problems if not loc.startswith("sampler")))
+        return Cell(family, objective, "refused",
+                    "; ".join(msg for loc, msg in exc.problems if not loc.startswith("sampler")))
     official = getattr(reg.get("objective", objective).cls.Params, "official_families", ())
     if family in official:
         return Cell(family, objective, "official")

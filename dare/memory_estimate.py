@@ -55,7 +55,8 @@ import yaml
 from dare.errors import SpecError
 from dare.io import resolve_path
 
-__all__ = ["Strategy", "MemoryEstimate", "strategy_from_accelerate_config", "estimate_memory", "estimate_report", "FORMULA"]
+__all__ = ["Strategy", "MemoryEstimate", "strategy_from_accelerate_config", "estimate_memory", "estimate_report",
+           "FORMULA"]
 
 _BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 #: the formula, printed under the table
@@ -211,8 +212,8 @@ def _micro_batch(ctx) -> tuple[int, int]:
         gen = ctx.sampler.params.gen_length if ctx.sampler is not None else 0
         return int(rows), int(prompt + gen)
     if train.max_length is None:
-        raise SpecError([("train.max_length", "`dare profile --estimate` sizes activations by the longest sequence: set "
-                                              "train.max_length")])
+        raise SpecError([("train.max_length", "`dare profile --estimate` sizes activations by the longest sequence: "
+                                              "set train.max_length")])
     rows = train.per_device_batch_size * (2 if obj.stage == "preference" else 1)  # chosen + rejected
     return int(rows), int(train.max_length)
 
@@ -321,7 +322,8 @@ def estimate_report(spec: str, overrides: list[str], gpus: str | None, as_json: 
         except ValueError:
             raise DareError(f"--gpus {gpus!r}: give process counts separated by commas, e.g. --gpus 1,8") from None
     ctx = resolve_spec(loaded, spec, config_only=True)
-    ctx.problems = [(loc, msg) for loc, msg in ctx.problems if not loc.startswith(("data", "eval", "rewards", "output"))]
+    ctx.problems = [(loc, msg) for loc, msg in ctx.problems
+                    if not loc.startswith(("data", "eval", "rewards", "output"))]
     ctx.raise_problems()
     estimates = estimate_memory(ctx, counts)
     if as_json:
@@ -332,7 +334,8 @@ def estimate_report(spec: str, overrides: list[str], gpus: str | None, as_json: 
     lines = [f"{spec}: per-GPU memory estimate, {first.strategy}, {first.parameters:,} parameters ({first.trainable:,} "
              f"trainable), micro-batch {first.rows} rows x {first.seq_len} tokens"
              + (f", {first.forwards} forwards kept before one backward" if first.forwards > 1 else ""),
-             "| term | " + " | ".join(f"{e.processes} GPU{'s' if e.processes > 1 else ''} (GiB)" for e in estimates) + " |",
+             "| term | " + " | ".join(f"{e.processes} GPU{'s' if e.processes > 1 else ''} (GiB)" for e in estimates)
+             + " |",
              "|---|" + "---:|" * len(estimates)]
     for term in [*first.terms, "total"]:
         vals = [(e.total if term == "total" else e.terms[term]) / 2**30 for e in estimates]

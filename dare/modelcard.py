@@ -34,7 +34,8 @@ def _component(c) -> dict[str, Any] | None:
     return {"name": c.name, "params": params}
 
 
-def model_card(spec, results: list[dict[str, Any]] | None = None, sampler=None, objective=None, family: str | None = None):
+def model_card(spec, results: list[dict[str, Any]] | None = None, sampler=None, objective=None,
+               family: str | None = None):
     """The card of a model trained from ``spec``.
 
     :param spec: the run's :class:`dare.spec.models.RunSpec`.
@@ -56,14 +57,18 @@ def model_card(spec, results: list[dict[str, Any]] | None = None, sampler=None, 
     tags = ["dare", "diffusion-llm", "masked-diffusion"] + [t for t in (family, obj and obj["name"]) if t]
     evals = []
     # the YAML drops null values: the sampler's unset parameters are left out of metric_args
-    samp_args = {"name": samp["name"], "params": {k: v for k, v in samp["params"].items() if v is not None}} if samp else None
+    samp_args = None
+    if samp:
+        samp_args = {"name": samp["name"], "params": {k: v for k, v in samp["params"].items() if v is not None}}
     for r in results or []:
         name = r.get("name", "?")
         for metric in ("accuracy", "mean_reward"):
             if isinstance(r.get(metric), (int, float)):
-                evals.append(EvalResult(task_type="text-generation", dataset_type=name, dataset_name=name, metric_type=metric,
-                                        metric_value=float(r[metric]), metric_name=metric.replace("_", " "),
-                                        metric_args={"sampler": samp_args, "rows": r.get("n")} if samp else {"rows": r.get("n")}))
+                evals.append(EvalResult(task_type="text-generation", dataset_type=name, dataset_name=name,
+                                        metric_type=metric, metric_value=float(r[metric]),
+                                        metric_name=metric.replace("_", " "),
+                                        metric_args={"sampler": samp_args, "rows": r.get("n")} if samp
+                                        else {"rows": r.get("n")}))
     name = Path(spec.output.dir).name or "model"
     data = ModelCardData(library_name="transformers", base_model=base, tags=tags, datasets=datasets or None,
                          pipeline_tag="text-generation", model_name=name, eval_results=evals or None)
@@ -112,9 +117,9 @@ def write_model_card(model_dir: str | Path, spec, **kwargs) -> Path:
 
 
 def export_card(src: str | Path, base: str | None, family: str | None, kind: str) -> str:
-    """The card of a model ``dare export`` wrote from ``src``: the DARE card of the run it comes from (``src``'s own, the
-    one above a ``model/adapter``, or a ``checkpoints/checkpoint-N``'s run's ``model/README.md``), else a short card with ``library_name``,
-    ``base_model`` (``base`` when it is a hub id), ``tags`` and what was exported.
+    """The card of a model ``dare export`` wrote from ``src``: the DARE card of the run it comes from (``src``'s own,
+    the one above a ``model/adapter``, or a ``checkpoints/checkpoint-N``'s run's ``model/README.md``), else a short card
+    with ``library_name``, ``base_model`` (``base`` when it is a hub id), ``tags`` and what was exported.
 
     :param kind: ``"adapter"`` (merged into ``base``) or ``"checkpoint"``.
     """
@@ -122,7 +127,8 @@ def export_card(src: str | Path, base: str | None, family: str | None, kind: str
 
     src = Path(src)
     for cand in (src / CARD_NAME, src.parent / CARD_NAME, src.parent.parent / "model" / CARD_NAME):
-        try:  # a DARE card (a run's model/, above its adapter/ or its checkpoints/checkpoint-N); not peft's adapter card
+        # a DARE card (a run's model/, above its adapter/ or its checkpoints/checkpoint-N); not peft's adapter card
+        try:
             card = ModelCard.load(cand) if cand.is_file() else None
         except Exception:  # noqa: BLE001 - not a card: write our own
             card = None

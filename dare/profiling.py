@@ -164,7 +164,8 @@ def profile_spec(path: str, steps: int = 5, overrides: list[str] | None = None,
             hook.remove()
         peak = torch.cuda.max_memory_allocated(device) if cuda else _peak_rss_bytes()
         if len(timer.seconds) < steps:
-            raise DareError(f"only {len(timer.seconds)} of {steps} steps ran (the training data ran out?); lower --steps")
+            raise DareError(f"only {len(timer.seconds)} of {steps} steps ran (the training data ran out?); lower "
+                            f"--steps")
         parts = distributed.gather((sum(timer.seconds[1:]), sum(timer.tokens[1:]), timer.seconds[0], peak))
         timed = steps - 1
         seconds = max(p[0] for p in parts)

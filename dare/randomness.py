@@ -64,7 +64,8 @@ class RowGenerators:
         self.generators = list(generators)
 
     @classmethod
-    def keyed(cls, seed: int, stream: str | int, step: int, indices, device: str | torch.device = "cpu") -> RowGenerators:
+    def keyed(cls, seed: int, stream: str | int, step: int, indices,
+              device: str | torch.device = "cpu") -> RowGenerators:
         """Generators seeded by ``key_seed(seed, stream, step, index)`` for each ``index``.
 
         :param stream: a name of :data:`STREAMS` or an int. :param indices: ``[B]`` global example
@@ -153,4 +154,6 @@ def multinomial(probs: torch.Tensor, num_samples: int, generator: torch.Generato
     rows = torch.arange(probs.shape[0]) if rows is None else rows
     out = [torch.multinomial(probs[i : i + 1].to(generator.generators[r].device), num_samples, replacement,
                              generator=generator.generators[r]) for i, r in enumerate(rows.tolist())]
-    return torch.cat(out).to(probs.device) if out else torch.empty(0, num_samples, dtype=torch.long, device=probs.device)
+    if not out:
+        return torch.empty(0, num_samples, dtype=torch.long, device=probs.device)
+    return torch.cat(out).to(probs.device)

@@ -37,6 +37,7 @@ from dare.modeling.lora import apply_lora
 from dare.rewards import WeightedReward
 from dare.rundir import (clear_run_dir, discard_new_run_dir, first_missing, format_differences, plan_output_dir,
                          run_record, spec_differences, stored_spec)
+from dare.sampling.bundle import DecodingBundle
 from dare.spec import ResolvedBenchmark, ResolvedSpec, RunSpec, load_spec, resolve_spec, spec_hash
 
 __all__ = ["Run"]
@@ -229,11 +230,11 @@ class Run:
         :param model: default the run's model. :param limit: rows at most (overrides ``bench.spec.limit``).
         :param progress: description of the progress display (:mod:`dare.progress`).
         """
-        return evaluate_benchmark(
-            model if model is not None else self.model, self.family, self.tokens, self.tokenizer, self.sampler,
-            bench.evaluator, bench.spec, WeightedReward([(bench.reward, 1.0)], [bench.spec.reward_timeout_s]), batch_size=self.spec.eval.batch_size,
-            seed=self.spec.eval.seed, limit=limit, progress=progress,
-        )
+        decoding = DecodingBundle(model if model is not None else self.model, self.family, self.tokens, self.tokenizer,
+                                  self.sampler)
+        reward = WeightedReward([(bench.reward, 1.0)], [bench.spec.reward_timeout_s])
+        return evaluate_benchmark(decoding, bench.evaluator, bench.spec, reward, batch_size=self.spec.eval.batch_size,
+                                  seed=self.spec.eval.seed, limit=limit, progress=progress)
 
     def evaluate(self, stage: str, model=None, limit: int | None = None, benchmarks: list[int] | None = None, save: bool = True):
         """Run the spec's benchmarks (``eval.benchmarks``, or the indices ``benchmarks``) on ``model``.

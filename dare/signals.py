@@ -47,5 +47,6 @@ def exit_status(exc: BaseException) -> int:
 
 
 def stop_message(exc: BaseException, said: str) -> str:
-    """``said`` (what was saved, how to resume), prefixed with ``received SIGTERM; `` when ``exc`` is :class:`Terminated`."""
+    """``said`` (what was saved, how to resume), prefixed with ``received SIGTERM; `` when ``exc`` is
+    :class:`Terminated`."""
     return f"received SIGTERM; {said}" if isinstance(exc, Terminated) else said

@@ -92,9 +92,9 @@ def apply(spec, training: bool) -> ThreadChoice:
 def load_warning(threads: int, cpus: int | None = None, processes: int | None = None,
                  load: float | None = None) -> str | None:
     """One line when other work keeps the machine busy (the 1-minute load average, less this command's own
-    processes, plus the threads this command adds exceed the usable CPUs), naming the setting that helps; None otherwise or where there is no load
-    average. ``cpus``/``processes``/``load`` default to this machine's (:func:`usable_cpus`, :func:`local_processes`,
-    ``os.getloadavg()[0]``)."""
+    processes, plus the threads this command adds exceed the usable CPUs), naming the setting that helps; None otherwise
+    or where there is no load average. ``cpus``/``processes``/``load`` default to this machine's (:func:`usable_cpus`,
+    :func:`local_processes`, ``os.getloadavg()[0]``)."""
     cpus = usable_cpus() if cpus is None else cpus
     processes = local_processes() if processes is None else processes
     if load is None:

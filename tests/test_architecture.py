@@ -12,7 +12,10 @@
 * no plugin class overrides a ``_``-prefixed method of a ``dare`` class: an RL objective's trainer changes the step
   through the public hooks :class:`dare.rl.hooks.RLStepHooks` lists;
 * the core never reads an objective's parameter by name (``getattr(self.params, "kl_target", ...)``): it asks a
-  declared method or field of the core's parameter classes (e.g. ``RLParams.uses_reference_policy``).
+  declared method or field of the core's parameter classes (e.g. ``RLParams.uses_reference_policy``);
+* decoders read ``options.params`` directly (no decoding module copies the settings into a ``NamedTuple``), and text
+  generation, rollouts and benchmark evaluation take one :class:`dare.sampling.DecodingBundle`;
+* no core line is longer than 120 characters.
 """
 
 from __future__ import annotations
@@ -306,6 +309,85 @@ def test_no_decoder_takes_more_than_eight_parameters():
     assert any(k.endswith("dare_llada/decoding.py:decode") for k in found)  # the check sees the decoders
     wide = {k: n for k, n in found.items() if n > MAX_DECODER_PARAMS}
     assert not wide, f"decoders with more than {MAX_DECODER_PARAMS} parameters (use one DecodeOptions): {wide}"
+
+
+def settings_tuples(paths: list[Path]) -> dict[str, list[str]]:
+    """``{"file": [class names]}``: the ``NamedTuple`` classes each decoding module defines (a copy of the sampler's
+    settings beside ``options.params``)."""
+    out = {}
+    for path in paths:
+        if not path.name.startswith("decoding"):
+            continue
+        tree = ast.parse(path.read_text())
+        names = [node.name for node in ast.walk(tree) if isinstance(node, ast.ClassDef)
+                 and any(getattr(b, "id", getattr(b, "attr", "")) == "NamedTuple" for b in node.bases)]
+        if names:
+            out[str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else path.name] = names
+    return out
+
+
+def test_the_settings_tuple_check_finds_a_named_tuple(tmp_path):
+    src = tmp_path / "decoding.py"
+    src.write_text("from typing import NamedTuple\nimport typing\nclass _Step(NamedTuple):\n    temperature: float\n"
+                   "class _Other(typing.NamedTuple):\n    x: int\nclass Fine:\n    pass\n")
+    assert settings_tuples([src]) == {"decoding.py": ["_Step", "_Other"]}
+
+
+def test_decoders_read_the_options_params_directly():
+    paths = sorted(CORE.rglob("*.py")) + _plugin_sources()
+    assert any(p.name == "decoding.py" for p in paths)  # the check sees the decoders
+    copies = settings_tuples(paths)
+    assert not copies, f"decoding modules that copy options.params into a NamedTuple (read options.params): {copies}"
+
+
+def test_text_generation_takes_one_decoding_bundle():
+    """``generate_texts``, ``sample_completions`` and ``evaluate_benchmark`` take the model, family, special ids,
+    tokenizer and sampler as one :class:`dare.sampling.DecodingBundle` (their first parameter, ``decoding``)."""
+    import inspect
+
+    from dare.eval.runner import evaluate_benchmark
+    from dare.rl.rollout import sample_completions
+    from dare.sampling import DecodingBundle
+    from dare.sampling.text import generate_texts
+
+    for fn in (generate_texts, sample_completions, evaluate_benchmark):
+        params = inspect.signature(fn).parameters
+        assert list(params)[0] == "decoding", fn.__name__
+        assert params["decoding"].annotation in (DecodingBundle, "DecodingBundle"), fn.__name__
+        assert not {"model", "family", "tokens", "tokenizer", "sampler"} & set(params), fn.__name__
+        assert len(params) <= MAX_DECODER_PARAMS, fn.__name__
+
+
+# --------------------------------------------------------------------------- line length
+MAX_LINE_CHARS = 120
+#: Core modules whose long lines wait for the changes under way in them (this list only shrinks).
+LONG_LINES_ALLOWED = (
+    "dare/run.py", "dare/pipeline.py", "dare/rundir.py", "dare/runinfo.py", "dare/runlock.py", "dare/runlog.py",
+    "dare/registry.py", "dare/diffusion/estimators/", "dare/diffusion/likelihood.py", "dare/rl/step.py",
+    "dare/sampling/tokens.py",
+)
+
+
+def long_lines(paths: list[Path], root: Path, limit: int = MAX_LINE_CHARS) -> dict[str, list[int]]:
+    """``{"path relative to root": [1-based line numbers]}`` of the lines longer than ``limit`` characters."""
+    out = {}
+    for path in paths:
+        numbers = [i for i, line in enumerate(path.read_text().splitlines(), 1) if len(line) > limit]
+        if numbers:
+            out[path.relative_to(root).as_posix()] = numbers
+    return out
+
+
+def test_the_line_check_finds_a_long_line(tmp_path):
+    (tmp_path / "a.py").write_text("x = 1\n" + "y = '" + "z" * 114 + "'\n" + "# " + "w" * 119 + "\n")
+    (tmp_path / "b.py").write_text("x = 1\n")
+    assert long_lines([tmp_path / "a.py", tmp_path / "b.py"], tmp_path) == {"a.py": [3]}
+
+
+def test_no_core_line_over_120_characters():
+    found = long_lines(sorted(CORE.rglob("*.py")), ROOT)
+    long = {p: n for p, n in found.items() if not p.startswith(LONG_LINES_ALLOWED)}
+    assert not long, f"core lines over {MAX_LINE_CHARS} characters (wrap them): {long}"
 
 
 

@@ -63,3 +63,33 @@ def test_bound_kv_logits_binds_the_model_or_refuses():
     with pytest.raises(DareError, match=r"^sampler dream: cache 'dual' needs the model family's cached forward "
                                         r"\(kv_logits\), which family 'plain' does not provide; use cache: none$"):
         bound_kv_logits("dream", "dual", "model", _NoCache())
+
+
+def test_a_decoding_bundle_hands_its_parts_to_the_sampler():
+    """``DecodingBundle`` (what generate_texts, sample_completions and evaluate_benchmark take): built from a loaded
+    model, its ``generate`` is the sampler's call with the bundle's model, family and special ids."""
+    from types import SimpleNamespace
+
+    from dare.sampling import DecodingBundle
+
+    calls = []
+
+    class Recorder:
+        def generate(self, model, family, tokens, input_ids, attention_mask, generator=None):
+            calls.append((model, family, tokens, input_ids, attention_mask, generator))
+            return "output"
+
+    loaded = SimpleNamespace(model="model", family="family", tokens=TOKENS, tokenizer="tokenizer", path=None)
+    sampler = Recorder()
+    decoding = DecodingBundle.of(loaded, sampler)
+    assert (decoding.model, decoding.family, decoding.tokens, decoding.tokenizer, decoding.sampler) == (
+        "model", "family", TOKENS, "tokenizer", sampler)
+    assert decoding.generate("ids", "mask", generator="gen") == "output"
+    assert calls == [("model", "family", TOKENS, "ids", "mask", "gen")]
+    assert DecodingBundle.of(loaded, sampler, model="unwrapped").model == "unwrapped"
+    assert decoding.replace(sampler=None).sampler is None and decoding.sampler is sampler
+    with pytest.raises(AttributeError):
+        decoding.model = "other"  # frozen
+    with pytest.raises(ValueError, match="no sampler"):
+        DecodingBundle.of(loaded).generate("ids", "mask")
+    assert len(calls) == 1

@@ -94,6 +94,7 @@ def test_greedy_decoding_on_cuda_equals_cpu(tmp_path, family, preset):
     pytest.importorskip(f"dare_{family}")
     from dare.data import load_rows
     from dare.plugins import get_registry
+    from dare.sampling import DecodingBundle
     from dare.sampling.text import generate_texts
     from dare.testing import tiny_model
 
@@ -104,7 +105,7 @@ def test_greedy_decoding_on_cuda_equals_cpu(tmp_path, family, preset):
     texts = {}
     for device in ("cpu", "cuda"):
         model = lm.model.float().to(device).eval()
-        out = generate_texts(model, lm.family, lm.tokens, lm.tokenizer, sampler, prompts, batch_size=4, seed=0,
+        out = generate_texts(DecodingBundle.of(lm, sampler, model=model), prompts, batch_size=4, seed=0,
                              indices=list(range(len(prompts))))
         texts[device] = out.texts
     assert texts["cuda"] == texts["cpu"]

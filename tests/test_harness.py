@@ -70,11 +70,12 @@ def test_gen_length_follows_max_gen_toks(hm):
 
 
 def test_generate_matches_dare_generation_then_cuts(hm):
+    from dare.sampling import DecodingBundle
     from dare.sampling.text import decode_completions, generate_texts
 
     prompts = ["3102200002100320", "0000123400000000", "12", "4321"]
-    out = generate_texts(hm.model, hm.family, hm.tokens, hm.tokenizer, hm.sampler_for(16), prompts, batch_size=3,
-                         seed=0, indices=[0, 1, 2, 3])  # what `dare eval` runs for rows 0..3
+    out = generate_texts(DecodingBundle.of(hm, hm.sampler_for(16)), prompts, batch_size=3, seed=0,
+                         indices=[0, 1, 2, 3])  # what `dare eval` runs for rows 0..3
     assert hm.generate(prompts, max_gen_toks=16) == out.texts
     # max_gen_toks below the canvas: the first tokens only; until: cut before the first stop string
     comps = torch.cat([o.completions for o in out.outputs])

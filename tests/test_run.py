@@ -95,6 +95,7 @@ def test_reported_nfe_is_per_prompt_whatever_the_batch_size(tmp_path):
     from dare.eval.runner import evaluate_benchmark
     from dare.plugins import get_registry
     from dare.rewards import WeightedReward
+    from dare.sampling import DecodingBundle
     from dare.spec import BenchmarkSpec
     from dare.testing import tiny_model
     from dare_llada.sampler import LLaDASampler
@@ -104,8 +105,8 @@ def test_reported_nfe_is_per_prompt_whatever_the_batch_size(tmp_path):
     evaluator = get_registry().get("evaluator", "sudoku").cls()
     bspec = BenchmarkSpec(name="sudoku", limit=5, prompt_template="{{ extra_info.puzzle }}", chat_template=False)
     reward = WeightedReward([(SudokuReward({"require_answer_tags": False}), 1.0)])
-    nfes = [evaluate_benchmark(lm.model, lm.family, lm.tokens, lm.tokenizer, sampler, evaluator, bspec, reward,
-                               batch_size=b).nfe for b in (1, 2, 5)]
+    nfes = [evaluate_benchmark(DecodingBundle.of(lm, sampler), evaluator, bspec, reward, batch_size=b).nfe
+            for b in (1, 2, 5)]
     assert nfes == [6, 6, 6]
 
 

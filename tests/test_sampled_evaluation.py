@@ -12,6 +12,7 @@ from __future__ import annotations
 import pytest
 
 from dare.plugins import get_registry
+from dare.sampling import DecodingBundle
 from dare.sampling.text import generate_texts
 from dare.testing import tiny_model
 
@@ -35,8 +36,7 @@ def test_sampled_completions_are_the_same_at_batch_size_1_and_4(tmp_path, family
     assert sampler.supports_row_generators
 
     def texts(batch_size, seed=0):
-        return generate_texts(lm.model, lm.family, lm.tokens, lm.tokenizer, sampler, PROMPTS, batch_size=batch_size,
-                              seed=seed).texts
+        return generate_texts(DecodingBundle.of(lm, sampler), PROMPTS, batch_size=batch_size, seed=seed).texts
 
     one = texts(1)
     assert texts(4) == one
@@ -57,8 +57,8 @@ def test_rollouts_in_chunks_of_rollout_batch_size_equal_one_call(tiny_llada_dir)
 
     def rollout(batch_size):
         gens = RowGenerators.keyed(0, "rollout", 3, range(2 * len(PROMPTS[:4])))
-        batch, _ = sample_completions(lm.model, lm.family, lm.tokens, lm.tokenizer, sampler, PROMPTS[:4], 2,
-                                      generator=gens, batch_size=batch_size)
+        batch, _ = sample_completions(DecodingBundle.of(lm, sampler), PROMPTS[:4], 2, generator=gens,
+                                      batch_size=batch_size)
         return batch
 
     whole, chunked = rollout(None), rollout(3)

@@ -29,8 +29,7 @@ def register_rewards(register):
     register("dare.builtins.rewards:FormatReward", name="format",
              description="1 if the completion matches the <reasoning>…</reasoning><answer>…</answer> format.")
     register("dare.builtins.multiple_choice:ChoiceReward", name="choice",
-             description="1 when the completion is the gold choice's text (gold: reward_model.ground_truth / ground_truth / "
-                         "answer, index into 'choices' or text), else 0.")
+             description="1 when the completion is the gold choice's text, else 0.")
 
 
 @hookimpl
@@ -59,7 +58,8 @@ def register_estimators(register):
     register("dare.diffusion.estimators.onestep:OneStepEstimator", name="one-step",
              description="d1's one-step estimator: fully masked completion, prompt masked with ``p_mask_prompt``.")
     register("dare.diffusion.estimators.coupled:CoupledEstimator", name="coupled",
-             description="DiffuCoder's coupled (complementary) mask pair, with the released trainer's full-mask term (optional).")
+             description="DiffuCoder's coupled (complementary) mask pair, with the released trainer's full-mask term "
+                         "(optional).")
     register("dare.diffusion.estimators.elbo_complement:ComplementaryELBOEstimator", name="complementary-elbo",
              description="ESPO's sequence ELBO: stratified ``k/(L+1)`` masks plus the complementary copy, ``mc_num`` "
                          "passes.")

@@ -54,8 +54,8 @@ class MultipleChoice(MultipleChoiceEvaluator):
         try:
             gold = Reward.ground_truth(row)
         except KeyError:
-            raise DataError(f"{self.name}: row {index} has no gold answer; give reward_model.ground_truth, ground_truth "
-                            "or answer (the gold choice's index or text)") from None
+            raise DataError(f"{self.name}: row {index} has no gold answer; give reward_model.ground_truth, "
+                            f"ground_truth or answer (the gold choice's index or text)") from None
         return choices, _gold_index(gold, choices, f"{self.name} row {index}")
 
     def check(self, ctx, loc: str) -> list[tuple[str, str]]:
@@ -140,7 +140,10 @@ class ChoiceParams(Params):
 
 
 class ChoiceReward(Reward):
-    """1 when the completion is the gold choice's text (gold: reward_model.ground_truth / ground_truth / answer, index into 'choices' or text), else 0."""
+    """1 when the completion is the gold choice's text, else 0.
+
+    The gold choice: ``reward_model.ground_truth`` / ``ground_truth`` / ``answer``, an index into ``choices`` or the
+    text."""
 
     name = "choice"
     Params = ChoiceParams

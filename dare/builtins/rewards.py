@@ -71,7 +71,8 @@ class SudokuReward(Reward):
 
     def score(self, completion: str, sample: dict[str, Any]) -> float:
         info = sample.get("extra_info") or {}
-        cells = sudoku_score(completion, str(info["puzzle"]), str(self.ground_truth(sample)), self.params.require_answer_tags)
+        cells = sudoku_score(completion, str(info["puzzle"]), str(self.ground_truth(sample)),
+                             self.params.require_answer_tags)
         return cells + (self.params.solved_bonus if cells == 1.0 else 0.0)
 
 

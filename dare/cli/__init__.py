@@ -1,8 +1,9 @@
 """The ``dare`` command.
 
 ``dare run SPEC`` (eval before, train, eval after, report), ``dare train SPEC``, ``dare eval SPEC``,
-``dare generate``, ``dare profile SPEC``, ``dare validate SPEC``, ``dare schema``, ``dare plugins``, ``dare new-plugin``,
-``dare create-model``, ``dare export``, ``dare compare``, ``dare sweep`` (:mod:`dare.sweep.cli`). Plugins add commands through the ``register_commands`` hook.
+``dare generate``, ``dare profile SPEC``, ``dare validate SPEC``, ``dare schema``, ``dare plugins``, ``dare
+new-plugin``, ``dare create-model``, ``dare export``, ``dare compare``, ``dare sweep`` (:mod:`dare.sweep.cli`). Plugins
+add commands through the ``register_commands`` hook.
 
 One module per command group, each registering its commands on the click group of :mod:`dare.cli.group` when
 imported (below): :mod:`~dare.cli.runs` (run, train, eval, compare), :mod:`~dare.cli.generate`,

@@ -51,7 +51,8 @@ def plugins(name, as_json, with_params, check, matrix):
 
 @cli.command(name="new-plugin")
 @click.argument("name")
-@click.option("--kind", required=True, type=click.Choice(["objective", "rl-objective", "model", "sampler", "evaluator", "reward"]),
+@click.option("--kind", required=True, type=click.Choice(["objective", "rl-objective", "model", "sampler", "evaluator",
+                                                          "reward"]),
               help="objective: a supervised objective on the core's training skeleton; rl-objective: an online-RL "
                    "objective on dare.rl.OnlineRLObjective; model, sampler, evaluator, reward.")
 @click.option("--output", "-o", default=".", show_default=True, help="Parent directory of the new package.")

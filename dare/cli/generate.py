@@ -19,13 +19,15 @@ __all__ = ["generate"]
               help="A run directory (output.dir): its trained model/, its sampler and params, dtype, eval seed and its "
                    "evaluation's prompt format (chat template, system prompt), so answers match the run's samples/. "
                    "The options below override them.")
-@click.option("--prompt", "prompts", multiple=True, help="Prompt text (the user message; repeatable); '-' reads lines from stdin.")
-@click.option("--sampler", "sampler_name", default=None, help="Sampler name (default: the run's, else the family's official decoder).")
+@click.option("--prompt", "prompts", multiple=True, help="Prompt text (the user message; repeatable); '-' reads lines "
+                                                         "from stdin.")
+@click.option("--sampler", "sampler_name", default=None, help="Sampler name (default: the run's, else the family's "
+                                                              "official decoder).")
 @click.option("--param", "params", multiple=True, help="Sampler param key=value (YAML value), repeatable; with --run, "
               "changes one of the run's params.")
 @click.option("--chat/--no-chat", default=None,
-              help="Wrap the prompt with the tokenizer's chat template.  [default: --chat; with --run, or --model DIR of a "
-                   "DARE run (its run.json next to DIR): as the run's evaluation]")
+              help="Wrap the prompt with the tokenizer's chat template.  [default: --chat; with --run, or --model DIR "
+                   "of a DARE run (its run.json next to DIR): as the run's evaluation]")
 @click.option("--dtype", default=None, type=click.Choice(["float32", "bfloat16", "float16"]),
               help="Weights dtype.  [default: float32; with --run: the run's model.dtype]")
 @click.option("--seed", default=None, type=int, help="Sampler seed.  [default: 0; with --run: the run's eval.seed]")
@@ -37,8 +39,8 @@ def generate(model_path, run_dir, prompts, sampler_name, params, chat, dtype, se
     from dare.spec import parse_override_value
 
     if (model_path is None) == (run_dir is None):
-        raise DareError("give exactly one of --model DIR (a checkpoint) or --run DIR (a run directory: its model, sampler "
-                        "and prompt format)")
+        raise DareError("give exactly one of --model DIR (a checkpoint) or --run DIR (a run directory: its model, "
+                        "sampler and prompt format)")
     texts = []
     for p in prompts:
         texts.extend(line.rstrip("\n") for line in sys.stdin) if p == "-" else texts.append(p)

@@ -52,8 +52,10 @@ def create_model_cmd(family, out_dir, preset, overrides, seed, overwrite):
 @click.argument("src", type=click.Path(file_okay=False))
 @click.argument("out", type=click.Path(file_okay=False))
 @click.option("--base", default=None, help="Base model (directory or hub id): for adapters, instead of "
-              "adapter_config.json's base_model_name_or_path; for checkpoints without config.json, their config/tokenizer.")
-@click.option("--dtype", default=None, type=click.Choice(["float32", "bfloat16", "float16"]), help="Dtype of the written weights.")
+              "adapter_config.json's base_model_name_or_path; for checkpoints without config.json, their "
+              "config/tokenizer.")
+@click.option("--dtype", default=None, type=click.Choice(["float32", "bfloat16", "float16"]),
+              help="Dtype of the written weights.")
 @click.option("--overwrite", is_flag=True, help="Replace a non-empty OUT.")
 def export_cmd(src, out, base, dtype, overwrite):
     """Write SRC (a LoRA adapter, model or trainer checkpoint directory) to OUT in the official format."""

@@ -18,8 +18,9 @@ __all__ = ["profile"]
 @click.option("--steps", default=5, show_default=True, type=int, help="Training steps (the first is not timed).")
 @spec_overrides
 @click.option("--json", "as_json", is_flag=True, help="Print the measurements as JSON.")
-@click.option("--estimate", is_flag=True, help="Do not train: per-GPU memory from config.json on the meta device (a model "
-              "card is enough) under the spec's launch.accelerate_config, for --gpus process counts (dare.memory_estimate).")
+@click.option("--estimate", is_flag=True, help="Do not train: per-GPU memory from config.json on the meta device (a "
+              "model card is enough) under the spec's launch.accelerate_config, for --gpus process counts "
+              "(dare.memory_estimate).")
 @click.option("--gpus", default=None, help="With --estimate: process counts to estimate for, comma-separated.  "
               "[default: 1 and the spec's launch.num_processes]")
 def profile(spec, steps, overrides, unset, as_json, estimate, gpus):

@@ -17,8 +17,8 @@ __all__ = ["validate", "schema"]
 @cli.command()
 @click.argument("spec", type=click.Path(dir_okay=False))
 @spec_overrides
-@click.option("--config-only", is_flag=True, help="model.path is a model card without weights: check config.json and the "
-              "weight index's tensor names; skip shards and a tokenizer that does not load.")
+@click.option("--config-only", is_flag=True, help="model.path is a model card without weights: check config.json and "
+              "the weight index's tensor names; skip shards and a tokenizer that does not load.")
 @click.option("--command", "command", type=click.Choice(["run", "train", "eval"]), default="run", show_default=True,
               help="The command SPEC is meant for: output.dir is checked by its rules (train.resume: false with "
                    "this run's checkpoints in output.dir is refused for run and train, as they refuse it).")
@@ -34,8 +34,8 @@ def validate(spec, overrides, unset, config_only, command):
 @click.option("--output", "-o", default=None, help="Write to this file instead of stdout ('-' = stdout).")
 @click.option("--check", is_flag=True, help="With -o FILE: exit 1 if FILE differs from what would be written.")
 @click.option("--first-party", is_flag=True,
-              help="Only the core's and this repository's plugins (what the committed schemas/run-spec.schema.json covers; "
-                   "`make schema` regenerates it).")
+              help="Only the core's and this repository's plugins (what the committed schemas/run-spec.schema.json "
+                   "covers; `make schema` regenerates it).")
 def schema(output, check, first_party):
     """Print the JSON Schema of the run spec, covering every installed component's params (-o FILE: write it)."""
     from dare.io import atomic_write_text
@@ -52,7 +52,8 @@ def schema(output, check, first_party):
     if check:
         cur = Path(output).read_text() if Path(output).is_file() else ""
         if cur != text:
-            click.echo(f"{output} is stale; run `dare schema{' --first-party' if first_party else ''} -o {output}`", err=True)
+            click.echo(f"{output} is stale; run `dare schema{' --first-party' if first_party else ''} -o {output}`",
+                       err=True)
             sys.exit(1)
         click.echo(f"{output} is up to date")
         return

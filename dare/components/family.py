@@ -122,9 +122,11 @@ class ModelFamily(Component):
                 "and set mask_token in tokenizer_config.json"
             )
         if eos is None:
-            raise CheckpointError(f"the tokenizer has no EOS token ({self.special_token_strings.get('eos', 'eos_token')})")
+            raise CheckpointError(f"the tokenizer has no EOS token "
+                                  f"({self.special_token_strings.get('eos', 'eos_token')})")
         pad = lookup("pad")
-        return SpecialTokens(mask_id=mask, eos_id=eos, pad_id=eos if pad is None else pad, eot_id=lookup("eot"), bos_id=lookup("bos"))
+        return SpecialTokens(mask_id=mask, eos_id=eos, pad_id=eos if pad is None else pad, eot_id=lookup("eot"),
+                             bos_id=lookup("bos"))
 
     def special_tokens(self, config, tokenizer) -> SpecialTokens:
         """Special ids of a checkpoint: ``config.json`` ids where present, else the tokenizer's.

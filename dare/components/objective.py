@@ -46,7 +46,8 @@ class Objective(Component):
         if spec.data is None or spec.data.train is None:
             problems.append(("data.train", f"objective {self.name!r} needs a training dataset; add data.train.path"))
         if spec.train is None:
-            problems.append(("train", f"objective {self.name!r} needs a train: section (learning_rate, max_steps, ...)"))
+            problems.append(("train", f"objective {self.name!r} needs a train: section (learning_rate, max_steps, "
+                                      "...)"))
         if self.stage == "online_rl":
             if spec.sampler is None:
                 problems.append(("sampler", f"objective {self.name!r} rolls out completions; add a sampler: section"))

@@ -116,10 +116,10 @@ class OfficialParams(Params):
         repos = sorted({s.source.split("@")[0] for s in cls.official if "@" in s.source}) or ["the paper"]
         trained = ", ".join(cls.official_families)
         raise ValueError(
-            f"preset: official has no settings for the model family {family!r}: the official table ({', '.join(repos)}) "
-            f"holds the released trainer's settings for {trained} only, and another architecture's would not be the "
-            f"release's. Use a {trained} model, or set preset: dare and give the settings yourself (`dare plugins NAME` "
-            "lists the official values per family).")
+            f"preset: official has no settings for the model family {family!r}: the official table "
+            f"({', '.join(repos)}) holds the released trainer's settings for {trained} only, and another "
+            f"architecture's would not be the release's. Use a {trained} model, or set preset: dare and give the "
+            f"settings yourself (`dare plugins NAME` lists the official values per family).")
 
     @classmethod
     def official_rows(cls, family: str | None = None) -> tuple[OfficialSetting, ...]:

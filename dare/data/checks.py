@@ -88,7 +88,8 @@ class LengthCheck:
             return False
         raise DataError(f"{self.loc}: row {row} of {self.where} is {chars} characters long, at least "
                         f"{-(-chars // self.token_chars)} tokens (a token of this tokenizer covers at most "
-                        f"{self.token_chars} characters), more than {FAR_BEYOND} times the model's context of {self.context} tokens "
+                        f"{self.token_chars} characters), more than {FAR_BEYOND} times the model's context of "
+                        f"{self.context} tokens "
                         "(max_sequence_length/max_position_embeddings of its config); it was not tokenised. Shorten "
                         "or remove such rows, or set train.max_length to drop examples longer than that many tokens")
 

@@ -57,7 +57,8 @@ def _load_folder(path: str, folder: Path, split: str):
         raise DataError(f"could not read the dataset folder {path!r}: {type(exc).__name__}: {exc}") from None
     if isinstance(ds, datasets.DatasetDict):
         if split not in ds:
-            raise DataError(f"{path!r} has no split {split!r}; its splits are: {', '.join(ds)} (set the dataset's split)")
+            raise DataError(f"{path!r} has no split {split!r}; its splits are: {', '.join(ds)} (set the dataset's "
+                            f"split)")
         ds = ds[split]
     return ds
 

@@ -28,7 +28,8 @@ class SupervisedExample:
     index: int = -1
 
 
-def tokenize_example(tokenizer, prompt: str, response: str, tokens: SpecialTokens, max_length: int | None = None) -> SupervisedExample | None:
+def tokenize_example(tokenizer, prompt: str, response: str, tokens: SpecialTokens,
+                     max_length: int | None = None) -> SupervisedExample | None:
     """Token ids of ``prompt`` and ``response + EOS`` (no extra special tokens; chat templates add theirs).
 
     :returns: None when ``max_length`` is set and the pair is longer (callers drop it).

@@ -52,7 +52,8 @@ def _missing_field(template: str, row: dict[str, Any]) -> str | None:
     fields = meta.find_undeclared_variables(ast)  # not loop variables or {% set %} names
     for node in ast.find_all((nodes.Getattr, nodes.Getitem, nodes.Name)):
         keys, n = [], node
-        while isinstance(n, (nodes.Getattr, nodes.Getitem)) and (isinstance(n, nodes.Getattr) or isinstance(n.arg, nodes.Const)):
+        while isinstance(n, (nodes.Getattr, nodes.Getitem)) and (isinstance(n, nodes.Getattr)
+                                                                 or isinstance(n.arg, nodes.Const)):
             keys.append(n.attr if isinstance(n, nodes.Getattr) else n.arg.value)
             n = n.node
         if not isinstance(n, nodes.Name) or n.name not in fields:

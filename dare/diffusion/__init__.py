@@ -11,4 +11,5 @@ these; they receive aligned logits from the model family and never see a family 
 from dare.diffusion.forward import apply_mask, bernoulli_mask, blockwise_mask, sample_mask_ratio, uniform_noise
 from dare.diffusion.likelihood import masked_diffusion_loss, token_logprobs
 
-__all__ = ["sample_mask_ratio", "bernoulli_mask", "blockwise_mask", "apply_mask", "uniform_noise", "token_logprobs", "masked_diffusion_loss"]
+__all__ = ["sample_mask_ratio", "bernoulli_mask", "blockwise_mask", "apply_mask", "uniform_noise", "token_logprobs",
+           "masked_diffusion_loss"]

@@ -19,7 +19,8 @@ from __future__ import annotations
 
 import torch
 
-__all__ = ["block_ids", "block_causal_mask", "block_diffusion_mask", "block_diffusion_inputs", "leading_padding", "roll_rows"]
+__all__ = ["block_ids", "block_causal_mask", "block_diffusion_mask", "block_diffusion_inputs", "leading_padding",
+           "roll_rows"]
 
 
 def block_ids(length: int, block_size: int, device=None) -> torch.Tensor:

@@ -92,7 +92,8 @@ def _eligible_uniform(eligible: torch.Tensor, n: int, generator) -> torch.Tensor
     return out
 
 
-def stratified_mask_counts(lengths: torch.Tensor, num_samples: int, generator: torch.Generator | None = None) -> torch.Tensor:
+def stratified_mask_counts(lengths: torch.Tensor, num_samples: int,
+                           generator: torch.Generator | None = None) -> torch.Tensor:
     """Low-discrepancy mask counts (VRPO, arXiv 2505.19223 §3; DARE ``_forward_process_vrpo``).
 
     :param lengths: ``[B]`` int64 eligible tokens per sequence ``L_b >= 0``.
@@ -112,7 +113,8 @@ def stratified_mask_counts(lengths: torch.Tensor, num_samples: int, generator: t
     return counts * (L > 0)
 
 
-def uniform_mask_counts(lengths: torch.Tensor, num_samples: int, generator: torch.Generator | None = None) -> torch.Tensor:
+def uniform_mask_counts(lengths: torch.Tensor, num_samples: int,
+                        generator: torch.Generator | None = None) -> torch.Tensor:
     """Independent mask counts ``k_bj ~ U{1..L_b}``: ``[B, n]`` int64 (0 where ``L_b == 0``).
 
     :raises ValueError: ``num_samples < 1``.
@@ -122,7 +124,8 @@ def uniform_mask_counts(lengths: torch.Tensor, num_samples: int, generator: torc
     return _uniform_count(lengths.long(), (lengths.shape[0], num_samples), generator)
 
 
-def masks_with_counts(counts: torch.Tensor, eligible: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
+def masks_with_counts(counts: torch.Tensor, eligible: torch.Tensor,
+                      generator: torch.Generator | None = None) -> torch.Tensor:
     """Masks with exactly ``counts[b, j]`` eligible positions, chosen uniformly without replacement.
 
     :param counts: ``[B, n]`` int64, ``0 <= counts[b, j] <= eligible[b].sum()``.

@@ -84,7 +84,10 @@ def blockwise_mask(t: torch.Tensor, eligible: torch.Tensor, block_length: int, g
         raise ValueError(f"padding_block_weight must be in (0, 1], got {padding_block_weight}")
     offset = eligible.long().cumsum(dim=1) - 1  # response offset of each eligible position
     num_blocks = (eligible.sum(dim=1) + block_length - 1) // block_length
-    u = torch.rand(t.shape[0], device=t.device) if generator is None else rand((t.shape[0],), generator, device=t.device)
+    if generator is None:
+        u = torch.rand(t.shape[0], device=t.device)
+    else:
+        u = rand((t.shape[0],), generator, device=t.device)
     block = offset // block_length
     if padding is None or padding_block_weight == 1.0:
         active_block = torch.minimum((u * num_blocks).long(), (num_blocks - 1).clamp(min=0))

@@ -49,8 +49,8 @@ from functools import lru_cache
 import torch
 import torch.nn.functional as F
 
-__all__ = ["PackedLayout", "pack_layout", "first_fit_rows", "Segments", "packed_segments", "scaled_dot_product_attention",
-           "varlen_kernel", "needs_dense_mask", "packed_denoiser_logits"]
+__all__ = ["PackedLayout", "pack_layout", "first_fit_rows", "Segments", "packed_segments",
+           "scaled_dot_product_attention", "varlen_kernel", "needs_dense_mask", "packed_denoiser_logits"]
 
 
 def first_fit_rows(lengths: list[int], capacity: int) -> list[list[int]]:
@@ -232,7 +232,8 @@ class Segments:
             for t in range(1, T + 1):
                 if t == T or row[t] != row[start]:
                     n = t - start
-                    m = mask("fill", n) if row[start] < 0 else mask("pair", n) if layout.block_size is not None else None
+                    m = (mask("fill", n) if row[start] < 0
+                         else mask("pair", n) if layout.block_size is not None else None)
                     out.append((start, t, m))
                     bounds.extend([r * T + start + i + 1 for i in range(n)] if row[start] < 0 else [r * T + t])
                     start = t
@@ -307,8 +308,9 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p: f
         return _varlen_attention(kernel, query, key, value, seg, dropout_p, scale)
     rows = []
     for r, spans in enumerate(seg.spans):
-        parts = [F.scaled_dot_product_attention(query[r : r + 1, :, s:e], key[r : r + 1, :, s:e], value[r : r + 1, :, s:e],
-                                                attn_mask=m, dropout_p=dropout_p, scale=scale, **kw)
+        parts = [F.scaled_dot_product_attention(query[r : r + 1, :, s:e], key[r : r + 1, :, s:e],
+                                                value[r : r + 1, :, s:e], attn_mask=m, dropout_p=dropout_p, scale=scale,
+                                                **kw)
                  for s, e, m in spans]
         rows.append(parts[0] if len(parts) == 1 else torch.cat(parts, dim=2))
     return torch.cat(rows, dim=0)

@@ -14,13 +14,13 @@ unique. The output:
   curve (RL: mean reward with its spread; supervised: loss) and its in-training evaluations, named by
   the set they score.
 
-An entry may name a ``dare sweep`` directory (``LABEL=DIR``): it stands for the sweep's runs. Runs that differ only by seed (their ``run.json`` specs agree but for ``train.seed``/``eval.seed`` and
-``output.dir``) form groups (:mod:`dare.eval.groups`): the comparison then starts with each group's n, mean,
-standard deviation and 95 % t-interval per benchmark (and one over seeds x test items, from the runs' per-item
-scores), the paired difference of every two groups on their common seeds with a Holm-corrected paired t-test
-verdict (from ``min_seeds`` seeds on), an interquartile mean over several benchmarks and, with ``power_effect``,
-the seeds that effect needs; ``comparison.png`` shows each group's per-seed points, mean and interval, and a
-forest plot of the paired differences.
+An entry may name a ``dare sweep`` directory (``LABEL=DIR``): it stands for the sweep's runs. Runs that differ only by
+seed (their ``run.json`` specs agree but for ``train.seed``/``eval.seed`` and ``output.dir``) form groups
+(:mod:`dare.eval.groups`): the comparison then starts with each group's n, mean, standard deviation and 95 % t-interval
+per benchmark (and one over seeds x test items, from the runs' per-item scores), the paired difference of every two
+groups on their common seeds with a Holm-corrected paired t-test verdict (from ``min_seeds`` seeds on), an interquartile
+mean over several benchmarks and, with ``power_effect``, the seeds that effect needs; ``comparison.png`` shows each
+group's per-seed points, mean and interval, and a forest plot of the paired differences.
 """
 
 from __future__ import annotations
@@ -60,12 +60,14 @@ def load_stage(run_dir: Path, stage: str) -> list[dict[str, Any]]:
     """
     f = run_dir / "eval" / f"{stage}.json"
     if not run_dir.exists():
-        raise DareError(f"run directory {run_dir} does not exist; give LABEL=RUN_DIR[:STAGE] with the output.dir of a run")
+        raise DareError(f"run directory {run_dir} does not exist; give LABEL=RUN_DIR[:STAGE] with the output.dir of a "
+                        f"run")
     if not run_dir.is_dir():
         raise DareError(f"{run_dir} is not a directory; give LABEL=RUN_DIR[:STAGE] with the output.dir of a run")
     if not f.is_file():
         have = sorted(p.stem for p in (run_dir / "eval").glob("*.json")) if (run_dir / "eval").is_dir() else []
-        raise DareError(f"{run_dir} has no '{stage}' evaluation ({f} is missing; it has: {', '.join(have) or 'none'}); run it first")
+        raise DareError(f"{run_dir} has no '{stage}' evaluation ({f} is missing; it has: {', '.join(have) or 'none'}); "
+                        f"run it first")
     return json.loads(f.read_text())["results"]
 
 
@@ -95,11 +97,13 @@ def compare_runs(entries: list, out_dir: str | Path, title: str = "DARE comparis
                  power_effect: float | None = None) -> tuple[Path, Path, Path | None]:
     """Write ``comparison.md``, ``comparison.json`` and ``comparison.png`` to ``out_dir``.
 
-    :param entries: ``LABEL=RUN_DIR[:STAGE]`` strings, or ``(label, run_dir, stage)`` tuples (labels may then hold ``=``).
+    :param entries: ``LABEL=RUN_DIR[:STAGE]`` strings, or ``(label, run_dir, stage)`` tuples (labels may then hold
+    ``=``).
     :param min_seeds: common seeds a paired difference needs for a verdict (:func:`dare.eval.stats.paired_difference`).
     :param power_effect: a difference in score units (e.g. 0.02): the grouped comparison then gives the seeds each
         paired difference needs to detect it with 80 % power, from its per-seed standard deviation.
-    :raises DareError: a malformed entry, a missing evaluation, ``min_seeds < 2`` or a zero or non-finite ``power_effect``.
+    :raises DareError: a malformed entry, a missing evaluation, ``min_seeds < 2`` or a zero or non-finite
+    ``power_effect``.
     """
     import math
 
@@ -124,8 +128,8 @@ def compare_runs(entries: list, out_dir: str | Path, title: str = "DARE comparis
         raise DareError("a compare entry has an empty label; write LABEL=RUN_DIR[:STAGE], e.g. sft=runs/quickstart")
     dups = sorted({label for label in labels if labels.count(label) > 1})
     if dups:
-        raise DareError(f"compare labels must be unique, but {', '.join(repr(d) for d in dups)} is given more than once; "
-                        "name each entry differently, e.g. untrained=RUN:before sft=RUN:after")
+        raise DareError(f"compare labels must be unique, but {', '.join(repr(d) for d in dups)} is given more than "
+                        f"once; name each entry differently, e.g. untrained=RUN:before sft=RUN:after")
     from dare.eval.groups import item_scores
 
     rows, items = [], {}
@@ -137,7 +141,8 @@ def compare_runs(entries: list, out_dir: str | Path, title: str = "DARE comparis
             rows.append({"label": label, "run": str(run_dir), "stage": stage, **ctx, **{k: r.get(k) for k in
                          ("name", "n", "accuracy", "mean_reward", "nfe", "tokens_per_second")}})
     md = [f"# {title}\n",
-          "| model | benchmark | accuracy | mean reward | samples | objective | steps | train wall time | run | stage |",
+          "| model | benchmark | accuracy | mean reward | samples | objective | steps | train wall time | run "
+          "| stage |",
           "|---|---|---:|---:|---:|---|---:|---:|---|---|"]
     for r in rows:
         wall = format_seconds(r["train_seconds"]) if isinstance(r["train_seconds"], (int, float)) else "-"
@@ -149,9 +154,10 @@ def compare_runs(entries: list, out_dir: str | Path, title: str = "DARE comparis
     evaluators = {}
     for r in rows:
         evaluators.setdefault(r["name"], _evaluator_description(r["name"]))
-    md += ["", "What the columns mean:\n", *[c for c in column_notes(evaluators) if not c.startswith(("- **NFE", "- **tokens/s"))],
-           "- **objective**, **steps**: what trained the evaluated model (a `before` entry is the run's starting model; "
-           "with train.keep_best, the weights of the step it kept)",
+    md += ["", "What the columns mean:\n",
+           *[c for c in column_notes(evaluators) if not c.startswith(("- **NFE", "- **tokens/s"))],
+           "- **objective**, **steps**: what trained the evaluated model (a `before` entry is the run's starting "
+           "model; with train.keep_best, the weights of the step it kept)",
            "- **train wall time**: the training command's wall time (the last command, when a run was resumed); "
            "it depends on the machine and its load"]
     seen: set[Path] = set()
@@ -176,7 +182,10 @@ def compare_runs(entries: list, out_dir: str | Path, title: str = "DARE comparis
     mdp = out_dir / "comparison.md"
     atomic_write_json(js, {"rows": rows, "entries": entries, **({"grouped": stats} if stats is not None else {})})
     atomic_write_text(mdp, "\n".join(md) + "\n")
-    png = _plot(parsed, out_dir / "comparison.png", title, rows) if stats is None else _plot_groups(stats, out_dir, title)
+    if stats is None:
+        png = _plot(parsed, out_dir / "comparison.png", title, rows)
+    else:
+        png = _plot_groups(stats, out_dir, title)
     return mdp, js, png
 
 
@@ -225,7 +234,8 @@ def _curve_label(run_dir: Path, parsed) -> str:
 
 
 def _panels(parsed, rows) -> dict[str, Any]:
-    """Plot content: ``accuracy`` / ``mean_reward``: ``(entry label, {benchmark: value})`` for every entry, in order; ``rows``:
+    """Plot content: ``accuracy`` / ``mean_reward``: ``(entry label, {benchmark: value})`` for every entry, in order;
+    ``rows``:
     ``{benchmark: sorted row counts}``; ``runs``: one ``(curve label, kind, curve points, eval series,
     set labels, steps, objective)`` per run directory that trained (:func:`dare.eval.plots.training_curve`)."""
     from dare.eval.plots import eval_series, read_metrics, training_curve
@@ -249,8 +259,8 @@ def _panels(parsed, rows) -> dict[str, Any]:
         info = _report(run_dir).get("run") or {}
         obj = (info.get("objective") or {}).get("name")
         steps = info.get("steps") or max(s for s, _, _ in curve)
-        panels["runs"].append((_curve_label(run_dir, parsed), kind, curve, eval_series(recs), info.get("eval_sets") or {},
-                               steps, obj))
+        panels["runs"].append((_curve_label(run_dir, parsed), kind, curve, eval_series(recs),
+                               info.get("eval_sets") or {}, steps, obj))
     return panels
 
 
@@ -287,7 +297,8 @@ def _plot(parsed, out_png: Path, title: str, rows=()) -> Path | None:
         values = []
         for j, (bench, metric) in enumerate(bars_per_entry):
             xs = [i + (j - (len(bars_per_entry) - 1) / 2) * width for i in range(len(lines))]
-            vals = [(accs if metric == "accuracy" else rewards.get(lab, {})).get(bench, 0.0) or 0.0 for lab, accs in lines]
+            vals = [(accs if metric == "accuracy" else rewards.get(lab, {})).get(bench, 0.0) or 0.0
+                    for lab, accs in lines]
             values += vals
             what = "accuracy" if metric == "accuracy" else "mean reward"
             bars = ax.bar(xs, vals, width, color=colors[benches.index(bench) % len(colors)],
@@ -313,8 +324,8 @@ def _plot(parsed, out_png: Path, title: str, rows=()) -> Path | None:
             for metric, style in (("accuracy", "-"), ("mean_reward", "--")):
                 pts = sorted(series.get(metric, []))
                 if pts:
-                    line = ax2.plot([s for s, _ in pts], [v for _, v in pts], style, **reward_marker(metric, n), color=color,
-                                    label=f"{name}: {metric.replace('_', ' ')}", clip_on=False)[0]
+                    line = ax2.plot([s for s, _ in pts], [v for _, v in pts], style, **reward_marker(metric, n),
+                                    color=color, label=f"{name}: {metric.replace('_', ' ')}", clip_on=False)[0]
                     color = line.get_color()
         ax2.set_xlabel("optimizer step")
         ax2.set_ylabel("score (fraction of rows / mean reward)")

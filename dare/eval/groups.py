@@ -5,8 +5,9 @@ every two groups evaluated on common seeds the paired difference with its interv
 t-test verdict, and with several benchmarks each group's interquartile mean (:mod:`dare.eval.stats`).
 
 Groups are found from each run's ``run.json`` (the spec it ran); a run directory without one is a group of its
-own. An entry may name a sweep directory (``LABEL=DIR``): it stands for the sweep's runs (:func:`expand_sweeps`). A group is named by the settings that set it apart from the other groups (``algorithm.name=d1``), or by
-its entry's label when it has one run.
+own. An entry may name a sweep directory (``LABEL=DIR``): it stands for the sweep's runs (:func:`expand_sweeps`). A
+group is named by the settings that set it apart from the other groups (``algorithm.name=d1``), or by its entry's label
+when it has one run.
 """
 
 from __future__ import annotations
@@ -83,7 +84,8 @@ def expand_sweeps(parsed: list[tuple[str, Path, str]]) -> list[tuple[str, Path, 
             out.append((label, d, stage))
             continue
         out += [(f"{label}/{r['name']}", d / r["name"], stage) for r in runs
-                if isinstance(r, dict) and isinstance(r.get("name"), str) and (d / r["name"] / "eval" / f"{stage}.json").is_file()]
+                if isinstance(r, dict) and isinstance(r.get("name"), str)
+                and (d / r["name"] / "eval" / f"{stage}.json").is_file()]
     return out
 
 
@@ -170,7 +172,8 @@ def group_statistics(groups: list[Group], rows: list[dict[str, Any]], items: dic
     :func:`~dare.eval.stats.paired_difference`, its per-seed differences and the paired seeds x items bootstrap; the
     tested differences of one metric are Holm-corrected together. With several benchmarks, each group's IQM over its
     seeds x benchmarks (:func:`~dare.eval.stats.iqm`). With ``power_effect`` (score units), the seeds each difference
-    needs for 80 % power at that effect given its per-seed standard deviation (:func:`~dare.eval.stats.seeds_for_power`).
+    needs for 80 % power at that effect given its per-seed standard deviation
+    (:func:`~dare.eval.stats.seeds_for_power`).
 
     :param rows: the per-entry rows of :func:`dare.eval.compare.compare_runs` (``label``, ``name`` and the metrics).
     :param items: entry label -> :func:`item_scores` of its evaluation (None: no test-item intervals).
@@ -202,13 +205,15 @@ def group_statistics(groups: list[Group], rows: list[dict[str, Any]], items: dic
                     entry["item_low"], entry["item_high"] = item_bootstrap(m)
                     entry["items"] = int(m.shape[1])
                 stats.append(entry)
-        out_groups.append({"label": g.label, "stage": g.stage, "runs": [str(d) for _, d, _ in g.entries], "stats": stats})
+        out_groups.append({"label": g.label, "stage": g.stage, "runs": [str(d) for _, d, _ in g.entries],
+                           "stats": stats})
     diffs, records = [], []
     for i in range(len(groups)):
         for j in range(i + 1, len(groups)):
             if not _comparable(groups[i], groups[j]):
                 continue
-            lo, hi = (j, i) if groups[i].stage == "after" and groups[j].stage == "before" else (i, j)  # gain: after - before
+            # gain: after - before
+            lo, hi = (j, i) if groups[i].stage == "after" and groups[j].stage == "before" else (i, j)
             for bench, metrics in values[hi].items():
                 for metric, b in metrics.items():
                     a = values[lo].get(bench, {}).get(metric, {})
@@ -262,8 +267,8 @@ def _power_table(differences: list[dict[str, Any]], effect: float) -> dict[str, 
     rows = []
     for d in differences:
         need = seeds_for_power(effect, d["std"]) if d["n"] >= 2 else None
-        rows.append({"a": d["a"], "b": d["b"], "benchmark": d["benchmark"], "metric": d["metric"], "pilot_seeds": d["n"],
-                     "sd": d["std"], "seeds_needed": need})
+        rows.append({"a": d["a"], "b": d["b"], "benchmark": d["benchmark"], "metric": d["metric"],
+                     "pilot_seeds": d["n"], "sd": d["std"], "seeds_needed": need})
     return {"effect": effect, "target": TARGET_POWER, "alpha": ALPHA, "rows": rows}
 
 
@@ -291,18 +296,20 @@ def grouped_markdown(stats: dict[str, Any]) -> list[str]:
     effect needs (``power``) and how to read them."""
     pct = f"{stats['confidence']:.0%}"
     md = ["## Groups: runs that differ only by seed\n",
-          f"| group | benchmark | metric | n | mean | std | {pct} CI of the mean (method) | {pct} CI, seeds x test items | per seed |",
+          f"| group | benchmark | metric | n | mean | std | {pct} CI of the mean (method) | {pct} CI, seeds x test "
+          f"items | per seed |",
           "|---|---|---|---:|---:|---:|---|---|---|"]
     for g in stats["groups"]:
         for s in g["stats"]:
             seeds = ", ".join(f"{seed}: {v:.4f}" for seed, v in zip(s["seeds"], s["values"]))
             items = _interval(s["item_low"], s["item_high"]) + (f" ({s['items']} items)" if s.get("items") else "")
-            md.append(f"| {g['label']} | {s['benchmark']} | {s['metric'].replace('_', ' ')} | {s['n']} | {s['mean']:.4f} | "
-                      f"{s['std']:.4f} | {_interval(s['ci_low'], s['ci_high'])} ({_METHOD[s['method']]}) | {items} | {seeds} |")
+            md.append(f"| {g['label']} | {s['benchmark']} | {s['metric'].replace('_', ' ')} | {s['n']} | "
+                      f"{s['mean']:.4f} | {s['std']:.4f} | {_interval(s['ci_low'], s['ci_high'])} "
+                      f"({_METHOD[s['method']]}) | {items} | {seeds} |")
     if stats["differences"]:
         md += ["", "## Paired differences (same seeds; gain = after - before)\n",
-               f"| B - A | benchmark | metric | seeds | mean difference | {pct} paired-t CI | {pct} CI, seeds x test items | "
-               "p | Holm p | verdict |", "|---|---|---|---|---:|---|---|---:|---:|---|"]
+               f"| B - A | benchmark | metric | seeds | mean difference | {pct} paired-t CI | {pct} CI, seeds x test "
+               f"items | p | Holm p | verdict |", "|---|---|---|---|---:|---|---|---:|---:|---|"]
         for d in stats["differences"]:
             md.append(f"| {d['b']} - {d['a']} | {d['benchmark']} | {d['metric'].replace('_', ' ')} | "
                       f"{', '.join(map(str, d['seeds']))} | {d['mean']:+.4f} | {_interval(d['t_low'], d['t_high'])} | "
@@ -310,10 +317,11 @@ def grouped_markdown(stats: dict[str, Any]) -> list[str]:
                       f"**{d['verdict']}** |")
     if stats.get("aggregate"):
         md += ["", "## Aggregate over benchmarks: interquartile mean (IQM)\n",
-               f"| group | metric | benchmarks | seeds | IQM | {pct} CI (stratified bootstrap) |", "|---|---|---|---:|---:|---|"]
+               f"| group | metric | benchmarks | seeds | IQM | {pct} CI (stratified bootstrap) |",
+               "|---|---|---|---:|---:|---|"]
         for a in stats["aggregate"]:
-            md.append(f"| {a['label']} | {a['metric'].replace('_', ' ')} | {', '.join(a['benchmarks'])} | {len(a['seeds'])} | "
-                      f"{a['iqm']:.4f} | {_interval(a['ci_low'], a['ci_high'])} |")
+            md.append(f"| {a['label']} | {a['metric'].replace('_', ' ')} | {', '.join(a['benchmarks'])} | "
+                      f"{len(a['seeds'])} | {a['iqm']:.4f} | {_interval(a['ci_low'], a['ci_high'])} |")
     if stats.get("power"):
         pw = stats["power"]
         md += ["", f"## Seeds for {pw['target']:.0%} power at a difference of {pw['effect']:g}\n",
@@ -321,9 +329,10 @@ def grouped_markdown(stats: dict[str, Any]) -> list[str]:
                "|---|---|---|---:|---:|---:|"]
         for r in pw["rows"]:
             need = "-" if r["seeds_needed"] is None else str(r["seeds_needed"])
-            md.append(f"| {r['b']} - {r['a']} | {r['benchmark']} | {r['metric'].replace('_', ' ')} | {r['pilot_seeds']} | "
-                      f"{r['sd']:.4f} | {need} |")
-        md.append(f"\nPaired t-test at alpha {pw['alpha']}, two-sided; the pilot's sd is itself uncertain with few seeds.")
+            md.append(f"| {r['b']} - {r['a']} | {r['benchmark']} | {r['metric'].replace('_', ' ')} | "
+                      f"{r['pilot_seeds']} | {r['sd']:.4f} | {need} |")
+        md.append(f"\nPaired t-test at alpha {pw['alpha']}, two-sided; the pilot's sd is itself uncertain with few "
+                  f"seeds.")
     md += ["", "How to read the groups:\n",
            "- **n**: runs (seeds) in the group; **mean**, **std**: mean and sample standard deviation over them",
            f"- **{pct} CI of the mean**: the Student-t interval mean ± t·std/√n (method *t*); from "
@@ -336,8 +345,8 @@ def grouped_markdown(stats: dict[str, Any]) -> list[str]:
            "minus before); the paired-t interval (scipy.stats.ttest_rel) is that of the mean",
            f"- **verdict**: the paired t-test; its p-values are Holm-corrected across the differences of one metric in "
            f"this comparison; *significant* when the Holm p < {stats['alpha']}. A verdict needs {stats['min_seeds']} "
-           "common seeds (fewer: *too few seeds to test*, with the power the test would have against a difference of one "
-           "standard deviation); equal per-seed differences have no spread to test (*cannot assess: identical "
+           "common seeds (fewer: *too few seeds to test*, with the power the test would have against a difference of "
+           "one standard deviation); equal per-seed differences have no spread to test (*cannot assess: identical "
            "differences*, e.g. a collapsed model). `--power EFFECT` prints the seeds an effect needs", ""]
     return md
 
@@ -375,7 +384,8 @@ def plot_groups(fig, stats: dict[str, Any]) -> None:
                             color="black", capsize=4, markersize=5, label=f"mean, {pct} CI" if y == 0 else None)
             else:
                 ax.plot([s["mean"]], [y], "s", color="black")
-        ax.set_yticks(range(len(shown_rows)), [_wrap(f"{label} · {s['benchmark']}") for label, s in shown_rows], fontsize=7)
+        ax.set_yticks(range(len(shown_rows)), [_wrap(f"{label} · {s['benchmark']}") for label, s in shown_rows],
+                      fontsize=7)
         ax.invert_yaxis()
         ax.set_xlabel(metric.replace("_", " "))
         more = f" (first {len(shown_rows)} of {len(rows)}; all in comparison.md)" if len(rows) > len(shown_rows) else ""
@@ -396,8 +406,8 @@ def plot_groups(fig, stats: dict[str, Any]) -> None:
                           label=f"{pct} CI, seeds x items" if y == 0 else None)
             color = "C3" if d["significant"] else "black"
             if d["t_low"] is not None:
-                ax.errorbar(d["mean"], y, xerr=[[d["mean"] - d["t_low"]], [d["t_high"] - d["mean"]]], fmt="D", color=color,
-                            capsize=4, markersize=5, label=f"mean, {pct} paired-t CI" if y == 0 else None)
+                ax.errorbar(d["mean"], y, xerr=[[d["mean"] - d["t_low"]], [d["t_high"] - d["mean"]]], fmt="D",
+                            color=color, capsize=4, markersize=5, label=f"mean, {pct} paired-t CI" if y == 0 else None)
         ax.axvline(0.0, color="gray", linestyle="--", linewidth=1)
         ax.set_yticks(range(len(drows)), [_wrap(f"{d['b']} - {d['a']} · {d['benchmark']}") + "\n" + _wrap(d["verdict"])
                                           for d in drows], fontsize=7)
@@ -412,7 +422,8 @@ def plot_groups(fig, stats: dict[str, Any]) -> None:
 
 def figure_size(stats: dict[str, Any]) -> tuple[float, float]:
     """The grouped plot's size in inches: a fixed width (14 in, 8 without differences) and 0.5 in per row of its
-    tallest panel (at most :data:`MAX_PLOT_ROWS` rows), between 3.5 and 9 in per metric: never wider with more groups."""
+    tallest panel (at most :data:`MAX_PLOT_ROWS` rows), between 3.5 and 9 in per metric: never wider with more
+    groups."""
     per_metric = min(MAX_PLOT_ROWS, max([sum(1 for g in stats["groups"] for s in g["stats"] if s["metric"] == m)
                                          for m in METRICS] + [sum(1 for d in stats["differences"] if d["metric"] == m)
                                                               for m in METRICS]))

@@ -139,7 +139,8 @@ class HarnessModel:
         try:
             self.device = torch.device(device)
         except (RuntimeError, TypeError):
-            raise DareError(f"model argument device={device!r} is not a torch device (e.g. cpu, cuda, cuda:0)") from None
+            raise DareError(f"model argument device={device!r} is not a torch device (e.g. cpu, cuda, "
+                            "cuda:0)") from None
         if self.device.type == "cuda" and not torch.cuda.is_available():
             raise DareError(f"model argument device={device!r}: this torch has no CUDA device; use device=cpu")
         from dare.modeling import load_model
@@ -224,9 +225,10 @@ class HarnessModel:
         """The sampler that decodes at most ``max_gen_toks`` tokens.
 
         With ``gen_length`` among the sampler parameters, that sampler (completions are cut to
-        ``max_gen_toks`` tokens). Otherwise (``max_gen_toks`` None: the ``Params`` default ``gen_length``) ``gen_length`` = ``max_gen_toks`` rounded up to a multiple of
-        the sampler's ``block_length`` (semi-autoregressive and block samplers decode whole blocks), checked
-        by the sampler's ``Params`` and ``check`` like any spec.
+        ``max_gen_toks`` tokens). Otherwise (``max_gen_toks`` None: the ``Params`` default ``gen_length``)
+        ``gen_length`` = ``max_gen_toks`` rounded up to a multiple of the sampler's ``block_length``
+        (semi-autoregressive and block samplers decode whole blocks), checked by the sampler's ``Params`` and ``check``
+        like any spec.
 
         :raises DareError: that ``gen_length`` breaks a sampler rule (e.g. LLaDA's ``steps`` must be a
             multiple of ``gen_length / block_length``), naming the rule and the fix.
@@ -239,14 +241,16 @@ class HarnessModel:
         multiple = self._gen_multiple()
         g = math.ceil(max_gen_toks / multiple) * multiple
         if g not in self._samplers:
-            how = f"max_gen_toks rounded up to a multiple of block_length {multiple}" if multiple > 1 else "max_gen_toks"
+            how = "max_gen_toks"
+            if multiple > 1:
+                how = f"max_gen_toks rounded up to a multiple of block_length {multiple}"
             try:
                 self._samplers[g], _ = _resolve_sampler(self.model_path, self.sampler_name,
                                                         {**self.sampler_params, "gen_length": g})
             except DareError as exc:
                 raise DareError(
-                    f"max_gen_toks {max_gen_toks} cannot be decoded by sampler {self.sampler_name!r} with its parameters "
-                    f"{self.sampler_params}: gen_length {g} ({how}) fails its checks: {exc}; give "
+                    f"max_gen_toks {max_gen_toks} cannot be decoded by sampler {self.sampler_name!r} with its "
+                    f"parameters {self.sampler_params}: gen_length {g} ({how}) fails its checks: {exc}; give "
                     "gen_length (and the parameters that must agree with it, e.g. steps) in the model arguments"
                 ) from None
         return self._samplers[g]
@@ -263,14 +267,14 @@ class HarnessModel:
             neither its batch nor the process that decodes it.
         :returns: completion strings (EOS/mask tokens dropped, as ``dare eval`` decodes).
         """
+        from dare.sampling import DecodingBundle
         from dare.sampling.text import decode_completions, generate_texts
 
         if not prompts:
             return []
         sampler = self.sampler_for(max_gen_toks)
-        out = generate_texts(self.model, self.family, self.tokens, self.tokenizer, sampler, list(prompts),
-                             batch_size=self.batch_size, seed=self.seed,
-                             indices=list(range(len(prompts))) if indices is None else list(indices))
+        out = generate_texts(DecodingBundle.of(self, sampler), list(prompts), batch_size=self.batch_size,
+                             seed=self.seed, indices=list(range(len(prompts))) if indices is None else list(indices))
         texts = out.texts
         if max_gen_toks is not None and max_gen_toks < sampler.gen_length:
             texts = []
@@ -299,7 +303,8 @@ class HarnessModel:
         """
         return self.loglikelihood_tokens([self.encode(c, x) for c, x in requests], keys)
 
-    def loglikelihood_tokens(self, requests: Sequence[tuple[Sequence[int], Sequence[int]]], keys: Sequence | None = None):
+    def loglikelihood_tokens(self, requests: Sequence[tuple[Sequence[int], Sequence[int]]],
+                             keys: Sequence | None = None):
         """:meth:`loglikelihood` on token ids ``(context_ids, continuation_ids)``."""
         from dare.eval.likelihood import elbo_loglikelihood
 

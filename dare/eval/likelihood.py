@@ -27,9 +27,9 @@ noisy block seeing itself and the clean earlier blocks, so one term is
 
 **Randomness and batching.** The corruptions of a request are drawn from its own ``torch.Generator``
 seeded by :func:`request_seed` ``(seed, *key)`` (stream ``likelihood`` of :mod:`dare.randomness`; the key is
-the request's index, or ``(doc_id, choice)`` in a harness), never from the global RNG, so a request's estimate does not depend on which other requests
-are scored with it. Forward passes batch up to ``batch_size`` corrupted rows of the *same* length
-(never padded), so the logits of a row do not depend on the batch either: estimates are identical
+the request's index, or ``(doc_id, choice)`` in a harness), never from the global RNG, so a request's estimate does not
+depend on which other requests are scored with it. Forward passes batch up to ``batch_size`` corrupted rows of the
+*same* length (never padded), so the logits of a row do not depend on the batch either: estimates are identical
 across batch sizes.
 """
 
@@ -247,7 +247,8 @@ def greedy_matches(model, family, mask_id: int, context: Sequence[int], continua
     return bool((seq[0, P:] == target).all())
 
 
-def encode_pair(tokenizer, context: str, continuation: str, max_length: int | None = None) -> tuple[list[int], list[int]]:
+def encode_pair(tokenizer, context: str, continuation: str,
+                max_length: int | None = None) -> tuple[list[int], list[int]]:
     """Token ids of ``(context, continuation)`` as lm-eval's HF model encodes a loglikelihood request.
 
     Trailing whitespace of the context moves to the continuation; the continuation's ids are those of

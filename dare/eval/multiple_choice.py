@@ -64,11 +64,12 @@ class MultipleChoiceEvaluator(Evaluator):
         """
         raise NotImplementedError
 
-    def score_benchmark(self, model, family, tokens, tokenizer, bspec, reward, batch_size: int = 32, seed: int = 0,
-                        limit: int | None = None):
-        """What :func:`dare.eval.runner.evaluate_benchmark` runs for this benchmark: :func:`evaluate_multiple_choice`."""
-        return evaluate_multiple_choice(model, family, tokens, tokenizer, self, bspec, reward, batch_size=batch_size,
-                                        seed=seed, limit=limit)
+    def score_benchmark(self, decoding, bspec, reward, batch_size: int = 32, seed: int = 0, limit: int | None = None):
+        """What :func:`dare.eval.runner.evaluate_benchmark` runs for this benchmark: :func:`evaluate_multiple_choice`
+        with ``decoding``'s model, family, special ids and tokenizer (a :class:`~dare.sampling.DecodingBundle`; its
+        sampler is not used)."""
+        return evaluate_multiple_choice(decoding.model, decoding.family, decoding.tokens, decoding.tokenizer, self,
+                                        bspec, reward, batch_size=batch_size, seed=seed, limit=limit)
 
 
 def argmax(values) -> int:
@@ -119,7 +120,8 @@ def evaluate_multiple_choice(
         context = prompter.prompt(rows[i])
         choices, gold = evaluator.choices(rows[i], bspec.offset + i)
         if not choices or not 0 <= gold < len(choices):
-            raise DataError(f"{evaluator.name}: row {bspec.offset + i} has {len(choices)} choices and gold index {gold}")
+            raise DataError(f"{evaluator.name}: row {bspec.offset + i} has {len(choices)} choices and gold index "
+                            f"{gold}")
         contexts.append(context)
         choice_lists.append(choices)
         golds.append(gold)

@@ -33,7 +33,8 @@ def read_metrics(metrics_file: str | Path) -> list[dict[str, Any]]:
 def training_curve(recs: list[dict[str, Any]]) -> tuple[str, list[tuple[int, float, float | None]]]:
     """What a run's training curve shows: ``("reward", [(step, mean, std)])`` for RL runs (their loss is mostly
     rounding noise around 0: advantages are centred per group), else ``("loss", [(step, loss, None)])``."""
-    reward = [(r["step"], float(r["reward"]), float(r["reward_std"]) if isinstance(r.get("reward_std"), (int, float)) else None)
+    reward = [(r["step"], float(r["reward"]),
+               float(r["reward_std"]) if isinstance(r.get("reward_std"), (int, float)) else None)
               for r in recs if isinstance(r.get("reward"), (int, float))]
     if reward:
         return "reward", reward
@@ -54,7 +55,8 @@ def eval_series(recs: list[dict[str, Any]]) -> dict[str, dict[str, list[tuple[in
     return out
 
 
-def draw_training_curve(ax, kind: str, points, label: str | None = None, color=None, max_step: int | None = None) -> None:
+def draw_training_curve(ax, kind: str, points, label: str | None = None, color=None,
+                        max_step: int | None = None) -> None:
     """The training curve on ``ax``: reward with a ±1 std band (spread over the step's completions), or loss;
     the x axis spans 0..``max_step`` (the run's steps) when given, else 0..the last logged step."""
     steps = [s for s, _, _ in points]
@@ -67,7 +69,8 @@ def draw_training_curve(ax, kind: str, points, label: str | None = None, color=N
         if spread:
             lows = lows + [v - d for _, v, d in spread]
             ax.fill_between([s for s, _, _ in spread], [v - d for _, v, d in spread], [v + d for _, v, d in spread],
-                            color=line.get_color(), alpha=0.2, label="± 1 std over the step's completions" if label is None else None)
+                            color=line.get_color(), alpha=0.2,
+                            label="± 1 std over the step's completions" if label is None else None)
     if kind == "reward":
         ax.set_ylabel("reward (mean over completions)")
         ax.set_title("training reward")
@@ -137,12 +140,13 @@ def plot_training(metrics_file: str | Path, out_png: str | Path, before: dict[st
             step = 0 if stage == "before" else (after_step if after_step is not None else last_step)
             name = labels.get(f"{stage}:{bname}", bname)
             when = "before training" if stage == "before" else (
-                f"after training (weights of step {after_step}, train.keep_best)" if after_step is not None else "after training")
+                f"after training (weights of step {after_step}, train.keep_best)" if after_step is not None
+                else "after training")
             for metric, marker in (("accuracy", "*"), ("mean_reward", "P")):
                 v = _metric_of(res, metric)
                 if isinstance(v, (int, float)):  # before: large and hollow, so an `after` at the same step shows inside
-                    ax2.plot([step], [v], linestyle="none", marker=marker, markersize=15 if stage == "before" else 9, color=color,
-                             mfc="none" if stage == "before" else color, mew=1.6, clip_on=False, zorder=3,
+                    ax2.plot([step], [v], linestyle="none", marker=marker, markersize=15 if stage == "before" else 9,
+                             color=color, mfc="none" if stage == "before" else color, mew=1.6, clip_on=False, zorder=3,
                              label=f"{name}, {when}: {metric.replace('_', ' ')} {v:.3f}")
     ax2.set_xlabel("optimizer step")
     ax2.set_ylabel("score (fraction of rows / mean reward)")

@@ -21,5 +21,6 @@ SERIES_MARKERS = "osD^vP<>Xh"
 
 def reward_marker(metric: str, n: int) -> dict[str, Any]:
     """Marker style of series ``n``: accuracy filled, mean reward hollow with another marker (never the same)."""
-    m = SERIES_MARKERS[n % len(SERIES_MARKERS)] if metric == "accuracy" else SERIES_MARKERS[(n + 5) % len(SERIES_MARKERS)]
-    return {"marker": m, "markersize": 4 if metric == "accuracy" else 5, "mfc": None if metric == "accuracy" else "none"}
+    m = SERIES_MARKERS[(n if metric == "accuracy" else n + 5) % len(SERIES_MARKERS)]
+    return {"marker": m, "markersize": 4 if metric == "accuracy" else 5,
+            "mfc": None if metric == "accuracy" else "none"}

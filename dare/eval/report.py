@@ -18,7 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from dare.io import atomic_write_json, atomic_write_text
-from dare.eval.plots import (draw_training_curve, eval_series, plot_training, read_metrics,  # noqa: F401 - their old home
+from dare.eval.plots import (draw_training_curve, eval_series, plot_training,
+                             read_metrics,  # noqa: F401 - their old home
                              training_curve)
 
 __all__ = ["provenance", "machine_info", "write_report", "markdown_table", "column_notes", "run_lines", "machine_lines",
@@ -81,7 +82,8 @@ def machine_info() -> dict[str, Any]:
     }
 
 
-def provenance(spec=None, sampler=None, seed: int | None = None, machine: dict[str, Any] | None = None) -> dict[str, Any]:
+def provenance(spec=None, sampler=None, seed: int | None = None,
+               machine: dict[str, Any] | None = None) -> dict[str, Any]:
     """What produced a number: resolved spec, sampler params, seed, package versions, git SHA, time, machine.
 
     :param machine: :func:`machine_info` taken when the run started (default: now).
@@ -98,7 +100,8 @@ def provenance(spec=None, sampler=None, seed: int | None = None, machine: dict[s
             versions[name] = dist.version
     return {
         "spec": spec.model_dump(mode="json") if spec is not None else None,
-        "sampler": {"name": sampler.name, "params": sampler.params.model_dump(mode="json")} if sampler is not None else None,
+        "sampler": ({"name": sampler.name, "params": sampler.params.model_dump(mode="json")}
+                    if sampler is not None else None),
         "seed": seed,
         "versions": versions,
         "git_sha": _git_sha(),
@@ -114,7 +117,8 @@ def _likelihood(r) -> bool:
 
 #: what the columns of a results table mean (reports and ``dare compare``)
 COLUMNS = {
-    "accuracy": "fraction of rows the benchmark counts as solved: its reward is 1 (an exact solve, a correct final answer)",
+    "accuracy": "fraction of rows the benchmark counts as solved: its reward is 1 (an exact solve, a correct final "
+                "answer)",
     "mean reward": "the benchmark's reward averaged over rows, partial credit included (per benchmark below)",
     "samples": "rows evaluated",
     "NFE": "model forward passes per prompt (number of function evaluations of the sampler)",
@@ -148,13 +152,15 @@ def markdown_table(stages: dict[str, list]) -> str:
                 mc.append((stage, r))
                 continue
             lines.append(
-                f"| {stage} | {r.name} | {r.accuracy:.4f} | {r.mean_reward:.4f} | {r.n} | {r.nfe} | {r.tokens_per_second:.1f} |"
+                f"| {stage} | {r.name} | {r.accuracy:.4f} | {r.mean_reward:.4f} | {r.n} | {r.nfe} | "
+                f"{r.tokens_per_second:.1f} |"
             )
     if len(lines) == 2:
         lines = []
     if mc:
         lines += (["", "Likelihood benchmarks (choices scored by Monte-Carlo ELBO):", ""] if lines else []) + [
-            "| stage | benchmark | acc | acc_norm | mean reward | samples | estimator | mc_samples | scheme | forward passes/row |",
+            "| stage | benchmark | acc | acc_norm | mean reward | samples | estimator | mc_samples | scheme | forward "
+            "passes/row |",
             "|---|---|---:|---:|---:|---:|---|---:|---|---:|",
         ]
         for stage, r in mc:
@@ -191,7 +197,8 @@ def run_lines(info: dict[str, Any], stages: dict[str, list] | None = None) -> li
         rows.append(("steps", steps))
     times = []
     if info.get("train_seconds") is not None:
-        times.append(f"train {_seconds(info['train_seconds'])}" + (" (last command)" if info.get("resumed_from_step") else ""))
+        last = " (last command)" if info.get("resumed_from_step") else ""
+        times.append(f"train {_seconds(info['train_seconds'])}" + last)
     times += [f"evaluate {k} {_seconds(v)}" for k, v in (info.get("stage_seconds") or {}).items()]
     if times:
         rows.append(("wall time", ", ".join(times)))
@@ -224,7 +231,8 @@ def evaluated_later_lines(prov: dict[str, Any]) -> list[str]:
         return []
     m = machine_lines(later.get("machine"))
     where = m[0].replace("- machine: ", "on ", 1).replace("when the run started", "when it started") if m else ""
-    return [f"- evaluated later (the `eval` row, `dare eval`): {later.get('created')}" + (f", {where}" if where else "")]
+    return [f"- evaluated later (the `eval` row, `dare eval`): {later.get('created')}"
+            + (f", {where}" if where else "")]
 
 
 def machine_lines(machine: dict[str, Any] | None) -> list[str]:
@@ -238,14 +246,15 @@ def machine_lines(machine: dict[str, Any] | None) -> list[str]:
         + (f" ({machine['torch_threads_from']})" if machine.get("torch_threads_from") else "") + ", device "
         f"{machine.get('device')}, {machine.get('processes')} process(es)"
         + (f", load average {load} when the run started" if load is not None else ""),
-        "- what depends on the machine: tokens/s and wall times (other work on the machine slows them), and a little the "
-        "scores too: another CPU, torch CPU capability or thread count rounds floating-point sums differently, so the "
-        "same spec and seed can train to a somewhat different model. Compare numbers measured on one machine.",
+        "- what depends on the machine: tokens/s and wall times (other work on the machine slows them), and a little "
+        "the scores too: another CPU, torch CPU capability or thread count rounds floating-point sums differently, so "
+        "the same spec and seed can train to a somewhat different model. Compare numbers measured on one machine.",
     ]
 
 
-def write_report(out_dir: str | Path, stages: dict[str, list], prov: dict[str, Any], extra: dict[str, Any] | None = None,
-                 name: str = "report", evaluators: dict[str, str] | None = None) -> tuple[Path, Path]:
+def write_report(out_dir: str | Path, stages: dict[str, list], prov: dict[str, Any],
+                 extra: dict[str, Any] | None = None, name: str = "report",
+                 evaluators: dict[str, str] | None = None) -> tuple[Path, Path]:
     """Write ``<name>.json`` (metrics, samples, provenance) and ``<name>.md`` atomically.
 
     ``<name>.md``: the results table, what its columns mean and how each row's tokens/s was timed, the run's
@@ -282,7 +291,8 @@ def write_report(out_dir: str | Path, stages: dict[str, list], prov: dict[str, A
         body.append(f"\nFinal weights (train.keep_best): step {tm['best_step']}, validation accuracy "
                     f"{tm.get('best_validation_accuracy', float('nan')):.4f}; the `after` row evaluates them.")
     if extra.get("eval_overrides"):
-        body.append(f"\nThe `eval` row was measured with other evaluation settings than the run's: {extra['eval_overrides']}.")
+        body.append(f"\nThe `eval` row was measured with other evaluation settings than the run's: "
+                    f"{extra['eval_overrides']}.")
     body += ["", "## Machine and provenance\n", *machine_lines(p.get("machine")), *evaluated_later_lines(p),
              f"- sampler: `{json.dumps(p.get('sampler'))}`",
              f"- seed: {p.get('seed')}",

@@ -11,6 +11,7 @@ from dare import distributed, sharding
 from dare.data import Prompter, load_rows
 from dare.errors import DareError
 from dare.eval.paths import benchmark_path, data_root
+from dare.sampling.bundle import DecodingBundle
 from dare.sampling.text import generate_texts
 
 __all__ = ["BenchmarkResult", "benchmark_path", "evaluate_benchmark", "data_root"]
@@ -60,11 +61,7 @@ class BenchmarkResult:
 
 
 def evaluate_benchmark(
-    model,
-    family,
-    tokens,
-    tokenizer,
-    sampler,
+    decoding: DecodingBundle,
     evaluator,
     bspec,
     reward,
@@ -75,13 +72,16 @@ def evaluate_benchmark(
 ) -> BenchmarkResult:
     """Generate an answer for every row and score it.
 
+    :param decoding: the model, its family, special ids and tokenizer, and the sampler
+        (:class:`~dare.sampling.DecodingBundle`; the sampler may be None for an evaluator that scores itself).
     :param evaluator: the benchmark component; :param bspec: its ``BenchmarkSpec``;
     :param reward: a ``WeightedReward`` (or anything with ``score_one``).
     :param limit: overrides ``bspec.limit`` (e.g. for in-training evaluation).
     :param progress: description of a progress display advanced per batch (:mod:`dare.progress`; None: none).
     :returns: accuracy (fraction of rewards counted correct by the evaluator), mean reward, NFE,
         generated tokens and tokens/s. An evaluator with a ``score_benchmark`` method scores itself with it
-        (a :class:`~dare.eval.multiple_choice.MultipleChoiceEvaluator`: choices by MC-ELBO, no ``sampler``).
+        (``score_benchmark(decoding, bspec, reward, batch_size=, seed=, limit=)``; a
+        :class:`~dare.eval.multiple_choice.MultipleChoiceEvaluator`: choices by MC-ELBO, no sampler).
         tokens/s leaves out each process's first batch when it decoded more
         than one (start-up: first-call allocations and kernel selection), so it measures the steady state.
     :raises DataError: unreadable data or a prompt template referring to a missing field.
@@ -95,10 +95,11 @@ def evaluate_benchmark(
     """
     own = getattr(evaluator, "score_benchmark", None)
     if own is not None:  # an evaluator that scores itself (likelihood benchmarks: dare.eval.multiple_choice)
-        return own(model, family, tokens, tokenizer, bspec, reward, batch_size=batch_size, seed=seed, limit=limit)
+        return own(decoding, bspec, reward, batch_size=batch_size, seed=seed, limit=limit)
     path = benchmark_path(evaluator, bspec)
     rows = load_rows(str(path), limit=limit or bspec.limit, offset=bspec.offset)
-    prompter = Prompter(tokenizer, bspec.prompt_template, None, bspec.chat_template, bspec.system_prompt,
+    model = decoding.model
+    prompter = Prompter(decoding.tokenizer, bspec.prompt_template, None, bspec.chat_template, bspec.system_prompt,
                         loc=f"eval.benchmarks[{bspec.name}]")
     if sharding.is_sharded(model):  # every process decodes as many rows (padding dropped below): lock-step forwards
         mine, real = sharding.padded_shard(len(rows))
@@ -111,8 +112,8 @@ def evaluate_benchmark(
     from dare.progress import task
 
     with task(title or "", len(mine), "rows") if progress else contextlib.nullcontext() as bar:
-        out = generate_texts(model, family, tokens, tokenizer, sampler, prompts, batch_size=batch_size, seed=seed,
-                             indices=list(mine), on_batch=bar.advance if bar is not None else None)
+        out = generate_texts(decoding, prompts, batch_size=batch_size, seed=seed, indices=list(mine),
+                             on_batch=bar.advance if bar is not None else None)
     warm = 1 if len(out.batch_seconds) > 1 else 0  # leave out the first batch (start-up) when there are more
     timed = (sum(out.batch_tokens[warm:]), sum(out.batch_seconds[warm:]), out.batch_seconds[0] if warm else 0.0)
     errors_before = sum(getattr(reward, "errors", {}).values())
@@ -120,7 +121,8 @@ def evaluate_benchmark(
     kept = [min(max(real - b * batch_size, 0), o.completions.shape[0]) for b, o in enumerate(out.outputs)]  # real rows
     for i, prompt, text in zip(mine[:real], prompts[:real], out.texts[:real], strict=True):
         r, _ = reward.score_one(text, rows[i])
-        samples.append({"index": i, "prompt": prompt, "completion": text, "reward": r, "correct": evaluator.is_correct(r)})
+        samples.append({"index": i, "prompt": prompt, "completion": text, "reward": r,
+                        "correct": evaluator.is_correct(r)})
     nfe = sum(o.nfe * k for o, k in zip(out.outputs, kept))  # forward passes x (real) prompts of each batch
     generated = sum(o.completions[:k].numel() for o, k in zip(out.outputs, kept))
     errors = sum(getattr(reward, "errors", {}).values()) - errors_before

@@ -35,8 +35,8 @@ from dataclasses import asdict, dataclass, replace
 import numpy as np
 
 __all__ = ["Summary", "Difference", "summarize", "paired_difference", "holm", "apply_holm", "power", "seeds_for_power",
-           "item_bootstrap", "iqm", "CONFIDENCE", "ALPHA", "MIN_SEEDS", "BCA_MIN_SEEDS", "N_RESAMPLES", "ITEM_RESAMPLES",
-           "TARGET_POWER"]
+           "item_bootstrap", "iqm", "CONFIDENCE", "ALPHA", "MIN_SEEDS", "BCA_MIN_SEEDS", "N_RESAMPLES",
+           "ITEM_RESAMPLES", "TARGET_POWER"]
 
 #: confidence level of every interval
 CONFIDENCE = 0.95
@@ -189,7 +189,8 @@ class Difference:
         return f"{'significant' if self.significant else 'not significant'} (Holm p = {p:.3g})"
 
 
-def paired_difference(a, b, confidence: float = CONFIDENCE, min_seeds: int = MIN_SEEDS, alpha: float = ALPHA) -> Difference:
+def paired_difference(a, b, confidence: float = CONFIDENCE, min_seeds: int = MIN_SEEDS,
+                      alpha: float = ALPHA) -> Difference:
     """The paired difference ``b - a``: ``a[i]`` and ``b[i]`` are two settings' values on the same seed.
 
     :param a: ``[n]`` floats, the baseline group (e.g. ``before``), in seed order. :param b: ``[n]`` floats, same seeds.
@@ -202,7 +203,8 @@ def paired_difference(a, b, confidence: float = CONFIDENCE, min_seeds: int = MIN
     a = np.asarray(a, dtype=np.float64)
     b = np.asarray(b, dtype=np.float64)
     if a.shape != b.shape or a.ndim != 1 or a.size == 0 or not (np.all(np.isfinite(a)) and np.all(np.isfinite(b))):
-        raise ValueError(f"paired_difference needs two 1-D arrays of the same length of finite numbers, got {a!r}, {b!r}")
+        raise ValueError(f"paired_difference needs two 1-D arrays of the same length of finite numbers, got {a!r}, "
+                         f"{b!r}")
     d = b - a
     n, mean = int(d.size), float(d.mean())
     base = dict(min_seeds=min_seeds, alpha=alpha)
@@ -218,7 +220,8 @@ def paired_difference(a, b, confidence: float = CONFIDENCE, min_seeds: int = MIN
     t = res.confidence_interval(confidence_level=confidence)
     p = float(res.pvalue)
     status = TESTED if n >= min_seeds else TOO_FEW
-    return Difference(n, mean, std, float(t.low), float(t.high), p, p, status, pw, status == TESTED and p < alpha, **base)
+    return Difference(n, mean, std, float(t.low), float(t.high), p, p, status, pw, status == TESTED and p < alpha,
+                      **base)
 
 
 def holm(p_values: Sequence[float]) -> list[float]:
@@ -265,7 +268,8 @@ def item_bootstrap(b, a=None, confidence: float = CONFIDENCE, n_resamples: int =
     if a is not None:
         base = np.asarray(a, dtype=np.float64)
         if base.shape != x.shape:
-            raise ValueError(f"item_bootstrap needs two [seeds, items] arrays of one shape, got {base.shape} and {x.shape}")
+            raise ValueError(f"item_bootstrap needs two [seeds, items] arrays of one shape, got {base.shape} and "
+                             f"{x.shape}")
         x = x - base
     if x.ndim != 2 or 0 in x.shape or not np.all(np.isfinite(x)):
         raise ValueError(f"item_bootstrap needs a [seeds, items] array of finite scores, got shape {x.shape}")

@@ -46,7 +46,8 @@ from dare.modeling.tokenizer import build_byte_tokenizer
 from dare.plugins import get_registry, register_auto_classes
 
 __all__ = [
-    "LoadedModel", "load_model", "create_model", "resolve_family", "family_of", "checkpoint_shapes", "verify_checkpoint", "verify_weight_index",
+    "LoadedModel", "load_model", "create_model", "resolve_family", "family_of", "checkpoint_shapes",
+           "verify_checkpoint", "verify_weight_index",
     "trained_model_dir", "one_line", "missing_local_path", "DTYPES", "ADAPTER_CONFIG", "ADAPTER_WEIGHTS",
     "adapter_base", "adapter_weights", "load_adapter_checkpoint",
     # re-exported from dare.modeling.integrity
@@ -162,7 +163,8 @@ def load_model(path: str | Path, dtype: str = "float32", registry=None, verify: 
         return load_adapter_checkpoint(p, dtype=dtype, registry=registry, verify=verify)
     if p.exists():
         if not (p / "config.json").is_file():
-            raise CheckpointError(f"{path} has no config.json; a model directory needs config.json, weights and tokenizer files")
+            raise CheckpointError(f"{path} has no config.json; a model directory needs config.json, weights and "
+                                  f"tokenizer files")
         src = str(p)
     elif (why := missing_local_path(path)) is not None:
         raise CheckpointError(why)
@@ -313,7 +315,8 @@ def new_config_problems(family: ModelFamily, preset: str, overrides: dict[str, A
 
 
 # =========================================================================== adapter directories
-def load_adapter_checkpoint(path: str | Path, dtype: str = "float32", registry=None, verify: bool = True) -> LoadedModel:
+def load_adapter_checkpoint(path: str | Path, dtype: str = "float32", registry=None,
+                            verify: bool = True) -> LoadedModel:
     """Load an adapter directory as base + adapter, merged into a plain, trainable model of the family.
 
     The tokenizer comes from the adapter directory when it has one (DARE saves it there), else from

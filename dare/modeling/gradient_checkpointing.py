@@ -29,7 +29,8 @@ def enable_gradient_checkpointing(model: torch.nn.Module) -> None:
     if not getattr(model, "supports_gradient_checkpointing", False):
         raise DareError(f"model.gradient_checkpointing: {type(model).__name__} does not support gradient checkpointing "
                         "(its decoder layers must be transformers GradientCheckpointingLayer subclasses and the model "
-                        "class must set supports_gradient_checkpointing = True); set model.gradient_checkpointing: false")
+                        "class must set supports_gradient_checkpointing = True); set model.gradient_checkpointing: "
+                        "false")
     kwargs = {"use_reentrant": False}
     enable = getattr(model, "activation_checkpointing_enable", None)  # transformers >= 5.x name
     if enable is not None:

@@ -143,9 +143,9 @@ def check_finite(files: list[Path] | str | Path, what: str = "model") -> None:
     if bad is not None:
         path, key, n = bad
         raise CheckpointError(
-            f"{path}: tensor {key!r} holds {n} NaN or infinite value{'s' if n != 1 else ''}, so this {what} produces NaN "
-            "logits and can be neither trained nor evaluated; it was most likely saved from a run whose loss diverged: "
-            "use an earlier checkpoint of that run (checkpoints/checkpoint-N) or the run's starting model")
+            f"{path}: tensor {key!r} holds {n} NaN or infinite value{'s' if n != 1 else ''}, so this {what} produces "
+            f"NaN logits and can be neither trained nor evaluated; it was most likely saved from a run whose loss "
+            f"diverged: use an earlier checkpoint of that run (checkpoints/checkpoint-N) or the run's starting model")
 
 
 def embedding_rows(config) -> int | None:
@@ -179,13 +179,14 @@ def tokenizer_fit_problem(config, tokenizer, tokens: SpecialTokens | None = None
     n = len(tokenizer)
     top = max(n, max(vocab.values(), default=-1) + 1)
     if top > rows:
-        return (f"the tokenizer{src} has token ids up to {top - 1} but the model has {rows} embedding rows (config.json "
-                f"vocab_size): ids >= {rows} would index past the embedding; the tokenizer files belong to another model")
+        return (f"the tokenizer{src} has token ids up to {top - 1} but the model has {rows} embedding rows "
+                f"(config.json vocab_size): ids >= {rows} would index past the embedding; the tokenizer files belong "
+                f"to another model")
     if n < MIN_TOKENIZER_COVERAGE * rows:
-        return (f"the tokenizer{src} has only {n} tokens for a model with {rows} embedding rows (config.json vocab_size); "
-                "released models pad vocab_size past their tokenizer by a few hundred rows at most, so the vocabulary "
-                "files (tokenizer.json, or vocab.json and merges.txt) are most likely missing: copy them from the "
-                "model's release")
+        return (f"the tokenizer{src} has only {n} tokens for a model with {rows} embedding rows (config.json "
+                f"vocab_size); released models pad vocab_size past their tokenizer by a few hundred rows at most, so "
+                f"the vocabulary files (tokenizer.json, or vocab.json and merges.txt) are most likely missing: copy "
+                f"them from the model's release")
     if tokens is not None:
         for role in ("mask", "eos", "pad", "bos", "eot"):
             tid = getattr(tokens, f"{role}_id", None)

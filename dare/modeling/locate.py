@@ -63,7 +63,8 @@ def family_of(path: str | Path, registry=None) -> ModelFamily:
                                   f"{_hub_failure(str(path), exc)})") from None
     cfg = p / "config.json"
     if not cfg.is_file():
-        raise CheckpointError(f"{path} has no config.json; a model directory needs config.json, weights and tokenizer files")
+        raise CheckpointError(f"{path} has no config.json; a model directory needs config.json, weights and tokenizer "
+                              f"files")
     try:
         model_type = json.loads(cfg.read_text()).get("model_type")
     except (OSError, UnicodeDecodeError, json.JSONDecodeError, AttributeError) as exc:
@@ -99,8 +100,8 @@ def missing_local_path(path: str | Path) -> str | None:
     Such a path is never sent to the hub: a typo in ``runs/my-run`` is a missing directory, not a repository.
     """
     if looks_local(str(path)) and not resolve_path(str(path)).exists():
-        return (f"no such local directory {str(path)!r}: it looks like a local path, so it is not looked up on the hub; "
-                f"check the spelling{run_first_hint(path)} (a hub id has the form org/name)")
+        return (f"no such local directory {str(path)!r}: it looks like a local path, so it is not looked up on the "
+                f"hub; check the spelling{run_first_hint(path)} (a hub id has the form org/name)")
     return None
 
 
@@ -137,8 +138,8 @@ def adapter_base(path: str | Path) -> str | None:
     except (OSError, UnicodeDecodeError, json.JSONDecodeError, AttributeError) as exc:
         raise CheckpointError(f"{cfg_file} is not a valid peft adapter config: {exc}") from None
     if not base:
-        raise CheckpointError(f"{cfg_file} names no base model (base_model_name_or_path); set it to the base checkpoint "
-                              "directory the adapter was trained on")
+        raise CheckpointError(f"{cfg_file} names no base model (base_model_name_or_path); set it to the base "
+                              f"checkpoint directory the adapter was trained on")
     return str(base)
 
 

@@ -100,7 +100,8 @@ def resolve_lora_targets(model: torch.nn.Module, family: ModelFamily, lora) -> t
     if lora.include_lm_head:
         if not has_head:
             raise SpecError([("model.lora.include_lm_head", f"this {family.name} model has no separate LM head module "
-                              f"{head!r} (its output projection is tied to the embeddings); set include_lm_head: false")])
+                              f"{head!r} (its output projection is tied to the embeddings); set include_lm_head: "
+                              "false")])
         if not any(_matches(head, t) for t in targets):
             targets.append(head)
     wants_head = lora.include_lm_head or head in targets

@@ -46,11 +46,13 @@ def build_byte_tokenizer(special: dict[str, str], extra_special: tuple[str, ...]
     tk.decoder = decoders.ByteLevel()
     tk.add_special_tokens(ordered)
     kwargs = {}
-    for role, key in (("bos", "bos_token"), ("eos", "eos_token"), ("pad", "pad_token"), ("mask", "mask_token"), ("unk", "unk_token")):
+    for role, key in (("bos", "bos_token"), ("eos", "eos_token"), ("pad", "pad_token"), ("mask", "mask_token"),
+                      ("unk", "unk_token")):
         if special.get(role):
             kwargs[key] = special[role]
     extras = [t for t in ordered if t not in kwargs.values()]
-    fast = PreTrainedTokenizerFast(tokenizer_object=tk, additional_special_tokens=extras, clean_up_tokenization_spaces=False, **kwargs)
+    fast = PreTrainedTokenizerFast(tokenizer_object=tk, additional_special_tokens=extras,
+                                   clean_up_tokenization_spaces=False, **kwargs)
     if chat_template:
         fast.chat_template = chat_template
     return fast

@@ -122,8 +122,8 @@ def group_advantages(rewards: torch.Tensor, group_size: int, kind: AdvantageKind
 
 def groups_in_range(rewards: torch.Tensor, group_size: int, low: float, high: float) -> torch.Tensor:
     """``[N]`` bool: the completions of groups whose mean reward is in ``[low, high]`` (the group accuracy for a 0/1
-    correctness reward). The TraceRL release trains only those prompts (Gen-Verse/dLLM-RL ``reward/rl_reward.py:112-114``,
-    ``[0.2, 0.8]``: a group with more than 80% or fewer than 20% correct is dropped).
+    correctness reward). The TraceRL release trains only those prompts (Gen-Verse/dLLM-RL
+    ``reward/rl_reward.py:112-114``, ``[0.2, 0.8]``: a group with more than 80% or fewer than 20% correct is dropped).
 
     :param rewards: ``[N]`` float, ``N = groups * group_size``. :raises ValueError: ``N`` not a multiple of ``G``.
     """

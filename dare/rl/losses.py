@@ -36,8 +36,8 @@ class RLParams(OfficialParams):
     group_size: int = Field(8, ge=2, description="Completions per prompt (G).")
     num_iterations: int = Field(1, ge=1, description="Inner iterations mu per rollout batch (one optimizer step each).")
     advantage: Literal["grpo", "drgrpo", "rloo"] = Field(
-        "grpo", description="Group advantage: grpo = (r - mean) / (std + advantage_std_eps), drgrpo = r - mean (d1, SPG), "
-        "rloo = leave-one-out r - mean of the others (DiffuCoder).")
+        "grpo", description="Group advantage: grpo = (r - mean) / (std + advantage_std_eps), drgrpo = r - mean (d1, "
+        "SPG), rloo = leave-one-out r - mean of the others (DiffuCoder).")
     advantage_std_eps: float = Field(1e-6, ge=0.0, description="Added to the group std by the grpo advantage "
                                      "(1e-6 as verl; 1e-4 in the TRL-based official trainers; 0 in TraceRL's).")
     advantage_std: Literal["sample", "population"] = Field(
@@ -87,21 +87,24 @@ class RLParams(OfficialParams):
     )
     rollout_sampler: dict[str, Any] = Field(
         default_factory=dict,
-        description="Overrides of sampler.params for training rollouts, e.g. {temperature: 1.0}; evaluation keeps sampler.params.",
+        description="Overrides of sampler.params for training rollouts, e.g. {temperature: 1.0}; evaluation keeps "
+                    "sampler.params.",
     )
     sync_ref_model: bool = Field(
         False,
         description="Mix the policy into the reference policy every ref_model_sync_steps optimizer steps, "
-        "ref = alpha * policy + (1 - alpha) * ref (TRL's GRPOConfig sync_ref_model, TR-DPO; only with a reference: beta > 0). "
-        "With a LoRA policy the "
-        "reference is the base with the adapters disabled and nothing is mixed, as in TRL (no reference copy under PEFT).",
+        "ref = alpha * policy + (1 - alpha) * ref (TRL's GRPOConfig sync_ref_model, TR-DPO; only with a reference: "
+        "beta > 0). With a LoRA policy the "
+        "reference is the base with the adapters disabled and nothing is mixed, as in TRL (no reference copy under "
+        "PEFT).",
     )
     ref_model_sync_steps: int = Field(512, ge=1, description="Optimizer steps between two reference syncs (TRL's "
                                       "ref_model_sync_steps; used with sync_ref_model).")
     ref_model_mixup_alpha: float = Field(0.6, ge=0.0, le=1.0, description="Weight alpha of the policy in a reference "
                                          "sync (TRL's ref_model_mixup_alpha; 1 = copy the policy).")
     rollout_batch_size: int | None = Field(None, gt=0, description="Completions per sampler call (null = all at once).")
-    micro_batch_size: int | None = Field(None, gt=0, description="Completions per likelihood forward/backward (null = all).")
+    micro_batch_size: int | None = Field(None, gt=0, description="Completions per likelihood forward/backward (null = "
+                                                                 "all).")
     skip_zero_advantage: bool = Field(
         True,
         description="Skip the update's forward/backward of rows that add exactly zero gradient: advantage 0 (a group "

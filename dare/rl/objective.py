@@ -122,8 +122,8 @@ class OnlineRLObjective(TrainerObjective):
                                  f"(SDAR, LLaDA2), and {family.name!r} is not one: set {name}: {off}"))
         train = getattr(ctx.spec, "train", None)
         if p.block_alignment == "prompt_end" and getattr(train, "packing", False):
-            problems.append((f"{loc}.params.block_alignment", "block_alignment: prompt_end needs the padded forward: set "
-                             "train.packing: false, or block_alignment: first_token"))
+            problems.append((f"{loc}.params.block_alignment", "block_alignment: prompt_end needs the padded forward: "
+                             "set train.packing: false, or block_alignment: first_token"))
         rollout_sampler = ctx.rollout_sampler
         if rollout_sampler is None:  # no sampler, or overrides its Params reject (reported by the resolution)
             return problems + sync_problems(self.params, ctx, loc)
@@ -147,11 +147,13 @@ class OnlineRLObjective(TrainerObjective):
         sampler = run.resolved.rollout_sampler.sampler
         max_length = run.spec.train.max_length
         ds = run.spec.data.train
-        dataset = PromptDataset.from_rows(rows, self.prompter(run, "train"), run.tokenizer, max_length, sampler.gen_length,
-                                          context_length(run.resolved.model_config or {}), ds.path, ds.offset)
+        dataset = PromptDataset.from_rows(rows, self.prompter(run, "train"), run.tokenizer, max_length,
+                                          sampler.gen_length, context_length(run.resolved.model_config or {}), ds.path,
+                                          ds.offset)
         if len(dataset) == 0:
             raise DataError(f"data.train: no prompt of {run.spec.data.train.path} fits train.max_length={max_length} "
-                            f"with gen_length={sampler.gen_length}; raise train.max_length or lower the sampler's gen_length")
+                            f"with gen_length={sampler.gen_length}; raise train.max_length or lower the sampler's "
+                            f"gen_length")
         return {"train": dataset}
 
     def data_collator(self, run, datasets):

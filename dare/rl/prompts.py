@@ -85,7 +85,8 @@ class RepeatChunkSampler(Sampler[int]):
             raise ValueError(f"chunk_size and repeats must be >= 1, got {chunk_size} and {repeats}")
         if num_items < chunk_size:
             raise DataError(f"{num_items} training prompts cannot fill one rollout batch of {chunk_size} prompts "
-                            "(train.per_device_batch_size x gradient_accumulation_steps); add prompts or lower the batch size")
+                            "(train.per_device_batch_size x gradient_accumulation_steps); add prompts or lower the "
+                            "batch size")
         self.num_items, self.chunk_size, self.repeats, self.seed = num_items, chunk_size, repeats, seed
         self.epoch = 0
 

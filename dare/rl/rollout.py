@@ -16,6 +16,7 @@ from dare import sharding
 from dare.diffusion.estimators import Pass, ScoringBatch
 from dare.randomness import RowGenerators
 from dare.sampling import completion_mask as family_completion_mask
+from dare.sampling.bundle import DecodingBundle
 from dare.sampling.text import decode_completions, encode_prompts
 
 __all__ = ["Rollout", "sample_completions", "score_completions", "content_lengths"]
@@ -49,23 +50,26 @@ class Rollout:
 
 
 @torch.no_grad()
-def sample_completions(model, family, tokens, tokenizer, sampler, prompts: list[str], group_size: int,
+def sample_completions(decoding: DecodingBundle, prompts: list[str], group_size: int,
                        generator: torch.Generator | None = None, batch_size: int | None = None,
                        on_batch: Callable[[int], None] | None = None) -> tuple[ScoringBatch, dict[str, float]]:
-    """Generate ``group_size`` completions per prompt with ``sampler`` (model in eval mode). A sharded model
-    (FSDP2, ZeRO-3) decodes in lock-step with the other processes (:func:`dare.sharding.lockstep`).
+    """Generate ``group_size`` completions per prompt with ``decoding``'s sampler (model in eval mode). A sharded
+    model (FSDP2, ZeRO-3) decodes in lock-step with the other processes (:func:`dare.sharding.lockstep`).
 
     Positions the sampler never committed (still the mask token) become EOS, as DARE's rollouts do;
     for families with ``pad_in_response = False`` the completion mask is then recomputed and
     positions outside it are set to the pad id with attention 0.
 
+    :param decoding: the model (unwrapped), family, special ids, tokenizer and sampler
+        (:class:`~dare.sampling.DecodingBundle`).
     :param on_batch: called with the number of completions of each finished sampler call (progress display).
     :returns: ``(ScoringBatch, stats)`` with stats ``nfe``, ``rollout_calls`` and ``edits`` (tokens the
         sampler rewrote after committing them, ``SamplerOutput.extras["edits"]``; 0 for pure unmasking).
     """
+    model, family, tokens = decoding.model, decoding.family, decoding.tokens
     device = next(model.parameters()).device
     expanded = [p for p in prompts for _ in range(group_size)]
-    ids, attn = encode_prompts(tokenizer, expanded, tokens.pad_id, device)
+    ids, attn = encode_prompts(decoding.tokenizer, expanded, tokens.pad_id, device)
     step = batch_size or len(expanded)
     was_training = model.training
     model.eval()
@@ -74,8 +78,7 @@ def sample_completions(model, family, tokens, tokenizer, sampler, prompts: list[
         with sharding.lockstep(model):  # a sharded model: every process runs the same forwards
             for i in range(0, len(expanded), step):
                 gen = generator.rows(slice(i, i + step)) if isinstance(generator, RowGenerators) else generator
-                outs.append(sampler.generate(model, family, tokens, ids[i : i + step], attn[i : i + step],
-                                             generator=gen))
+                outs.append(decoding.generate(ids[i : i + step], attn[i : i + step], generator=gen))
                 if on_batch is not None:
                     on_batch(outs[-1].sequences.shape[0])
     finally:
@@ -111,7 +114,8 @@ def content_lengths(completions: torch.Tensor, stop_ids: tuple[int, ...]) -> tor
     for sid in stop_ids:
         is_stop |= completions == sid
     G = completions.shape[1]
-    first = torch.where(is_stop.any(dim=1), is_stop.float().argmax(dim=1) + 1, torch.full_like(is_stop[:, 0], G, dtype=torch.long))
+    first = torch.where(is_stop.any(dim=1), is_stop.float().argmax(dim=1) + 1,
+                        torch.full_like(is_stop[:, 0], G, dtype=torch.long))
     return first
 
 

@@ -70,6 +70,7 @@ from dare.rl.prompts import RepeatChunkSampler, collate_prompts
 from dare.rl.reference_sync import reference_sync
 from dare.rl.reward_guard import NonFiniteRewardGuard
 from dare.rl.rollout import Rollout, sample_completions, score_completions
+from dare.sampling.bundle import DecodingBundle
 from dare.trainers.base import DareTrainer
 
 __all__ = ["GRPOTrainer", "RolloutBoundarySaves"]
@@ -172,12 +173,14 @@ class GRPOTrainer(RLStepHooks, DareTrainer):
         """``n`` rows in slices of ``params.micro_batch_size`` (:func:`dare.rl.step.row_chunks`)."""
         return step.row_chunks(n, self.params.micro_batch_size)
 
-    def score_passes(self, model, batch: ScoringBatch, passes: list[Pass], with_entropy: bool = False) -> list[PassScore]:
+    def score_passes(self, model, batch: ScoringBatch, passes: list[Pass],
+                     with_entropy: bool = False) -> list[PassScore]:
         """Every pass scored under ``model`` without gradient (:func:`dare.rl.step.score_passes`), ``[N, G]``."""
         return step.score_passes(self.logits_fn(model), batch, passes, self.likelihood_temperature,
                                  self.params.micro_batch_size, with_entropy)
 
-    def token_scores(self, model, batch: ScoringBatch, passes: list[Pass], rows: torch.Tensor | None) -> list[torch.Tensor]:
+    def token_scores(self, model, batch: ScoringBatch, passes: list[Pass],
+                     rows: torch.Tensor | None) -> list[torch.Tensor]:
         """``[N, G]`` token scores of every pass under ``model`` for ``rows`` (:func:`dare.rl.step.token_scores`)."""
         return step.token_scores(self.logits_fn(model), batch, passes, self.likelihood_temperature,
                                  self.params.micro_batch_size, rows)
@@ -196,7 +199,8 @@ class GRPOTrainer(RLStepHooks, DareTrainer):
         self._keys = (global_step, completions)
         seed = self.args.seed
         if self.row_generators:
-            self.rollout_generator = RowGenerators.keyed(seed, "rollout", global_step, completions, device=self.args.device)
+            self.rollout_generator = RowGenerators.keyed(seed, "rollout", global_step, completions,
+                                                         device=self.args.device)
         else:  # the sampler draws batch-wide: keyed by the step and the rollout's first prompt
             key = key_seed(seed, STREAMS["rollout"], global_step, int(prompt_indices[0]) if prompt_indices else 0)
             self.rollout_generator = torch.Generator(device=self.args.device).manual_seed(key)
@@ -217,13 +221,15 @@ class GRPOTrainer(RLStepHooks, DareTrainer):
         was_training = model.training
         t0 = time.perf_counter()
         total = len(inputs["prompt"]) * a.group_size
-        with progress.task(f"rollout for step {self.state.global_step + 1}", total, "completions", final_line=False) as bar:
+        title = f"rollout for step {self.state.global_step + 1}"
+        with progress.task(title, total, "completions", final_line=False) as bar:
             # the sampler gets the model itself, not a DDP/DeepSpeed wrapper (no gradient: nothing to synchronise;
             # samplers read model.config, e.g. LLaDA2's block length)
+            decoding = DecodingBundle(self.accelerator.unwrap_model(model), self.family, self.tokens,
+                                      self.processing_class, self.sampler)
             batch, gen_stats = sample_completions(
-                self.accelerator.unwrap_model(model), self.family, self.tokens, self.processing_class, self.sampler,
-                inputs["prompt"], a.group_size, generator=self.rollout_generator, batch_size=a.rollout_batch_size,
-                on_batch=bar.advance,
+                decoding, inputs["prompt"], a.group_size, generator=self.rollout_generator,
+                batch_size=a.rollout_batch_size, on_batch=bar.advance,
             )
         batch = step.rollout_batch(batch, a)
         t1 = time.perf_counter()

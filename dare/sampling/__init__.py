@@ -28,6 +28,7 @@ from dare.sampling.remasking import (
 from dare.sampling.parallel import factor_transfer, threshold_transfer
 from dare.sampling.kv_cache import CACHE_MODES, BlockKVCache, kv_logits_of
 from dare.sampling.trajectory import Trajectory, completion_mask
+from dare.sampling.bundle import DecodingBundle
 
 __all__ = [
     "num_transfer_tokens",
@@ -58,4 +59,5 @@ __all__ = [
     "kv_logits_of",
     "Trajectory",
     "completion_mask",
+    "DecodingBundle",
 ]

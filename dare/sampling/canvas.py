@@ -123,7 +123,10 @@ def block_canvas(
     """
     B, Lp = prompt_ids.shape
     device = prompt_ids.device
-    valid_in = torch.ones_like(prompt_ids, dtype=torch.bool) if attention_mask is None else attention_mask.to(torch.bool)
+    if attention_mask is None:
+        valid_in = torch.ones_like(prompt_ids, dtype=torch.bool)
+    else:
+        valid_in = attention_mask.to(torch.bool)
     lengths = valid_in.sum(dim=1)
     full_blocks = lengths // block_length
     first_block = int(full_blocks.max())  # every row's prompt tail (possibly empty) starts this block

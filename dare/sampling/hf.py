@@ -96,7 +96,9 @@ def parse_generate_call(
         kwargs.setdefault("attention_mask", prompt.get("attention_mask"))
         prompt = prompt["input_ids"]
     if not isinstance(prompt, torch.Tensor) or prompt.dim() != 2 or prompt.dtype != torch.long:
-        got = type(prompt).__name__ if not isinstance(prompt, torch.Tensor) else f"a {prompt.dtype} tensor of shape {list(prompt.shape)}"
+        got = type(prompt).__name__
+        if isinstance(prompt, torch.Tensor):
+            got = f"a {prompt.dtype} tensor of shape {list(prompt.shape)}"
         raise GenerateArgumentError(
             f"{owner}: the prompt must be token ids [batch, prompt_length] (int64), got {got}; "
             f"tokenize first, e.g. tokenizer(texts, return_tensors='pt', padding=True, padding_side='left').{tail}"
@@ -128,8 +130,8 @@ def parse_generate_call(
         max_new = int(settings["max_length"]) - prompt.shape[1]
         if max_new <= 0:
             raise GenerateArgumentError(
-                f"{owner}: max_length {settings['max_length']} leaves no room after the {prompt.shape[1]}-token prompt; "
-                "set max_new_tokens instead"
+                f"{owner}: max_length {settings['max_length']} leaves no room after the {prompt.shape[1]}-token "
+                f"prompt; set max_new_tokens instead"
             )
     if max_new is not None and int(max_new) <= 0:
         raise GenerateArgumentError(f"{owner}: max_new_tokens must be positive (got {max_new})")
@@ -140,7 +142,8 @@ def parse_generate_call(
     elif do_sample and temperature is None:
         temperature = 1.0
     elif do_sample and float(temperature) == 0.0:
-        raise GenerateArgumentError(f"{owner}: do_sample=True with temperature 0; set temperature > 0 or do_sample=False")
+        raise GenerateArgumentError(f"{owner}: do_sample=True with temperature 0; set temperature > 0 or "
+                                    f"do_sample=False")
     return GenerateCall(
         input_ids=prompt,
         attention_mask=attention_mask,

@@ -9,7 +9,8 @@ from dare.randomness import RowGenerators, multinomial, rand
 __all__ = ["add_gumbel_noise", "filter_top_k_top_p", "sample_categorical"]
 
 
-def add_gumbel_noise(logits: torch.Tensor, temperature: float, generator: torch.Generator | None = None) -> torch.Tensor:
+def add_gumbel_noise(logits: torch.Tensor, temperature: float,
+                     generator: torch.Generator | None = None) -> torch.Tensor:
     """Gumbel-max perturbation as in LLaDA's official sampler (ML-GSAI/LLaDA ``add_gumbel_noise``).
 
     Returns ``logits`` unchanged at temperature 0; otherwise, in float64,
@@ -31,7 +32,8 @@ def add_gumbel_noise(logits: torch.Tensor, temperature: float, generator: torch.
     return logits.exp() / gumbel
 
 
-def filter_top_k_top_p(logits: torch.Tensor, top_k: int | None = None, top_p: float | None = None, fill: float = float("-inf")) -> torch.Tensor:
+def filter_top_k_top_p(logits: torch.Tensor, top_k: int | None = None, top_p: float | None = None,
+                       fill: float = float("-inf")) -> torch.Tensor:
     """Keep the ``top_k`` largest logits and the smallest nucleus with mass ``> top_p``; others -> ``fill``.
 
     Top-p follows the common rule (Dream/SDAR/LLaDA2 official samplers): sort descending, drop tokens

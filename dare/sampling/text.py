@@ -11,6 +11,7 @@ import torch
 from dare import sharding
 from dare.components import SamplerOutput, SpecialTokens
 from dare.randomness import STREAMS, RowGenerators, key_seed
+from dare.sampling.bundle import DecodingBundle
 
 __all__ = ["encode_prompts", "decode_completions", "generate_texts", "TextGeneration"]
 
@@ -73,15 +74,16 @@ def _generator(sampler, generator, seed: int | None, indices: list[int], device:
 
 
 @torch.no_grad()
-def generate_texts(model, family, tokens: SpecialTokens, tokenizer, sampler, prompts: list[str], batch_size: int = 32,
+def generate_texts(decoding: DecodingBundle, prompts: list[str], batch_size: int = 32,
                    generator: torch.Generator | None = None, seed: int | None = None,
                    indices: list[int] | None = None, on_batch: Callable[[int], None] | None = None) -> TextGeneration:
-    """Generate one completion per prompt, ``batch_size`` prompts at a time.
+    """Generate one completion per prompt with ``decoding``'s sampler, ``batch_size`` prompts at a time.
 
     ``generated_tokens`` counts decoded positions (``B x gen_length`` per batch); ``nfe`` sums the
     sampler's forward passes; ``seconds`` is wall time spent in the sampler (``batch_seconds``/``batch_tokens``
     per batch, so callers can leave out the first batch's start-up cost).
 
+    :param decoding: the model, family, special ids, tokenizer and sampler (:class:`~dare.sampling.DecodingBundle`).
     :param seed: with ``indices`` (the prompts' global row indices), draw each prompt's sampling noise from a
         generator keyed by ``(seed, row index)`` (:mod:`dare.randomness`): a completion then does not depend on
         the batch it was decoded in, nor on the process (for samplers with ``supports_row_generators``).
@@ -93,28 +95,29 @@ def generate_texts(model, family, tokens: SpecialTokens, tokenizer, sampler, pro
     :func:`dare.sharding.padded_shard`, so the batches line up too).
     """
     indices = list(range(len(prompts))) if indices is None else list(indices)
-    device = next(model.parameters()).device
+    model = decoding.model
     was_training = model.training
     model.eval()
     out = TextGeneration()
     try:
         with sharding.lockstep(model):  # a sharded model: every process runs the same forwards
-            _decode_batches(model, family, tokens, tokenizer, sampler, prompts, batch_size, generator, seed, indices,
-                            on_batch, device, out)
+            _decode_batches(decoding, prompts, batch_size, generator, seed, indices, on_batch, out)
     finally:
         model.train(was_training)
     return out
 
 
-def _decode_batches(model, family, tokens, tokenizer, sampler, prompts, batch_size, generator, seed, indices, on_batch,
-                    device, out: TextGeneration) -> None:
+def _decode_batches(decoding: DecodingBundle, prompts, batch_size, generator, seed, indices, on_batch,
+                    out: TextGeneration) -> None:
     """The batches of :func:`generate_texts`, appended to ``out``."""
+    tokenizer, tokens = decoding.tokenizer, decoding.tokens
+    device = next(decoding.model.parameters()).device
     for i in range(0, len(prompts), batch_size):
         chunk = prompts[i : i + batch_size]
         ids, attn = encode_prompts(tokenizer, chunk, tokens.pad_id, device)
         t0 = time.perf_counter()
-        gen = _generator(sampler, generator, seed, indices[i : i + batch_size], device)
-        res = sampler.generate(model, family, tokens, ids, attn, generator=gen)
+        gen = _generator(decoding.sampler, generator, seed, indices[i : i + batch_size], device)
+        res = decoding.generate(ids, attn, generator=gen)
         dt = time.perf_counter() - t0
         out.seconds += dt
         out.batch_seconds.append(dt)

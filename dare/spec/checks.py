@@ -88,8 +88,8 @@ def check_model(ctx, problems: Problems) -> None:
         what = f"{path!r} is a file, not a directory" if p.exists() else \
             f"no such directory {path!r} (a local path, so it is not looked up on the hub; check the spelling" \
             f"{run_first_hint(path)})"
-        problems.append(("model.path", f"{what}: model.path takes a checkpoint, run or LoRA adapter directory, or a hub "
-                                       "id (org/name)"))
+        problems.append(("model.path", f"{what}: model.path takes a checkpoint, run or LoRA adapter directory, or a "
+                                       f"hub id (org/name)"))
         return
     p = trained_model_dir(p)  # an earlier run's directory: its trained model/
     from dare.modeling.checkpoint import adapter_weights, check_tokenizer_fits, verify_checkpoint, verify_weight_index
@@ -125,7 +125,8 @@ def check_model(ctx, problems: Problems) -> None:
     if entry is None:
         known = sorted(t for e in reg.entries["model_family"].values() for t in e.cls.model_types)
         problems.append(
-            ("model.path", f"config.json model_type {mt!r} is not loaded by any installed family; known: {', '.join(known)}")
+            ("model.path", f"config.json model_type {mt!r} is not loaded by any installed family; known: "
+                           f"{', '.join(known)}")
         )
         return
     ctx.family = entry.create()
@@ -198,8 +199,9 @@ def check_gradient_checkpointing(ctx, problems: Problems) -> None:
         return
     cls = ctx.family.model_class()
     if not getattr(cls, "supports_gradient_checkpointing", False):
-        problems.append(("model.gradient_checkpointing", f"{cls.__name__} ({ctx.family.name}) does not support gradient "
-                                                         "checkpointing; set model.gradient_checkpointing: false"))
+        problems.append(("model.gradient_checkpointing", f"{cls.__name__} ({ctx.family.name}) does not support "
+                                                         f"gradient checkpointing; set model.gradient_checkpointing: "
+                                                         f"false"))
 
 
 def check_precision(ctx, problems: Problems) -> None:
@@ -221,8 +223,8 @@ def check_packing(ctx, problems: Problems) -> None:
     if train is None:
         return
     if train.packing_max_tokens is not None and not train.packing:
-        problems.append(("train.packing_max_tokens", "packing_max_tokens sets the row length of packed training, which is "
-                                                     "off; set train.packing: true or remove packing_max_tokens"))
+        problems.append(("train.packing_max_tokens", "packing_max_tokens sets the row length of packed training, which "
+                                                     "is off; set train.packing: true or remove packing_max_tokens"))
     if train.packing and ctx.family is not None and not ctx.family.supports_packing:
         problems.append(("train.packing", f"model family {ctx.family.name!r} has no packed forward "
                                           "(ModelFamily.packed_logits); set train.packing: false"))
@@ -334,10 +336,11 @@ def check_validation_rows(spec: RunSpec, ev, v: BenchmarkSpec, problems: Problem
         except (DareError, OSError):
             continue
         if bpath == vpath and _overlap(_rows(b.offset, b.limit), vrows):
-            problems.append(("eval.validation", f"rows {_row_range(v.offset, v.limit)} of {vpath.name} are also rows of "
-                                                f"eval.benchmarks[{i}] (the test set): checkpoints would be selected on "
-                                                "test data; point eval.validation.path at held-out training rows "
-                                                "(e.g. the training file with data.train.limit and this offset)"))
+            problems.append(("eval.validation", f"rows {_row_range(v.offset, v.limit)} of {vpath.name} are also rows "
+                                                f"of eval.benchmarks[{i}] (the test set): checkpoints would be "
+                                                f"selected on test data; point eval.validation.path at held-out "
+                                                f"training rows (e.g. the training file with data.train.limit and this "
+                                                f"offset)"))
             return
     train = spec.data.train if spec.data is not None else None
     if train is None or resolve_path(train.path).resolve() != vpath:
@@ -345,9 +348,10 @@ def check_validation_rows(spec: RunSpec, ev, v: BenchmarkSpec, problems: Problem
     if _overlap(_rows(train.offset, train.limit), vrows):
         hint = (f"e.g. data.train.limit: {v.offset}" if train.offset == 0 and v.offset > 0 else
                 "give data.train and eval.validation disjoint offset/limit ranges")
-        problems.append(("eval.validation", f"rows {_row_range(v.offset, v.limit)} of {train.path} are also training rows "
-                                            f"(data.train rows {_row_range(train.offset, train.limit)}): a validation "
-                                            f"score on trained rows cannot select a checkpoint; hold them out, {hint}"))
+        problems.append(("eval.validation", f"rows {_row_range(v.offset, v.limit)} of {train.path} are also training "
+                                            f"rows (data.train rows {_row_range(train.offset, train.limit)}): a "
+                                            f"validation score on trained rows cannot select a checkpoint; hold them "
+                                            f"out, {hint}"))
 
 
 def check_keep_best(spec: RunSpec, problems: Problems) -> None:
@@ -356,13 +360,13 @@ def check_keep_best(spec: RunSpec, problems: Problems) -> None:
     if t is None or not t.keep_best:
         return
     if spec.eval is None or spec.eval.validation is None:
-        problems.append(("train.keep_best", "keep_best selects the final weights on eval.validation, which is not set; add "
-                                            "eval.validation (held-out training rows, never the test benchmark)"))
+        problems.append(("train.keep_best", "keep_best selects the final weights on eval.validation, which is not set; "
+                                            "add eval.validation (held-out training rows, never the test benchmark)"))
     if t.eval_steps is None:
         problems.append(("train.keep_best", "keep_best needs in-training evaluations; set train.eval_steps (e.g. 10)"))
     elif t.eval_steps > t.max_steps:
-        problems.append(("train.eval_steps", f"eval_steps {t.eval_steps} > max_steps {t.max_steps}: keep_best would only "
-                                             "see the evaluation before training; lower train.eval_steps"))
+        problems.append(("train.eval_steps", f"eval_steps {t.eval_steps} > max_steps {t.max_steps}: keep_best would "
+                                             f"only see the evaluation before training; lower train.eval_steps"))
 
 
 def check_output(spec: RunSpec, problems: Problems, command: str | None = None) -> None:

@@ -83,7 +83,8 @@ class LoraSpec(_Strict):
 class ModelSpec(_Strict):
     """Which model to train or evaluate: a checkpoint (``path``) or a fresh one (``new``)."""
 
-    path: str | None = Field(None, description="Local checkpoint directory or hub id; family from config.json model_type.")
+    path: str | None = Field(None, description="Local checkpoint directory or hub id; family from config.json "
+                                               "model_type.")
     new: NewModelSpec | None = Field(None, description="Create a new random model instead of loading one.")
     dtype: Literal["float32", "bfloat16", "float16"] = Field("float32", description="Weights dtype.")
     lora: LoraSpec | None = Field(None, description="Train LoRA adapters instead of all weights.")
@@ -107,8 +108,8 @@ class DatasetSpec(_Strict):
 
     path: str = Field(description="parquet/JSONL file, 'dare://' packaged asset, or hub dataset id.")
     split: str = Field("train", description="Split, for hub datasets.")
-    offset: int = Field(0, ge=0, description="Skip the first N rows (with limit: rows offset .. offset+limit-1), e.g. to "
-                        "hold rows out for eval.validation.")
+    offset: int = Field(0, ge=0, description="Skip the first N rows (with limit: rows offset .. offset+limit-1), e.g. "
+                        "to hold rows out for eval.validation.")
     limit: int | None = Field(None, gt=0, description="Use only the first N rows (after offset).")
     prompt_template: str | None = Field(
         None, description="Jinja template over row fields giving the user message, e.g. '{{ extra_info.puzzle }}'."
@@ -156,14 +157,15 @@ class TrainSpec(_Strict):
     save_steps: int = Field(500, gt=0, description="Checkpoint every N steps (official format + trainer state).")
     save_total_limit: int | None = Field(2, gt=0)
     eval_steps: int | None = Field(
-        None, gt=0, description="Evaluate every N steps during training: eval.validation when given, else the first eval benchmark."
+        None, gt=0, description="Evaluate every N steps during training: eval.validation when given, else the first "
+                                "eval benchmark."
     )
     eval_limit: int | None = Field(None, gt=0, description="Rows of that benchmark used for in-training evaluation.")
     keep_best: bool = Field(
         False,
-        description="End training with the weights that scored the highest eval.validation accuracy among the in-training "
-        "evaluations (every eval_steps, plus one before the first step; ties keep the earliest) instead of the last "
-        "step's. Needs train.eval_steps and eval.validation (never selects on a test benchmark).",
+        description="End training with the weights that scored the highest eval.validation accuracy among the "
+        "in-training evaluations (every eval_steps, plus one before the first step; ties keep the earliest) instead of "
+        "the last step's. Needs train.eval_steps and eval.validation (never selects on a test benchmark).",
     )
     max_length: int | None = Field(None, gt=0, description="Truncate/filter sequences longer than this (tokens).")
     bf16: bool = Field(False, description="bf16 autocast.")
@@ -176,9 +178,9 @@ class TrainSpec(_Strict):
     packing: bool = Field(
         False,
         description="Padding-free training: the training forwards (SFT, DPO/VRPO, RL likelihood passes) pack the valid "
-        "tokens of several examples into one row with block-diagonal attention and per-example positions (block families: "
-        "[x_t ; x_0] pairs), same loss per example as padded. With LLaDA/Dream SFT each response ends at its EOS (no EOS "
-        "padding to the longest example). See docs/run-spec.md.",
+        "tokens of several examples into one row with block-diagonal attention and per-example positions (block "
+        "families: [x_t ; x_0] pairs), same loss per example as padded. With LLaDA/Dream SFT each response ends at its "
+        "EOS (no EOS padding to the longest example). See docs/run-spec.md.",
     )
     packing_max_tokens: int | None = Field(
         None, gt=0, description="Tokens per packed row (block families count both halves of a pair); default the whole "
@@ -186,11 +188,11 @@ class TrainSpec(_Strict):
     )
     report_to: list[Literal["tensorboard", "wandb", "trackio", "mlflow"]] = Field(
         default_factory=lambda: ["tensorboard"],
-        description="Experiment trackers the training metrics go to (besides metrics.jsonl, always written): tensorboard "
-        "(<output.dir>/tensorboard), wandb, trackio, mlflow, through transformers' Trainer integrations; [] for none. "
-        "wandb/trackio/mlflow need their package (pip install 'dare-dllm[wandb]' etc.) and read their usual environment "
-        "variables (WANDB_MODE=offline, MLFLOW_TRACKING_URI, ...); unset, wandb and MLflow write under output.dir and trackio "
-        "to its local store. See docs/run-spec.md.",
+        description="Experiment trackers the training metrics go to (besides metrics.jsonl, always written): "
+        "tensorboard (<output.dir>/tensorboard), wandb, trackio, mlflow, through transformers' Trainer integrations; "
+        "[] for none. wandb/trackio/mlflow need their package (pip install 'dare-dllm[wandb]' etc.) and read their "
+        "usual environment variables (WANDB_MODE=offline, MLFLOW_TRACKING_URI, ...); unset, wandb and MLflow write "
+        "under output.dir and trackio to its local store. See docs/run-spec.md.",
     )
     reference_placement: Literal["like_policy", "device_bf16"] = Field(
         "like_policy", description="Where the frozen reference policy (DPO/VRPO, RL with beta > 0; not with LoRA, "
@@ -219,8 +221,8 @@ class BenchmarkSpec(_Strict):
     chat_template: bool = True
     system_prompt: str | None = None
     reward: ComponentSpec | None = Field(None, description="Override the benchmark's reward.")
-    reward_timeout_s: float = Field(300.0, gt=0, description="Seconds one call of the benchmark's reward may take; a call "
-                                    "past it stops the evaluation with an error naming the reward and the sample.")
+    reward_timeout_s: float = Field(300.0, gt=0, description="Seconds one call of the benchmark's reward may take; a "
+                                    "call past it stops the evaluation with an error naming the reward and the sample.")
     params: dict[str, Any] = Field(
         default_factory=dict,
         description="The benchmark's own params, validated by its Params model (likelihood benchmarks: mc_samples, "
@@ -267,13 +269,14 @@ class LaunchSpec(_Strict):
                               "on each; `dare sweep --launcher slurm` asks for this many nodes per run.")
     gpu: str | None = Field(None, description="GPU the recipe was written for, e.g. 'A100 80GB' (informational).")
     prompt_length: int | None = Field(
-        None, gt=0, description="Longest prompt in tokens (the official trainer's max_prompt_length); with the sampler's "
-        "gen_length it sets the sequence length `dare profile --estimate` sizes activations for.")
+        None, gt=0, description="Longest prompt in tokens (the official trainer's max_prompt_length); with the "
+        "sampler's gen_length it sets the sequence length `dare profile --estimate` sizes activations for.")
 
     @model_validator(mode="after")
     def _processes_per_machine(self) -> "LaunchSpec":
         if self.num_processes % self.num_machines:
-            raise ValueError(f"num_processes {self.num_processes} is not a multiple of num_machines {self.num_machines}: "
+            raise ValueError(f"num_processes {self.num_processes} is not a multiple of num_machines "
+                             f"{self.num_machines}: "
                              "every machine runs the same number of processes; set num_processes to a multiple of it")
         return self
 
@@ -289,7 +292,8 @@ class RunSpec(_Strict):
     train: TrainSpec | None = None
     eval: EvalSpec | None = None
     output: OutputSpec
-    launch: LaunchSpec | None = Field(None, description="How the spec is launched at scale (recipes); not read by `dare run`.")
+    launch: LaunchSpec | None = Field(None, description="How the spec is launched at scale (recipes); not read by "
+                                                        "`dare run`.")
 
 
 def spec_hash(spec: RunSpec) -> str:

@@ -31,8 +31,8 @@ def read_spec_file(path: str | os.PathLike, overrides: list[str] | None = None,
     spec it holds, so ``dare eval runs/x/run.json`` evaluates that run as it was specified.
 
     :raises SpecError: the file is missing, not YAML, not a mapping, breaks a limit of
-        :func:`dare.spec.yamlload.load_yaml` (alias expansion, value size, duplicate key), is not UTF-8, or an override is
-        malformed.
+        :func:`dare.spec.yamlload.load_yaml` (alias expansion, value size, duplicate key), is not UTF-8, or an override
+        is malformed.
     """
     path = Path(path)
     if not path.is_file():
@@ -44,7 +44,8 @@ def read_spec_file(path: str | os.PathLike, overrides: list[str] | None = None,
                               f"{exc.start}); save it as UTF-8")]) from None
     raw = load_yaml(text, source=str(path))
     if not isinstance(raw, dict):
-        raise SpecError([("", "the spec must be a mapping with sections model, data, algorithm, ...")], source=str(path))
+        raise SpecError([("", "the spec must be a mapping with sections model, data, algorithm, ...")],
+                        source=str(path))
     if is_run_record(raw):
         raw = raw["spec"]
     for ov in overrides or []:
@@ -71,7 +72,8 @@ def parse_override_value(value: str, where: str = "") -> Any:
 def _parts(key: str, where: str) -> list[str]:
     parts = re.sub(r"\[(\w*)\]", r".\1", key).split(".")
     if any(not p for p in parts):
-        raise SpecError([(where, "empty path segment; write e.g. eval.benchmarks.0.limit=8 or eval.benchmarks[0].limit=8")])
+        raise SpecError([(where, "empty path segment; write e.g. eval.benchmarks.0.limit=8 or "
+                                 "eval.benchmarks[0].limit=8")])
     return parts
 
 

@@ -62,8 +62,8 @@ class ResolvedSpec:
     * ``family``/``model_config``: the model's family adapter and ``config.json`` values (None when they
       did not resolve; a problem then says why);
     * ``objective``, ``sampler``: from ``algorithm:``/``sampler:``; ``rollout_sampler``: the sampler the objective's
-      training decodes with and the YAML path of each of its settings (online RL; else None); ``rewards``: ``(reward, weight)``
-      pairs of ``rewards:``; ``benchmarks``/``validation``: ``eval.benchmarks``/``eval.validation``;
+      training decodes with and the YAML path of each of its settings (online RL; else None); ``rewards``: ``(reward,
+      weight)`` pairs of ``rewards:``; ``benchmarks``/``validation``: ``eval.benchmarks``/``eval.validation``;
     * ``problems``: every ``(yaml_path, message)`` found; :meth:`raise_problems` turns them into one
       :class:`~dare.errors.SpecError`;
     * ``config_only``: ``model.path`` is a model card (config.json, maybe the weight index and tokenizer files)
@@ -161,7 +161,8 @@ def _benchmark(ctx: ResolvedSpec, b: BenchmarkSpec, loc: str) -> ResolvedBenchma
     if b.reward is not None:
         reward = _component(ctx, "reward", b.reward, f"{loc}.reward")
     else:
-        reward = _component(ctx, "reward", ComponentSpec(name=ev.reward, params=dict(ev.reward_params)), f"{loc}.reward")
+        reward = _component(ctx, "reward", ComponentSpec(name=ev.reward, params=dict(ev.reward_params)),
+                            f"{loc}.reward")
     check_benchmark_data(ev, b, loc, ctx.problems)
     return None if reward is None else ResolvedBenchmark(loc, b, ev, reward)
 
@@ -245,7 +246,8 @@ def resolve_generate(model_path: str, sampler: str | None, params: dict[str, Any
     :returns: a :class:`ResolvedSpec` with ``family`` and ``sampler`` set, or with ``problems`` (at
         ``model.path``, ``sampler.name``, ``sampler.params.<key>``, ``sampler``) when they do not resolve.
     """
-    spec = RunSpec.model_construct(model=ModelSpec.model_construct(path=model_path), output=OutputSpec.model_construct(dir="."))
+    spec = RunSpec.model_construct(model=ModelSpec.model_construct(path=model_path),
+                                   output=OutputSpec.model_construct(dir="."))
     ctx = ResolvedSpec(spec=spec, registry=get_registry())
     check_model(ctx, ctx.problems)
     if ctx.problems:

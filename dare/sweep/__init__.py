@@ -54,12 +54,14 @@ class SweepRecord:
         self.write()
 
     def update(self, run: SweepRun, state: str, **info: Any) -> None:
-        """Set ``run``'s state (and ``info``: pid, job id, log, exit status, error), write the record, print one line."""
+        """Set ``run``'s state (and ``info``: pid, job id, log, exit status, error), write the record, print one
+        line."""
         entry = self.data["runs"][self._index[run.name]]
         entry.update(state=state, **info, updated=time.strftime("%Y-%m-%dT%H:%M:%S%z"))
         self.write()
         print(f"{run.name}: {state}" + (f" (log: {info['log']})" if "log" in info else "")
-              + (f" (exit status {info['returncode']})" if info.get("returncode") not in (None, 0) else ""), file=sys.stderr)
+              + (f" (exit status {info['returncode']})" if info.get("returncode") not in (None, 0) else ""),
+              file=sys.stderr)
 
     def write(self) -> None:
         atomic_write_json(self.path, self.data)
@@ -113,8 +115,8 @@ def run_sweep(spec_path: str, grid: list[tuple[str, list[Any]]], seeds: list[int
     out_dir.mkdir(parents=True, exist_ok=True)
     lock = _lock(out_dir)
     try:
-        header = {"spec": spec_path, "grid": {k: v for k, v in grid}, "seeds": seeds, "overrides": list(overrides or []),
-                  "seed_keys": list(SEED_KEYS), "launcher": launcher.name}
+        header = {"spec": spec_path, "grid": {k: v for k, v in grid}, "seeds": seeds,
+                  "overrides": list(overrides or []), "seed_keys": list(SEED_KEYS), "launcher": launcher.name}
         record = SweepRecord(out_dir / "sweep.json", header, runs, states)
         for r in runs:
             record.data["runs"][record._index[r.name]]["launch"] = launches[r.name].to_dict()
@@ -131,8 +133,8 @@ def run_sweep(spec_path: str, grid: list[tuple[str, list[Any]]], seeds: list[int
         try:
             launcher.launch(spec_path, todo, out_dir / "logs", on_update)
         except KeyboardInterrupt:
-            print(f"dare sweep interrupted: the record is {out_dir / 'sweep.json'}; the same command resumes (finished runs "
-                  "are kept, the others resume from their last checkpoint)", file=sys.stderr)
+            print(f"dare sweep interrupted: the record is {out_dir / 'sweep.json'}; the same command resumes (finished "
+                  f"runs are kept, the others resume from their last checkpoint)", file=sys.stderr)
             raise
         comparison = write_comparison(out_dir, runs, states, title=f"dare sweep {spec_path}", min_seeds=min_seeds,
                                       power_effect=power_effect)
@@ -185,7 +187,8 @@ def power_lines(comparison_json: Path) -> list[str]:
         return []
     if not pw:
         return []
-    out = [f"seeds for {pw['target']:.0%} power at a difference of {pw['effect']:g} (paired t-test, alpha {pw['alpha']}):"]
+    out = [f"seeds for {pw['target']:.0%} power at a difference of {pw['effect']:g} (paired t-test, alpha "
+           f"{pw['alpha']}):"]
     for r in pw["rows"]:
         need = "more than 100000" if r["seeds_needed"] is None else r["seeds_needed"]
         out.append(f"  {r['b']} - {r['a']}, {r['benchmark']} {r['metric'].replace('_', ' ')}: {need} seeds "

@@ -85,21 +85,23 @@ See docs/scaling.md ("Sweeps") for the cluster setup."""
                    "checkpoint being written then is finished, the run stops and the job is requeued. Longer than "
                    "one checkpoint save (a ZeRO-3 checkpoint of an 8B model is about 128 GB).")
 @click.option("--slurm-max-requeues", default=20, show_default=True, type=click.IntRange(min=0),
-              help="slurm: time-outs after which a run is marked failed instead of requeued (preemptions do not count).")
-@click.option("--cpus-per-run", default=None, type=click.IntRange(min=1), help="slurm: CPUs of each run's job (per node).")
+              help="slurm: time-outs after which a run is marked failed instead of requeued (preemptions do not "
+                   "count).")
+@click.option("--cpus-per-run", default=None, type=click.IntRange(min=1),
+              help="slurm: CPUs of each run's job (per node).")
 @click.option("--max-runs", default=1000, show_default=True, type=click.IntRange(min=1),
               help="The most runs (grid combinations x seeds) the sweep plans; more is refused before any validation.")
 def sweep(spec, grids, seeds, out_dir, overrides, dry_run, min_seeds, power_effect, launcher, parallel, gpus_per_run,
-          nodes_per_run, accelerate_config, slurm_partition, slurm_account, slurm_qos, slurm_mem, slurm_array_parallelism,
-          slurm_timeout_min, slurm_save_window_s, slurm_max_requeues, cpus_per_run, max_runs):
+          nodes_per_run, accelerate_config, slurm_partition, slurm_account, slurm_qos, slurm_mem,
+          slurm_array_parallelism, slurm_timeout_min, slurm_save_window_s, slurm_max_requeues, cpus_per_run, max_runs):
     """Run SPEC for every combination of --grid values times --seeds, then compare the settings over seeds.
 
     Every run is a normal run directory DIR/<settings>,seed=<s> (e.g. algorithm.name=d1,seed=0). All runs are
     validated (as `dare validate`) before any starts: a grid key the spec does not have, or a value it refuses,
     stops the sweep naming the --grid key; a grid over a component's name (algorithm.name=d1,tracerl) drops the
-    spec's params the named component lacks or refuses (printed; their defaults apply). Re-running the same command skips finished runs and resumes the
-    others from their last checkpoint. At the end DIR/comparison.md and comparison.png group the runs of each
-    setting and say which differences exceed seed noise (below).
+    spec's params the named component lacks or refuses (printed; their defaults apply). Re-running the same command
+    skips finished runs and resumes the others from their last checkpoint. At the end DIR/comparison.md and
+    comparison.png group the runs of each setting and say which differences exceed seed noise (below).
     """
     from dare.sweep import check_run_count, count_seeds, parse_grid, parse_seeds, run_sweep
     from dare.sweep.launchers import LocalLauncher, SubmititLauncher

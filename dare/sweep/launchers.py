@@ -63,7 +63,8 @@ class RunLaunch:
 
     def describe(self) -> str:
         """One line, e.g. ``1 node x 8 GPUs, 8 processes, accelerate examples/accelerate/zero2.yaml (from ...)``."""
-        devices = f"{self.gpus_per_node} GPU{'s' if self.gpus_per_node != 1 else ''}" if self.gpus_per_node else "no GPU"
+        gpus = self.gpus_per_node
+        devices = f"{gpus} GPU{'s' if gpus != 1 else ''}" if gpus else "no GPU"
         how = f"accelerate {self.accelerate_config}" if self.accelerate_config else (
             "torchrun" if self.processes > 1 else "one process")
         return (f"{self.nodes} node{'s' if self.nodes > 1 else ''} x {devices}, {self.processes} "
@@ -250,8 +251,8 @@ class RunJob(Checkpointable):
             if not _ended(proc, margin):
                 proc.kill()
                 _ended(proc, 10.0)
-        print(f"dare sweep job: the run stopped (exit status {proc.returncode}) for a requeue; the requeued job resumes "
-              "it from its last complete checkpoint", flush=True)
+        print(f"dare sweep job: the run stopped (exit status {proc.returncode}) for a requeue; the requeued job "
+              f"resumes it from its last complete checkpoint", flush=True)
         return proc.returncode
 
     def checkpoint(self, *args: Any, **kwargs: Any):
@@ -280,9 +281,9 @@ class LocalLauncher:
         """The launch of ``run`` (:func:`resolve_launch`). :raises DareError: it needs several nodes."""
         launch = resolve_launch(run, self.gpus_per_run, None, self.accelerate_config)
         if launch.nodes > 1:
-            raise DareError(f"run {run.name} asks for {launch.nodes} nodes (launch.num_machines), which --launcher local "
-                            "cannot give; use --launcher slurm, or --nodes-per-run 1 with --launcher slurm, or set "
-                            "launch.num_machines=1 with --set")
+            raise DareError(f"run {run.name} asks for {launch.nodes} nodes (launch.num_machines), which --launcher "
+                            f"local cannot give; use --launcher slurm, or --nodes-per-run 1 with --launcher slurm, or "
+                            f"set launch.num_machines=1 with --set")
         return launch
 
     def launch(self, spec_path: str, runs: list[SweepRun], log_dir: Path, on_update: Update) -> None:
@@ -370,11 +371,12 @@ class SubmititLauncher:
         window not shorter than the time limit."""
         launch = resolve_launch(run, self.gpus_per_run, self.nodes_per_run, self.accelerate_config)
         if launch.nodes > 1 and self.cluster != "slurm":
-            raise DareError(f"run {run.name} asks for {launch.nodes} nodes, which only --launcher slurm gives; use it, or "
-                            "--nodes-per-run 1")
+            raise DareError(f"run {run.name} asks for {launch.nodes} nodes, which only --launcher slurm gives; use it, "
+                            f"or --nodes-per-run 1")
         if self.save_window_s >= self.timeout_min * 60:
-            raise DareError(f"the save window ({self.save_window_s} s before the time limit) is not shorter than the time "
-                            f"limit ({self.timeout_min} min); lower --slurm-save-window-s or raise --slurm-timeout-min")
+            raise DareError(f"the save window ({self.save_window_s} s before the time limit) is not shorter than the "
+                            f"time limit ({self.timeout_min} min); lower --slurm-save-window-s or raise "
+                            f"--slurm-timeout-min")
         return launch
 
     def executor(self, folder: Path, launch: RunLaunch | None = None):

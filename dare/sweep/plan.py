@@ -47,7 +47,8 @@ class SweepRun:
     spec_hash: str = ""
     #: whether ``dare run`` writes a report (the spec has ``eval:``); else a finished run is one with ``model/``
     evaluates: bool = True
-    #: the spec's ``launch:`` section (``num_processes``, ``num_machines``, ``accelerate_config``, ...), None without one
+    #: the spec's ``launch:`` section (``num_processes``, ``num_machines``, ``accelerate_config``, ...), None
+    #: without one
     launch: dict[str, Any] | None = None
     #: the ``--unset`` keys: the spec's params the component a grid value names lacks or refuses
     unset: list[str] = field(default_factory=list)
@@ -71,7 +72,8 @@ def parse_grid(items: list[str]) -> list[tuple[str, list[Any]]]:
             raise DareError(f"--grid {item!r} must look like KEY=V1,V2,..., e.g. --grid algorithm.name=d1,tracerl")
         key, text = (s.strip() for s in item.split("=", 1))
         if not key or not text:
-            raise DareError(f"--grid {item!r}: give a spec key and at least one value, e.g. --grid train.learning_rate=1e-4,3e-4")
+            raise DareError(f"--grid {item!r}: give a spec key and at least one value, e.g. --grid "
+                            f"train.learning_rate=1e-4,3e-4")
         if key in SEED_KEYS:
             raise DareError(f"--grid {key}: the seeds are set by --seeds (it sets {' and '.join(SEED_KEYS)}); "
                             "remove this --grid and give e.g. --seeds 0,1,2")
@@ -99,7 +101,8 @@ def parse_seeds(text: str) -> list[int]:
     for part in (p.strip() for p in text.split(",")):
         m = re.fullmatch(r"(\d+)(?:-(\d+))?", part)
         if m is None:
-            raise DareError(f"--seeds {text!r}: give non-negative integers separated by commas (0,1,2) or a range (0-4)")
+            raise DareError(f"--seeds {text!r}: give non-negative integers separated by commas (0,1,2) or a range "
+                            f"(0-4)")
         lo, hi = int(m.group(1)), int(m.group(2) or m.group(1))
         seeds += list(range(lo, hi + 1))
     if len(set(seeds)) != len(seeds) or not seeds:
@@ -275,7 +278,8 @@ def plan_runs(spec_path: str, grid: list[tuple[str, list[Any]]], seeds: list[int
                 why = _grid_problem(exc, grid_sets)
                 if why is None and not grid_sets:
                     raise
-                if why is None:  # elsewhere in the spec, but only with these grid values (e.g. another objective's params)
+                # why is None: elsewhere in the spec, but only with these grid values (e.g. another objective's params)
+                if why is None:
                     detail = "; ".join(f"{loc}: {msg}" if loc else msg for loc, msg in exc.problems)
                     why = f"with --grid {', '.join(f'{k}={v}' for k, v in grid_sets.items())}: {detail}"
                 if why not in problems:
@@ -284,8 +288,8 @@ def plan_runs(spec_path: str, grid: list[tuple[str, list[Any]]], seeds: list[int
             run = SweepRun(name, settings, seed, ovs, run_dir, spec_hash(spec), spec.eval is not None,
                            launch=spec.launch.model_dump() if spec.launch is not None else None, unset=unset)
             if any(r.name == name for r in runs):
-                raise DareError(f"two runs of the sweep get the directory name {name!r}; give grid values that differ in "
-                                "letters or digits")
+                raise DareError(f"two runs of the sweep get the directory name {name!r}; give grid values that differ "
+                                f"in letters or digits")
             resume = spec.train.resume if spec.train is not None else True
             action, found = plan_output_dir(run_dir, run.spec_hash, spec.output.overwrite, resume=resume,
                                             train=spec.algorithm is not None, spec=spec.model_dump(mode="json"))

@@ -42,7 +42,8 @@ from transformers import Trainer, TrainingArguments
 
 from dare import distributed, sharding
 from dare.diffusion.packing import packed_denoiser_logits
-from dare.trainers.callbacks import JsonlMetricsCallback, LogFinalStepCallback, ProgressCallback, TensorBoardMetricsCallback
+from dare.trainers.callbacks import (JsonlMetricsCallback, LogFinalStepCallback, ProgressCallback,
+                                     TensorBoardMetricsCallback)
 from dare.trainers.checkpoints import last_complete_checkpoint, read_best
 from dare.trainers.guards import NonFiniteGuard
 from dare.trainers.precision import upcast_trainable_to_fp32
@@ -56,17 +57,23 @@ class DareConfig(TrainingArguments):
     """Training arguments with DARE's defaults. All ``TrainingArguments`` fields are accepted."""
 
     report_to: Any = field(default="none", metadata={"help": "transformers' integrations (wandb, trackio, mlflow: "
-                                                            "dare.trainers.trackers); DARE writes JSONL and TensorBoard itself."})
-    tensorboard: bool = field(default=True, metadata={"help": "Write TensorBoard scalars to tensorboard_dir (train.report_to)."})
+                                                            "dare.trainers.trackers); DARE writes JSONL and "
+                                                            "TensorBoard itself."})
+    tensorboard: bool = field(default=True, metadata={"help": "Write TensorBoard scalars to tensorboard_dir "
+                                                              "(train.report_to)."})
     project: str = field(default="dare", metadata={"help": "The trackio project (transformers' TrackioCallback)."})
     trackio_static_space_id: Any = field(default=False, metadata={"help": "No Hub Space after training (trackio logs "
                                                                           "locally unless TRACKIO_SPACE_ID is set)."})
-    remove_unused_columns: bool = field(default=False, metadata={"help": "Keep all batch keys (dLLM collators add masks)."})
+    remove_unused_columns: bool = field(default=False,
+                                        metadata={"help": "Keep all batch keys (dLLM collators add masks)."})
     save_strategy: str = field(default="steps", metadata={"help": "When to checkpoint."})
     logging_first_step: bool = field(default=True, metadata={"help": "Log the first step's loss."})
-    disable_tqdm: bool = field(default=True, metadata={"help": "No tqdm bar: DARE prints its own progress (dare.progress)."})
-    metrics_file: str | None = field(default=None, metadata={"help": "JSONL metrics path (default <output_dir>/metrics.jsonl)."})
-    tensorboard_dir: str | None = field(default=None, metadata={"help": "TensorBoard log dir (default <output_dir>/tensorboard)."})
+    disable_tqdm: bool = field(default=True, metadata={"help": "No tqdm bar: DARE prints its own progress "
+                                                               "(dare.progress)."})
+    metrics_file: str | None = field(default=None, metadata={"help": "JSONL metrics path (default "
+                                                                     "<output_dir>/metrics.jsonl)."})
+    tensorboard_dir: str | None = field(default=None, metadata={"help": "TensorBoard log dir (default "
+                                                                        "<output_dir>/tensorboard)."})
     num_threads: int | None = field(default=None, metadata={"help": "torch.set_num_threads on CPU."})
     keep_best_metric: str | None = field(
         default=None,
@@ -77,10 +84,12 @@ class DareConfig(TrainingArguments):
                                                                   "skipped in a row before training stops."})
     packing: bool = field(default=False, metadata={"help": "Padding-free training forwards (dare.diffusion."
                                                            "packing.packed_denoiser_logits)."})
-    reference_placement: str = field(default="like_policy", metadata={"help": "The frozen reference policy: like_policy "
-                                     "(sharded/placed like the policy) or device_bf16 (dare.sharding.place_frozen)."})
-    packing_max_tokens: int | None = field(default=None, metadata={"help": "Tokens per packed row (default: the whole "
-                                                                           "batch in one row; dare.diffusion.packing.packed_denoiser_logits)."})
+    reference_placement: str = field(default="like_policy", metadata={
+        "help": "The frozen reference policy: like_policy (sharded/placed like the policy) or device_bf16 "
+                "(dare.sharding.place_frozen)."})
+    packing_max_tokens: int | None = field(default=None, metadata={
+        "help": "Tokens per packed row (default: the whole batch in one row; "
+                "dare.diffusion.packing.packed_denoiser_logits)."})
 
     def __post_init__(self):
         if not torch.cuda.is_available():
@@ -114,7 +123,8 @@ class DareTrainer(CheckpointSaving, Trainer):
         callbacks = [LogFinalStepCallback(), *(kwargs.pop("callbacks", None) or [])]
         callbacks.append(JsonlMetricsCallback(targs.metrics_file or os.path.join(targs.output_dir, "metrics.jsonl")))
         if targs.tensorboard:
-            callbacks.append(TensorBoardMetricsCallback(targs.tensorboard_dir or os.path.join(targs.output_dir, "tensorboard")))
+            tb_dir = targs.tensorboard_dir or os.path.join(targs.output_dir, "tensorboard")
+            callbacks.append(TensorBoardMetricsCallback(tb_dir))
         self._progress_callback = ProgressCallback()
         callbacks.append(self._progress_callback)
         super().__init__(*args, callbacks=callbacks, **kwargs)

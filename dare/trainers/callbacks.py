@@ -10,7 +10,8 @@ from pathlib import Path
 import torch
 from transformers import TrainerCallback
 
-__all__ = ["LogFinalStepCallback", "JsonlMetricsCallback", "TensorBoardMetricsCallback", "ProgressCallback", "format_log_line"]
+__all__ = ["LogFinalStepCallback", "JsonlMetricsCallback", "TensorBoardMetricsCallback", "ProgressCallback",
+           "format_log_line"]
 
 
 def _jsonable(v):
@@ -91,7 +92,8 @@ def format_log_line(step: int, max_steps: int, logs: dict) -> str:
     parts = []
     evals = {k: v for k, v in logs.items() if k.startswith("eval/") and isinstance(_jsonable(v), (int, float))}
     if evals:
-        parts = [f"{k[len('eval/'):]} {_number(float(_jsonable(v)))}" for k, v in evals.items() if not k.endswith("/rows")]
+        parts = [f"{k[len('eval/'):]} {_number(float(_jsonable(v)))}" for k, v in evals.items()
+                 if not k.endswith("/rows")]
         rows = [int(_jsonable(v)) for k, v in evals.items() if k.endswith("/rows")]
         head = f"step {step}/{max_steps}: evaluation" + (f" on {rows[0]} rows" if rows else "")
         return f"{head}: " + ", ".join(parts)

@@ -119,7 +119,8 @@ def check_resume_batch(checkpoint: str | os.PathLike, world_size: int, per_devic
     new = (world_size, per_device, accumulation)
     if old[0] * old[1] * old[2] != new[0] * new[1] * new[2]:
         def layout(w, b, a):
-            return f"{w} process{'es' if w > 1 else ''} x per_device_batch_size {b} x {a} accumulation steps = {w * b * a}"
+            return (f"{w} process{'es' if w > 1 else ''} x per_device_batch_size {b} x {a} accumulation steps = "
+                    f"{w * b * a}")
         raise DareError(
             f"{checkpoint} was written with a global batch of {layout(*old)}, but this launch has {layout(*new)}: "
             "resuming would continue another run (data order and loss normalisers follow the global batch). "

@@ -67,8 +67,8 @@ class NonFiniteGuard:
             raise NonFiniteError(
                 f"step {step}: the loss or the gradients were NaN/Inf for {self.consecutive} optimizer steps in a row"
                 f"{lr}, so those updates were skipped and training stopped; no non-finite weights were saved (the last "
-                f"checkpoint, if any, is intact). Likely causes: {_CAUSES}. Fix the cause and re-run the same command to "
-                "resume from the last checkpoint, or raise train.max_nonfinite_steps to tolerate more skips")
+                f"checkpoint, if any, is intact). Likely causes: {_CAUSES}. Fix the cause and re-run the same command "
+                f"to resume from the last checkpoint, or raise train.max_nonfinite_steps to tolerate more skips")
 
     def applied(self) -> None:
         """A finite step was applied: the run of skips is over."""

@@ -12,8 +12,8 @@
    in-training evaluation (``run.training_eval_fn()``, which ``train.keep_best`` selects on) and
    :meth:`trainer_kwargs`;
 4. ``train_or_resume`` (resume from the last complete checkpoint of the same spec), then the final
-   model saved to ``run.model_dir`` with its model card (:meth:`dare.trainers.DareTrainer.save_final`: atomic, main process
-   only, never non-finite weights).
+   model saved to ``run.model_dir`` with its model card (:meth:`dare.trainers.DareTrainer.save_final`: atomic, main
+   process only, never non-finite weights).
 
 An objective overrides only what differs: its datasets, its trainer class (the loss), extra trainer
 arguments, and optional metrics before/after training. ``dare new-plugin NAME --kind objective``
@@ -39,7 +39,8 @@ class TrainerObjective(Objective):
 
     def check(self, ctx, loc: str) -> list[tuple[str, str]]:
         """:meth:`Objective.check`, then a sample of ``data.train`` against the model's context
-        (:func:`dare.data.checks.sample_length_problems`) when nothing else is wrong and ``train.max_length`` is unset."""
+        (:func:`dare.data.checks.sample_length_problems`) when nothing else is wrong and ``train.max_length`` is
+        unset."""
         problems = super().check(ctx, loc)
         ds = ctx.spec.data.train if ctx.spec.data is not None else None
         if ds is None or problems or ctx.problems or ctx.spec.train is None or ctx.spec.train.max_length is not None:
@@ -101,7 +102,8 @@ class TrainerObjective(Objective):
         """The :class:`dare.data.Prompter` of ``data.<split>`` (templates, chat template, system prompt)."""
         ds = self.dataset_spec(run, split)
         response = ds.response_template if with_response else None
-        return Prompter(run.tokenizer, ds.prompt_template, response, ds.chat_template, ds.system_prompt, loc=f"data.{split}")
+        return Prompter(run.tokenizer, ds.prompt_template, response, ds.chat_template, ds.system_prompt,
+                        loc=f"data.{split}")
 
     # ------------------------------------------------------------------ the skeleton
     def train(self, run) -> dict[str, float]:

@@ -64,8 +64,10 @@ class CheckpointSaving:
                     staged.parent.rmdir()  # only when empty
             kept = last_complete_checkpoint(self.args.output_dir)
             raise DareError(f"saving {what} failed: {describe_write_error(exc, staged)}. Nothing was half-written: the "
-                            f"staged copy was removed and {'the last checkpoint ' + Path(kept).name + ' is' if kept else 'earlier files are'} "
-                            "intact. Free space (or fix the permissions) and re-run the same command to resume") from None
+                            f"staged copy was removed and "
+                            f"{'the last checkpoint ' + Path(kept).name + ' is' if kept else 'earlier files are'} "
+                            "intact. Free space (or fix the permissions) and re-run the same command to "
+                            "resume") from None
         distributed.barrier()
         if distributed.is_main():
             replace_dir(staged, target)
@@ -253,6 +255,6 @@ def _unsafe_checkpoint(checkpoint: str | None, files: str, exc: BaseException) -
     """One paragraph for a checkpoint file that ``torch.load(weights_only=True)`` refused or could not read."""
     first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
     return DareError(f"cannot resume from {checkpoint}: its {files} could not be loaded safely "
-                     f"(torch.load with weights_only=True: {first}). The file is damaged or was not written by a trainer; "
-                     "nothing in it was run. Delete that checkpoint directory to resume from the previous one, or "
-                     "set train.resume: false with output.overwrite: true to start over")
+                     f"(torch.load with weights_only=True: {first}). The file is damaged or was not written by a "
+                     f"trainer; nothing in it was run. Delete that checkpoint directory to resume from the previous "
+                     f"one, or set train.resume: false with output.overwrite: true to start over")

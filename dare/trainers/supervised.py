@@ -83,7 +83,8 @@ class SupervisedObjective(TrainerObjective):
                 continue  # proven too long without tokenising it (a 10 MB string would take minutes)
             ex = tokenize_example(run.tokenizer, prompt, response, run.tokens, None)
             n = len(ex.prompt_ids) + len(ex.response_ids)
-            if (check is not None and not check.tokens_fit(ds.offset + i, n)) or (max_length is not None and n > max_length):
+            if (check is not None and not check.tokens_fit(ds.offset + i, n)) \
+                    or (max_length is not None and n > max_length):
                 continue
             ex.index = len(examples)
             examples.append(ex)

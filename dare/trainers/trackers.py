@@ -36,8 +36,8 @@ def missing_trackers(report_to: Sequence[str]) -> list[tuple[int, str]]:
             continue
         module, extra = _PACKAGES[name]
         if importlib.util.find_spec(module) is None:
-            out.append((i, f"{name} is not installed: run pip install 'dare-dllm[{extra}]' (or pip install {module}), or "
-                           f"remove {name} from train.report_to"))
+            out.append((i, f"{name} is not installed: run pip install 'dare-dllm[{extra}]' (or pip install {module}), "
+                           f"or remove {name} from train.report_to"))
     return out
 
 

@@ -45,11 +45,12 @@ def engine(model_dir):
 def test_generate_is_dare_evals_decoding(engine, model_dir):
     from dare.modeling import load_model
     from dare.plugins import get_registry
+    from dare.sampling import DecodingBundle
     from dare.sampling.text import generate_texts
 
     lm = load_model(model_dir)
     sampler = get_registry().get("sampler", "llada").create(SAMPLER["params"])
-    want = generate_texts(lm.model, lm.family, lm.tokens, lm.tokenizer, sampler, PROMPTS, batch_size=4,
+    want = generate_texts(DecodingBundle.of(lm, sampler), PROMPTS, batch_size=4,
                           generator=torch.Generator().manual_seed(0)).texts
     assert engine.generate(PROMPTS, max_out_len=8) == want
     assert len(set(want)) > 1

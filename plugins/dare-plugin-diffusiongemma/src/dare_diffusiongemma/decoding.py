@@ -26,6 +26,7 @@ from dataclasses import dataclass
 import torch
 
 from dare.randomness import row_generator
+from dare.sampling.options import DecodeOptions
 
 __all__ = ["CanvasDecodeResult", "canvas_decode", "accept_by_entropy"]
 
@@ -62,15 +63,16 @@ def _randint(vocab_size: int, length: int, generator, row: int, device) -> torch
     return torch.randint(0, vocab_size, (1, length), generator=g, device=gen_device).to(device)
 
 
-def canvas_decode(model, family, prompt_ids: torch.Tensor, attention_mask: torch.Tensor | None, params,
-                  stop_ids: tuple[int, ...], pad_id: int, generator=None) -> CanvasDecodeResult:
+def canvas_decode(model, family, prompt_ids: torch.Tensor, attention_mask: torch.Tensor | None,
+                  options: DecodeOptions) -> CanvasDecodeResult:
     """Decode ``gen_length`` tokens after left-padded prompts ``prompt_ids`` ``[B, Lp]`` (``attention_mask``
     ``[B, Lp]``, 1 = real token) with the DiffusionGemma canvas loop (module docstring).
 
     :param family: a :class:`dare_diffusiongemma.family.DiffusionGemmaFamily` (encoder and canvas forwards).
-    :param params: :class:`dare_diffusiongemma.params.DiffusionGemmaSamplerParams`.
-    :param stop_ids: ids that end a row (EOS, end-of-turn). :param pad_id: id written after a row's stop id.
-    :param generator: ``torch.Generator``, :class:`dare.randomness.RowGenerators` or None (torch's global RNG).
+    :param options: :class:`~dare.sampling.options.DecodeOptions` with ``params`` a
+        :class:`dare_diffusiongemma.params.DiffusionGemmaSamplerParams`, ``tokens`` (``stop_ids``: the ids that end
+        a row, EOS and end-of-turn; ``pad_id``: the id written after a row's stop id) and the ``generator``
+        (``torch.Generator``, :class:`dare.randomness.RowGenerators` or None: torch's global RNG).
     :raises ValueError: ``gen_length`` not a multiple of the model's ``canvas_length``.
     """
     from transformers import DynamicCache
@@ -79,6 +81,8 @@ def canvas_decode(model, family, prompt_ids: torch.Tensor, attention_mask: torch
         StableAndConfidentStoppingCriteria,
     )
 
+    params, tokens, generator = options.params, options.tokens, options.generator
+    stop_ids, pad_id = tokens.stop_ids, tokens.pad_id
     config = model.config
     C = int(config.canvas_length)
     V = int(config.get_text_config().vocab_size)

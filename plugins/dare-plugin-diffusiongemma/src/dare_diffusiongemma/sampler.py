@@ -51,11 +51,12 @@ class DiffusionGemmaSampler(Sampler):
         import torch
 
         from dare.sampling import completion_mask
+        from dare.sampling.options import DecodeOptions
         from dare_diffusiongemma.decoding import canvas_decode
 
         with torch.no_grad():
-            res = canvas_decode(model, family, prompt_ids, attention_mask, self.params, tokens.stop_ids, tokens.pad_id,
-                                generator)
+            options = DecodeOptions(self.params, tokens, generator)
+            res = canvas_decode(model, family, prompt_ids, attention_mask, options)
         return SamplerOutput(
             sequences=torch.cat([prompt_ids, res.completion], dim=1),
             prompt_length=prompt_ids.shape[1],

@@ -90,7 +90,7 @@ temperature 0.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Literal
+from typing import Any, Callable, Literal
 
 import torch
 
@@ -335,18 +335,22 @@ def select_positions_per_row(
 # --------------------------------------------------------------------------- one denoising step
 @dataclass(frozen=True)
 class _Proposer:
-    """:func:`sample_tokens` with one call's sampling settings bound."""
+    """:func:`sample_tokens` with one call's sampling settings bound: ``params`` (a
+    :class:`~dare_dream.params.DreamSamplerParams`: ``temperature``, ``top_p``, ``top_k``, ``release_quirks``), the
+    ``generator`` and ``fastdllm`` (a Fast-dLLM rule applies: confidences in float64)."""
 
-    temperature: float
-    top_p: float | None
-    top_k: int | None
+    params: Any
     generator: torch.Generator | None
-    release_quirks: bool
-    fastdllm: bool = False  # a Fast-dLLM rule applies: confidences in float64
+    fastdllm: bool = False
+
+    @property
+    def release_quirks(self) -> bool:
+        return self.params.release_quirks
 
     def __call__(self, logits: torch.Tensor, confidence: Confidence = "probability", rows: torch.Tensor | None = None):
-        return _sample_tokens(logits, self.temperature, self.top_p, self.top_k, confidence, self.generator,
-                              self.release_quirks, rows, self.fastdllm)
+        p = self.params
+        return _sample_tokens(logits, p.temperature, p.top_p, p.top_k, confidence, self.generator, p.release_quirks,
+                              rows, self.fastdllm)
 
 
 def _origin_step(x, mask_index, mask_logits, p_transfer, mask_id: int, propose: _Proposer) -> None:
@@ -416,8 +420,12 @@ def _parallel_step(x, mask_index, mask_logits, mask_id: int, threshold, factor, 
     x[transfer] = proposal[transfer]
 
 
-def _check_args(steps: int, max_new_tokens: int, eps: float, alg: str, alg_temp, temperature, top_p, top_k,
-                block_length=None, cache="none", threshold=None, factor=None) -> None:
+def _check_params(p) -> None:
+    """Every problem of ``p`` (:class:`~dare_dream.params.DreamSamplerParams`, possibly built unvalidated by
+    :func:`decode_options`) in one :class:`DreamSamplerError`, named as the release names the arguments."""
+    steps, max_new_tokens, eps, alg, alg_temp = p.steps, p.gen_length, p.eps, p.alg, p.alg_temp
+    temperature, top_p, top_k, block_length = p.temperature, p.top_p, p.top_k, p.block_length
+    cache, threshold, factor = p.cache, p.threshold, p.factor
     problems = []
     if steps <= 0:
         problems.append(f"steps must be positive (got {steps})")
@@ -493,28 +501,25 @@ def decode(
         without ``kv_logits``.
     :raises NonFiniteLogitsError: the model returned NaN/Inf logits.
     """
-    p, mask_id, kv_logits = options.params, options.tokens.mask_id, options.kv_logits
-    steps, max_new_tokens, alg, alg_temp, cache = p.steps, p.gen_length, p.alg, p.alg_temp, p.cache
-    threshold, factor, refresh_commit = p.threshold, p.factor, p.refresh_commit
-    _check_args(steps, max_new_tokens, p.eps, alg, alg_temp, p.temperature, p.top_p, p.top_k, p.block_length, cache,
-                threshold, factor)
-    if cache != "none" and kv_logits is None:
-        raise DreamSamplerError(f"cache={cache!r} needs kv_logits (the family's cached forward)")
-    if refresh_commit not in ("rule", "first"):
-        raise DreamSamplerError(f"refresh_commit must be 'rule' or 'first' (got {refresh_commit!r})")
+    p, mask_id = options.params, options.tokens.mask_id
+    _check_params(p)
+    if p.cache != "none" and options.kv_logits is None:
+        raise DreamSamplerError(f"cache={p.cache!r} needs kv_logits (the family's cached forward)")
+    if p.refresh_commit not in ("rule", "first"):
+        raise DreamSamplerError(f"refresh_commit must be 'rule' or 'first' (got {p.refresh_commit!r})")
     B, Lp = input_ids.shape
-    x = torch.nn.functional.pad(input_ids, (0, max_new_tokens), value=mask_id)
+    x = torch.nn.functional.pad(input_ids, (0, p.gen_length), value=mask_id)
     if attention_mask is not None:
-        ones = torch.ones((B, max_new_tokens), dtype=attention_mask.dtype, device=attention_mask.device)
+        ones = torch.ones((B, p.gen_length), dtype=attention_mask.dtype, device=attention_mask.device)
         attention_mask = torch.cat([attention_mask, ones], dim=1)
-    block_length = max_new_tokens if p.block_length is None else p.block_length
-    num_blocks = max_new_tokens // block_length
-    spb = steps // num_blocks
-    parallel = threshold is not None or factor is not None
+    block_length = p.gen_length if p.block_length is None else p.block_length
+    num_blocks = p.gen_length // block_length
+    spb = p.steps // num_blocks
+    parallel = p.threshold is not None or p.factor is not None
     timesteps = torch.linspace(1, p.eps, spb + 1, device=x.device)
-    propose = _Proposer(p.temperature, p.top_p, p.top_k, options.generator, p.release_quirks, cache != "none" or parallel)
-    kv = None if cache == "none" else BlockKVCache(kv_logits, cache)
-    traj = Trajectory(B, max_new_tokens, device=x.device)
+    propose = _Proposer(p, options.generator, p.cache != "none" or parallel)
+    kv = None if p.cache == "none" else BlockKVCache(options.kv_logits, p.cache)
+    traj = Trajectory(B, p.gen_length, device=x.device)
     nfe = 0
     for nb in range(num_blocks):
         start, end = Lp + nb * block_length, Lp + (nb + 1) * block_length
@@ -531,28 +536,29 @@ def decode(
             else:
                 # Fast-dLLM's Dream rule ("first"): the refresh commits position start alone; later steps run the
                 # window [start, stop) and score positions start + 1 .. end - 1
-                w0 = start + 1 if refresh_commit == "first" and i > 0 else start
-                w1 = start + 1 if refresh_commit == "first" and i == 0 else end
+                w0 = start + 1 if p.refresh_commit == "first" and i > 0 else start
+                w1 = start + 1 if p.refresh_commit == "first" and i == 0 else end
                 mask_index[:, :w0] = False
                 mask_index[:, w1:] = False
                 mask_logits = kv.block_logits(x, attention_mask, w0, w1, refresh=i == 0)[mask_index[:, w0:w1]]
             nfe += 1
             require_finite_logits(mask_logits, f"denoising step {step} (sampler 'dream')")
-            if kv is not None and i == 0 and refresh_commit == "first":
+            if kv is not None and i == 0 and p.refresh_commit == "first":
                 _, x0 = propose(mask_logits, rows=mask_index.nonzero(as_tuple=True)[0])
                 x[mask_index] = x0
             elif parallel:
-                _parallel_step(x, mask_index, mask_logits, mask_id, threshold, factor, propose)
+                _parallel_step(x, mask_index, mask_logits, mask_id, p.threshold, p.factor, propose)
             else:
                 t, s, last = timesteps[i], timesteps[i + 1], i == spb - 1
-                if alg == "origin":
+                if p.alg == "origin":
                     _origin_step(x, mask_index, mask_logits, 1 if last else 1 - s / t, mask_id, propose)
                 else:
                     # Fast-dLLM's Dream rule ranks a cached step over [start, L) (prefix) or the block (dual)
                     window = None
-                    if kv is not None and refresh_commit == "first":
-                        window = fastdllm_window(cache, start, end, x.shape[1])
-                    _confidence_step(x, mask_index, mask_logits, (t, s, last), mask_id, alg, alg_temp, propose, window)
+                    if kv is not None and p.refresh_commit == "first":
+                        window = fastdllm_window(p.cache, start, end, x.shape[1])
+                    _confidence_step(x, mask_index, mask_logits, (t, s, last), mask_id, p.alg, p.alg_temp, propose,
+                                     window)
             now_masked = (x == mask_id)[:, Lp:]
             traj.unmask_step[now_masked & ~mask_index[:, Lp:]] = -1  # re-masked by a release quirk: decoded again
             traj.record(mask_index[:, Lp:] & ~now_masked, step)

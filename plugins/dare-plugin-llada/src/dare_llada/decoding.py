@@ -43,7 +43,8 @@ weights; :class:`dare_llada.sampler.LLaDASampler` wraps it as a DARE ``Sampler``
 
 from __future__ import annotations
 
-from typing import Callable, NamedTuple
+import dataclasses
+from typing import Callable
 
 import torch
 
@@ -67,55 +68,40 @@ from dare_llada.params import LLaDASamplerParams
 __all__ = ["generate", "decode", "denoise_steps", "decode_options", "release_window", "windowed_topk_transfer"]
 
 
-class _StepOptions(NamedTuple):
-    temperature: float
-    cfg_scale: float
-    remasking: str
-    mask_id: int
-    logits_eos_inf: bool
-    confidence_eos_eot_inf: bool
-    eos_id: int
-    eot_id: int | None
-    generator: torch.Generator | None
-    fastdllm: bool = False  # score confidences in float64 (dare.sampling.fastdllm_confidence)
+def _parallel(p) -> bool:
+    """Fast-dLLM parallel decoding applies: ``p.threshold`` or ``p.factor`` is set."""
+    return p.threshold is not None or p.factor is not None
 
 
-class _Acceleration(NamedTuple):
-    """Fast-dLLM settings of one decode call: ``cache`` mode, its cached forward, and the parallel rule."""
-
-    cache: str = "none"
-    kv_logits: Callable | None = None
-    threshold: float | None = None
-    factor: float | None = None
-
-    @property
-    def parallel(self) -> bool:
-        return self.threshold is not None or self.factor is not None
-
-    @property
-    def fastdllm(self) -> bool:
-        """A Fast-dLLM rule applies (cache, threshold or factor): confidences in float64 as Fast-dLLM."""
-        return self.cache != "none" or self.parallel
+def _fastdllm(p) -> bool:
+    """A Fast-dLLM rule applies (``p.cache``, ``p.threshold`` or ``p.factor``): confidences in float64 as Fast-dLLM."""
+    return p.cache != "none" or _parallel(p)
 
 
-def _step_logits(forward, x, attention_mask, prompt_index, o: _StepOptions):
+def _without_cfg(options: DecodeOptions) -> DecodeOptions:
+    """``options`` with ``params.cfg_scale = 0`` (a step over logits already guided)."""
+    return dataclasses.replace(options, params=options.params.model_copy(update={"cfg_scale": 0.0}))
+
+
+def _step_logits(forward, x, attention_mask, prompt_index, o: DecodeOptions):
     """``(logits, nfe)`` of one step from ``forward(ids, attention_mask)``; CFG runs ``[x; x with the prompt
     masked]`` as one batch and returns ``un + (cfg + 1)(cond - un)`` (2 function evaluations)."""
-    if o.cfg_scale > 0.0:
+    p = o.params
+    if p.cfg_scale > 0.0:
         un_x = x.clone()
-        un_x[prompt_index] = o.mask_id
+        un_x[prompt_index] = o.tokens.mask_id
         am = None if attention_mask is None else torch.cat([attention_mask, attention_mask], dim=0)
         cond, un = torch.chunk(forward(torch.cat([x, un_x], dim=0), am), 2, dim=0)
-        return un + (o.cfg_scale + 1) * (cond - un), 2
+        return un + (p.cfg_scale + 1) * (cond - un), 2
     return forward(x, attention_mask), 1
 
 
 def _denoise_step(forward, x, attention_mask, prompt_index, region: tuple[int, int], allowed: torch.Tensor,
-                  select, o: _StepOptions, step: int, prompt_length: int = 0):
+                  select, o: DecodeOptions, step: int, prompt_length: int = 0):
     """One denoising step of the official decoder, in place on ``x`` ``[B, L]``.
 
     ``forward(ids, attention_mask)`` returns the logits of positions ``region = (r0, r1)``. Predict every
-    masked token there (Gumbel-max at ``o.temperature``), score the proposals (un-tempered softmax or
+    masked token there (Gumbel-max at ``o.params.temperature``), score the proposals (un-tempered softmax or
     uniform), and commit ``select(confidence, proposals)`` among the masked positions where ``allowed``
     ``[B, r1 - r0]`` is True. Returns ``(committed [B, r1 - r0] bool, nfe)``; as in the official code a
     position may be "committed" with the mask token itself (a model that proposes [MASK]): it stays
@@ -131,43 +117,44 @@ def _denoise_step(forward, x, attention_mask, prompt_index, region: tuple[int, i
     :raises NonFiniteLogitsError: the model returned NaN/Inf logits.
     """
     r0, r1 = region
+    p, tok, fastdllm = o.params, o.tokens, _fastdllm(o.params)
     logits, nfe = _step_logits(forward, x, attention_mask, prompt_index, o)
     require_finite_logits(logits, f"denoising step {step} (sampler 'llada')")
     skip = max(prompt_length - r0, 0) if isinstance(o.generator, RowGenerators) else 0
     if skip:
         committed, _ = _denoise_step(lambda ids, am: logits[:, skip:], x, attention_mask, prompt_index,
-                                     (r0 + skip, r1), allowed[:, skip:], select, o._replace(cfg_scale=0.0), step)
+                                     (r0 + skip, r1), allowed[:, skip:], select, _without_cfg(o), step)
         pad = torch.zeros((x.shape[0], skip), dtype=torch.bool, device=x.device)
         return torch.cat([pad, committed], dim=1), nfe
     xr = x[:, r0:r1]
-    mask_index = xr == o.mask_id
-    if o.logits_eos_inf:
-        logits[:, :, o.eos_id] = -torch.inf
+    mask_index = xr == tok.mask_id
+    if p.logits_eos_inf:
+        logits[:, :, tok.eos_id] = -torch.inf
     if isinstance(o.generator, RowGenerators):
         # only rows that can commit here draw (a row done with its block waits without consuming its generator)
         live = (mask_index & allowed).any(dim=1)
         gen = o.generator.rows(live)
         x0 = torch.argmax(logits, dim=-1)
-        if o.temperature > 0 and bool(live.any()):  # at temperature 0 the noisy argmax is the argmax above
-            x0[live] = torch.argmax(add_gumbel_noise(logits[live], o.temperature, gen), dim=-1)
+        if p.temperature > 0 and bool(live.any()):  # at temperature 0 the noisy argmax is the argmax above
+            x0[live] = torch.argmax(add_gumbel_noise(logits[live], p.temperature, gen), dim=-1)
     else:
-        x0 = torch.argmax(add_gumbel_noise(logits, o.temperature, o.generator), dim=-1)
-    if o.confidence_eos_eot_inf:
+        x0 = torch.argmax(add_gumbel_noise(logits, p.temperature, o.generator), dim=-1)
+    if p.confidence_eos_eot_inf:
         # official: EOS/EOT may still be proposed but are committed last
-        logits[:, :, o.eos_id] = -torch.inf
-        if o.eot_id is not None:
-            logits[:, :, o.eot_id] = -torch.inf
-    if isinstance(o.generator, RowGenerators) and o.remasking == "random":
+        logits[:, :, tok.eos_id] = -torch.inf
+        if tok.eot_id is not None:
+            logits[:, :, tok.eot_id] = -torch.inf
+    if isinstance(o.generator, RowGenerators) and p.remasking == "random":
         x0_p = torch.zeros(x0.shape, dtype=torch.float32, device=x0.device)
         if bool(live.any()):
-            x0_p[live] = confidence_scores(logits[live], x0[live], o.remasking, gen, o.fastdllm)
+            x0_p[live] = confidence_scores(logits[live], x0[live], p.remasking, gen, fastdllm)
     else:
-        x0_p = confidence_scores(logits, x0, o.remasking, o.generator, o.fastdllm)
+        x0_p = confidence_scores(logits, x0, p.remasking, o.generator, fastdllm)
     x0 = torch.where(mask_index, x0, xr)
     conf = torch.where(mask_index & allowed, x0_p, torch.tensor(-torch.inf, dtype=x0_p.dtype, device=x0_p.device))
     transfer = select(conf, x0)
     xr[transfer] = x0[transfer]
-    return transfer & (x0 != o.mask_id), nfe
+    return transfer & (x0 != tok.mask_id), nfe
 
 
 def _forward_for(logits_fn, cache: BlockKVCache | None, block: tuple[int, int], refresh: bool):
@@ -232,7 +219,7 @@ def _first_real_column(attention_mask: torch.Tensor | None, B: int, prompt_lengt
     return (prompt_length - attention_mask[:, :prompt_length].sum(dim=1)).long()
 
 
-def _first_competing_column(x: torch.Tensor, prompt_length: int, o: _StepOptions) -> int:
+def _first_competing_column(x: torch.Tensor, prompt_length: int, o: DecodeOptions) -> int:
     """First column of ``x`` ``[B, L]`` whose logits an uncached step samples from.
 
     The official decoder samples (Gumbel noise, argmax, softmax) over the whole sequence, prompt included,
@@ -246,7 +233,7 @@ def _first_competing_column(x: torch.Tensor, prompt_length: int, o: _StepOptions
     """
     if not isinstance(o.generator, RowGenerators) or prompt_length == 0:
         return 0
-    return 0 if bool((x[:, :prompt_length] == o.mask_id).any()) else prompt_length
+    return 0 if bool((x[:, :prompt_length] == o.tokens.mask_id).any()) else prompt_length
 
 
 def _uncached_region(logits_fn, c0: int, length: int):
@@ -256,14 +243,15 @@ def _uncached_region(logits_fn, c0: int, length: int):
     return (lambda ids, am: logits_fn(ids, am)[:, c0:]), (c0, length)
 
 
-def _parallel_select(accel: _Acceleration, mask_id: int):
-    """Fast-dLLM's rule: proposals of the mask token are never candidates (they would not make progress)."""
+def _parallel_select(p, mask_id: int):
+    """Fast-dLLM's rule (``p.threshold`` or ``p.factor``): proposals of the mask token are never candidates (they
+    would not make progress)."""
 
     def select(conf, x0):
         conf = conf.masked_fill(x0 == mask_id, -torch.inf)
-        if accel.threshold is not None:
-            return threshold_transfer(conf, accel.threshold)
-        return factor_transfer(conf, accel.factor)
+        if p.threshold is not None:
+            return threshold_transfer(conf, p.threshold)
+        return factor_transfer(conf, p.factor)
 
     return select
 
@@ -297,28 +285,31 @@ def decode(
     B, Lp = prompt.shape
     x = torch.full((B, Lp + p.gen_length), mask_id, dtype=torch.long, device=prompt.device)
     x[:, :Lp] = prompt
-    opts = _step_options(options)
-    accel = _acceleration(p.cache, options.kv_logits, p.threshold, p.factor)
+    _check_acceleration(options)
     # the official prompt index: every position not holding the mask token
-    if accel.parallel:
-        return _run_parallel(logits_fn, x, x != mask_id, Lp, attention_mask, p.gen_length, p.block_length, opts, accel)
-    return _run_schedule(logits_fn, x, x != mask_id, Lp, attention_mask, (0, p.steps), p, opts, accel)
+    if _parallel(p):
+        return _run_parallel(logits_fn, x, x != mask_id, Lp, attention_mask, options)
+    return _run_schedule(logits_fn, x, x != mask_id, Lp, attention_mask, (0, p.steps), options)
 
 
-def _step_options(options: DecodeOptions) -> _StepOptions:
-    p, tok = options.params, options.tokens
-    return _StepOptions(p.temperature, p.cfg_scale, p.remasking, tok.mask_id, p.logits_eos_inf, p.confidence_eos_eot_inf,
-                        tok.eos_id, tok.eot_id, options.generator)
+def _check_acceleration(options: DecodeOptions) -> None:
+    """Fast-dLLM's settings of ``options.params`` (``cache``, ``threshold``, ``factor``) and ``options.kv_logits``.
 
-
-def _acceleration(cache: str, kv_logits, threshold, factor) -> _Acceleration:
-    if cache not in CACHE_MODES:
-        raise ValueError(f"cache must be one of {', '.join(CACHE_MODES)}, got {cache!r}")
-    if cache != "none" and kv_logits is None:
-        raise ValueError(f"cache={cache!r} needs kv_logits (the family's cached forward)")
-    if threshold is not None and factor is not None:
+    :raises ValueError: an unknown cache, a cache without ``kv_logits``, or both ``threshold`` and ``factor``.
+    """
+    p = options.params
+    if p.cache not in CACHE_MODES:
+        raise ValueError(f"cache must be one of {', '.join(CACHE_MODES)}, got {p.cache!r}")
+    if p.cache != "none" and options.kv_logits is None:
+        raise ValueError(f"cache={p.cache!r} needs kv_logits (the family's cached forward)")
+    if p.threshold is not None and p.factor is not None:
         raise ValueError("give at most one of threshold and factor")
-    return _Acceleration(cache, kv_logits, threshold, factor)
+
+
+def _block_cache(options: DecodeOptions) -> BlockKVCache | None:
+    """The KV cache of one decode call (``params.cache``; None for ``none``)."""
+    cache = options.params.cache
+    return None if cache == "none" else BlockKVCache(options.kv_logits, cache)
 
 
 @torch.no_grad()
@@ -371,8 +362,8 @@ def denoise_steps(
     x = state.clone()
     prompt_index = torch.zeros_like(x, dtype=torch.bool)
     prompt_index[:, :prompt_length] = True
-    return _run_schedule(logits_fn, x, prompt_index, prompt_length, attention_mask, (start_step, end_step), p,
-                         _step_options(options), _acceleration(p.cache, options.kv_logits, None, None))
+    _check_acceleration(options)
+    return _run_schedule(logits_fn, x, prompt_index, prompt_length, attention_mask, (start_step, end_step), options)
 
 
 def _blocks(gen_length: int, block_length: int) -> int:
@@ -388,10 +379,10 @@ def _full_mask(attention_mask: torch.Tensor | None, B: int, gen_length: int, dev
 
 
 def _run_schedule(logits_fn, x: torch.Tensor, prompt_index: torch.Tensor, prompt_length: int,
-                  attention_mask: torch.Tensor | None, span: tuple[int, int], p, opts: _StepOptions,
-                  accel: _Acceleration) -> tuple[torch.Tensor, torch.Tensor, int]:
+                  attention_mask: torch.Tensor | None, span: tuple[int, int],
+                  options: DecodeOptions) -> tuple[torch.Tensor, torch.Tensor, int]:
     """Global steps ``span = (start_step, end_step)``, ``start_step .. end_step - 1``, of the semi-AR schedule of
-    ``p`` (``steps``, ``gen_length``, ``block_length``) on ``x`` (modified in place).
+    ``options.params`` (``steps``, ``gen_length``, ``block_length``) on ``x`` (modified in place).
 
     Global step ``s`` belongs to block ``s // steps_per_block``; on entering a block the quota is
     computed over the block's remaining steps from its remaining masks (``num_transfer_tokens``).
@@ -402,6 +393,7 @@ def _run_schedule(logits_fn, x: torch.Tensor, prompt_index: torch.Tensor, prompt
     :returns: ``(x, unmask_step [B, gen_length] int64 (-1 where nothing was committed), nfe)``.
     :raises ValueError: ``gen_length % block_length != 0`` or ``steps % num_blocks != 0``.
     """
+    p, mask_id = options.params, options.tokens.mask_id
     (start_step, end_step), steps, gen_length, block_length = span, p.steps, p.gen_length, p.block_length
     num_blocks = _blocks(gen_length, block_length)
     if steps % num_blocks != 0:
@@ -409,10 +401,9 @@ def _run_schedule(logits_fn, x: torch.Tensor, prompt_index: torch.Tensor, prompt
     spb = steps // num_blocks
     B, Lp, L = x.shape[0], prompt_length, x.shape[1]
     attention_mask = _full_mask(attention_mask, B, gen_length, x.device)
-    cache = None if accel.cache == "none" else BlockKVCache(accel.kv_logits, accel.cache)
-    opts = opts._replace(fastdllm=accel.fastdllm)
+    cache = _block_cache(options)
     pos = torch.arange(L, device=x.device)[None]
-    c0 = _first_competing_column(x, Lp, opts)
+    c0 = _first_competing_column(x, Lp, options)
     first_real = _first_real_column(attention_mask, B, Lp, x.device)
     traj = Trajectory(B, gen_length, device=x.device)
     nfe = 0
@@ -422,7 +413,7 @@ def _run_schedule(logits_fn, x: torch.Tensor, prompt_index: torch.Tensor, prompt
         start, end = Lp + nb * block_length, Lp + (nb + 1) * block_length
         entering = quota is None or i == 0
         if entering:
-            quota, first = num_transfer_tokens(x[:, start:end] == opts.mask_id, spb - i), i
+            quota, first = num_transfer_tokens(x[:, start:end] == mask_id, spb - i), i
         forward, region = _forward_for(logits_fn, cache, (start, end), entering)
         k = quota[:, i - first]
         if region is None:
@@ -431,10 +422,11 @@ def _run_schedule(logits_fn, x: torch.Tensor, prompt_index: torch.Tensor, prompt
             select = lambda conf, x0, k=k: topk_transfer(conf, k)  # noqa: E731
         else:
             allowed = torch.ones((1, end - start), dtype=torch.bool, device=x.device)
-            window = release_window(accel.cache, entering, start, end, L)
+            window = release_window(p.cache, entering, start, end, L)
             select = lambda conf, x0, k=k, w=window: windowed_topk_transfer(  # noqa: E731
                 conf, k, region, w, first_real)
-        committed, n = _denoise_step(forward, x, attention_mask, prompt_index, region, allowed, select, opts, s, Lp)
+        committed, n = _denoise_step(forward, x, attention_mask, prompt_index, region, allowed, select, options, s,
+                                     Lp)
         nfe += n
         traj.record(_completion_part(committed, region, Lp, gen_length), s)
     return x, traj.unmask_step, nfe
@@ -450,8 +442,8 @@ def _completion_part(committed: torch.Tensor, region: tuple[int, int], prompt_le
 
 
 def _run_parallel(logits_fn, x: torch.Tensor, prompt_index: torch.Tensor, prompt_length: int,
-                  attention_mask: torch.Tensor | None, gen_length: int, block_length: int, opts: _StepOptions,
-                  accel: _Acceleration) -> tuple[torch.Tensor, torch.Tensor, int]:
+                  attention_mask: torch.Tensor | None,
+                  options: DecodeOptions) -> tuple[torch.Tensor, torch.Tensor, int]:
     """Fast-dLLM Algorithm 1: each block is denoised until none of its positions is masked, every step
     committing the positions the threshold/factor rule picks (at least one per row with a masked
     position, only inside the block). A row whose block is done waits, committing nothing, while the
@@ -464,20 +456,21 @@ def _run_parallel(logits_fn, x: torch.Tensor, prompt_index: torch.Tensor, prompt
 
     :returns: ``(x, unmask_step [B, gen_length] int64, nfe)``; ``nfe`` = steps run (x2 with CFG).
     """
+    p, mask_id = options.params, options.tokens.mask_id
+    gen_length, block_length = p.gen_length, p.block_length
     num_blocks = _blocks(gen_length, block_length)
     B, Lp, L = x.shape[0], prompt_length, x.shape[1]
     attention_mask = _full_mask(attention_mask, B, gen_length, x.device)
-    cache = None if accel.cache == "none" else BlockKVCache(accel.kv_logits, accel.cache)
-    opts = opts._replace(fastdllm=accel.fastdllm)
+    cache = _block_cache(options)
     pos = torch.arange(L, device=x.device)[None]
-    c0 = _first_competing_column(x, Lp, opts)
-    select = _parallel_select(accel, opts.mask_id)
+    c0 = _first_competing_column(x, Lp, options)
+    select = _parallel_select(p, mask_id)
     traj = Trajectory(B, gen_length, device=x.device)
     nfe = 0
     for nb in range(num_blocks):
         start, end = Lp + nb * block_length, Lp + (nb + 1) * block_length
         for i in range(block_length):
-            if not bool((x[:, start:end] == opts.mask_id).any()):
+            if not bool((x[:, start:end] == mask_id).any()):
                 break
             forward, region = _forward_for(logits_fn, cache, (start, end), i == 0)
             if region is None:
@@ -486,8 +479,8 @@ def _run_parallel(logits_fn, x: torch.Tensor, prompt_index: torch.Tensor, prompt
             else:
                 allowed = torch.ones((1, end - start), dtype=torch.bool, device=x.device)
             step = nb * block_length + i
-            committed, n = _denoise_step(forward, x, attention_mask, prompt_index, region, allowed, select, opts, step,
-                                         Lp)
+            committed, n = _denoise_step(forward, x, attention_mask, prompt_index, region, allowed, select, options,
+                                         step, Lp)
             nfe += n
             traj.record(_completion_part(committed, region, Lp, gen_length), step)
     return x, traj.unmask_step, nfe

@@ -242,8 +242,10 @@ def _propose(logits, live, block, sampling) -> tuple[torch.Tensor, torch.Tensor]
     return x0, p
 
 
-def _denoise_v20(runner, st: _State, b: int, in_block, schedule, sampling, *, threshold, eos_early_stop, mask_id, eos_id):
-    """LLaDA2.0's steps on block ``b`` for the ``in_block`` rows (module docstring), early stop included."""
+def _denoise_v20(runner, st: _State, b: int, in_block, schedule, sampling, options: DecodeOptions):
+    """LLaDA2.0's steps on block ``b`` for the ``in_block`` rows (module docstring), early stop included
+    (``options.params``: ``threshold``, ``eos_early_stop``; ``options.tokens``: ``mask_id``, ``eos_id``)."""
+    p, mask_id, eos_id = options.params, options.tokens.mask_id, options.tokens.eos_id
     bl = runner.bl
     s, e = b * bl, (b + 1) * bl
     for step, quota in enumerate(schedule):
@@ -252,15 +254,15 @@ def _denoise_v20(runner, st: _State, b: int, in_block, schedule, sampling, *, th
         live = in_block & ~st.done & masked.any(dim=1)
         if not live.any():
             return
-        x0, p = _propose(runner.logits(b, step), live, block, sampling)
+        x0, prob = _propose(runner.logits(b, step), live, block, sampling)
         st.nfe += 1
-        conf = torch.where(masked, p, torch.full_like(p, float("-inf")))
+        conf = torch.where(masked, prob, torch.full_like(prob, float("-inf")))
         eligible = masked & live[:, None]
-        transfer = _select(conf, torch.full_like(st.row_steps, quota), eligible, threshold) & live[:, None]
+        transfer = _select(conf, torch.full_like(st.row_steps, quota), eligible, p.threshold) & live[:, None]
         st.c.x[:, s:e] = torch.where(transfer, x0, block)
         st.record(transfer & (x0 != mask_id), s)
         st.row_steps += live.long()
-        if eos_early_stop:
+        if p.eos_early_stop:
             for row in (transfer & (x0 == eos_id)).any(dim=1).nonzero().flatten().tolist():
                 gen = st.generated(row, e)
                 eos = (gen == eos_id).nonzero().flatten()
@@ -269,9 +271,10 @@ def _denoise_v20(runner, st: _State, b: int, in_block, schedule, sampling, *, th
                     st.early_end[row] = st.c.gen_start[row] + eos[0]
 
 
-def _denoise_v21(runner, st: _State, b: int, in_block, sampling, *, threshold, editing_threshold, max_post_steps,
-                 num_to_transfer, mask_id):
-    """LLaDA2.1's mask-transfer + token-editing loop on block ``b`` for the ``in_block`` rows (module docstring)."""
+def _denoise_v21(runner, st: _State, b: int, in_block, sampling, options: DecodeOptions):
+    """LLaDA2.1's mask-transfer + token-editing loop on block ``b`` for the ``in_block`` rows (module docstring;
+    ``options.params``: ``threshold``, ``editing_threshold``, ``max_post_steps``, ``num_to_transfer``)."""
+    p, mask_id = options.params, options.tokens.mask_id
     bl = runner.bl
     s, e = b * bl, (b + 1) * bl
     finished = ~in_block
@@ -282,16 +285,16 @@ def _denoise_v21(runner, st: _State, b: int, in_block, sampling, *, threshold, e
         masked = old == mask_id
         no_mask = ~masked.any(dim=1)
         post_steps += (no_mask & ~finished).long()
-        finished |= post_steps > max_post_steps
+        finished |= post_steps > p.max_post_steps
         live = ~finished
         if not live.any():
             return
-        x0, p = _propose(runner.logits(b, step), live, old, sampling)
+        x0, prob = _propose(runner.logits(b, step), live, old, sampling)
         st.nfe += 1
-        conf = torch.where(masked, p, torch.full_like(p, float("-inf")))
+        conf = torch.where(masked, prob, torch.full_like(prob, float("-inf")))
         eligible = masked & live[:, None]
-        unmask = _select(conf, torch.full_like(st.row_steps, num_to_transfer), eligible, threshold) & eligible
-        edit = live[:, None] & ~masked & ~prompt_in_block & (p > editing_threshold) & (x0 != old)
+        unmask = _select(conf, torch.full_like(st.row_steps, p.num_to_transfer), eligible, p.threshold) & eligible
+        edit = live[:, None] & ~masked & ~prompt_in_block & (prob > p.editing_threshold) & (x0 != old)
         st.c.x[:, s:e] = torch.where(unmask | edit, x0, old)
         st.record(unmask & (x0 != mask_id), s)
         st.forget(edit & (x0 == mask_id), s)
@@ -304,14 +307,15 @@ def _denoise_v21(runner, st: _State, b: int, in_block, sampling, *, threshold, e
         finished |= live & ~progress
 
 
-def _stop_after_block(st: _State, in_block, end: int, variant: str, eos_early_stop: bool, mask_id: int, eos_id: int) -> None:
+def _stop_after_block(st: _State, in_block, end: int, options: DecodeOptions) -> None:
     """2.0: a row ends once its generated part holds EOS. 2.1 (only with ``eos_early_stop``): once it is
-    also mask-free."""
-    if variant == "2.1" and not eos_early_stop:
+    also mask-free (``options.params.variant``)."""
+    p, mask_id, eos_id = options.params, options.tokens.mask_id, options.tokens.eos_id
+    if p.variant == "2.1" and not p.eos_early_stop:
         return
     for row in (in_block & ~st.done).nonzero().flatten().tolist():
         gen = st.generated(row, end)
-        if bool((gen == eos_id).any()) and (variant == "2.0" or not bool((gen == mask_id).any())):
+        if bool((gen == eos_id).any()) and (p.variant == "2.0" or not bool((gen == mask_id).any())):
             st.done[row] = True
 
 
@@ -341,52 +345,45 @@ def decode(
         padding), or a model that does not fill the cache.
     :raises dare.sampling.NonFiniteLogitsError: the model returned NaN/Inf logits (naming block and step).
     """
-    p, tok, generator = options.params, options.tokens, options.generator
-    variant, gen_length, block_length, steps, threshold = p.variant, p.gen_length, p.block_length, p.steps, p.threshold
-    temperature, top_k, top_p, minimal_topk = p.temperature, p.top_k, p.top_p, p.minimal_topk
-    eos_early_stop = p.eos_early_stop
-    editing_threshold, max_post_steps, num_to_transfer = p.editing_threshold, p.max_post_steps, p.num_to_transfer
-    use_cache, official_soft_mask, official_t0_sampling = p.use_cache, p.official_soft_mask, p.official_t0_sampling
-    mask_id, eos_id, pad_id = tok.mask_id, tok.eos_id, tok.pad_id
-    if block_length is None:
+    p, tok = options.params, options.tokens
+    if p.block_length is None:
         raise DareError("block_length is not set: give it (the sampler takes the model's training block size)")
-    if gen_length <= 0 or block_length <= 0:
-        raise DareError(f"gen_length ({gen_length}) and block_length ({block_length}) must be positive")
-    if variant not in ("2.0", "2.1"):
-        raise DareError(f"variant must be '2.0' or '2.1', got {variant!r}")
-    if temperature < 0:
-        raise DareError(f"temperature must be >= 0 (0 = greedy), got {temperature}")
+    if p.gen_length <= 0 or p.block_length <= 0:
+        raise DareError(f"gen_length ({p.gen_length}) and block_length ({p.block_length}) must be positive")
+    if p.variant not in ("2.0", "2.1"):
+        raise DareError(f"variant must be '2.0' or '2.1', got {p.variant!r}")
+    if p.temperature < 0:
+        raise DareError(f"temperature must be >= 0 (0 = greedy), got {p.temperature}")
     problem = left_padding_problem(prompt_ids, attention_mask)
     if problem:
         raise DareError(problem)
-    if official_soft_mask and use_cache:
-        raise DareError("official_soft_mask needs use_cache: false (under the 0/1 mask the prefix attends the active block)")
-    if variant == "2.1" and num_to_transfer < 1:
-        raise DareError(f"num_to_transfer must be at least 1, got {num_to_transfer}")
-    if minimal_topk < 1:
-        raise DareError(f"minimal_topk must be at least 1, got {minimal_topk}")
-    steps = min(steps, gen_length // minimal_topk)
-    if variant == "2.0" and steps <= 0:
+    if p.official_soft_mask and p.use_cache:
+        raise DareError("official_soft_mask needs use_cache: false (under the 0/1 mask the prefix attends the active "
+                        "block)")
+    if p.variant == "2.1" and p.num_to_transfer < 1:
+        raise DareError(f"num_to_transfer must be at least 1, got {p.num_to_transfer}")
+    if p.minimal_topk < 1:
+        raise DareError(f"minimal_topk must be at least 1, got {p.minimal_topk}")
+    steps = min(p.steps, p.gen_length // p.minimal_topk)
+    if p.variant == "2.0" and steps <= 0:
         raise DareError(f"steps ({steps}) must be positive: check steps and gen_length // minimal_topk")
-    schedule = block_quota(block_length, steps) if variant == "2.0" else []
-    if temperature == 0 and official_t0_sampling:
-        temperature = 1.0  # the 2.0 release's sampler never special-cases 0: it samples at T = 1
-    sampling = dict(temperature=temperature, top_k=top_k, top_p=top_p, generator=generator)
+    schedule = block_quota(p.block_length, steps) if p.variant == "2.0" else []
+    # the 2.0 release's sampler never special-cases 0: it samples at T = 1
+    temperature = 1.0 if p.temperature == 0 and p.official_t0_sampling else p.temperature
+    sampling = dict(temperature=temperature, top_k=p.top_k, top_p=p.top_p, generator=options.generator)
 
-    canvas = block_canvas(prompt_ids, attention_mask, gen_length=gen_length, block_length=block_length,
-                          mask_id=mask_id, pad_id=pad_id)
-    runner = _BlockForward(family or LLaDA2Family(), model, canvas, use_cache, official_soft_mask)
-    st = _State(canvas, gen_length)
+    canvas = block_canvas(prompt_ids, attention_mask, gen_length=p.gen_length, block_length=p.block_length,
+                          mask_id=tok.mask_id, pad_id=tok.pad_id)
+    runner = _BlockForward(family or LLaDA2Family(), model, canvas, p.use_cache, p.official_soft_mask)
+    st = _State(canvas, p.gen_length)
     runner.prefill()
     for b in range(canvas.first_block, canvas.num_blocks):
         in_block = ~st.done & (b < canvas.row_blocks)
-        if variant == "2.0":
-            _denoise_v20(runner, st, b, in_block, schedule, sampling, threshold=threshold, eos_early_stop=eos_early_stop,
-                         mask_id=mask_id, eos_id=eos_id)
+        if p.variant == "2.0":
+            _denoise_v20(runner, st, b, in_block, schedule, sampling, options)
         else:
-            _denoise_v21(runner, st, b, in_block, sampling, threshold=threshold, editing_threshold=editing_threshold,
-                         max_post_steps=max_post_steps, num_to_transfer=num_to_transfer, mask_id=mask_id)
-        _stop_after_block(st, in_block, (b + 1) * block_length, variant, eos_early_stop, mask_id, eos_id)
+            _denoise_v21(runner, st, b, in_block, sampling, options)
+        _stop_after_block(st, in_block, (b + 1) * p.block_length, options)
         if not (~st.done & (b + 1 < canvas.row_blocks)).any():
             break
         runner.commit(b)
@@ -400,7 +397,7 @@ def decode(
         edits=st.edits,
         early_end=st.early_end,
         cache_forwards=runner.cache_forwards,
-        gen_length=gen_length,
+        gen_length=p.gen_length,
     )
 
 

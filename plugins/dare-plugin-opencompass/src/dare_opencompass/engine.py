@@ -192,15 +192,14 @@ class DareEngine:
 
         :raises DareHarnessError: see :meth:`gen_length_for`.
         """
+        from dare.sampling import DecodingBundle
         from dare.sampling.text import generate_texts
 
         if not prompts:
             return []
         sampler = self.sampler_for(self.gen_length_for(max_out_len))
-        lm = self.lm
-        out = generate_texts(lm.model, lm.family, lm.tokens, lm.tokenizer, sampler,
-                             [self.prompt_text(p) for p in prompts], batch_size=self.batch_size or len(prompts),
-                             generator=self.generator)
+        out = generate_texts(DecodingBundle.of(self.lm, sampler), [self.prompt_text(p) for p in prompts],
+                             batch_size=self.batch_size or len(prompts), generator=self.generator)
         texts = out.texts
         for s in stop or ():
             if s:

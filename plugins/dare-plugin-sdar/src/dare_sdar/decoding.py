@@ -147,33 +147,37 @@ def select_transfer(
     return transfer
 
 
-def _check_args(prompt, attention_mask, mask_id, gen_length, block_length, denoising_steps, sampling, remasking):
-    temperature, top_k, top_p = sampling
+def _check_args(prompt, attention_mask, mask_id, p):
+    """The prompts and ``p`` (:class:`~dare_sdar.params.SDARSamplerParams`, possibly built unvalidated).
+
+    :raises SDARInputError: the first problem found.
+    """
     if prompt.dim() != 2 or prompt.dtype != torch.long or prompt.shape[1] == 0:
         raise SDARInputError(
             f"input_ids must be a non-empty [batch, prompt_length] int64 tensor, got {tuple(prompt.shape)} {prompt.dtype}"
         )
-    for name, value in (("gen_length", gen_length), ("block_length", block_length), ("denoising_steps", denoising_steps)):
+    for name in ("gen_length", "block_length", "denoising_steps"):
+        value = getattr(p, name)
         if not isinstance(value, int) or value <= 0:
             raise SDARInputError(f"{name} must be a positive integer, got {value!r}")
     if mask_id is None:
         raise SDARInputError("mask_id is required (SDAR's <|MASK|> is 151669; DARE tokenizers define their own)")
-    if temperature < 0 or top_k < 0 or not 0.0 < top_p <= 1.0:
+    if p.temperature < 0 or p.top_k < 0 or not 0.0 < p.top_p <= 1.0:
         raise SDARInputError(
             "need temperature >= 0, top_k >= 0 and 0 < top_p <= 1; "
-            f"got temperature={temperature}, top_k={top_k}, top_p={top_p}"
+            f"got temperature={p.temperature}, top_k={p.top_k}, top_p={p.top_p}"
         )
-    if remasking not in REMASKING_STRATEGIES:
-        raise SDARInputError(f"remasking_strategy {remasking!r} is not one of {', '.join(REMASKING_STRATEGIES)}")
+    if p.remasking not in REMASKING_STRATEGIES:
+        raise SDARInputError(f"remasking_strategy {p.remasking!r} is not one of {', '.join(REMASKING_STRATEGIES)}")
     problem = left_padding_problem(prompt, attention_mask)
     if problem:
         raise SDARInputError(problem)
 
 
-def _propose(logits: torch.Tensor, mask_id: int, sampling: tuple, generator,
+def _propose(logits: torch.Tensor, mask_id: int, p, generator,
              live: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """:func:`dare.sampling.sample_tokens` (official rule) on the active block's logits ``[B, L, V]``, with
-    ``<|MASK|>`` never proposed.
+    ``<|MASK|>`` never proposed, at ``p.temperature``, ``p.top_k``, ``p.top_p`` (``p`` the sampler's params).
 
     With :class:`dare.randomness.RowGenerators` only the ``live`` rows (``[B]`` bool: rows with a masked
     position this step) draw, ``L`` values each from their own generator, so a row consumes its generator
@@ -183,16 +187,15 @@ def _propose(logits: torch.Tensor, mask_id: int, sampling: tuple, generator,
     logits = logits.clone()
     if mask_id < logits.shape[-1]:
         logits[..., mask_id] = -torch.inf
-    temperature, top_k, top_p = sampling
-    if not isinstance(generator, RowGenerators) or temperature == 0:
-        return sample_tokens(logits, temperature, top_k, top_p, generator=generator)
+    if not isinstance(generator, RowGenerators) or p.temperature == 0:
+        return sample_tokens(logits, p.temperature, p.top_k, p.top_p, generator=generator)
     B, L, V = logits.shape
     live = torch.ones(B, dtype=torch.bool, device=logits.device) if live is None else live
     x0 = torch.zeros((B, L), dtype=torch.long, device=logits.device)
     conf = torch.zeros((B, L), dtype=logits.dtype, device=logits.device)
     if bool(live.any()):
-        tokens, probs = sample_tokens(logits[live].reshape(-1, V), temperature, top_k, top_p, generator=generator,
-                                      rows=row_index(live, L))
+        tokens, probs = sample_tokens(logits[live].reshape(-1, V), p.temperature, p.top_k, p.top_p,
+                                      generator=generator, rows=row_index(live, L))
         x0[live], conf[live] = tokens.view(-1, L), probs.view(-1, L)
     return x0, conf
 
@@ -229,23 +232,20 @@ def block_decode(
     :raises dare.sampling.NonFiniteLogitsError: the model returned NaN/Inf logits (naming block and step).
     """
     p, mask_id, generator = options.params, options.tokens.mask_id, options.generator
-    gen_length, block_length, denoising_steps = p.gen_length, p.block_length, p.denoising_steps
-    remasking, confidence_threshold, use_cache = p.remasking, p.confidence_threshold, p.use_cache
     if stop_ids is None:
         stop_ids = options.tokens.stop_ids if p.stop_at_eos else ()
-    temperature, top_k, top_p = p.temperature, p.top_k, p.top_p
-    sampling = (temperature, top_k, top_p)
-    _check_args(prompt, attention_mask, mask_id, gen_length, block_length, denoising_steps, sampling, remasking)
+    _check_args(prompt, attention_mask, mask_id, p)
+    gen_length, block_length, denoising_steps = p.gen_length, p.block_length, p.denoising_steps
     canvas = block_canvas(prompt, attention_mask, gen_length=gen_length, block_length=block_length, mask_id=mask_id)
     x, pos, device, B = canvas.x, canvas.position_ids, prompt.device, prompt.shape[0]
     quota = block_quota(block_length, denoising_steps)
     traj = Trajectory(B, gen_length, device=device)
     active = torch.ones(B, dtype=torch.bool, device=device)
     stop = torch.tensor(sorted(set(stop_ids)), dtype=torch.long, device=device)
-    cache = family.new_cache(model) if use_cache else None
+    cache = family.new_cache(model) if p.use_cache else None
     nfe = passes = 0
     prefill = canvas.first_block * block_length
-    if use_cache and prefill > 0:
+    if p.use_cache and prefill > 0:
         family.block_logits(model, x[:, :prefill], pos[:, :prefill], canvas.prefix_mask(prefill), cache, True)
         passes += 1
 
@@ -257,13 +257,13 @@ def block_decode(
         for step in range(denoising_steps + 1):
             masked = (cur == mask_id) & active[:, None]
             if not bool(masked.any()):
-                if use_cache:  # commit the finished block's keys/values
+                if p.use_cache:  # commit the finished block's keys/values
                     family.block_logits(model, cur, pos[:, start:end], key_mask, cache, True)
                     passes += 1
                 break
             if step == denoising_steps:  # unreachable: the capped quota always empties a block in time
                 raise RuntimeError("a block still holds masks after all denoising steps")
-            if use_cache:
+            if p.use_cache:
                 logits = family.block_logits(model, cur, pos[:, start:end], key_mask, cache, False)
             else:
                 ids = torch.cat([x[:, :start], cur], dim=1)
@@ -272,8 +272,8 @@ def block_decode(
             passes += 1
             logits = logits[:, -block_length:]
             require_finite_logits(logits, f"completion block {blk - canvas.first_block}, denoising step {step} (0-based)")
-            x0, conf = _propose(logits, mask_id, sampling, generator, masked.any(dim=1))
-            transfer = select_transfer(conf, masked, quota[step], remasking, confidence_threshold)
+            x0, conf = _propose(logits, mask_id, p, generator, masked.any(dim=1))
+            transfer = select_transfer(conf, masked, quota[step], p.remasking, p.confidence_threshold)
             cur[transfer] = x0[transfer]
             global_step = (blk - canvas.first_block) * denoising_steps + step
             traj.record(_completion_hits(transfer, comp_idx, gen_length), global_step)
