@@ -84,12 +84,12 @@ def objective_family_matrix(registry=None) -> tuple[list[str], list[str], dict[t
 
     :param registry: a :class:`dare.registry.Registry` (default: the installed plugins').
     """
-    from dare.plugins import FIRST_PARTY, get_registry
+    from dare import plugins
 
-    reg = registry or get_registry()
+    reg = registry or plugins.get_registry()
     fams = reg.entries["model_family"]
     families = sorted(fams)
-    first_party = {n for n, e in fams.items() if e.distribution in FIRST_PARTY}
+    first_party = {n for n, e in fams.items() if e.distribution in plugins.first_party()}
     objectives = sorted(n for n, e in reg.entries["objective"].items()
                         if getattr(e.cls, "stage", None) == "online_rl")
     cells = {(f, o): _cell(reg, first_party, f, o) for f in families for o in objectives}
