@@ -99,7 +99,7 @@ def test_{module}_trains_two_rl_steps_from_a_spec(tmp_path):
 
     reset()
     if get_registry().find("model_family", "llada") is None:
-        pytest.skip("needs the llada model family (pip install dare-plugin-llada)")
+        pytest.skip("needs the llada model family (install its plugin)")
     tiny_model("llada", tmp_path / "model", seed=0)
     spec = {{
         "model": {{"path": str(tmp_path / "model")}},

@@ -15,7 +15,7 @@ What each launch does with ``train.bf16: true`` and 16-bit trainable weights (``
   (``accelerate.utils.fsdp_utils.fsdp2_prepare_model``); ``MixedPrecisionPolicy`` casts to bf16 for compute;
 * one process or DDP: :func:`upcast_trainable_to_fp32`, called by :meth:`dare.trainers.base.DareTrainer.train`
   before training starts (after the reference copy is taken, before a checkpoint is resumed), does the same as
-  FSDP2, and bf16 autocast computes in bf16; TraceRL's value model is cast likewise (dare_grpo.trainer_tracerl).
+  FSDP2, and bf16 autocast computes in bf16; TraceRL's value model is cast likewise (by TraceRL's trainer).
 
 With ``train.bf16: false`` nothing upcasts (pure 16-bit training): validation refuses it when the learning rate is
 below :data:`MIN_PURE_16BIT_LR` (:func:`pure_16bit_problem`). LoRA adapters are kept in fp32 by peft
