@@ -13,9 +13,11 @@ is recorded as a load failure while the others still register, and ``DARE_TRACE_
 call. Two components with the same kind and name (or alias) raise :class:`~dare.errors.PluginError`
 naming both distributions.
 
-Components are imported lazily: a plugin registers a ``"module:Class"`` reference with the name,
-description (and aliases, model types), and :attr:`Entry.cls <dare.registry.Entry.cls>` imports the
-module on first use; a plugin may also register the class itself. So listing plugins, ``dare --help``
+Components are imported lazily: a plugin registers a ``"module:Class"`` reference, the registry reads
+the name, aliases, model types and description from the class's source (written once, in the class), and
+:attr:`Entry.cls <dare.registry.Entry.cls>` imports the module on first use; a plugin may also register the
+class itself. The core lists no plugin: an unknown name's error asks the plugins that are not loaded or not
+installed (:func:`provider_of`), and the first-party distributions are the checkout's (:func:`first_party`). So listing plugins, ``dare --help``
 and validating a spec import only the plugin modules (which import nothing but ``dare.hookimpl``) and
 the components a spec names. Families' transformers classes are registered with the Auto classes only
 when :func:`register_auto_classes` runs (before a checkpoint is read or created).

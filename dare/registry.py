@@ -2,7 +2,8 @@
 
 An :class:`Entry` is one component: its kind, name, aliases, one-line description (and a model family's
 ``model_types``), the plugin and distribution that registered it, and its class, imported on first
-use of :attr:`Entry.cls` when the plugin registered a lazy ``"module:Class"`` reference. A
+use of :attr:`Entry.cls` when the plugin registered a lazy ``"module:Class"`` reference (the metadata
+then read from the class's source by :func:`declared_in_source`, so it is written once, in the class). A
 :class:`Registrar` is the ``register`` callback one plugin's ``register_*`` hook receives
 (:mod:`dare.hookspecs`); :mod:`dare.plugins` discovers the plugins and calls their hooks.
 """
@@ -172,8 +173,9 @@ class Entry:
     """A registered component: what it is, where it came from, and its class (imported on first use).
 
     ``target`` is the class's ``"module:QualName"``. A lazily registered component is known by the
-    metadata its plugin declared (``aliases``, one-line ``description``, a family's ``model_types``;
-    ``None`` = not declared, read from the class) until :attr:`cls` imports it.
+    metadata read from its class's source (:func:`declared_in_source`) or given in the register call
+    (``aliases``, one-line ``description``, a family's ``model_types``; ``None`` = not declared, read from
+    the class) until :attr:`cls` imports it.
     """
 
     kind: str
