@@ -15,11 +15,11 @@ import difflib
 import functools
 import importlib
 import importlib.util
+import os
 import re
 import sys
 import traceback
 from dataclasses import dataclass, field
-from pathlib import Path
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -58,19 +58,23 @@ def _kind_base(kind: str) -> type[Component]:
 _CLASS_ATTRS = ("name", "aliases", "model_types")
 
 
-def _module_file(module: str, roots=()) -> Path | None:
+def _module_file(module: str, roots=()) -> str | None:
     """The source file of ``module`` without importing it or its parent packages: under one of ``roots``
     (source folders of a plugin that is not installed), or under its top-level package's folder."""
-    parts = module.split(".")
-    bases = [Path(r) for r in roots]
     loaded = sys.modules.get(module)
     if loaded is not None and getattr(loaded, "__file__", None):
-        return Path(loaded.__file__)
-    return _find_file(parts, tuple(bases) or _package_parents(parts[0]))
+        return loaded.__file__
+    parts = module.split(".")
+    for base in tuple(map(str, roots)) or _package_parents(parts[0]):
+        stem = os.path.join(base, *parts)
+        for path in (stem + ".py", os.path.join(stem, "__init__.py")):
+            if os.path.isfile(path):
+                return path
+    return None
 
 
 @functools.lru_cache(maxsize=None)
-def _package_parents(top: str) -> tuple[Path, ...]:
+def _package_parents(top: str) -> tuple[str, ...]:
     """The folders holding the top-level package or module ``top`` (found, not imported; cached per process)."""
     try:
         spec = importlib.util.find_spec(top)  # a top-level name: finds, imports nothing
@@ -79,21 +83,20 @@ def _package_parents(top: str) -> tuple[Path, ...]:
     if spec is None:
         return ()
     if spec.submodule_search_locations is None:
-        return (Path(spec.origin).parent,) if spec.origin else ()
-    return tuple(Path(d).parent for d in spec.submodule_search_locations)
+        return (os.path.dirname(spec.origin),) if spec.origin else ()
+    return tuple(os.path.dirname(d) for d in spec.submodule_search_locations)
+
+
+@functools.lru_cache(maxsize=128)
+def _source(path: str, mtime_ns: int) -> str:
+    """A module's source text (cached per process while the file is unchanged: modules hold several classes)."""
+    with open(path, encoding="utf-8") as f:
+        return f.read()
 
 
 def clear_caches() -> None:
     """Forget where packages were found (after installing a plugin in-process; :func:`dare.plugins.reset`)."""
     _package_parents.cache_clear()
-
-
-def _find_file(parts: list[str], bases: tuple[Path, ...]) -> Path | None:
-    for base in bases:
-        for path in (base.joinpath(*parts).with_suffix(".py"), base.joinpath(*parts, "__init__.py")):
-            if path.is_file():
-                return path
-    return None
 
 
 _BLOCK_END = re.compile(r"^[^\s#)\]}]", re.M)  # a top-level statement: the class block ended
@@ -120,11 +123,20 @@ def _class_node(text: str, cls: str) -> ast.ClassDef | None:
         except SyntaxError:
             continue
         node = next((n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == cls), None)
-        if node is not None and (source is text or any(
-                isinstance(t, ast.Name) and t.id == "name" for s in node.body if isinstance(s, ast.Assign)
-                for t in s.targets)):
+        if node is not None and (source is text or "name" in _assignments(node)):
             return node
     return None
+
+
+def _assignments(node: ast.ClassDef) -> dict[str, ast.expr]:
+    """``attribute -> value expression`` of the plain assignments in a class body (``x = ...``, ``x: T = ...``)."""
+    out = {}
+    for stmt in node.body:
+        if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name):
+            out[stmt.targets[0].id] = stmt.value
+        elif isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name) and stmt.value is not None:
+            out[stmt.target.id] = stmt.value
+    return out
 
 
 def declared_in_source(target: str, roots=()) -> dict[str, Any]:
@@ -140,22 +152,16 @@ def declared_in_source(target: str, roots=()) -> dict[str, Any]:
     """
     module, _, cls = target.partition(":")
     path = _module_file(module, roots)
-    node = _class_node(path.read_text(encoding="utf-8"), cls) if path is not None else None
+    node = _class_node(_source(path, os.stat(path).st_mtime_ns), cls) if path is not None else None
     if node is None:
         raise TypeError(f"{target}: no module-level class {cls} found in the source of {module} "
                         f"({path or 'module not found'}); check the 'module:Class' path")
     values: dict[str, Any] = {}
-    for stmt in node.body:
-        if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name):
-            key, value = stmt.targets[0].id, stmt.value
-        elif isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name) and stmt.value is not None:
-            key, value = stmt.target.id, stmt.value
-        else:
-            continue
+    for key, value in _assignments(node).items():
         if key in _CLASS_ATTRS:
             try:
                 values[key] = ast.literal_eval(value)
-            except ValueError:
+            except (ValueError, TypeError, SyntaxError):
                 raise TypeError(f"{target}: {key} must be a literal in the class body (it is read without "
                                 "importing the module)") from None
     if not (isinstance(values.get("name"), str) and values["name"]):
@@ -246,7 +252,8 @@ class Entry:
             if found[key] != want:
                 raise PluginError(
                     f"{self._where()} is registered with {key} {_show(want)} but its class {self.target} has "
-                    f"{key} {_show(found[key])}; make the plugin's register() call and the class agree"
+                    f"{key} {_show(found[key])}; write {key} as a literal in the class body (read without importing "
+                    "it), or make the plugin's register() call and the class agree"
                 )
         return obj
 

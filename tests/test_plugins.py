@@ -263,6 +263,25 @@ def test_lazy_reference_that_disagrees_with_its_class_is_refused(fake_eps, tmp_p
     sys.modules.pop("lazy_test_mismatch", None)
 
 
+def test_an_inherited_alias_the_source_does_not_show_is_refused_on_import(fake_eps, tmp_path, monkeypatch):
+    (tmp_path / "lazy_test_inherited.py").write_text(_LAZY_MODULE + '''
+
+class Child(LazyObjective):
+    """A subclass that inherits its parent's aliases."""
+
+    name = "lazy-child"
+''')
+    monkeypatch.syspath_prepend(str(tmp_path))
+    hook = lambda register: register("lazy_test_inherited:Child")
+    fake_eps.append(_FakeEP("inherited", _plugin_module("inh_plugin", register_objectives=hook), "dare-plugin-inh"))
+    entry = P.get_registry().get("objective", "lazy-child")
+    assert (entry.aliases, entry.description) == ((), "A subclass that inherits its parent's aliases.")
+    with pytest.raises(PluginError, match=r"registered with aliases \[\] but its class .* has aliases \['lazy-alias'\]; "
+                                          r"write aliases as a literal in the class body"):
+        entry.cls
+    sys.modules.pop("lazy_test_inherited", None)
+
+
 @pytest.mark.parametrize("args, kwargs, match", [
     (("not a path",), {"name": "x"}, "'package.module:ClassName'"),
     (("a.b:C",), {}, "no module-level class C found in the source of a.b (module not found)"),
