@@ -17,10 +17,11 @@ Components are imported lazily: a plugin registers a ``"module:Class"`` referenc
 the name, aliases, model types and description from the class's source (written once, in the class), and
 :attr:`Entry.cls <dare.registry.Entry.cls>` imports the module on first use; a plugin may also register the
 class itself. The core lists no plugin: an unknown name's error asks the plugins that are not loaded or not
-installed (:func:`provider_of`), and the first-party distributions are the checkout's (:func:`first_party`). So listing plugins, ``dare --help``
-and validating a spec import only the plugin modules (which import nothing but ``dare.hookimpl``) and
-the components a spec names. Families' transformers classes are registered with the Auto classes only
-when :func:`register_auto_classes` runs (before a checkpoint is read or created).
+installed (:func:`provider_of`), and the first-party distributions are the checkout's (:func:`first_party`).
+So listing plugins, ``dare --help`` and validating a spec import only the plugin modules (which import
+nothing but ``dare.hookimpl``) and the components a spec names. Families' transformers classes are
+registered with the Auto classes only when :func:`register_auto_classes` runs (before a checkpoint is read
+or created).
 
 Environment switches:
 
