@@ -91,7 +91,8 @@ def test_a_checkout_plugin_that_is_not_installed_is_read_from_its_folder(tmp_pat
     reg = P.get_registry()
     msg = reg.unknown_message("reward", "ft")
     assert msg.startswith("reward 'ft' is provided by the plugin dare-plugin-fake-provider, which is not installed")
-    assert "`pip install -e plugins/dare-plugin-fake-provider`" in msg
+    dist = "dare-plugin-fake-provider"
+    assert f"`pip install -e plugins/{dist}`" in msg  # the checkout's folder
     assert P.provider_of(reg, "reward", "fake-thing") == "dare-plugin-fake-provider"
     assert P.provider_of(reg, "objective", "fake-thing") is None  # another kind
     assert not any(m.startswith("dare_fake_provider") for m in sys.modules)
