@@ -89,7 +89,8 @@ def objective_family_matrix(registry=None) -> tuple[list[str], list[str], dict[t
     reg = registry or plugins.get_registry()
     fams = reg.entries["model_family"]
     families = sorted(fams)
-    first_party = {n for n, e in fams.items() if e.distribution in plugins.first_party()}
+    ours = plugins.first_party()
+    first_party = {n for n, e in fams.items() if e.distribution in ours}
     objectives = sorted(n for n, e in reg.entries["objective"].items()
                         if getattr(e.cls, "stage", None) == "online_rl")
     cells = {(f, o): _cell(reg, first_party, f, o) for f in families for o in objectives}

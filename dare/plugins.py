@@ -33,18 +33,17 @@ Environment switches:
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import os
 import sys
-import importlib.util
 import traceback
 from importlib import metadata
 from pathlib import Path
 
 import pluggy
 
-from dare import hookspecs
+from dare import hookspecs, registry
 from dare.errors import PluginError
-from dare import registry
 from dare.registry import HOOK_FOR_KIND, Entry, LoadFailure, Registrar, Registry
 
 __all__ = [
@@ -236,10 +235,10 @@ def provider_of(reg: Registry, kind: str, name: str) -> str | None:
     plugin that was not loaded (``DARE_LOAD_PLUGINS``), else a plugin of this checkout that is not installed,
     both asked through their own ``register_*`` hooks (their plugin modules import only ``dare``); ``None``
     when none does. Only the unknown-name error asks it."""
-    installed = {}
+    installed = set()
     for ep in metadata.entry_points(group="dare"):
         dist = ep.dist.name if ep.dist is not None else "unknown"
-        installed[dist] = True
+        installed.add(dist)
         if ep.name in reg.plugins:
             continue
         try:
@@ -253,8 +252,8 @@ def provider_of(reg: Registry, kind: str, name: str) -> str | None:
             continue
         roots = (folder / "src", folder)
         for plugin, module_name in modules.items():
-            path = next((r.joinpath(*module_name.split(".")).with_suffix(".py") for r in roots
-                         if r.joinpath(*module_name.split(".")).with_suffix(".py").is_file()), None)
+            files = [r.joinpath(*module_name.split(".")).with_suffix(".py") for r in roots]
+            path = next((f for f in files if f.is_file()), None)
             try:
                 spec = importlib.util.spec_from_file_location(f"_dare_unloaded_{plugin}", path) if path else None
                 if spec is None or spec.loader is None:
