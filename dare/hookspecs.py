@@ -10,12 +10,15 @@ Components are classes deriving from :mod:`dare.components` (``ModelFamily``, ``
 ``Objective``, ``Estimator``, ``Evaluator``, ``Reward``); each carries a ``name`` and a pydantic ``Params`` model
 that validates its ``params:`` block in a run spec. ``register`` takes either
 
-* the class: ``register(MyReward)`` (its module is imported with the plugin), or
-* a lazy reference: ``register("my_pkg.reward:MyReward", name="my-reward", description="...")``,
-  optionally with ``aliases=(...)`` and, for a model family, ``model_types=(...)``. The registry
-  lists the component from this metadata and imports ``my_pkg.reward`` when the component is first
-  used, so a plugin module that imports only ``dare.hookimpl`` keeps ``dare`` quick to start. The
-  metadata must match the class (checked on import).
+* a lazy reference, the usual form: ``register("my_pkg.reward:MyReward")``. The component's name,
+  aliases, one-line description and (a model family's) ``model_types`` are written once, in the class
+  (literals of its body, the docstring's first line), and read from its source without importing it
+  (:func:`dare.registry.declared_in_source`); ``my_pkg.reward`` is imported when the component is first
+  used, so a plugin module that imports only ``dare.hookimpl`` keeps ``dare`` quick to start;
+* the class: ``register(MyReward)`` (its module is imported with the plugin).
+
+A class whose metadata is not literal in its body may give it in the call instead (``name=``,
+``description=``, ``aliases=``, ``model_types=``); the class must agree when imported.
 
 A model-family plugin also implements ``register_auto_classes`` (its transformers classes, registered
 only when DARE first loads or creates a checkpoint).
@@ -36,8 +39,8 @@ hookimpl = pluggy.HookimplMarker("dare")
 def register_model_families(register):
     """Register :class:`dare.components.ModelFamily` subclasses.
 
-    :param register: ``register(cls)`` or ``register("module:Class", name=..., description=...,
-        aliases=(...), model_types=(...))``; call once per family this plugin provides.
+    :param register: ``register("module:Class")`` or ``register(cls)``; call once per family this plugin
+        provides.
     """
 
 
@@ -46,8 +49,8 @@ def register_model_families(register):
 def register_samplers(register):
     """Register :class:`dare.components.Sampler` subclasses (decoding loops).
 
-    :param register: ``register(cls)`` or ``register("module:Class", name=..., description=...,
-        aliases=(...))``; call once per sampler this plugin provides.
+    :param register: ``register("module:Class")`` or ``register(cls)``; call once per sampler this plugin
+        provides.
     """
 
 
@@ -56,8 +59,8 @@ def register_samplers(register):
 def register_objectives(register):
     """Register :class:`dare.components.Objective` subclasses (training algorithms).
 
-    :param register: ``register(cls)`` or ``register("module:Class", name=..., description=...,
-        aliases=(...))``; call once per objective this plugin provides.
+    :param register: ``register("module:Class")`` or ``register(cls)``; call once per objective this plugin
+        provides.
     """
 
 
@@ -66,8 +69,8 @@ def register_objectives(register):
 def register_estimators(register):
     """Register :class:`dare.components.Estimator` subclasses (likelihood estimators objectives may select).
 
-    :param register: ``register(cls)`` or ``register("module:Class", name=..., description=...,
-        aliases=(...))``; call once per estimator this plugin provides.
+    :param register: ``register("module:Class")`` or ``register(cls)``; call once per estimator this plugin
+        provides.
     """
 
 
@@ -76,8 +79,8 @@ def register_estimators(register):
 def register_evaluators(register):
     """Register :class:`dare.components.Evaluator` subclasses (benchmarks).
 
-    :param register: ``register(cls)`` or ``register("module:Class", name=..., description=...,
-        aliases=(...))``; call once per evaluator this plugin provides.
+    :param register: ``register("module:Class")`` or ``register(cls)``; call once per evaluator this plugin
+        provides.
     """
 
 
@@ -86,8 +89,8 @@ def register_evaluators(register):
 def register_rewards(register):
     """Register :class:`dare.components.Reward` subclasses (verifiable reward functions).
 
-    :param register: ``register(cls)`` or ``register("module:Class", name=..., description=...,
-        aliases=(...))``; call once per reward this plugin provides.
+    :param register: ``register("module:Class")`` or ``register(cls)``; call once per reward this plugin
+        provides.
     """
 
 

@@ -8,7 +8,7 @@ default params (rollout temperature 1) and the Sudoku reward. The cell says:
 * ``official``: the spec validates and the objective's release trained this family (``Params.official_families``:
   ``preset: official`` applies, and the objective's parity test compares it with the release);
 * ``supported``: the spec validates, and the family is first-party, so the test suite runs the pair end to end
-  (``plugins/dare-plugin-grpo/tests/test_smoke.py``, ``test_grpo_smoke_extra.py``: every first-party family);
+  (the online-RL plugin's smoke tests run every first-party family);
 * ``sampler``: only the sampler settings are rejected (e.g. JustGRPO needs left-to-right decoding): the pair runs
   with the sampler settings the reason names;
 * ``refused``: validation rejects the pair; the reason is the validation message (e.g. a masking-only objective on a
@@ -85,12 +85,13 @@ def objective_family_matrix(registry=None) -> tuple[list[str], list[str], dict[t
 
     :param registry: a :class:`dare.registry.Registry` (default: the installed plugins').
     """
-    from dare.plugins import FIRST_PARTY, get_registry
+    from dare import plugins
 
-    reg = registry or get_registry()
+    reg = registry or plugins.get_registry()
     fams = reg.entries["model_family"]
     families = sorted(fams)
-    first_party = {n for n, e in fams.items() if e.distribution in FIRST_PARTY}
+    ours = plugins.first_party()
+    first_party = {n for n, e in fams.items() if e.distribution in ours}
     objectives = sorted(n for n, e in reg.entries["objective"].items()
                         if getattr(e.cls, "stage", None) == "online_rl")
     cells = {(f, o): _cell(reg, first_party, f, o) for f in families for o in objectives}

@@ -33,7 +33,7 @@ is trained, ``N`` processes, and ``shard(x) = x / N`` where the strategy shards 
   product; fused SDPA keeps no ``s x s`` score matrix); with gradient checkpointing only each layer's input,
   ``L * s * b * h * w``, plus one recomputed layer; without it ``L`` layers. Times ``K``, the forwards kept
   before one backward: a preference objective scores every pass of its estimator (VRPO's ``mc_num``) before its
-  loss's backward (dare_dpo.trainer), so ``K`` = the passes its estimator draws; RL runs one backward per pass
+  loss's backward (the preference trainer), so ``K`` = the passes its estimator draws; RL runs one backward per pass
   and row chunk (``K = 1``);
 * logits ``K * s * b * V * (w + 4)`` (the head's output and its float32 log-softmax).
 
@@ -184,7 +184,7 @@ def _counts(ctx, config) -> tuple[int, int, int]:
 
 def forwards_before_backward(ctx, config) -> int:
     """``K``: the training forwards whose activations are alive at once. A preference objective scores every pass
-    its estimator draws before one backward (dare_dpo.trainer ``sequence_scores``), so ``K`` is the number of
+    its estimator draws before one backward (the preference trainer's ``sequence_scores``), so ``K`` is the number of
     passes the objective's own estimator (``make_estimator``) draws for a 2-row batch (VRPO's ``mc_num``); other
     objectives backward each pass (and row chunk) in turn: 1."""
     obj = ctx.objective
@@ -223,7 +223,7 @@ def _keeps_value_model(ctx) -> bool:
 
 
 def _keeps_reference(ctx) -> bool:
-    """Whether training holds a reference copy: the trainers' rule (dare_dpo.trainer: always; dare.rl.trainer:
+    """Whether training holds a reference copy: the trainers' rule (the preference trainer: always; dare.rl.trainer:
     ``beta > 0`` against the reference, not TraceRL's ``kl_target: rollout``), and no LoRA (adapters disabled)."""
     if ctx.spec.model.lora is not None:
         return False

@@ -13,12 +13,15 @@ is recorded as a load failure while the others still register, and ``DARE_TRACE_
 call. Two components with the same kind and name (or alias) raise :class:`~dare.errors.PluginError`
 naming both distributions.
 
-Components are imported lazily: a plugin registers a ``"module:Class"`` reference with the name,
-description (and aliases, model types), and :attr:`Entry.cls <dare.registry.Entry.cls>` imports the
-module on first use; a plugin may also register the class itself. So listing plugins, ``dare --help``
-and validating a spec import only the plugin modules (which import nothing but ``dare.hookimpl``) and
-the components a spec names. Families' transformers classes are registered with the Auto classes only
-when :func:`register_auto_classes` runs (before a checkpoint is read or created).
+Components are imported lazily: a plugin registers a ``"module:Class"`` reference, the registry reads
+the name, aliases, model types and description from the class's source (written once, in the class), and
+:attr:`Entry.cls <dare.registry.Entry.cls>` imports the module on first use; a plugin may also register the
+class itself. The core lists no plugin: an unknown name's error asks the plugins that are not loaded or not
+installed (:func:`provider_of`), and the first-party distributions are the checkout's (:func:`first_party`).
+So listing plugins, ``dare --help`` and validating a spec import only the plugin modules (which import
+nothing but ``dare.hookimpl``) and the components a spec names. Families' transformers classes are
+registered with the Auto classes only when :func:`register_auto_classes` runs (before a checkpoint is read
+or created).
 
 Environment switches:
 
@@ -30,26 +33,31 @@ Environment switches:
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import os
 import sys
 import traceback
 from importlib import metadata
+from pathlib import Path
 
 import pluggy
 
-from dare import hookspecs
+from dare import hookspecs, registry
 from dare.errors import PluginError
 from dare.registry import HOOK_FOR_KIND, Entry, LoadFailure, Registrar, Registry
 
 __all__ = [
+    "CHECKOUT_PLUGINS",
     "DEFAULT_PLUGINS",
-    "FIRST_PARTY",
     "HOOK_FOR_KIND",
     "Entry",
     "LoadFailure",
     "Registry",
     "get_plugin_manager",
+    "checkout_plugins",
+    "first_party",
     "get_registry",
+    "provider_of",
     "register_auto_classes",
     "reset",
 ]
@@ -57,12 +65,36 @@ __all__ = [
 #: DARE's built-in plugins (part of the ``dare-dllm`` distribution), loaded by module path.
 DEFAULT_PLUGINS = ("dare.builtins",)
 
-#: Distributions whose components the committed ``schemas/run-spec.schema.json`` covers: the core and
-#: the plugins under ``plugins/`` in this repository (``dare schema --first-party``).
-FIRST_PARTY = (
-    "dare-dllm", "dare-plugin-code", "dare-plugin-dpo", "dare-plugin-dream", "dare-plugin-grpo", "dare-plugin-llada",
-    "dare-plugin-llada2", "dare-plugin-sdar", "dare-plugin-sft", "dare-plugin-diffusiongemma",
-)
+#: Where the plugins shipped with DARE live in a source checkout (beside the ``dare`` package).
+CHECKOUT_PLUGINS = Path(__file__).resolve().parent.parent / "plugins"
+
+
+def checkout_plugins() -> list[tuple[str, Path, dict[str, str]]]:
+    """The plugins shipped in the DARE checkout this core runs from, from their own packaging metadata:
+    ``(distribution, folder, {entry-point name: plugin module})`` per ``plugins/*/pyproject.toml``
+    (``[project] name`` and ``[project.entry-points.dare]``), sorted by folder; ``[]`` outside a checkout
+    (an installed wheel) or on Python 3.10 (no ``tomllib``)."""
+    try:
+        import tomllib
+    except ModuleNotFoundError:  # pragma: no cover - Python 3.10
+        return []
+    out = []
+    for pyproject in sorted(CHECKOUT_PLUGINS.glob("*/pyproject.toml")):
+        try:
+            project = tomllib.loads(pyproject.read_text(encoding="utf-8")).get("project", {})
+        except (OSError, tomllib.TOMLDecodeError):
+            continue
+        if isinstance(project.get("name"), str):
+            eps = project.get("entry-points", {}).get("dare", {})
+            out.append((project["name"], pyproject.parent, {k: v.split(":")[0] for k, v in eps.items()}))
+    return out
+
+
+def first_party() -> tuple[str, ...]:
+    """The distributions whose components the committed ``schemas/run-spec.schema.json`` covers (``dare
+    schema --first-party``): the core (``dare-dllm``) and the plugins of this checkout (:func:`checkout_plugins`)."""
+    return ("dare-dllm", *(dist for dist, _, _ in checkout_plugins()))
+
 
 _pm: pluggy.PluginManager | None = None
 _registry: Registry | None = None
@@ -100,6 +132,7 @@ def get_registry() -> Registry:
 def reset() -> None:
     """Forget the loaded plugins (tests; after installing a plugin in-process)."""
     global _pm, _registry, _auto_registered
+    registry.clear_caches()
     _pm = None
     _registry = None
     _auto_registered = None
@@ -182,8 +215,57 @@ def _load() -> tuple[pluggy.PluginManager, Registry]:
     for kind, hook_name in HOOK_FOR_KIND.items():
         _call_each(pm, reg, hook_name,
                    lambda plugin, dist, version, kind=kind: {"register": Registrar(reg, kind, plugin, dist, version)})
+    reg.provider = lambda kind, name: provider_of(reg, kind, name)
     _registry = reg
     return pm, reg
+
+
+def _declared(module, plugin: str, dist: str, version: str, roots=()) -> Registry:
+    """What one plugin module registers, in a registry of its own (nothing is imported but the module)."""
+    reg = Registry()
+    for kind, hook_name in HOOK_FOR_KIND.items():
+        hook = getattr(module, hook_name, None)
+        if callable(hook):
+            hook(register=Registrar(reg, kind, plugin, dist, version, roots))
+    return reg
+
+
+def provider_of(reg: Registry, kind: str, name: str) -> str | None:
+    """The distribution whose plugin registers the ``kind`` named ``name`` but is not in ``reg``: an installed
+    plugin that was not loaded (``DARE_LOAD_PLUGINS``), else a plugin of this checkout that is not installed,
+    both asked through their own ``register_*`` hooks (their plugin modules import only ``dare``); ``None``
+    when none does. Only the unknown-name error asks it."""
+    installed = set()
+    for ep in metadata.entry_points(group="dare"):
+        dist = ep.dist.name if ep.dist is not None else "unknown"
+        installed.add(dist)
+        if ep.name in reg.plugins:
+            continue
+        try:
+            found = _declared(ep.load(), ep.name, dist, ep.dist.version if ep.dist is not None else "0")
+        except Exception:  # noqa: BLE001 - a broken plugin is reported by `dare plugins`, not here
+            continue
+        if found.find(kind, name) is not None:
+            return dist
+    for dist, folder, modules in checkout_plugins():
+        if dist in installed:
+            continue
+        roots = (folder / "src", folder)
+        for plugin, module_name in modules.items():
+            files = [r.joinpath(*module_name.split(".")).with_suffix(".py") for r in roots]
+            path = next((f for f in files if f.is_file()), None)
+            try:
+                spec = importlib.util.spec_from_file_location(f"_dare_unloaded_{plugin}", path) if path else None
+                if spec is None or spec.loader is None:
+                    continue
+                module = importlib.util.module_from_spec(spec)
+                spec.loader.exec_module(module)
+                found = _declared(module, plugin, dist, "0", roots)
+            except Exception:  # noqa: BLE001 - a plugin of the checkout that does not load names nothing
+                continue
+            if found.find(kind, name) is not None:
+                return dist
+    return None
 
 
 def _call_each(pm: pluggy.PluginManager, reg: Registry, hook_name: str,

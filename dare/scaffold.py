@@ -1,17 +1,14 @@
 """``dare new-plugin``: render ``dare/templates/plugin`` into an installable plugin package.
 
 The package has a ``pyproject.toml`` with the ``dare`` entry point, one module with the chosen
-component (a pydantic ``Params`` model included), ``plugin.py`` registering it lazily (a
-``"module:Class"`` reference with the class's name, description and model types, read from the rendered
-component; see :mod:`dare.hookspecs`), a README and tests
+component (a pydantic ``Params`` model included; its class holds the name and description), ``plugin.py``
+registering it lazily by its ``"module:Class"`` path alone (see :mod:`dare.hookspecs`), a README and tests
 that pass on day one. ``pip install -e <dir>`` makes the component appear in ``dare plugins`` and
 usable from a spec. The templates live in ``dare/templates/plugin``, so they ship with the package.
 """
 
 from __future__ import annotations
 
-import ast
-import json
 import re
 from pathlib import Path
 
@@ -99,7 +96,7 @@ def test_{module}_trains_two_rl_steps_from_a_spec(tmp_path):
 
     reset()
     if get_registry().find("model_family", "llada") is None:
-        pytest.skip("needs the llada model family (pip install dare-plugin-llada)")
+        pytest.skip("needs the llada model family (install its plugin)")
     tiny_model("llada", tmp_path / "model", seed=0)
     spec = {{
         "model": {{"path": str(tmp_path / "model")}},
@@ -162,8 +159,7 @@ def names_for(name: str) -> dict[str, str]:
     base = name.strip().lower().replace("_", "-")
     base = base[len("dare-plugin-") :] if base.startswith("dare-plugin-") else base
     if not re.fullmatch(r"[a-z][a-z0-9-]*[a-z0-9]", base or ""):
-        raise DareError(f"plugin name {name!r}: use lowercase letters, digits and hyphens, starting with a letter "
-                        f"(e.g. my-reward)")
+        raise DareError(f"plugin name {name!r}: use lowercase letters, digits and hyphens, starting with a letter (e.g. my-reward)")
     dist = f"dare-plugin-{base}"
     return {
         "dist": dist,
@@ -197,28 +193,12 @@ def _refuse_installed(name: str, n: dict[str, str], reg_kind: str, label: str) -
     except metadata.PackageNotFoundError:
         dist = None
     if dist is not None:
-        raise DareError(f"plugin name {name!r}: the distribution {n['dist']} ({dist.version}) is already installed, "
-                        f"and installing the new package would replace it; {suggest}")
+        raise DareError(f"plugin name {name!r}: the distribution {n['dist']} ({dist.version}) is already installed, and "
+                        f"installing the new package would replace it; {suggest}")
     entry = get_registry().find(reg_kind, n["component"])
     if entry is not None:
         raise DareError(f"plugin name {name!r}: an installed {label} is already called {entry.name!r} (from "
                         f"{entry.distribution}); the two would clash; {suggest}")
-
-
-def _declared(source: str, class_name: str) -> dict[str, str]:
-    """What ``plugin.py`` declares about the component class ``class_name`` in ``source``: its one-line
-    description (the docstring's first line, as :meth:`dare.components.Component.description` reads it)
-    as a Python string literal, and its ``model_types`` tuple literal (``""`` when it sets none)."""
-    cls = next(n for n in ast.parse(source).body if isinstance(n, ast.ClassDef) and n.name == class_name)
-    doc = (ast.get_docstring(cls, clean=False) or "").strip()
-    types = ""
-    for node in cls.body:
-        if isinstance(node, ast.Assign) \
-                and any(isinstance(t, ast.Name) and t.id == "model_types" for t in node.targets):
-            values = [json.dumps(t) for t in ast.literal_eval(node.value)]
-            types = f"({', '.join(values)}{',' if len(values) == 1 else ''})"
-    return {"component_description": json.dumps(doc.splitlines()[0] if doc else "", ensure_ascii=False),
-            "model_types": types}
 
 
 def render_plugin(name: str, kind: str, parent: Path) -> Path:
@@ -268,8 +248,6 @@ def render_plugin(name: str, kind: str, parent: Path) -> Path:
         f"src/{n['module']}/{kind_module}.py": f"{_TEMPLATE_FOR[kind]}.py.j2",
         f"tests/test_{n['module']}.py": "test.py.j2",
     }
-    component = env.get_template(files[f"src/{n['module']}/{kind_module}.py"]).render(**ctx)
-    ctx.update(_declared(component, n["class_name"]))  # plugin.py registers the class lazily, by these facts
     with atomic_dir(target) as tmp:
         for rel, tmpl in files.items():
             out = tmp / rel

@@ -16,11 +16,15 @@
 * decoders read ``options.params`` directly (no decoding module copies the settings into a ``NamedTuple``), and text
   generation, rollouts and benchmark evaluation take one :class:`dare.sampling.DecodingBundle`;
 * no core line is longer than 120 characters.
+* registration is written once: the core names no first-party plugin (distribution, package or component name),
+  the first-party ``register(...)`` calls name only the class, an objective's name is one string of its plugin
+  and a component's description one docstring line.
 """
 
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -503,3 +507,118 @@ def test_the_core_reads_no_objective_param_by_name():
     allowed = _core_param_names()
     bad = [x for path in sorted(CORE.rglob("*.py")) for x in core_param_reads(path, allowed)]
     assert not bad, bad
+
+
+# --------------------------------------------------------------------------- registration written once
+def _stream_ids() -> set[str]:
+    """The random streams of :data:`dare.randomness.STREAMS` (``"sft"`` is SFT's mask draws, not the objective)."""
+    from dare.randomness import STREAMS
+
+    return set(STREAMS)
+
+
+def _first_party_plugin_names() -> set[str]:
+    """Distribution (folder) and import package of every first-party plugin."""
+    return {p.name for p in PLUGINS.glob("dare-plugin-*")} | set(_plugin_packages())
+
+
+def _string_constants(path: Path) -> list[tuple[int, str]]:
+    """``(line, value)`` of every string constant of a module except docstrings and the random-stream argument of
+    ``RowGenerators.keyed(seed, stream, ...)`` (``"sft"`` names SFT's stream of :data:`dare.randomness.STREAMS`)."""
+    tree = ast.parse(path.read_text())
+    skip = {id(n.body[0].value) for n in ast.walk(tree)
+            if isinstance(n, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and n.body
+            and isinstance(n.body[0], ast.Expr) and isinstance(n.body[0].value, ast.Constant)}
+    skip |= {id(n.args[1]) for n in ast.walk(tree) if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
+             and n.func.attr == "keyed" and len(n.args) > 1}
+    return [(n.lineno, n.value) for n in ast.walk(tree)
+            if isinstance(n, ast.Constant) and isinstance(n.value, str) and id(n) not in skip]
+
+
+def names_in_text(text: str, names: set[str]) -> list[str]:
+    """The ``names`` that occur in ``text`` as whole words (``dare-plugin-llada`` is not ``dare-plugin-llada2``)."""
+    pattern = re.compile(r"(?<![\w-])(" + "|".join(sorted(map(re.escape, names), key=len, reverse=True)) + r")(?![\w-])")
+    return [m.group(1) for m in pattern.finditer(text)]
+
+
+def test_the_name_check_matches_whole_names_only():
+    names = {"dare-plugin-llada", "dare_llada"}
+    assert names_in_text("pip install dare-plugin-llada2; import dare_llada2; dare_llada.family", names) == ["dare_llada"]
+    assert names_in_text("(``dare-plugin-llada``)", names) == ["dare-plugin-llada"]
+
+
+def test_the_core_names_no_first_party_plugin():
+    """The core knows no first-party plugin: no distribution or package name in any file under ``dare/`` (the
+    unknown-name hint asks the plugins themselves, :func:`dare.plugins.provider_of`)."""
+    names = _first_party_plugin_names()
+    bad = [f"{p.relative_to(ROOT)}: {n}" for p in sorted(CORE.rglob("*"))
+           if p.is_file() and p.suffix in {".py", ".j2", ".md", ".toml", ".yaml", ".json", ".txt"}
+           for n in names_in_text(p.read_text(encoding="utf-8"), names)]
+    assert not bad, bad
+
+
+def _first_party_entries():
+    from dare import plugins as P
+
+    P.reset()
+    return P.get_registry().restricted(P.first_party()).all()
+
+
+def test_the_core_code_holds_no_first_party_component_name():
+    """No string in the core's code is the name or alias of a first-party plugin's component."""
+    entries = _first_party_entries()
+    core = {n for e in entries if e.distribution == "dare-dllm" for n in (e.name, *e.aliases)}
+    names = {n for e in entries if e.distribution != "dare-dllm" for n in (e.name, *e.aliases)} - core - _stream_ids()
+    assert {"d1", "dpo", "llada", "humaneval"} <= names
+    bad = [f"{p.relative_to(ROOT)}:{line} {value!r}" for p in sorted(CORE.rglob("*.py"))
+           for line, value in _string_constants(p) if value in names]
+    assert not bad, bad
+
+
+def _source_of(distribution: str) -> list[Path]:
+    if distribution == "dare-dllm":
+        return sorted(CORE.rglob("*.py"))
+    return sorted((PLUGINS / distribution / "src").rglob("*.py"))
+
+
+def test_each_objective_name_is_written_once_in_its_plugin():
+    """An objective's name and each alias are one string literal of its plugin (the class body), so renaming or
+    adding one touches one line; the plugin's register() call names only the class."""
+    bad = []
+    entries = [e for e in _first_party_entries() if e.kind == "objective"]
+    assert len(entries) >= 17
+    for e in entries:
+        for name in (e.name, *e.aliases):
+            where = [f"{p.relative_to(ROOT)}:{line}" for p in _source_of(e.distribution)
+                     for line, value in _string_constants(p) if value == name]
+            if len(where) != 1:
+                bad.append(f"objective {name!r} of {e.distribution}: {where}")
+    assert not bad, bad
+
+
+def test_each_description_is_written_once():
+    """A component's one-line description is its class docstring's first line, nowhere else in its plugin (or the
+    core, for the built-ins)."""
+    bad = []
+    for e in _first_party_entries():
+        count = sum(n.value.count(e.description) for p in _source_of(e.distribution)
+                    for n in ast.walk(ast.parse(p.read_text())) if isinstance(n, ast.Constant) and isinstance(n.value, str))
+        if count != 1:
+            bad.append(f"{e.kind} {e.name} ({e.distribution}): {count} copies of {e.description!r}")
+    assert not bad, bad
+
+
+def _plugin_entry_modules() -> list[Path]:
+    return [CORE / "builtins" / "__init__.py", *sorted(PLUGINS.glob("dare-plugin-*/src/*/plugin.py"))]
+
+
+def test_first_party_register_calls_name_only_the_class():
+    """Every ``register(...)`` of the core's built-ins and the first-party plugins passes only ``"module:Class"``:
+    the name, aliases, model types and description are read from the class (``dare.registry.declared_in_source``)."""
+    bad = []
+    for path in _plugin_entry_modules():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "register":
+                if node.keywords or len(node.args) != 1 or not isinstance(node.args[0], ast.Constant):
+                    bad.append(f"{path.relative_to(ROOT)}:{node.lineno}")
+    assert len(_plugin_entry_modules()) >= 10 and not bad, bad

@@ -218,8 +218,7 @@ class LazyObjective(Objective):
 def test_lazy_component_is_listed_without_import_and_imported_on_first_use(fake_eps, tmp_path, monkeypatch, run_cli):
     (tmp_path / "lazy_test_component.py").write_text(_LAZY_MODULE)
     monkeypatch.syspath_prepend(str(tmp_path))
-    hook = lambda register: register("lazy_test_component:LazyObjective", name="lazy-test", aliases=("lazy-alias",),
-                                     description="Imported only when used.")
+    hook = lambda register: register("lazy_test_component:LazyObjective")  # the rest is read from the class
     fake_eps.append(_FakeEP("lazy", _plugin_module("lazy_plugin", register_objectives=hook), "dare-plugin-lazy"))
     code, out, err = run_cli("plugins", "--json")
     assert code == 0, err
@@ -264,9 +263,29 @@ def test_lazy_reference_that_disagrees_with_its_class_is_refused(fake_eps, tmp_p
     sys.modules.pop("lazy_test_mismatch", None)
 
 
+def test_an_inherited_alias_the_source_does_not_show_is_refused_on_import(fake_eps, tmp_path, monkeypatch):
+    (tmp_path / "lazy_test_inherited.py").write_text(_LAZY_MODULE + '''
+
+class Child(LazyObjective):
+    """A subclass that inherits its parent's aliases."""
+
+    name = "lazy-child"
+''')
+    monkeypatch.syspath_prepend(str(tmp_path))
+    hook = lambda register: register("lazy_test_inherited:Child")
+    fake_eps.append(_FakeEP("inherited", _plugin_module("inh_plugin", register_objectives=hook), "dare-plugin-inh"))
+    entry = P.get_registry().get("objective", "lazy-child")
+    assert (entry.aliases, entry.description) == ((), "A subclass that inherits its parent's aliases.")
+    with pytest.raises(PluginError, match=r"registered with aliases \[\] but its class .* has aliases \['lazy-alias'\]; "
+                                          r"write aliases as a literal in the class body"):
+        entry.cls
+    sys.modules.pop("lazy_test_inherited", None)
+
+
 @pytest.mark.parametrize("args, kwargs, match", [
     (("not a path",), {"name": "x"}, "'package.module:ClassName'"),
-    (("a.b:C",), {}, "name="),
+    (("a.b:C",), {}, "no module-level class C found in the source of a.b (module not found)"),
+    (("a.b:C",), {"description": "d"}, "give name= with the other metadata"),
     (("a.b:C",), {"name": "x", "model_types": ("t",)}, "model families only"),
     ((Objective,), {"name": "x"}, "carries its own name"),
     ((int,), {}, "Reward subclass"),
@@ -290,21 +309,22 @@ def test_family_for_model_type_uses_declared_types_without_importing(fake_eps):
 
 
 def test_first_party_registrations_match_their_classes():
-    """Every lazy reference of the core and the first-party plugins imports, and its declared description,
-    aliases and model types are the class's (so `dare plugins` and `dare schema` agree)."""
+    """Every lazy reference of the core and the first-party plugins imports, and the name, aliases, model types
+    and description read from its class's source are the imported class's (so `dare plugins` and `dare schema`
+    agree)."""
     P.reset()
-    reg = P.get_registry().restricted(P.FIRST_PARTY)
+    reg = P.get_registry().restricted(P.first_party())
     assert reg.load_all() == []
     for e in reg.all():
-        assert e.description == e.cls.description(), e.name
-        assert set(e.aliases) == set(e.cls.aliases), e.name
+        assert e.description == e.cls.description() != "", e.name
+        assert (e.name, set(e.aliases)) == (e.cls.name, set(e.cls.aliases)), e.name
         if e.kind == "model_family":
             assert set(e.model_types) == set(e.cls.model_types), e.name
         assert e.target == f"{e.cls.__module__}:{e.cls.__qualname__}"
     # nothing left out: every component class the built-in modules and the grpo plugin define is registered
     import dare.diffusion.estimators
+    import dare_grpo.objectives
     from dare.builtins import benchmarks, multiple_choice, rewards
-    from dare_grpo.objectives import EXTRA_OBJECTIVES, OBJECTIVES
 
     def defined(module):
         return {c for c in vars(module).values() if isinstance(c, type) and issubclass(c, Component) and c.name
@@ -314,7 +334,73 @@ def test_first_party_registrations_match_their_classes():
                           ((dare.diffusion.estimators,), "estimator")):
         want = {c for m in modules for c in defined(m) if c.kind == kind}
         assert {e.cls for e in reg.all() if e.plugin == "dare.builtins" and e.kind == kind} == want, kind
-    assert {e.cls for e in reg.all() if e.plugin == "grpo" and e.kind == "objective"} == set(OBJECTIVES + EXTRA_OBJECTIVES)
+    grpo = {e.cls for e in reg.all() if e.plugin == "grpo" and e.kind == "objective"}
+    assert grpo == {c for c in defined(dare_grpo.objectives) if c.kind == "objective"} and len(grpo) >= 14
+
+
+_SOURCE_MODULE = '''
+from dare import Reward, ModelFamily
+
+NAME = "computed"
+
+
+class Plain(Reward):
+    """First line: the description.
+
+    More text that is not part of it.
+    """
+
+    name = "plain"
+    aliases: tuple = ("p", "pl")
+
+    def score(self, completion, sample):
+        return 0.0
+
+
+class AttributesAfterAMethod(ModelFamily):
+    """A family."""
+
+    def helper(self):
+        return 1
+
+    name = "late"
+    model_types = ("late_type",)
+
+
+class Computed(Reward):
+    name = NAME
+
+
+class Nameless(Reward):
+    """No name."""
+'''
+
+
+def test_declared_in_source_reads_the_class_body_without_importing(tmp_path, monkeypatch):
+    from dare.registry import declared_in_source
+
+    (tmp_path / "declared_pkg").mkdir()
+    (tmp_path / "declared_pkg" / "__init__.py").write_text("raise ImportError('never imported')\n")
+    (tmp_path / "declared_pkg" / "things.py").write_text(_SOURCE_MODULE)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    P.reset()  # forget where packages were found
+    assert declared_in_source("declared_pkg.things:Plain") == {
+        "name": "plain", "aliases": ("p", "pl"), "description": "First line: the description.", "model_types": None}
+    assert declared_in_source("declared_pkg.things:AttributesAfterAMethod") == {
+        "name": "late", "aliases": (), "description": "A family.", "model_types": ("late_type",)}
+    with pytest.raises(TypeError, match="name must be a literal in the class body"):
+        declared_in_source("declared_pkg.things:Computed")
+    with pytest.raises(TypeError, match='assigns no name; write name = "..." in class Nameless'):
+        declared_in_source("declared_pkg.things:Nameless")
+    with pytest.raises(TypeError, match="no module-level class Missing found in the source of declared_pkg.things"):
+        declared_in_source("declared_pkg.things:Missing")
+    # a source folder of a plugin that is not installed is searched first
+    other = tmp_path / "src"
+    (other / "elsewhere").mkdir(parents=True)
+    (other / "elsewhere" / "mod.py").write_text(_SOURCE_MODULE.replace('"plain"', '"plain-2"'))
+    assert declared_in_source("elsewhere.mod:Plain", roots=(other,))["name"] == "plain-2"
+    assert not any(m.startswith(("declared_pkg", "elsewhere")) for m in sys.modules)
+    P.reset()
 
 
 def test_register_auto_classes_runs_each_plugin_once_and_records_failures(fake_eps):

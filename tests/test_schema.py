@@ -5,14 +5,14 @@ from __future__ import annotations
 
 import json
 
-from dare.plugins import FIRST_PARTY, get_registry
+from dare.plugins import first_party, get_registry
 from dare.spec import json_schema
 from dare.testing import repo_root
 
 
 def test_committed_schema_is_up_to_date():
     path = repo_root() / "schemas" / "run-spec.schema.json"
-    want = json.dumps(json_schema(get_registry().restricted(FIRST_PARTY)), indent=2, sort_keys=True) + "\n"
+    want = json.dumps(json_schema(get_registry().restricted(first_party())), indent=2, sort_keys=True) + "\n"
     assert path.is_file(), "schemas/run-spec.schema.json is missing: run `make schema` (dare schema --first-party -o schemas/run-spec.schema.json)"
     assert path.read_text() == want, "schemas/run-spec.schema.json is stale: run `make schema` and commit it"
 

@@ -1,5 +1,5 @@
 """Built-in verifiable benchmarks (part of ``dare-dllm``): gsm8k, math500, aime, countdown, sudoku
-(the code benchmarks are in ``dare-plugin-code``).
+(the code benchmarks are a plugin's).
 
 Default data files live under ``$DARE_DATA_DIR`` (the layout of DARE's preprocessed data:
 ``rl/test/<name>.parquet``); the Sudoku test set also ships with the package (``dare://sudoku/test.parquet``).

@@ -1,5 +1,5 @@
 """Built-in reward components (part of ``dare-dllm``): math, gsm8k, countdown, sudoku, format (the
-``code`` reward is in ``dare-plugin-code``)."""
+code-execution reward is a plugin's)."""
 
 from __future__ import annotations
 

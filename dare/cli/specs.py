@@ -39,10 +39,10 @@ def validate(spec, overrides, unset, config_only, command):
 def schema(output, check, first_party):
     """Print the JSON Schema of the run spec, covering every installed component's params (-o FILE: write it)."""
     from dare.io import atomic_write_text
-    from dare.plugins import FIRST_PARTY, get_registry
+    from dare import plugins
     from dare.spec import json_schema
 
-    registry = get_registry().restricted(FIRST_PARTY) if first_party else None
+    registry = plugins.get_registry().restricted(plugins.first_party()) if first_party else None
     text = json.dumps(json_schema(registry), indent=2, sort_keys=True) + "\n"
     if check and output in (None, "-"):
         raise DareError("--check compares with a file: give it with -o FILE")

@@ -50,7 +50,7 @@ def blockwise_mask(t: torch.Tensor, eligible: torch.Tensor, block_length: int, g
     prefix noise, suffix fully masked). The response (the ``eligible`` positions of a row, in order) is cut
     into blocks of ``block_length`` tokens from its first token, as semi-autoregressive decoding cuts the
     completion of LLaDA and Dream (block-diffusion families train on their own absolute block grid and
-    refuse this: ``SFT.check`` in plugins/dare-plugin-sft/src/dare_sft/objective.py); one block ``b`` is drawn
+    refuse this in the SFT objective's ``check``); one block ``b`` is drawn
     uniformly among the row's blocks; its positions are masked
     independently with probability ``t`` (they are the loss positions), every later response position is
     masked (hidden, never in the loss) and earlier ones stay clean. This is the state a block decoder

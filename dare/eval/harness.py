@@ -1,6 +1,6 @@
 """A DARE model as evaluation harnesses see one: text in, text or log-likelihoods out.
 
-:class:`HarnessModel` is harness-neutral: the lm-eval model (``dare-plugin-lmeval``) and other
+:class:`HarnessModel` is harness-neutral: the lm-eval model (DARE's lm-evaluation-harness plugin) and other
 harness integrations wrap it and only translate requests. It loads a model directory, run directory,
 LoRA adapter directory or hub id (:func:`dare.modeling.load_model`) with a sampler whose params are
 validated by the sampler's own ``Params`` model and its ``check`` against the model *before* any weights

@@ -37,7 +37,7 @@ def resolve_family(model_type: str | None, registry=None) -> ModelFamily:
         known = sorted(t for e in reg.entries["model_family"].values() for t in e.cls.model_types)
         raise CheckpointError(
             f"model_type {model_type!r} is not loaded by any installed model family (known: {', '.join(known)}); "
-            "install the family's plugin, e.g. pip install dare-plugin-llada"
+            "install the plugin of the family that loads it (`dare plugins` lists the installed ones)"
         )
     return entry.create()
 

@@ -19,7 +19,7 @@ rl-objective`` renders one):
 * :mod:`dare.rl.rollout`, :mod:`dare.rl.prompts`: sampling and scoring a rollout batch, prompt datasets.
 
 Likelihood estimators (how a completion is scored by a diffusion LM) live in
-:mod:`dare.diffusion.estimators`; the first-party objectives live in the ``dare-plugin-grpo`` plugin.
+:mod:`dare.diffusion.estimators`; the objectives live in plugins.
 """
 
 from dare.rl.advantages import AdvantageKind, group_advantages

@@ -35,7 +35,7 @@ each: d1 and DiffuCoder draw their corruption over the whole completion and only
 (:func:`score_through_first_stop`, applied by :class:`~dare.rl.trainer.GRPOTrainer`); SPG's response ends at
 the first EOS (its blocks, mask ratios and length weights count only those tokens) and every later position
 is always masked (:func:`cut_response_at_first_stop` then :func:`mask_after_response`, applied by
-``dare_grpo.objectives.spg.trainer.SPGTrainer``). :func:`attend_prompt_padding`, :func:`align_blocks_at_prompt_end` and
+SPG's trainer). :func:`attend_prompt_padding`, :func:`align_blocks_at_prompt_end` and
 :func:`attend_response_padding` are applied by the trainer's rollout.
 """
 

@@ -9,8 +9,7 @@ import pytest
 import torch
 import yaml
 
-from dare.plugins import FIRST_PARTY, get_registry
-from dare_grpo.objectives import EXTRA_OBJECTIVES
+from dare.plugins import first_party, get_registry
 
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -19,7 +18,7 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 #: first-party families (they have tiny presets) whose forward process masks: every RL objective is refused on a
 #: uniform-noise family at validation (tests/test_matrix.py holds those refusals and their reasons)
 FAMILIES = sorted(n for n, e in get_registry().entries["model_family"].items()
-                  if e.distribution in FIRST_PARTY and e.cls.forward_process == "mask")
+                  if e.distribution in first_party() and e.cls.forward_process == "mask")
 #: Per-objective overrides that keep a run small, and the metric that shows the objective's own path ran.
 SMALL = {
     "mdpo": ({"sample_train_steps": 2}, "mdpo/num_train_steps"),
@@ -97,7 +96,7 @@ def _spec(tmp_path, model_dir, objective, sampler, sparams, params, steps):
 
 
 @pytest.mark.parametrize("family", FAMILIES)
-@pytest.mark.parametrize("objective", [cls.name for cls in EXTRA_OBJECTIVES])
+@pytest.mark.parametrize("objective", list(SMALL))
 def test_short_run_or_reasoned_rejection(tmp_path, family_models, family, objective):
     from dare.errors import SpecError
     from dare.run import Run

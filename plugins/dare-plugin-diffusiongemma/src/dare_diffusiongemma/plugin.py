@@ -9,14 +9,12 @@ from dare import hookimpl
 
 @hookimpl
 def register_model_families(register):
-    register("dare_diffusiongemma.family:DiffusionGemmaFamily", name="diffusiongemma", model_types=("diffusion_gemma",),
-             description="DiffusionGemma: causal prompt encoder + bidirectional canvas decoder, uniform-noise corruption.")
+    register("dare_diffusiongemma.family:DiffusionGemmaFamily")
 
 
 @hookimpl
 def register_samplers(register):
-    register("dare_diffusiongemma.sampler:DiffusionGemmaSampler", name="diffusiongemma",
-             description="DiffusionGemma canvas decoding, token for token transformers' ``generate`` for each row alone.")
+    register("dare_diffusiongemma.sampler:DiffusionGemmaSampler")
 
 
 @hookimpl

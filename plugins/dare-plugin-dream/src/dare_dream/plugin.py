@@ -10,15 +10,12 @@ from dare import hookimpl
 
 @hookimpl
 def register_model_families(register):
-    register("dare_dream.family:DreamFamily", name="dream", model_types=("Dream",),
-             description="Dream / DiffuCoder: bidirectional Qwen2.5 masked diffusion LM; raw position j predicts token "
-                         "j+1.")
+    register("dare_dream.family:DreamFamily")
 
 
 @hookimpl
 def register_samplers(register):
-    register("dare_dream.sampler:DreamSampler", name="dream",
-             description="Dream's diffusion_generate (origin / maskgit_plus / topk_margin / entropy), with trajectory and Fast-dLLM")
+    register("dare_dream.sampler:DreamSampler")
 
 
 @hookimpl

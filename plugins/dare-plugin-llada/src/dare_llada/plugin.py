@@ -10,14 +10,12 @@ from dare import hookimpl
 
 @hookimpl
 def register_model_families(register):
-    register("dare_llada.family:LLaDAFamily", name="llada", model_types=("llada",),
-             description="LLaDA: bidirectional Llama-style masked diffusion LM; position i scores token i.")
+    register("dare_llada.family:LLaDAFamily")
 
 
 @hookimpl
 def register_samplers(register):
-    register("dare_llada.sampler:LLaDASampler", name="llada",
-             description="LLaDA semi-autoregressive low-confidence remasking (official generate.py), with trajectory and Fast-dLLM")
+    register("dare_llada.sampler:LLaDASampler")
 
 
 @hookimpl

@@ -10,16 +10,12 @@ from dare import hookimpl
 
 @hookimpl
 def register_model_families(register):
-    register("dare_llada2.family:LLaDA2Family", name="llada2", model_types=("llada2_moe",),
-             description="LLaDA2.x: block-diffusion MoE LM (block-causal attention, block size 32); position i scores "
-                         "token i.")
+    register("dare_llada2.family:LLaDA2Family")
 
 
 @hookimpl
 def register_samplers(register):
-    register("dare_llada2.sampler:LLaDA2Sampler", name="llada2",
-             description="LLaDA2's official block decoder (2.0 threshold decoding / 2.1 token editing), batched, "
-                         "KV-cached.")
+    register("dare_llada2.sampler:LLaDA2Sampler")
 
 
 @hookimpl

@@ -10,16 +10,12 @@ from dare import hookimpl
 
 @hookimpl
 def register_model_families(register):
-    register("dare_sdar.family:SDARFamily", name="sdar", model_types=("sdar", "sdar_moe"),
-             description="SDAR (dense + MoE): Qwen3-architecture block-diffusion LM; block-causal attention, position i "
-                         "scores i.")
+    register("dare_sdar.family:SDARFamily")
 
 
 @hookimpl
 def register_samplers(register):
-    register("dare_sdar.sampler:SDARSampler", name="sdar",
-             description="SDAR block diffusion decoding with a KV cache (JetAstra/SDAR generate.py), with trajectory "
-                         "and NFE.")
+    register("dare_sdar.sampler:SDARSampler")
 
 
 @hookimpl

@@ -1,4 +1,4 @@
-"""Entry point of ``dare-plugin-sft``: registers the ``sft`` objective.
+"""Entry point of ``dare-plugin-sft``: registers the masked-diffusion SFT objective.
 
 A lazy reference (see :mod:`dare.hookspecs`): ``dare_sft.objective`` is imported when a spec first
 uses it.
@@ -9,6 +9,4 @@ from dare import hookimpl
 
 @hookimpl
 def register_objectives(register):
-    register("dare_sft.objective:SFT", name="sft",
-             description="Masked-diffusion SFT (LLaDA, arXiv 2502.09992): CE/t on masked response tokens / response "
-                         "length.")
+    register("dare_sft.objective:SFT")

@@ -44,13 +44,5 @@ __all__ = [
     "GDPO",
     "DiPO",
     "LightningRL",
-    "OBJECTIVES",
-    "EXTRA_OBJECTIVES",
 ]
 
-#: Objectives this plugin registers.
-OBJECTIVES = (D1, CoupledGRPO, BGPO, ESPO, CJGRPO, TraceRL, GDPO)
-
-#: Objectives this plugin also registers, with their own rollouts or (objective, family, sampler) rules
-#: (MDPO, SPG, EBPO, d-TreeRPO, JustGRPO, DiPO, LightningRL); their smoke tests are in tests/test_grpo_smoke_extra.py.
-EXTRA_OBJECTIVES = (MDPO, SPG, EBPO, DTreeRPO, JustGRPO, DiPO, LightningRL)
