@@ -78,3 +78,6 @@ def register_estimators(register):
     register("dare.diffusion.estimators.sdmc:SDMCEstimator", name="sdmc-elbo",
              description="GDPO's semi-deterministic Monte-Carlo ELBO: quadrature over the mask ratio, exact-count "
                          "random masks at each node.")
+    register("dare.diffusion.estimators.uniform:UniformELBOEstimator", name="uniform-elbo",
+             description="Uniform-noise denoising score (NeMo's flat canvas cross-entropy): every response token under "
+                         "``mc_num`` noise levels.")
