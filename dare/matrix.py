@@ -8,7 +8,8 @@ default params (rollout temperature 1, for samplers that take one) and the Sudok
 * ``official``: the spec validates and the objective's release trained this family (``Params.official_families``:
   ``preset: official`` applies, and the objective's parity test compares it with the release);
 * ``supported``: the spec validates, and the family is first-party, so the test suite runs the pair end to end
-  (``plugins/dare-plugin-grpo/tests/test_smoke.py``, ``test_grpo_smoke_extra.py``: every first-party family);
+  (``plugins/dare-plugin-grpo/tests/test_smoke.py``, ``test_grpo_smoke_extra.py``: every first-party [MASK] family;
+  ``plugins/dare-plugin-diffusiongemma/tests/test_diffusiongemma_rl.py``: the uniform-noise family);
 * ``sampler``: only the sampler settings are rejected (e.g. JustGRPO needs left-to-right decoding): the pair runs
   with the sampler settings the reason names;
 * ``refused``: validation rejects the pair; the reason is the validation message (e.g. a masking-only objective on a
