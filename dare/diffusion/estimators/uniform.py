@@ -147,11 +147,9 @@ class UniformELBOEstimator(Estimator):
 class UniformNoise(Estimator):
     """A [MASK]-corruption estimator under uniform noise: its passes, each corrupted position a uniformly random token.
 
-    Not a registered component: objectives build it around their own estimator for a uniform-noise family
-    (:func:`for_forward_process`). ``level`` is the wrapped estimator's.
+    Not a registered component (no ``name``): objectives build it around their own estimator for a uniform-noise
+    family (:func:`for_forward_process`). ``level`` is the wrapped estimator's.
     """
-
-    name = "uniform-noise"
 
     def __init__(self, base: Estimator, vocab_size: int):
         super().__init__()
