@@ -62,6 +62,7 @@ FILE_KIND: dict[str, str] = {
     "test_trainer.py": "train",
     "test_sdar_training.py": "train",
     "test_diffusiongemma_run.py": "train",  # `dare run` of a tiny DiffusionGemma spec: SFT steps, evaluation
+    "test_diffusiongemma_rl.py": "train",   # `dare run` of d1 and TraceRL on a tiny DiffusionGemma, evaluation
     "test_pipeline.py": "train",            # `dare run` through the CLI, stage by stage
     "test_trackers.py": "train",            # train.report_to: wandb, trackio, MLflow offline, read back
     "test_recipes.py": "train",             # the real 7-16B configs on the meta device; 2 training steps per recipe

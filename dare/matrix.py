@@ -3,7 +3,7 @@ docs/algorithms.md §11).
 
 Each (model family, online-RL objective) pair is validated as a run spec would be: a tiny model of the family
 (``model.new``, ``preset: tiny``), the family's default sampler with a 4-token completion, the objective with its
-default params (rollout temperature 1) and the Sudoku reward. The cell says:
+default params (rollout temperature 1, for samplers that take one) and the Sudoku reward. The cell says:
 
 * ``official``: the spec validates and the objective's release trained this family (``Params.official_families``:
   ``preset: official`` applies, and the objective's parity test compares it with the release);
@@ -40,12 +40,12 @@ class Cell:
     reason: str = ""
 
 
-def _spec(family: str, objective: str, sampler: str, sampler_params: dict) -> dict:
+def _spec(family: str, objective: str, sampler: str, sampler_params: dict, rollout: dict) -> dict:
     return {
         "model": {"new": {"family": family, "preset": "tiny"}},
         "data": {"train": {"path": "dare://sudoku/train.parquet", "limit": 4, "chat_template": False,
                            "prompt_template": "{{ extra_info.puzzle }}"}},
-        "algorithm": {"name": objective, "params": {"rollout_sampler": {"temperature": 1.0}}},
+        "algorithm": {"name": objective, "params": {"rollout_sampler": rollout}},
         "sampler": {"name": sampler, "params": sampler_params},
         "rewards": [{"name": "sudoku", "params": {"require_answer_tags": False}}],
         "train": {"learning_rate": 1e-6, "max_steps": 1, "per_device_batch_size": 1},
@@ -63,7 +63,8 @@ def _cell(reg, first_party: set[str], family: str, objective: str) -> Cell:
     wanted = {"gen_length": 4, "steps": 4, "denoising_steps": 2, "block_length": 4 if fam.attention == "full" else None}
     sparams = {k: v for k, v in wanted.items() if k in fields and v is not None}
     try:
-        validate_spec(_spec(family, objective, sampler.name, sparams), source="<matrix>", check=True)
+        rollout = {"temperature": 1.0} if "temperature" in fields else {}  # a sampler without one samples already
+        validate_spec(_spec(family, objective, sampler.name, sparams, rollout), source="<matrix>", check=True)
     except SpecError as exc:
         if any(loc.startswith("model") for loc, _ in exc.problems):
             return Cell(family, objective, "untested", "no tiny preset to validate with")

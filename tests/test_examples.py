@@ -18,7 +18,7 @@ def test_example_spec_validates(path, tmp_path, tiny_llada_dir):
     raw["output"]["dir"] = str(tmp_path / "run")
     model_path = str(raw.get("model", {}).get("path", ""))
     if model_path.startswith("runs/"):  # starts from another example's run: a tiny model of its family stands in
-        family = next((f for f in ("dream", "sdar", "llada2") if f in path.name), "llada")
+        family = next((f for f in ("dream", "sdar", "llada2", "diffusiongemma") if f in path.name), "llada")
         if family == "llada":
             raw["model"]["path"] = str(tiny_llada_dir)
         else:

@@ -53,9 +53,12 @@ def test_known_statuses(matrix):
             assert c.status == "refused" and "block-diffusion" in c.reason, c
     # JustGRPO needs left-to-right decoding: the default sampler is rejected, not the pair
     assert cells[("llada", "justgrpo")].status == "sampler"
-    # a uniform-noise family (no mask token): every RL objective is refused at validation, naming the family
+    # a uniform-noise family (no mask token): d1 and TraceRL run on it (docs/algorithms.md §3.16); every other RL
+    # objective is refused at validation, naming the family
     _, objectives, _ = matrix
-    for obj in objectives:
+    for obj in ("d1", "tracerl"):
+        assert cells[("diffusiongemma", obj)].status == "supported"
+    for obj in set(objectives) - {"d1", "tracerl"}:
         c = cells[("diffusiongemma", obj)]
         assert c.status == "refused" and "diffusiongemma" in c.reason, c
 

@@ -47,3 +47,4 @@ def register_estimators(register):
     register("dare.diffusion.estimators.stratified:StratifiedELBOEstimator")
     register("dare.diffusion.estimators.random_block:RandomBlockEstimator")
     register("dare.diffusion.estimators.sdmc:SDMCEstimator")
+    register("dare.diffusion.estimators.uniform:UniformELBOEstimator")

@@ -53,6 +53,9 @@ class ModelFamily(Component):
     #: diffusion, MDLM/LLaDA arXiv 2502.09992 eq. (1)); ``"uniform"`` by tokens drawn uniformly from the vocabulary
     #: (D3PM-uniform, arXiv 2107.03006 §3.1; :func:`dare.diffusion.forward.uniform_noise`), with no mask token.
     forward_process: ClassVar[Literal["mask", "uniform"]] = "mask"
+    #: True when the decoder writes the completion in blocks that start at the padded prompt's end in every row
+    #: (DiffusionGemma's canvases): RL rollouts then score with ``ScoringBatch.block_anchor = P``.
+    blocks_from_prompt_end: ClassVar[bool] = False
     #: True when EOS padding after the answer is part of the response (LLaDA/Dream convention);
     #: False when responses are truncated at EOS and padding is excluded (block families).
     pad_in_response: ClassVar[bool] = True

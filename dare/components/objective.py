@@ -42,7 +42,7 @@ class Objective(Component):
                 f"objective {self.name!r} is defined for {' and '.join(self.forward_processes)}-noise diffusion, but "
                 f"model family {family.name!r} corrupts with {process} noise (no [MASK] token): its loss scores "
                 f"masked positions that such a model never sees; use an objective that supports {process} noise "
-                "(sft)")))
+                "(sft, or an online-RL objective that `dare plugins --matrix` marks yes for this family)")))
         if spec.data is None or spec.data.train is None:
             problems.append(("data.train", f"objective {self.name!r} needs a training dataset; add data.train.path"))
         if spec.train is None:

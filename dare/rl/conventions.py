@@ -84,7 +84,7 @@ def score_through_first_stop(passes: list[Pass], batch: ScoringBatch, stop_ids: 
     :returns: new :class:`Pass` objects (``key`` kept); the inputs are not modified.
     """
     keep = keep_through_first_stop(batch.input_ids[:, batch.prompt_length:], stop_ids)
-    return [Pass(mask=p.mask, weight=p.weight * keep.to(p.weight.dtype)[None], key=p.key) for p in passes]
+    return [replace(p, weight=p.weight * keep.to(p.weight.dtype)[None]) for p in passes]
 
 
 def cut_response_at_first_stop(batch: ScoringBatch, stop_ids: tuple[int, ...]) -> ScoringBatch:
@@ -98,7 +98,7 @@ def mask_after_response(passes: list[Pass], batch: ScoringBatch) -> list[Pass]:
     """``passes`` with every completion position outside ``batch.completion_mask`` masked (weight unchanged,
     so 0 there): SPG's ``is_mask | ~completion_mask_append`` (``spg/spg_trainer.py::forward_process``)."""
     outside = torch.cat([torch.zeros_like(batch.prompt_valid), ~batch.completion_mask], dim=1)
-    return [Pass(mask=p.mask | outside[None].to(p.mask.device), weight=p.weight, key=p.key) for p in passes]
+    return [replace(p, mask=p.mask | outside[None].to(p.mask.device)) for p in passes]
 
 
 def attend_prompt_padding(batch: ScoringBatch) -> ScoringBatch:

@@ -88,8 +88,8 @@ def sample_completions(decoding: DecodingBundle, prompts: list[str], group_size:
     cmask = torch.cat([o.completion_mask for o in outs]).bool()
     unmask = torch.cat([o.unmask_step for o in outs])
     comp = seqs[:, P:]
-    leftover = comp == tokens.mask_id
-    if bool(leftover.any()):
+    leftover = comp == tokens.mask_id if tokens.mask_id is not None else None  # uniform noise: no mask token
+    if leftover is not None and bool(leftover.any()):
         comp = torch.where(leftover, torch.full_like(comp, tokens.eos_id), comp)
         cmask = family_completion_mask(comp, tokens.stop_ids, family.pad_in_response)
     comp = torch.where(cmask, comp, torch.full_like(comp, tokens.pad_id))
@@ -100,6 +100,7 @@ def sample_completions(decoding: DecodingBundle, prompts: list[str], group_size:
         prompt_length=P,
         mask_id=tokens.mask_id,
         unmask_step=unmask,
+        block_anchor=P if getattr(family, "blocks_from_prompt_end", False) else None,
     )
     edits = sum(float(torch.as_tensor(o.extras["edits"]).sum()) for o in outs if "edits" in o.extras)
     return batch, {"nfe": float(sum(o.nfe for o in outs)), "rollout_calls": float(len(outs)), "edits": edits}

@@ -24,7 +24,7 @@ as many backwards as the busiest one (:meth:`Backprop.pads`); on one process the
 from __future__ import annotations
 
 import contextlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable, ContextManager
 
 import torch
@@ -168,7 +168,7 @@ def drop_filtered_groups(passes: list[Pass], rewards: torch.Tensor, params: RLPa
     if keep is None or not passes:
         return passes
     w = keep.to(device=passes[0].weight.device, dtype=torch.float32)[None, :, None]
-    return [Pass(mask=p.mask, weight=p.weight * w, key=p.key) for p in passes]
+    return [replace(p, weight=p.weight * w) for p in passes]
 
 
 def draw_passes(estimator: Estimator, batch: ScoringBatch, generator, params: RLParams,
@@ -255,7 +255,7 @@ def _first_row_loss(fn: LogitsFn, batch: ScoringBatch, passes: list[Pass], tempe
     group left out by ``group_filter``)."""
     first = slice(0, 1)
     pas = passes[0].rows(first)
-    pas = Pass(mask=pas.mask, weight=torch.ones_like(pas.weight), key=pas.key)
+    pas = replace(pas, weight=torch.ones_like(pas.weight))
     return lambda: score_pass(fn, batch.rows(first), pas, temperature).token.sum()
 
 

@@ -82,7 +82,7 @@ def score_values(value_fn, batch: ScoringBatch, pas: Pass) -> torch.Tensor:
         where = pas.weight[k] != 0
         if not bool(where.any()):
             continue
-        noisy = torch.where(pas.mask[k], torch.full_like(clean, batch.mask_id), clean)
+        noisy = pas.corrupted(k, clean, batch.mask_id)
         v = value_fn(noisy, clean, attn)[:, P:, 0].float()
         out = out + torch.where(where, pas.weight[k].to(out.device) * v, torch.zeros_like(v))
     return out

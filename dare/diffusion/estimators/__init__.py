@@ -16,6 +16,7 @@ module                     estimator                               level       u
 ``stratified``             stratified ELBO-MC, counts k/L          sequence    bgpo
 ``random_block``           random block j, later blocks masked     token       spg
 ``sdmc``                   quadrature over t, exact-count masks    sequence    gdpo
+``uniform``                uniform-noise denoising score           token       d1, tracerl (uniform noise)
 =========================  ======================================  ==========  ====================
 
 The stratified corruptions themselves live in :mod:`dare.diffusion.elbo` (shared with VRPO);
@@ -32,6 +33,7 @@ from dare.diffusion.estimators.random_block import RandomBlockEstimator
 from dare.diffusion.estimators.sdmc import SDMCEstimator
 from dare.diffusion.estimators.stratified import StratifiedELBOEstimator
 from dare.diffusion.estimators.trajectory import TrajectoryEstimator
+from dare.diffusion.estimators.uniform import UniformELBOEstimator, UniformNoise
 
 __all__ = [
     "Estimator",
@@ -49,4 +51,6 @@ __all__ = [
     "StratifiedELBOEstimator",
     "RandomBlockEstimator",
     "SDMCEstimator",
+    "UniformELBOEstimator",
+    "UniformNoise",
 ]

@@ -119,12 +119,15 @@ class Pass:
       (0 = not scored by that copy);
     * ``key``: the pass's identity across processes where the passes depend on the rows (trajectory replay:
       the transition index, so each process holds the steps present in its own rows); ``None``: the pass is
-      identified by its position in the list, which is the same on every process.
+      identified by its position in the list, which is the same on every process;
+    * ``noise``: ``[K, N, S]`` int64 or None, the token each corrupted position holds in copy ``k`` under
+      uniform-noise diffusion (:mod:`dare.diffusion.estimators.uniform`); None = the batch's mask token.
     """
 
     mask: torch.Tensor
     weight: torch.Tensor
     key: int | None = None
+    noise: torch.Tensor | None = None
 
     def __post_init__(self):
         if self.mask.ndim != 3 or self.weight.ndim != 3 or self.mask.shape[:2] != self.weight.shape[:2]:
@@ -138,7 +141,14 @@ class Pass:
 
     def rows(self, index) -> Pass:
         """The same pass restricted to rows ``index``."""
-        return Pass(mask=self.mask[:, index], weight=self.weight[:, index], key=self.key)
+        noise = None if self.noise is None else self.noise[:, index]
+        return Pass(mask=self.mask[:, index], weight=self.weight[:, index], key=self.key, noise=noise)
+
+    def corrupted(self, k: int, clean: torch.Tensor, mask_id: int | None) -> torch.Tensor:
+        """``[N, S]`` int64 copy ``k`` of ``clean``: masked positions hold ``noise[k]`` (uniform noise) or
+        ``mask_id``."""
+        fill = torch.full_like(clean, mask_id) if self.noise is None else self.noise[k].to(clean.device)
+        return torch.where(self.mask[k], fill, clean)
 
 
 @dataclass
@@ -194,7 +204,7 @@ def score_pass(
         where = pas.weight[k] != 0
         if not bool(where.any()):
             continue
-        noisy = torch.where(pas.mask[k], torch.full_like(clean, batch.mask_id), clean)
+        noisy = pas.corrupted(k, clean, batch.mask_id)
         if batch.block_anchor is None:
             logits = logits_fn(noisy, clean, attn)[:, P:]
         else:

@@ -74,3 +74,51 @@ def test_uniform_noise_draws_per_row():
         uniform_noise(ids, corrupt, 0)
     # t = 1 corrupts every eligible position
     assert bool(bernoulli_mask(torch.ones(2), torch.ones(2, 4, dtype=torch.bool)).all())
+
+
+def _first_step_logits(model, fam, prompt, canvas):
+    """The decoder's first denoising step on ``canvas`` [1, C] after ``prompt`` [1, Lp], as canvas_decode runs it."""
+    from transformers import DynamicCache
+
+    config = model.config
+    attn = torch.ones_like(prompt, dtype=torch.bool)
+    pos = torch.arange(prompt.shape[1])[None]
+    cache = DynamicCache(config=config.get_text_config(decoder=True))
+    enc = model.model.encoder
+    mask = enc.create_masks_for_generate(config=config, inputs_embeds=torch.empty((1, prompt.shape[1], 0)),
+                                         attention_mask=attn, cache=cache, position_ids=pos, mm_token_type_ids=None)
+    _, cache = fam.encode(model, prompt, mask, pos, cache=cache)
+    dec_attn = torch.nn.functional.pad(attn, (0, canvas.shape[1]), value=True)
+    mapping = model.model.decoder.create_diffusion_decoder_attention_mask(
+        config=config, inputs_embeds=canvas.unsqueeze(-1), cache=cache, decoder_attention_mask=dec_attn)
+    dec_pos = prompt.shape[1] + torch.arange(canvas.shape[1])[None]
+    return fam.canvas_logits(model, canvas, cache, mapping, dec_pos)
+
+
+def test_denoiser_logits_score_a_canvas_as_the_decoder_first_step_and_ignore_left_padding(tiny):
+    """The RL likelihood forward (docs/algorithms.md §3.16): canvas 0 of a completion gets the logits the decoder's
+    first step gives that noisy canvas; canvas 1 sees canvas 0 clean; left padding changes nothing."""
+    fam, model = DiffusionGemmaFamily(), tiny.model.eval()
+    g = torch.Generator().manual_seed(0)
+    V = model.config.text_config.vocab_size
+    prompt = torch.randint(3, V, (1, 5), generator=g)
+    clean = torch.randint(3, V, (1, 16), generator=g)
+    noisy = torch.randint(3, V, (1, 16), generator=g)
+    with torch.no_grad():
+        out = fam.denoiser_logits(model, torch.cat([prompt, noisy], 1), torch.cat([prompt, clean], 1), None,
+                                  block_anchor=5)
+        first = _first_step_logits(model, fam, prompt, noisy[:, :8])
+        second = _first_step_logits(model, fam, torch.cat([prompt, clean[:, :8]], 1), noisy[:, 8:])
+        # the same row after 3 padding columns, next to another row
+        pad = torch.zeros(1, 3, dtype=torch.long)
+        rows_noisy = torch.cat([torch.cat([pad, prompt, noisy], 1), torch.randint(3, V, (1, 24), generator=g)])
+        rows_clean = torch.cat([torch.cat([pad, prompt, clean], 1), rows_noisy[1:]])
+        attn = torch.ones(2, 24, dtype=torch.long)
+        attn[0, :3] = 0
+        padded = fam.denoiser_logits(model, rows_noisy, rows_clean, attn, block_anchor=8)
+    assert out.shape == (1, 21, V) and bool((out[:, :5] == 0).all())
+    torch.testing.assert_close(out[:, 5:13], first, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(out[:, 13:], second, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(padded[:1, 8:], out[:, 5:], rtol=1e-5, atol=1e-5)
+    with pytest.raises(ValueError, match="block_anchor"):
+        fam.denoiser_logits(model, rows_noisy, rows_clean, attn)

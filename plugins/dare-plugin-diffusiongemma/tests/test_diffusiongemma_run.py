@@ -1,5 +1,5 @@
 """`dare run` of a tiny DiffusionGemma spec: SFT (NeMo's recipe) for a few steps, then evaluation with the
-``diffusiongemma`` sampler; [MASK] objectives and mask-only settings are refused at validation, naming the family."""
+``diffusiongemma`` sampler; masking-only objectives and mask-only settings are refused at validation, naming the family."""
 
 from __future__ import annotations
 
@@ -51,13 +51,13 @@ def test_dare_run_trains_with_sft_and_evaluates_with_the_canvas_sampler(tmp_path
 
 
 @pytest.mark.parametrize("algorithm, where, words", [
-    ({"name": "d1"}, "algorithm.name", "uniform noise"),
+    ({"name": "coupled-grpo"}, "algorithm.name", "uniform noise"),
     ({"name": "sft", "params": {"block_length": 8}}, "algorithm.params.block_length", "uniform noise"),
 ])
 def test_mask_only_settings_are_refused_naming_the_family(tmp_path, algorithm, where, words):
     spec = _spec(tmp_path / "run")
     spec["algorithm"] = algorithm
-    if algorithm["name"] == "d1":
+    if algorithm["name"] == "coupled-grpo":
         spec["rewards"] = [{"name": "sudoku"}]
     with pytest.raises(SpecError) as err:
         validate_spec(spec)

@@ -10,8 +10,9 @@ import yaml
 from dare.plugins import first_party, get_registry
 from test_grpo_smoke_extra import SMALL as EXTRA  # objectives with their own rollouts or pairing rules run there
 
-#: first-party families (they have tiny presets) whose forward process masks: every RL objective is refused on a
-#: uniform-noise family at validation (tests/test_matrix.py holds those refusals and their reasons)
+#: first-party families (they have tiny presets) whose forward process masks; the uniform-noise family runs the RL
+#: objectives that support it in plugins/dare-plugin-diffusiongemma/tests/test_diffusiongemma_rl.py and refuses the
+#: others at validation (tests/test_matrix.py holds those refusals and their reasons)
 FAMILIES = sorted(n for n, e in get_registry().entries["model_family"].items()
                   if e.distribution in first_party() and e.cls.forward_process == "mask")
 #: Per-objective overrides that keep the smoke run small.

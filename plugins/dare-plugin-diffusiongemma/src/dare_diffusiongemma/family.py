@@ -67,6 +67,7 @@ class DiffusionGemmaFamily(ModelFamily):
     model_types = ("diffusion_gemma",)
     attention = "block"
     forward_process = "uniform"
+    blocks_from_prompt_end = True
     pad_in_response = False
     lora_target_modules = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
     default_sampler = "diffusiongemma"
@@ -155,12 +156,41 @@ class DiffusionGemmaFamily(ModelFamily):
             "model family 'diffusiongemma' scores a canvas given its encoded prompt (DiffusionGemmaFamily."
             "canvas_logits); estimators that score a sequence in place (one forward over [prompt ; x_t]) do not apply")
 
-    def denoiser_logits(self, model, noisy_ids, clean_ids, attention_mask=None):
-        """Not defined (see :meth:`logits`).
+    def denoiser_logits(self, model, noisy_ids: torch.Tensor, clean_ids: torch.Tensor,
+                        attention_mask: torch.Tensor | None = None, block_anchor: int | None = None) -> torch.Tensor:
+        """Aligned denoiser logits ``[N, S, V]`` float32 of completions: the likelihood forward of RL estimators.
 
-        :raises NotImplementedError: always, naming the family.
+        The rows are ``[prompt ; completion]``, the prompt left-padded to ``P = block_anchor`` columns (the canvases
+        start at the prompt's end in every row, as :mod:`dare_diffusiongemma.decoding` writes them). The encoder reads
+        the row's real prompt tokens of ``noisy_ids`` (a corrupted prompt, d1's prompt noise) followed by the clean
+        completion ``clean_ids[:, P:]``; the decoder scores the noisy completion ``noisy_ids[:, P:]`` canvas by canvas,
+        canvas ``b`` attending the prompt, the clean canvases before it and itself (:meth:`training_masks`, the rule
+        decoding follows), with positions counted from the row's first real token, and without self-conditioning
+        (the decoder's first denoising step; one decoder forward, :meth:`training_logits`). Position ``i >= P`` holds
+        the logits of completion token ``i - P``; prompt positions hold zeros.
+
+        :param attention_mask: ``[N, S]`` (0 = prompt padding, or completion positions after a truncated response),
+            or None (all real). :param block_anchor: ``P``, the first completion column (``ScoringBatch.block_anchor``,
+            set by the RL rollout for this family: ``blocks_from_prompt_end``).
+        :raises ValueError: ``block_anchor`` is None.
         """
-        return self.logits(model, noisy_ids, attention_mask)
+        import torch
+
+        if block_anchor is None:
+            raise ValueError("model family 'diffusiongemma' scores completions canvas by canvas from the prompt's end: "
+                             "pass block_anchor = the padded prompt length (ScoringBatch.block_anchor)")
+        N, S = clean_ids.shape
+        P = int(block_anchor)
+        attn = (torch.ones_like(clean_ids, dtype=torch.bool) if attention_mask is None else attention_mask.bool())
+        rows = torch.where(torch.arange(S, device=clean_ids.device)[None, :] < P, noisy_ids, clean_ids)
+        pad = (attn[:, :P].long().cumsum(dim=1) == 0).sum(dim=1)  # leading prompt padding per row
+        # right-align: row n starts at its first real token (positions 0, 1, ... as decoding counts them)
+        index = (torch.arange(S, device=clean_ids.device)[None, :] + pad[:, None]).clamp(max=S - 1)
+        inside = torch.arange(S, device=clean_ids.device)[None, :] < (S - pad)[:, None]
+        shifted = torch.where(inside, torch.gather(rows, 1, index), torch.zeros_like(rows))
+        shifted_attn = inside & torch.gather(attn, 1, index)
+        logits, _ = self.training_logits(model, shifted, shifted_attn.long(), P - pad, noisy_ids[:, P:], None)
+        return torch.cat([logits.new_zeros((N, P, logits.shape[-1])), logits], dim=1)
 
     def encode(self, model, input_ids: torch.Tensor, attention_mask: torch.Tensor | None, position_ids: torch.Tensor,
                cache=None):
@@ -241,7 +271,7 @@ class DiffusionGemmaFamily(ModelFamily):
 
     def training_logits(self, model, clean_ids: torch.Tensor, attention_mask: torch.Tensor,
                         prefix_lengths: torch.Tensor, canvas_ids: torch.Tensor,
-                        self_conditioning_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+                        self_conditioning_mask: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
         """The SFT forward of NeMo AutoModel's DiffusionGemma recipe on transformers' modules: ``(canvas logits
         [B, R, V], encoder logits [B, S, V])``, float32, soft-capped.
 
@@ -251,7 +281,8 @@ class DiffusionGemmaFamily(ModelFamily):
         ``prefix_lengths[b] + j``) under :meth:`training_masks`, twice: pass 1 without gradient and without
         self-conditioning, pass 2 self-conditioned on pass 1's logits for the rows of ``self_conditioning_mask``
         ``[B]`` bool (Analog-Bits self-conditioning, arXiv 2208.04202 §3; NeMo's ``DiffusionGemmaForBlockDiffusion.
-        forward``). Only pass 2 and the encoder carry gradients.
+        forward``). Only pass 2 and the encoder carry gradients. ``self_conditioning_mask`` None: one decoder pass
+        without self-conditioning (the likelihood forward of :meth:`denoiser_logits`).
         """
         import torch
         from transformers import DynamicCache
@@ -268,6 +299,8 @@ class DiffusionGemmaFamily(ModelFamily):
         masks = {k: torch.where(v, 0.0, low).to(model.dtype)  # additive, as every attention implementation takes it
                  for k, v in self.training_masks(model, prefix_lengths, response_lengths, S, R).items()}
         dec_pos = (prefix_lengths[:, None] + torch.arange(R, device=clean_ids.device)[None, :]).clamp(max=S - 1)
+        if self_conditioning_mask is None:
+            return self.canvas_logits(model, canvas_ids, cache, masks, dec_pos), encoder_logits
         with torch.no_grad():
             first = self.canvas_logits(model, canvas_ids, cache, masks, dec_pos)
         logits = self.canvas_logits(model, canvas_ids, cache, masks, dec_pos, self_conditioning_logits=first.detach(),

@@ -3,7 +3,9 @@ Reinforcement Learning", arXiv 2504.12216 §3.2, eq. (3)-(4); DARE ``llada_dp_ac
 docs/algorithms.md §3.1).
 
 Estimator: one-step mean-field (:mod:`dare.diffusion.estimators.onestep`): completion fully masked,
-prompt tokens masked with ``p_mask_prompt``; ``l_k = log p(y_k | x~)``. Loss: token-level clipped
+prompt tokens masked with ``p_mask_prompt``; ``l_k = log p(y_k | x~)``. Under uniform noise (DiffusionGemma) the same
+estimate with random tokens for masks: :class:`~dare.diffusion.estimators.UniformELBOEstimator` at ``t = 1`` (the
+completion pure noise, the prompt tokens replaced with probability ``p_mask_prompt``; docs/algorithms.md §3.16). Loss: token-level clipped
 GRPO with dual clip, token-mean, ``+ beta`` x KL. Defaults are DARE's recipe (docs/algorithms.md §4.1): G = 8, mu = 1,
 eps 0.2, c = 3, beta 0 (the d1 paper uses mu > 1 and beta 0.04; set them in the spec). With
 mu > 1 the prompt mask is redrawn at every inner iteration, as in d1.
@@ -23,7 +25,7 @@ from pydantic import Field
 
 from dare.components.official import OfficialSetting
 
-from dare.diffusion.estimators import OneStepEstimator
+from dare.diffusion.estimators import OneStepEstimator, UniformELBOEstimator
 from dare.rl import OnlineRLObjective, RLParams, clipped_token_loss
 
 __all__ = ["D1", "D1Params"]
@@ -71,7 +73,11 @@ class D1(OnlineRLObjective):
     Params = D1Params
     zero_advantage_rows_vanish = True  # loss -A * clip(rho): identically 0 at A = 0
 
+    forward_processes = ("mask", "uniform")
+
     def make_estimator(self, family, model_config, sampler):
+        if getattr(family, "forward_process", "mask") == "uniform":  # pure-noise completion: uniform-elbo at t = 1
+            return UniformELBOEstimator(t=1.0, p_mask_prompt=self.params.p_mask_prompt).bind(family, model_config, sampler)
         return OneStepEstimator(p_mask_prompt=self.params.p_mask_prompt)
 
     def pass_loss(self, inp):

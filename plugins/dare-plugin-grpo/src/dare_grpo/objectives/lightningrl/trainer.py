@@ -18,9 +18,10 @@ and reference policies score them. For each completion it takes the correctness 
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import torch
 
-from dare.diffusion.estimators import Pass
 from dare.rl.batch_totals import whole_batch_sums, whole_batch_values
 from dare.rl.rollout import content_lengths
 from dare.rl.trainer import GRPOTrainer
@@ -128,7 +129,7 @@ class LightningRLTrainer(GRPOTrainer):
         start = self._first_row_index(batch.num_rows)
         advantages = all_adv[start:start + batch.num_rows].to(device)
         w = keep.to(device=device, dtype=torch.float32)
-        rollout.passes = [[Pass(mask=x.mask, weight=x.weight * w[None, :, None], key=x.key) for x in ps]
+        rollout.passes = [[replace(x, weight=x.weight * w[None, :, None]) for x in ps]
                           for ps in rollout.passes]
         scored = rollout.passes[0][0].scored.sum(-1).float() if rollout.passes and rollout.passes[0] else w * 0
         good = (keep.to(device) & correct).float()

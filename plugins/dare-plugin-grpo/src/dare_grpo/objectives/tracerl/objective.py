@@ -20,6 +20,10 @@ i.e. a per-sequence token mean inside each transition, *summed* over transitions
 the ``N`` completions (``C_eps``: clipped surrogate with dual clip). ``loss_aggregation`` is
 therefore not used. Metrics are averaged over transitions.
 
+Uniform-noise families (DiffusionGemma): the replayed state before a transition holds a uniformly random token at every
+position not yet fixed (:class:`~dare.diffusion.estimators.UniformNoise`; the decoder's state, whose unfixed positions
+are re-noised at every step, docs/algorithms.md §3.16); the value model is refused.
+
 Value model (``value_model: {gamma, lam, learning_rate, clip_eps}``, :class:`ValueModelParams`; absent or null =
 off, ``value_model: {}`` = on with the release's settings): the released trainer's optional diffusion value model
 (:mod:`dare_grpo.objectives.tracerl.trainer`, :mod:`dare.rl.value`) turns the group advantage into token advantages by
@@ -62,6 +66,7 @@ from dare.components import Params
 from dare.components.official import OfficialSetting
 
 from dare.diffusion.estimators import TrajectoryEstimator
+from dare.diffusion.estimators.uniform import for_forward_process
 from dare.rl import LossTerms, OnlineRLObjective, RLParams, clipped_token_loss, kl_estimate
 
 __all__ = ["TraceRL", "TraceRLParams", "ValueModelParams"]
@@ -214,6 +219,7 @@ class TraceRL(OnlineRLObjective):
 
     name = "tracerl"
     Params = TraceRLParams
+    forward_processes = ("mask", "uniform")
     zero_advantage_rows_vanish = True  # loss -A * clip(rho): identically 0 at A = 0
 
     def trainer_class(self) -> type:
@@ -234,6 +240,10 @@ class TraceRL(OnlineRLObjective):
                              "set row_layout: transition"))
         if self.params.value_model is None:
             return problems
+        if family is not None and getattr(family, "forward_process", "mask") == "uniform":
+            problems.append((f"{loc}.params.value_model", f"the value model replays [MASK] states with a value head on a "
+                             f"single-sequence model, and model family {family.name!r} corrupts with uniform noise and "
+                             "scores canvases with an encoder-decoder: remove value_model"))
         if self.params.row_layout == "block_round":
             problems.append((f"{loc}.params.row_layout", "the value model's step-level GAE runs over transitions, not "
                              "block rounds: set row_layout: transition with value_model"))
@@ -277,10 +287,12 @@ class TraceRL(OnlineRLObjective):
 
     def make_estimator(self, family, model_config, sampler):
         if self.params.row_layout == "block_round":
-            return TrajectoryEstimator(shrink=self.params.shrink, block_rounds=family.block_size(model_config))
-        per_row = self.params.transition_grouping == "per_row"
-        return TrajectoryEstimator(shrink=self.params.shrink, block_stride=None if per_row else sampler.steps_per_block(),
-                                   per_row=per_row)
+            est = TrajectoryEstimator(shrink=self.params.shrink, block_rounds=family.block_size(model_config))
+        else:
+            per_row = self.params.transition_grouping == "per_row"
+            est = TrajectoryEstimator(shrink=self.params.shrink, per_row=per_row,
+                                      block_stride=None if per_row else sampler.steps_per_block())
+        return for_forward_process(est, family, model_config)  # uniform noise: random tokens where replay masks
 
     def pass_loss(self, inp):
         p = self.params
