@@ -9,7 +9,7 @@ per position (D3PM-uniform, Austin et al. arXiv 2107.03006 §3.1; :func:`dare.di
 :class:`UniformELBOEstimator` (``uniform-elbo``) is the denoising score DiffusionGemma is trained with, NeMo AutoModel's
 ``BlockDiffusionCrossEntropyLoss`` (``nemo_automodel/components/loss/dllm_loss.py``: a flat cross-entropy over every
 response position of the canvas, corrupted or not, no ``1/t`` weight), which DARE's SFT of the family reproduces
-(plugins/dare-plugin-sft/src/dare_sft/trainer.py). For ``K`` noise levels ``t_k``, stratified over ``[eps, 1)``
+(the SFT trainer, tests/parity). For ``K`` noise levels ``t_k``, stratified over ``[eps, 1)``
 (``t_k = eps + (1 - eps)(k + u) / K``, one ``u ~ U[0, 1)`` per completion) or all equal to a fixed ``t``::
 
     s[n, g] = (1 / K) sum_k log p_theta(y_g | x~_k, y_{t_k})    for every response token g

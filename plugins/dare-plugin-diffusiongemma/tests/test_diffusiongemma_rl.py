@@ -88,7 +88,7 @@ def test_tracerl_replays_the_canvas_trajectory_under_uniform_noise(tmp_path, sta
 
 @pytest.mark.parametrize("algorithm, params, where", [
     ("coupled-grpo", {}, "algorithm.name"),
-    ("tracerl", {"value_model": True}, "algorithm.params.value_model"),
+    ("tracerl", {"value_model": {}}, "algorithm.params.value_model"),
 ])
 def test_masking_only_settings_stay_refused(tmp_path, start, algorithm, params, where):
     spec = _rl_spec(start, algorithm, params)
