@@ -1,5 +1,5 @@
-"""The stages of `dare run` (dare.pipeline), the CPU threads a run chooses (dare.threads), its run.log
-(dare.runlog) and the report's line naming the evaluation settings that differ from the run's."""
+"""The stages of `dare run` (dare.run.stages), the CPU threads a run chooses (dare.threads), its run.log
+(dare.run.log) and the report's line naming the evaluation settings that differ from the run's."""
 
 from __future__ import annotations
 
@@ -10,9 +10,10 @@ import pytest
 import torch
 import yaml
 
-from dare import pipeline, runlog
-from dare.pipeline import STAGES, Pipeline
-from dare.rundir import format_differences
+from dare.run import log as runlog
+from dare.run import stages as pipeline
+from dare.run.stages import STAGES, Pipeline
+from dare.run.rundir import format_differences
 from dare.threads import ThreadChoice, choose_threads, load_warning
 
 

@@ -26,7 +26,8 @@ from dare import distributed
 from dare.errors import DareError
 from dare.io import WRITE_ERRORS, describe_write_error, replace_dir
 from dare.modeling.lora import is_peft_model, save_merged
-from dare.trainers.checkpoints import (BEST_DIR, STAGING_DIR, check_resume_batch, drop_metrics_after,
+from dare.run.rundir import RunDir
+from dare.trainers.checkpoints import (BEST_DIR, STAGING_DIR, TRAINER_STATE, check_resume_batch, drop_metrics_after,
                                        last_complete_checkpoint, logged_losses, read_best, rotate_checkpoints,
                                        write_batch_record)
 
@@ -204,7 +205,7 @@ class CheckpointSaving:
         if distributed.is_main():
             shutil.rmtree(staging, ignore_errors=True)
             step = int(Path(ckpt).name.split("-")[-1]) if ckpt is not None else 0
-            drop_metrics_after(self.args.metrics_file or os.path.join(out_dir, "metrics.jsonl"), step)
+            drop_metrics_after(self.args.metrics_file or os.path.join(out_dir, RunDir.METRICS), step)
             if ckpt is None:  # a fresh start: a best/ left by a run that died before its first checkpoint
                 shutil.rmtree(os.path.join(out_dir, BEST_DIR), ignore_errors=True)
         distributed.barrier()
@@ -215,7 +216,7 @@ class CheckpointSaving:
             if self.is_world_process_zero():
                 print(f"resuming from {ckpt}", file=sys.stderr)
         if ckpt is not None and self.args.max_steps > 0:
-            state = json.loads((Path(ckpt) / "trainer_state.json").read_text())
+            state = json.loads((Path(ckpt) / TRAINER_STATE).read_text())
             if state.get("global_step", 0) >= self.args.max_steps:
                 out = self._finished_from(ckpt, state)
                 if self.args.keep_best_metric:

@@ -2,8 +2,8 @@
 
 Two commands writing one ``output.dir`` at once would mix their ``metrics.jsonl`` and leave ``model/``
 to whichever finished last. :func:`hold_run_dir` takes an exclusive, non-blocking ``flock`` on the
-file ``.<name>.lock`` next to the run directory ``<name>`` (next to it, not in it: the directory's
-own rules, :mod:`dare.rundir`, stay untouched, and the lock exists before the directory does). The
+file :attr:`dare.run.RunDir.lock` (``.<name>.lock`` next to the run directory ``<name>``: next to it, not in it, so
+the directory's own rules stay untouched and the lock exists before the directory does). The
 lock file records who holds it (pid, host, command, start time), so a second command stops at once
 with a message naming the running one.
 
@@ -31,18 +31,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from dare.errors import DareError
+from dare.run.rundir import RunDir
 
-__all__ = ["RunDirLocked", "hold_run_dir", "lock_path", "acquire", "release"]
+__all__ = ["RunDirLocked", "hold_run_dir", "acquire", "release"]
 
 
 class RunDirLocked(DareError):
     """Another command holds the run directory's lock."""
-
-
-def lock_path(run_dir: str | os.PathLike) -> Path:
-    """The lock file of ``run_dir``: ``<parent>/.<name>.lock``."""
-    run_dir = Path(os.path.abspath(run_dir))
-    return run_dir.parent / f".{run_dir.name}.lock"
 
 
 def _holder_text(record: dict | None) -> str:
@@ -70,7 +65,7 @@ def acquire(run_dir: str | os.PathLike) -> tuple[int, Path, list[Path]] | None:
         lock file cannot be created (a read-only or foreign parent: the run's own checks report that).
     :raises RunDirLocked: a live process holds it (named: pid, host, command, start time).
     """
-    path = lock_path(run_dir)
+    path = RunDir(run_dir).lock
     created: list[Path] = []
     for p in [path.parent, *path.parent.parents]:
         if p.exists():
