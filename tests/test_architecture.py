@@ -421,3 +421,77 @@ def test_the_core_reads_no_objective_param_by_name():
     allowed = _core_param_names()
     bad = [x for path in sorted(CORE.rglob("*.py")) for x in core_param_reads(path, allowed)]
     assert not bad, bad
+
+
+#: run-directory entries whose names only :mod:`dare.run.rundir` spells (:class:`dare.run.rundir.RunDir`)
+RUN_FILE_NAMES = frozenset({"run.json", "init-model", "checkpoints", "metrics.jsonl", "report.json", "report.md",
+                            "plot.png", "run.log"})
+#: entries named by common words: flagged where code joins them to a path (``d / "model"``, ``os.path.join(d, "eval")``)
+RUN_DIR_WORDS = frozenset({"model", "eval", "samples", "tensorboard"})
+#: the module that owns the run directory's layout
+RUNDIR_MODULE = CORE / "run" / "rundir.py"
+
+
+def _docstrings(tree: ast.AST) -> set[int]:
+    """ids of the docstring constants of a module and its classes and functions."""
+    out = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and node.body:
+            first = node.body[0]
+            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant):
+                out.add(id(first.value))
+    return out
+
+
+def _names_a_run_file(text: str) -> bool:
+    """A string (or f-string piece) spelling a run-directory file: the name itself or a path through it
+    (``"/run.json"``, ``"eval/after.json"`` is not, ``"run.log"`` is); prose (with spaces) is not a path."""
+    if not text or any(c.isspace() for c in text):
+        return False
+    return text == ".lock" or any(part in RUN_FILE_NAMES for part in text.split("/"))
+
+
+def run_dir_literals(path: Path) -> list[str]:
+    """``"line N: 'name'"`` for every run-directory name the module at ``path`` spells outside docstrings
+    (:func:`_names_a_run_file`, or a :data:`RUN_DIR_WORDS` entry joined to a path)."""
+    tree = ast.parse(path.read_text())
+    skip = _docstrings(tree)
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in skip:
+            if _names_a_run_file(node.value):
+                found.append((node.lineno, f"line {node.lineno}: {node.value!r}"))
+        joined: list[ast.expr] = []
+        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Div):
+            joined = [node.right]
+        elif isinstance(node, ast.Call) and ast.unparse(node.func) in ("os.path.join", "Path", "pathlib.Path"):
+            joined = node.args[1:]
+        for arg in joined:
+            if isinstance(arg, ast.Constant) and arg.value in RUN_DIR_WORDS:
+                found.append((arg.lineno, f"line {arg.lineno}: {arg.value!r} joined to a path"))
+    return [text for _, text in sorted(found)]
+
+
+def test_the_run_dir_check_finds_literal_names(tmp_path):
+    bad = tmp_path / "bad.py"
+    bad.write_text('"""A docstring may say run.json and d / "model"."""\nimport os\n\n\n'
+                   'def f(d, e, stage):\n'
+                   '    """Writes metrics.jsonl."""\n'
+                   '    a = d / "run.json"\n'
+                   '    b = os.path.join(d, "metrics.jsonl")\n'
+                   '    c = f"{d}/report.md"\n'
+                   '    g = d / "eval" / f"{stage}.json"\n'
+                   '    h = os.path.join(e, "tensorboard")\n'
+                   '    i = f".{d.name}.lock"\n'
+                   '    return "no run.json here", {"model": 1}, d.name == "model"\n')
+    assert run_dir_literals(bad) == [
+        "line 7: 'run.json'", "line 8: 'metrics.jsonl'", "line 9: '/report.md'", "line 10: 'eval' joined to a path",
+        "line 11: 'tensorboard' joined to a path", "line 12: '.lock'"]
+    assert run_dir_literals(RUNDIR_MODULE)  # the owner spells them: the check sees its names
+
+
+def test_only_the_run_dir_module_names_run_directory_files():
+    """Every path of a run directory comes from :class:`dare.run.rundir.RunDir` (docs/architecture.md, "Runs")."""
+    sources = sorted(CORE.rglob("*.py")) + _plugin_sources()
+    found = {str(p.relative_to(ROOT)): hits for p in sources if p != RUNDIR_MODULE and (hits := run_dir_literals(p))}
+    assert not found, f"run-directory names spelled outside dare/run/rundir.py (use RunDir): {found}"
