@@ -73,7 +73,7 @@ def run_resumably(path: str, overrides, unset, **kwargs):
     (``train=False``) needs an ``eval:`` section."""
     from dare.io import disk_errors_explained
     from dare.run import Run
-    from dare.run.lock import hold_run_dir
+    from dare.run.rundir import RunDir
     from dare.run.signals import exit_status, stop_message, terminate_as_interrupt
     from dare.spec import load_spec
 
@@ -82,7 +82,7 @@ def run_resumably(path: str, overrides, unset, **kwargs):
         raise DareError("the spec has no eval: section; add eval.benchmarks")
     r = None
     try:
-        with terminate_as_interrupt(), hold_run_dir(spec.output.dir):
+        with terminate_as_interrupt(), RunDir(spec.output.dir).hold():
             r = Run.from_file(path, list(overrides), list(unset), spec=spec)
             with disk_errors_explained(r.dir):
                 try:

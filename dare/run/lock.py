@@ -31,7 +31,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from dare.errors import DareError
-from dare.run.rundir import RunDir
 
 __all__ = ["RunDirLocked", "hold_run_dir", "acquire", "release"]
 
@@ -58,14 +57,15 @@ def _read_record(fd: int) -> dict | None:
         return None
 
 
-def acquire(run_dir: str | os.PathLike) -> tuple[int, Path, list[Path]] | None:
-    """Take the lock of ``run_dir`` for this process, or raise.
+def acquire(rundir) -> tuple[int, Path, list[Path]] | None:
+    """Take the lock of the run directory ``rundir`` (a :class:`dare.run.rundir.RunDir`: its ``lock`` file) for this
+    process, or raise.
 
     :returns: ``(fd, lock file, parent directories created for it)`` for :func:`release`; None when the
         lock file cannot be created (a read-only or foreign parent: the run's own checks report that).
     :raises RunDirLocked: a live process holds it (named: pid, host, command, start time).
     """
-    path = RunDir(run_dir).lock
+    run_dir, path = rundir.path, rundir.lock
     created: list[Path] = []
     for p in [path.parent, *path.parent.parents]:
         if p.exists():
@@ -132,8 +132,9 @@ def _remove_dirs(created: list[Path]) -> None:
 
 
 @contextlib.contextmanager
-def hold_run_dir(run_dir: str | os.PathLike) -> Iterator[None]:
-    """Hold the lock of ``run_dir`` for the block (the main process of a launch; see the module docstring).
+def hold_run_dir(rundir) -> Iterator[None]:
+    """Hold the lock of the run directory ``rundir`` (a :class:`dare.run.rundir.RunDir`) for the block (the main
+    process of a launch; see the module docstring); :meth:`dare.run.rundir.RunDir.hold` is the usual way in.
 
     Joins the launch's process group first (:func:`dare.distributed.setup`) when several processes run.
 
@@ -147,7 +148,7 @@ def hold_run_dir(run_dir: str | os.PathLike) -> Iterator[None]:
     handle, refusal = None, None
     if distributed.is_main():
         try:
-            handle = acquire(run_dir)
+            handle = acquire(rundir)
         except RunDirLocked as exc:
             refusal = str(exc)
     if several:

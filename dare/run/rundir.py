@@ -218,6 +218,23 @@ class RunDir:
                                                                         for p in self.path.iterdir())
 
     # ------------------------------------------------------------------ the rules
+    def hold(self):
+        """A context manager holding the directory's lock (:attr:`lock`) for a whole command, so a second command on
+        it stops at once naming the first (:func:`dare.run.lock.hold_run_dir`).
+
+        :raises dare.run.lock.RunDirLocked: (on entering) another command holds it.
+        """
+        from dare.run.lock import hold_run_dir
+
+        return hold_run_dir(self)
+
+    def open_log(self) -> bool:
+        """Start copying this process's console into :attr:`log` (appended; the main process only:
+        :func:`dare.run.log.open_log`). Returns whether it opened (False: a log is open already)."""
+        from dare.run.log import open_log
+
+        return open_log(self.log)
+
     def plan(self, spec_hash: str, overwrite: bool, resume: bool = True, train: bool = True,
              spec: dict | None = None, damaged: Callable[[Path], str | None] | None = None
              ) -> tuple[str, list[tuple[str, str]]]:

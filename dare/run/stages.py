@@ -109,7 +109,7 @@ def setup(run, rundir: RunDir, state: CommandState) -> None:
     distributed.setup()
     run.prepare(train=state.do_train)
     if distributed.is_main():
-        runlog.open_log(rundir.log)
+        rundir.open_log()
     choice = threads.apply(run.spec, training=state.do_train)
     state.machine = {**machine_info(), "torch_threads_from": choice.reason}
     if distributed.is_main():
