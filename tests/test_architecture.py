@@ -12,7 +12,9 @@
 * no plugin class overrides a ``_``-prefixed method of a ``dare`` class: an RL objective's trainer changes the step
   through the public hooks :class:`dare.rl.hooks.RLStepHooks` lists;
 * the core never reads an objective's parameter by name (``getattr(self.params, "kl_target", ...)``): it asks a
-  declared method or field of the core's parameter classes (e.g. ``RLParams.uses_reference_policy``).
+  declared method or field of the core's parameter classes (e.g. ``RLParams.uses_reference_policy``);
+* no module but ``dare/run/rundir.py`` spells a run-directory name (``"run.json"``, ``d / "model"``, ...): every
+  path of a run directory comes from :class:`dare.run.rundir.RunDir`.
 """
 
 from __future__ import annotations

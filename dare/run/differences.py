@@ -14,8 +14,8 @@ from typing import Any
 
 __all__ = ["EVAL_ONLY_KEYS", "spec_differences", "format_differences", "is_eval_only_key", "eval_only"]
 
-#: spec keys (dotted prefixes) that change what an evaluation measures but nothing a run trained: ``dare eval``
-#: of a finished run may override them (``eval.validation`` is not among them: it selected ``train.keep_best``'s weights)
+#: spec keys (dotted prefixes) that change what an evaluation measures but nothing a run trained: ``dare eval`` of a
+#: finished run may override them (``eval.validation`` is not among them: it selected ``train.keep_best``'s weights)
 EVAL_ONLY_KEYS = ("eval.benchmarks", "eval.batch_size", "eval.seed", "eval.before_train", "eval.num_threads")
 
 #: keys the spec hash ignores (:func:`dare.spec.spec_hash`), so never a difference between runs
@@ -33,7 +33,8 @@ def spec_differences(old: Any, new: Any, prefix: str = "") -> list[tuple[str, An
     if isinstance(old, dict) and isinstance(new, dict):
         out = []
         for k in list(old) + [k for k in new if k not in old]:
-            out += spec_differences(old.get(k, "<absent>"), new.get(k, "<absent>"), f"{prefix}.{k}" if prefix else str(k))
+            key = f"{prefix}.{k}" if prefix else str(k)
+            out += spec_differences(old.get(k, "<absent>"), new.get(k, "<absent>"), key)
         return out
     if isinstance(old, list) and isinstance(new, list) and len(old) == len(new):
         return [d for i, (a, b) in enumerate(zip(old, new)) for d in spec_differences(a, b, f"{prefix}[{i}]")]

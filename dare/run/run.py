@@ -19,7 +19,6 @@ from pathlib import Path
 from typing import Any
 
 from dare import distributed
-from dare.run import info as runinfo
 from dare.errors import DareError, SpecError
 from dare.eval import BenchmarkResult, evaluate_benchmark
 from dare.io import atomic_write_json
@@ -27,10 +26,11 @@ from dare.modeling import create_model, enable_gradient_checkpointing, load_mode
 from dare.modeling.checkpoint import DTYPES
 from dare.modeling.lora import apply_lora
 from dare.rewards import WeightedReward
+from dare.run import info as runinfo
 from dare.run.differences import format_differences, spec_differences
 from dare.run.rundir import RunDir
-from dare.trainers.checkpoints import resume_problem
 from dare.spec import ResolvedBenchmark, ResolvedSpec, RunSpec, load_spec, resolve_spec, spec_hash
+from dare.trainers.checkpoints import resume_problem
 
 __all__ = ["Run"]
 

@@ -264,9 +264,9 @@ class RunDir:
         if not out.is_dir() or not any(out.iterdir()):
             return "use", []
         if not self.is_run():
-            return "refuse", [("output.dir", f"{shown!r} is a non-empty directory that is not a DARE run directory (it has no "
-                                             "run.json), so DARE will not write into or replace it, even with output.overwrite: "
-                                             "true; choose an empty or new output.dir")]
+            return "refuse", [("output.dir", f"{shown!r} is a non-empty directory that is not a DARE run directory (it "
+                                             f"has no {self.RECORD}), so DARE will not write into or replace it, even "
+                                             "with output.overwrite: true; choose an empty or new output.dir")]
         old = self.stored_hash()
         if old != spec_hash:
             old_spec = self.stored_spec() if spec is not None else None
@@ -274,26 +274,29 @@ class RunDir:
             if not train and eval_only(diffs) and self.has_durable_results():
                 return "eval-only", []
             if overwrite and not train and self.has_durable_results():
-                return "refuse", [("output.overwrite", f"{shown!r} holds another run's checkpoints, model or report, which an "
-                                                      "evaluation-only command would delete; evaluate into another output.dir "
-                                                      "(set model.path to this run's model/ to score it)")]
+                return "refuse", [("output.overwrite", f"{shown!r} holds another run's checkpoints, model or report, "
+                                                      "which an evaluation-only command would delete; evaluate into "
+                                                      "another output.dir (set model.path to this run's model/ to "
+                                                      "score it)")]
             if overwrite:
                 return "replace", []
             if self.is_unfinished():
                 return "replace-unfinished", []
             if diffs:
                 what = f"its spec differs in {format_differences(diffs)}"
-                hint = ("; to only evaluate with other eval settings, use `dare eval`" if train and eval_only(diffs) else "")
+                hint = ("; to only evaluate with other eval settings, use `dare eval`"
+                        if train and eval_only(diffs) else "")
             else:
                 what, hint = f"spec hash {old} != {spec_hash}", ""
-            return "refuse", [("output.dir", f"{shown!r} already holds a different run ({what}); choose another output.dir "
-                                             f"or set output.overwrite: true (which deletes it){hint}")]
+            return "refuse", [("output.dir", f"{shown!r} already holds a different run ({what}); choose another "
+                                             f"output.dir or set output.overwrite: true (which deletes it){hint}")]
         if train and not resume and self.has_training_output():
             if overwrite:
                 return "replace", []
-            return "refuse", [("train.resume", f"{shown!r} already holds checkpoints or metrics of this run, which a new run with "
-                                               "train.resume: false would mix with its own; set train.resume: true to continue "
-                                               "it, or output.overwrite: true to delete them and start fresh")]
+            return "refuse", [("train.resume", f"{shown!r} already holds checkpoints or metrics of this run, which a "
+                                               "new run with train.resume: false would mix with its own; set "
+                                               "train.resume: true to continue it, or output.overwrite: true to delete "
+                                               "them and start fresh")]
         if train and resume and damaged is not None and (problem := damaged(self.checkpoints)) is not None:
             return "refuse", [("train.resume", problem)]
         return "use", []

@@ -21,13 +21,13 @@ from typing import Any
 import torch
 
 from dare import distributed, progress, sharding, threads
-from dare.run import info as runinfo
-from dare.run import log as runlog
-from dare.run.rundir import RunDir
 from dare.eval import provenance, write_report
 from dare.eval.merge import earlier_run_report, keep_run_facts, merge_later_evaluation, read_report
 from dare.eval.plots import plot_training
 from dare.eval.report import machine_info
+from dare.run import info as runinfo
+from dare.run import log as runlog
+from dare.run.rundir import RunDir
 from dare.trainers.checkpoints import checkpoint_step, last_complete_checkpoint, read_best
 
 __all__ = ["STAGES", "CommandState", "ResumePoint", "resume_point", "execute", "setup", "evaluate_before", "train",
@@ -230,4 +230,4 @@ def _timed_evaluate(run, state: CommandState, label: str) -> list:
 def _plot_title(run, state: CommandState) -> str:
     obj = run.objective.name if run.objective is not None else "?"
     steps = state.train_metrics.get("global_step", run.spec.train.max_steps if run.spec.train else "?")
-    return f"{run.dir}: {obj}, {steps} steps"
+    return f"{run.rundir}: {obj}, {steps} steps"

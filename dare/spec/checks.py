@@ -26,8 +26,8 @@ from dare.io import looks_local, resolve_path
 from dare.modeling.locate import ADAPTER_CONFIG, adapter_base, one_line, run_first_hint, trained_model_dir
 from dare.plugins import register_auto_classes
 from dare.run.rundir import plan_output_dir
-from dare.trainers.checkpoints import resume_problem
 from dare.spec.models import BenchmarkSpec, DatasetSpec, RunSpec, spec_hash
+from dare.trainers.checkpoints import resume_problem
 
 # torch and transformers (dare.modeling.checkpoint, dare.modeling.lora) are imported only by the checks that build
 # a config or a meta-device model, so validating a spec that needs neither does not import them.
