@@ -427,9 +427,9 @@ def test_the_core_reads_no_objective_param_by_name():
 
 #: run-directory entries whose names only :mod:`dare.run.rundir` spells (:class:`dare.run.rundir.RunDir`)
 RUN_FILE_NAMES = frozenset({"run.json", "init-model", "checkpoints", "metrics.jsonl", "report.json", "report.md",
-                            "plot.png", "run.log"})
+                            "plot.png", "run.log", "trainer_state.json", "dare_batch.json", "best.json", ".staging"})
 #: entries named by common words: flagged where code joins them to a path (``d / "model"``, ``os.path.join(d, "eval")``)
-RUN_DIR_WORDS = frozenset({"model", "eval", "samples", "tensorboard"})
+RUN_DIR_WORDS = frozenset({"model", "eval", "samples", "tensorboard", "best"})
 #: the module that owns the run directory's layout
 RUNDIR_MODULE = CORE / "run" / "rundir.py"
 
@@ -450,7 +450,8 @@ def _names_a_run_file(text: str) -> bool:
     (``"/run.json"``, ``"eval/after.json"`` is not, ``"run.log"`` is); prose (with spaces) is not a path."""
     if not text or any(c.isspace() for c in text):
         return False
-    return text == ".lock" or any(part in RUN_FILE_NAMES for part in text.split("/"))
+    parts = text.split("/")
+    return text == ".lock" or any(p in RUN_FILE_NAMES or p.startswith("checkpoint-") for p in parts)
 
 
 def run_dir_literals(path: Path) -> list[str]:
@@ -485,10 +486,12 @@ def test_the_run_dir_check_finds_literal_names(tmp_path):
                    '    g = d / "eval" / f"{stage}.json"\n'
                    '    h = os.path.join(e, "tensorboard")\n'
                    '    i = f".{d.name}.lock"\n'
+                   '    j = d.glob("checkpoint-*"), f"checkpoint-{stage}"\n'
                    '    return "no run.json here", {"model": 1}, d.name == "model"\n')
     assert run_dir_literals(bad) == [
         "line 7: 'run.json'", "line 8: 'metrics.jsonl'", "line 9: '/report.md'", "line 10: 'eval' joined to a path",
-        "line 11: 'tensorboard' joined to a path", "line 12: '.lock'"]
+        "line 11: 'tensorboard' joined to a path", "line 12: '.lock'", "line 13: 'checkpoint-'",
+        "line 13: 'checkpoint-*'"]
     assert run_dir_literals(RUNDIR_MODULE)  # the owner spells them: the check sees its names
 
 

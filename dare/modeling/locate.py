@@ -113,7 +113,7 @@ def run_first_hint(path: str | Path) -> str:
     run folder is named like an ``examples/*.yaml`` spec; else ``""``."""
     p = Path(str(path).rstrip("/\\"))
     run_dir = p.parent if p.name == RunDir.MODEL else p
-    if p.parent.name == RunDir.CHECKPOINTS and p.name.startswith("checkpoint-"):  # a run's checkpoint
+    if p.parent.name == RunDir.CHECKPOINTS and p.name.startswith(RunDir.CHECKPOINT_PREFIX):  # a run's checkpoint
         run_dir = p.parent.parent
     candidates = [run_dir.name, p.parent.name]
     for examples in (Path("examples"), Path(__file__).resolve().parents[2] / "examples"):

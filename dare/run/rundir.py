@@ -5,8 +5,9 @@ Layout of ``output.dir`` (the names are the class attributes of :class:`RunDir`;
     run.json          the run record: resolved spec + hash (a re-run of the same spec resumes; another spec is
                       refused unless output.overwrite, or the earlier run left nothing durable)
     init-model/       the fresh model, when model.new (official format)
-    checkpoints/      trainer checkpoints (official-format model + optimizer/scheduler/RNG state; their inside is
-                      :mod:`dare.trainers.checkpoints`'s: checkpoint-N/, best/, .staging/)
+    checkpoints/      trainer checkpoints: checkpoint-N/ (official-format model + optimizer/scheduler/RNG state,
+                      trainer_state.json written last, dare_batch.json), best/ (best.json), .staging/; read and
+                      written by :mod:`dare.trainers.checkpoints` and :mod:`dare.trainers.saving`
     model/            the trained model (official format; LoRA runs: merged, with the peft adapter in model/adapter/)
     metrics.jsonl     every logged metric; tensorboard/ the same for TensorBoard
     eval/<stage>.json per-stage benchmark results; samples/ per-row completions and rewards
@@ -82,6 +83,14 @@ class RunDir:
     REPORT_MD = "report.md"
     PLOT = "plot.png"
     LOG = "run.log"
+    #: inside ``checkpoints/`` (:mod:`dare.trainers.checkpoints`): ``checkpoint-N/`` (transformers' name) holding
+    #: ``trainer_state.json`` (written last) and ``dare_batch.json``; ``best/`` with ``best.json``; ``.staging/``
+    CHECKPOINT_PREFIX = "checkpoint-"
+    TRAINER_STATE = "trainer_state.json"
+    BATCH_RECORD = "dare_batch.json"
+    BEST = "best"
+    BEST_RECORD = "best.json"
+    STAGING = ".staging"
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "path", Path(self.path))
@@ -201,7 +210,7 @@ class RunDir:
 
     def checkpoint_files(self) -> list[Path]:
         """The ``checkpoints/checkpoint-*`` entries (complete or not), unsorted."""
-        return list(self.checkpoints.glob("checkpoint-*"))
+        return list(self.checkpoints.glob(f"{self.CHECKPOINT_PREFIX}*"))
 
     def has_durable_results(self) -> bool:
         """A checkpoint, ``model/`` or a report: what an earlier run left that is worth keeping."""

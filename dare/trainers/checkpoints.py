@@ -20,21 +20,22 @@ from typing import Any
 
 from dare.errors import DareError
 from dare.io import atomic_write_text
+from dare.run.rundir import RunDir
 
 __all__ = ["BEST_DIR", "STAGING_DIR", "BATCH_RECORD", "TRAINER_STATE", "check_trainer_files", "resume_problem", "read_best", "checkpoint_step", "last_complete_checkpoint",
            "rotate_checkpoints", "drop_metrics_after", "logged_losses", "write_batch_record", "check_resume_batch"]
 
-BEST_DIR = "best"
-STAGING_DIR = ".staging"
+BEST_DIR = RunDir.BEST
+STAGING_DIR = RunDir.STAGING
 #: A checkpoint's record of the batch layout that wrote it (processes, per-process batch, accumulation steps).
-BATCH_RECORD = "dare_batch.json"
+BATCH_RECORD = RunDir.BATCH_RECORD
 #: transformers' trainer state of a checkpoint (``transformers.trainer.TRAINER_STATE_NAME``, written last by a save)
-TRAINER_STATE = "trainer_state.json"
+TRAINER_STATE = RunDir.TRAINER_STATE
 
 
 def read_best(output_dir: str | os.PathLike) -> dict[str, Any] | None:
     """``<output_dir>/best/best.json`` (``{"step", "metric", "value"}``) or None when absent or unreadable."""
-    f = Path(output_dir) / BEST_DIR / "best.json"
+    f = Path(output_dir) / BEST_DIR / RunDir.BEST_RECORD
     if not f.is_file():
         return None
     try:
@@ -46,7 +47,7 @@ def read_best(output_dir: str | os.PathLike) -> dict[str, Any] | None:
 def checkpoint_step(path: str | os.PathLike) -> int | None:
     """``N`` of a ``checkpoint-N`` path, else None."""
     name = Path(path).name
-    if not name.startswith("checkpoint-"):
+    if not name.startswith(RunDir.CHECKPOINT_PREFIX):
         return None
     try:
         return int(name.split("-")[-1])
@@ -59,7 +60,7 @@ def last_complete_checkpoint(output_dir: str | os.PathLike) -> str | None:
     output_dir = Path(output_dir)
     if not output_dir.is_dir():
         return None
-    cands = [(step, p) for p in output_dir.glob("checkpoint-*")
+    cands = [(step, p) for p in output_dir.glob(f"{RunDir.CHECKPOINT_PREFIX}*")
              if (step := checkpoint_step(p)) is not None and (p / TRAINER_STATE).is_file()]
     return str(max(cands)[1]) if cands else None
 
@@ -68,7 +69,8 @@ def rotate_checkpoints(root: str | os.PathLike, limit: int | None) -> None:
     """Delete all but the newest ``limit`` checkpoints (None/0: keep all)."""
     if not limit:
         return
-    ckpts = sorted((step, p) for p in Path(root).glob("checkpoint-*") if (step := checkpoint_step(p)) is not None)
+    ckpts = sorted((step, p) for p in Path(root).glob(f"{RunDir.CHECKPOINT_PREFIX}*")
+                   if (step := checkpoint_step(p)) is not None)
     for _, p in ckpts[:-limit]:
         shutil.rmtree(p, ignore_errors=True)
 
@@ -177,8 +179,8 @@ def check_trainer_files(ckpt: Path) -> None:
         values = json.loads(state.read_text())
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise CheckpointError(f"{state} is not valid JSON ({exc}): the save was interrupted") from None
-    if (wrong := _trainer_state_problem(values)) is None and ckpt.name.startswith("checkpoint-"):
-        step = ckpt.name[len("checkpoint-"):]
+    if (wrong := _trainer_state_problem(values)) is None and ckpt.name.startswith(RunDir.CHECKPOINT_PREFIX):
+        step = ckpt.name[len(RunDir.CHECKPOINT_PREFIX):]
         if step.isdigit() and values.get("global_step", int(step)) != int(step):  # saved at this step, by its name
             wrong = f"'global_step' is {values['global_step']}, but the checkpoint was saved at step {int(step)}"
     if wrong is not None:

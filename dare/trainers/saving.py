@@ -80,7 +80,7 @@ class CheckpointSaving:
         return super()._get_output_dir(trial)
 
     def _save_checkpoint(self, model, trial):
-        name = f"checkpoint-{self.state.global_step}"
+        name = f"{RunDir.CHECKPOINT_PREFIX}{self.state.global_step}"
 
         def write(staged: str) -> None:
             self._dare_staging = str(Path(staged).parent)
@@ -145,7 +145,7 @@ class CheckpointSaving:
         def write(staged: str) -> None:
             self.save_model(staged, _internal_call=True)
             if distributed.is_main():
-                (Path(staged) / "best.json").write_text(json.dumps(record))
+                (Path(staged) / RunDir.BEST_RECORD).write_text(json.dumps(record))
 
         target = os.path.join(self.args.output_dir, BEST_DIR)
         self._publish(target, f"the best weights (step {record['step']})", write)
@@ -194,7 +194,7 @@ class CheckpointSaving:
         out_dir = self.args.output_dir
         staging = os.path.join(out_dir, STAGING_DIR)
         if not resume:
-            old = sorted(p.name for p in Path(out_dir).glob("checkpoint-*"))
+            old = sorted(p.name for p in Path(out_dir).glob(f"{RunDir.CHECKPOINT_PREFIX}*"))
             if old:
                 raise DareError(f"train.resume is false but {out_dir} already holds {', '.join(old)}; set "
                                 "train.resume: true to continue from them, or output.overwrite: true to start fresh")
