@@ -64,7 +64,8 @@ class RunDir:
     """The run directory at ``path`` (``output.dir``): the path of every entry a run writes, and its rules.
 
     ``RunDir(path)`` touches nothing on disk; the properties are paths, the methods read or change the directory
-    (:meth:`plan`, :meth:`clear`, :meth:`create`, :meth:`discard_new`). Equal when their paths are equal.
+    (:meth:`plan`, :meth:`clear`, :meth:`create`, :meth:`discard_new`), hold its lock (:meth:`hold`) and open its
+    ``run.log`` (:meth:`open_log`). Equal when their paths are equal.
 
     :param path: the directory (a ``str`` or ``os.PathLike``, kept as a :class:`pathlib.Path`).
     """
