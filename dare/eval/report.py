@@ -181,7 +181,7 @@ def _component(d: dict | None) -> str:
 
 def run_lines(info: dict[str, Any], stages: dict[str, list] | None = None) -> list[str]:
     """Markdown table rows (``| what | value |``) of a run's context: objective, steps, wall time, training data,
-    sampler, in-training evaluation and the evaluated sets (``info``: :meth:`dare.run.Run.run_info`)."""
+    sampler, in-training evaluation and the evaluated sets (``info``: :func:`dare.run.info.run_info`)."""
     rows = []
     if info.get("objective"):
         rows.append(("objective", _component(info["objective"])))
