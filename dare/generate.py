@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from dare.errors import DareError
-from dare.rundir import is_run_record
+from dare.run.rundir import RunDir, is_run_record
 from dare.trainers.checkpoints import checkpoint_step, last_complete_checkpoint
 
 __all__ = ["GenerateSettings", "run_settings", "model_settings", "run_of_model", "prompt_format_line", "render_prompts",
@@ -54,21 +54,22 @@ def run_settings(run_dir: str | Path) -> GenerateSettings:
     :raises DareError: ``run_dir`` is not a run directory, or holds no model to load yet.
     """
     run_dir = Path(run_dir)
+    rundir = RunDir(run_dir)
     try:
-        spec = json.loads((run_dir / "run.json").read_text())["spec"]
+        spec = json.loads(rundir.record.read_text())["spec"]
     except (OSError, json.JSONDecodeError, KeyError, TypeError):
         raise DareError(f"--run {run_dir}: not a DARE run directory (no readable run.json with the run's spec); give "
                         f"the output.dir of a `dare run`/`dare train`") from None
     model = spec.get("model") or {}
-    ckpt = last_complete_checkpoint(run_dir / "checkpoints") if (run_dir / "checkpoints").is_dir() else None
-    if (run_dir / "model" / "config.json").is_file():
-        path, which = run_dir / "model", "its trained model"
+    ckpt = last_complete_checkpoint(rundir.checkpoints) if rundir.checkpoints.is_dir() else None
+    if rundir.has_model():
+        path, which = rundir.model, "its trained model"
     elif ckpt is not None and (Path(ckpt) / "config.json").is_file():
         # an unfinished run: its newest weights, not the untrained start
         path, which = Path(ckpt), (f"its last checkpoint (step {checkpoint_step(ckpt)}; the run has not finished, so "
                                    "there is no model/ yet)")
-    elif model.get("new") and (run_dir / "init-model" / "config.json").is_file():
-        path, which = run_dir / "init-model", "its starting model (no trained model/ yet)"
+    elif model.get("new") and rundir.has_init_model():
+        path, which = rundir.init_model, "its starting model (no trained model/ yet)"
     elif model.get("path"):
         path, which = Path(model["path"]), "its starting model.path (no trained model/ yet)"
     else:
@@ -96,7 +97,7 @@ def run_of_model(model_path: str | Path) -> Path | None:
         return None
     for cand in (path.parent, path.parent.parent):
         try:
-            record = json.loads((cand / "run.json").read_text())
+            record = json.loads(RunDir(cand).record.read_text())
         except (OSError, json.JSONDecodeError, UnicodeDecodeError):
             continue
         if is_run_record(record):
@@ -110,7 +111,7 @@ def model_settings(model_path: str) -> GenerateSettings:
     run_dir = run_of_model(model_path)
     if run_dir is None:
         return GenerateSettings(model=model_path)
-    spec = json.loads((run_dir / "run.json").read_text())["spec"]
+    spec = json.loads(RunDir(run_dir).record.read_text())["spec"]
     fmt, where = _prompt_format(spec)
     return GenerateSettings(model=model_path, chat_template=fmt.get("chat_template", True),
                             system_prompt=fmt.get("system_prompt"), format_from=f"the {where} of the run in {run_dir}")

@@ -126,9 +126,10 @@ def export_card(src: str | Path, base: str | None, family: str | None, kind: str
     from huggingface_hub import ModelCard, ModelCardData
 
     src = Path(src)
-    for cand in (src / CARD_NAME, src.parent / CARD_NAME, src.parent.parent / "model" / CARD_NAME):
-        # a DARE card (a run's model/, above its adapter/ or its checkpoints/checkpoint-N); not peft's adapter card
-        try:
+    from dare.run.rundir import RunDir
+
+    for cand in (src / CARD_NAME, src.parent / CARD_NAME, RunDir(src.parent.parent).model / CARD_NAME):
+        try:  # a DARE card (a run's model/, above its adapter/ or its checkpoints/checkpoint-N); not peft's adapter card
             card = ModelCard.load(cand) if cand.is_file() else None
         except Exception:  # noqa: BLE001 - not a card: write our own
             card = None

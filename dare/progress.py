@@ -7,7 +7,7 @@ Everything goes to stderr (stdout keeps the results: tables, JSON) and only from
 * ``plain``: when stderr is not a terminal (CI, ``> log.txt``): a task prints one line when it has run
   for ``DARE_PROGRESS_INTERVAL`` seconds (default 30) since its last line, and a last line when it ends.
 
-While a run directory's ``run.log`` is open (:mod:`dare.runlog`), every line shown is copied there (the
+While a run directory's ``run.log`` is open (:mod:`dare.run.log`), every line shown is copied there (the
 rich style's live bars are not: only the lines they leave).
 
 ``DARE_PROGRESS=rich|plain|off`` chooses the style explicitly. A stage banner (:func:`stage`) names
@@ -23,7 +23,7 @@ import sys
 import time
 from typing import Callable
 
-from dare.runlog import note
+from dare.run.log import note
 
 __all__ = ["style", "stage", "log", "Task", "task", "format_seconds"]
 
@@ -99,7 +99,7 @@ class _Display:
         if cls.console is None:
             from rich.console import Console
 
-            from dare.runlog import console_stream
+            from dare.run.log import console_stream
 
             cls.console = Console(file=console_stream())  # stderr; the live bars are not copied into run.log
         return cls.console

@@ -110,12 +110,13 @@ def test_{module}_trains_two_rl_steps_from_a_spec(tmp_path):
                    "save_steps": 2, "num_threads": 1}},
         "output": {{"dir": str(tmp_path / "run")}},
     }}
-    out = Run(validate_spec(spec)).execute(train=True, evaluate=False)
+    run = Run(validate_spec(spec))
+    out = run.execute(train=True, evaluate=False)
     assert out["train"]["global_step"] == 2
-    logged = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    logged = [json.loads(line) for line in run.rundir.metrics.read_text().splitlines()]
     assert [r["step"] for r in logged if "reward" in r] == [1, 2]
     assert all(0.0 <= r["reward"] <= 1.0 for r in logged if "reward" in r)
-    assert (tmp_path / "run" / "model" / "config.json").is_file()
+    assert run.rundir.has_model()  # model/ with its config.json
 ''',
     "sampler": '''
 

@@ -19,6 +19,8 @@
 * registration is written once: the core names no first-party plugin (distribution, package or component name),
   the first-party ``register(...)`` calls name only the class, an objective's name is one string of its plugin
   and a component's description one docstring line.
+* no module but ``dare/run/rundir.py`` spells a run-directory name (``"run.json"``, ``d / "model"``, ...): every
+  path of a run directory comes from :class:`dare.run.rundir.RunDir`.
 """
 
 from __future__ import annotations
@@ -622,3 +624,78 @@ def test_first_party_register_calls_name_only_the_class():
                 if node.keywords or len(node.args) != 1 or not isinstance(node.args[0], ast.Constant):
                     bad.append(f"{path.relative_to(ROOT)}:{node.lineno}")
     assert len(_plugin_entry_modules()) >= 10 and not bad, bad
+#: run-directory entries whose names only :mod:`dare.run.rundir` spells (:class:`dare.run.rundir.RunDir`)
+RUN_FILE_NAMES = frozenset({"run.json", "init-model", "checkpoints", "metrics.jsonl", "report.json", "report.md",
+                            "plot.png", "run.log", "trainer_state.json", "dare_batch.json", "best.json", ".staging"})
+#: entries named by common words: flagged where code joins them to a path (``d / "model"``, ``os.path.join(d, "eval")``)
+RUN_DIR_WORDS = frozenset({"model", "eval", "samples", "tensorboard", "best"})
+#: the module that owns the run directory's layout
+RUNDIR_MODULE = CORE / "run" / "rundir.py"
+
+
+def _docstrings(tree: ast.AST) -> set[int]:
+    """ids of the docstring constants of a module and its classes and functions."""
+    out = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and node.body:
+            first = node.body[0]
+            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant):
+                out.add(id(first.value))
+    return out
+
+
+def _names_a_run_file(text: str) -> bool:
+    """A string (or f-string piece) spelling a run-directory file: the name itself or a path through it
+    (``"/run.json"``, ``"eval/after.json"`` is not, ``"run.log"`` is); prose (with spaces) is not a path."""
+    if not text or any(c.isspace() for c in text):
+        return False
+    parts = text.split("/")
+    return text == ".lock" or any(p in RUN_FILE_NAMES or p.startswith("checkpoint-") for p in parts)
+
+
+def run_dir_literals(path: Path) -> list[str]:
+    """``"line N: 'name'"`` for every run-directory name the module at ``path`` spells outside docstrings
+    (:func:`_names_a_run_file`, or a :data:`RUN_DIR_WORDS` entry joined to a path)."""
+    tree = ast.parse(path.read_text())
+    skip = _docstrings(tree)
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in skip:
+            if _names_a_run_file(node.value):
+                found.append((node.lineno, f"line {node.lineno}: {node.value!r}"))
+        joined: list[ast.expr] = []
+        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Div):
+            joined = [node.right]
+        elif isinstance(node, ast.Call) and ast.unparse(node.func) in ("os.path.join", "Path", "pathlib.Path"):
+            joined = node.args[1:]
+        for arg in joined:
+            if isinstance(arg, ast.Constant) and arg.value in RUN_DIR_WORDS:
+                found.append((arg.lineno, f"line {arg.lineno}: {arg.value!r} joined to a path"))
+    return [text for _, text in sorted(found)]
+
+
+def test_the_run_dir_check_finds_literal_names(tmp_path):
+    bad = tmp_path / "bad.py"
+    bad.write_text('"""A docstring may say run.json and d / "model"."""\nimport os\n\n\n'
+                   'def f(d, e, stage):\n'
+                   '    """Writes metrics.jsonl."""\n'
+                   '    a = d / "run.json"\n'
+                   '    b = os.path.join(d, "metrics.jsonl")\n'
+                   '    c = f"{d}/report.md"\n'
+                   '    g = d / "eval" / f"{stage}.json"\n'
+                   '    h = os.path.join(e, "tensorboard")\n'
+                   '    i = f".{d.name}.lock"\n'
+                   '    j = d.glob("checkpoint-*"), f"checkpoint-{stage}"\n'
+                   '    return "no run.json here", {"model": 1}, d.name == "model"\n')
+    assert run_dir_literals(bad) == [
+        "line 7: 'run.json'", "line 8: 'metrics.jsonl'", "line 9: '/report.md'", "line 10: 'eval' joined to a path",
+        "line 11: 'tensorboard' joined to a path", "line 12: '.lock'", "line 13: 'checkpoint-'",
+        "line 13: 'checkpoint-*'"]
+    assert run_dir_literals(RUNDIR_MODULE)  # the owner spells them: the check sees its names
+
+
+def test_only_the_run_dir_module_names_run_directory_files():
+    """Every path of a run directory comes from :class:`dare.run.rundir.RunDir` (docs/architecture.md, "Runs")."""
+    sources = sorted(CORE.rglob("*.py")) + _plugin_sources()
+    found = {str(p.relative_to(ROOT)): hits for p in sources if p != RUNDIR_MODULE and (hits := run_dir_literals(p))}
+    assert not found, f"run-directory names spelled outside dare/run/rundir.py (use RunDir): {found}"

@@ -15,7 +15,7 @@ import yaml
 
 from dare.errors import DataError
 from dare.io import apply_umask, atomic_dir, atomic_write_text, current_umask
-from dare.rundir import format_differences, plan_output_dir, spec_differences
+from dare.run.rundir import format_differences, plan_output_dir, spec_differences
 from dare.testing import repo_root
 
 

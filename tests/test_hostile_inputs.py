@@ -154,8 +154,8 @@ def test_duplicate_nested_key_and_merge_keys(tmp_path):
 # =========================================================================== one run per run directory
 def _hold_lock_in_child(run_dir: Path, then: str = "sleep") -> subprocess.Popen:
     """A Python process that takes ``run_dir``'s lock, prints ``locked``, then sleeps (or dies by SIGKILL)."""
-    code = ("import os, signal, sys, time\nfrom dare.runlock import acquire\n"
-            f"h = acquire({str(run_dir)!r})\nprint('locked', flush=True)\n"
+    code = ("import os, signal, sys, time\nfrom dare.run.lock import acquire\nfrom dare.run.rundir import RunDir\n"
+            f"h = acquire(RunDir({str(run_dir)!r}))\nprint('locked', flush=True)\n"
             + ("os.kill(os.getpid(), signal.SIGKILL)\n" if then == "die" else "time.sleep(600)\n"))
     proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
     assert proc.stdout.readline().strip() == "locked"
@@ -163,24 +163,25 @@ def _hold_lock_in_child(run_dir: Path, then: str = "sleep") -> subprocess.Popen:
 
 
 def test_a_held_lock_names_its_process_and_a_dead_ones_is_taken_over(tmp_path, capsys):
-    from dare.runlock import RunDirLocked, acquire, lock_path, release
+    from dare.run.lock import RunDirLocked, acquire, release
+    from dare.run.rundir import RunDir
 
     run_dir = tmp_path / "runs" / "x"
     holder = _hold_lock_in_child(run_dir)
     try:
         with pytest.raises(RunDirLocked, match=rf"output.dir '{run_dir}' is in use by process {holder.pid} on host "):
-            acquire(run_dir)
+            acquire(RunDir(run_dir))
     finally:
         holder.kill()
         holder.wait()
     # the holder died without removing its lock file (SIGKILL): the lock is free, and whose it was is said
-    assert lock_path(run_dir).is_file()
-    handle = acquire(run_dir)
+    assert RunDir(run_dir).lock.is_file()
+    handle = acquire(RunDir(run_dir))
     assert f"taking over the stale lock of process {holder.pid} on host" in capsys.readouterr().err
-    assert f'"pid": {os.getpid()}' in lock_path(run_dir).read_text()
+    assert f'"pid": {os.getpid()}' in RunDir(run_dir).lock.read_text()
     release(handle)
-    assert not lock_path(run_dir).exists()
-    release(acquire(tmp_path / "new" / "x"))
+    assert not RunDir(run_dir).lock.exists()
+    release(acquire(RunDir(tmp_path / "new" / "x")))
     assert not (tmp_path / "new").exists()  # the parent made for the lock file is removed with it
 
 
@@ -236,7 +237,7 @@ def test_two_runs_into_one_directory(tmp_path):
 def _checkpoint_intact(ckpt: Path) -> None:
     from safetensors.torch import load_file
 
-    from dare.rundir import _check_trainer_files
+    from dare.trainers.checkpoints import check_trainer_files as _check_trainer_files
 
     assert load_file(str(ckpt / "model.safetensors"))
     _check_trainer_files(ckpt)

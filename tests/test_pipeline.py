@@ -1,5 +1,5 @@
-"""The stages of `dare run` (dare.pipeline), the CPU threads a run chooses (dare.threads), its run.log
-(dare.runlog) and the report's line naming the evaluation settings that differ from the run's."""
+"""The stages of `dare run` (dare.run.stages), the CPU threads a run chooses (dare.threads), its run.log
+(dare.run.log) and the report's line naming the evaluation settings that differ from the run's."""
 
 from __future__ import annotations
 
@@ -10,9 +10,10 @@ import pytest
 import torch
 import yaml
 
-from dare import pipeline, runlog
-from dare.pipeline import STAGES, Pipeline
-from dare.rundir import format_differences
+from dare.run import log as runlog
+from dare.run import stages as pipeline
+from dare.run.stages import STAGES
+from dare.run.rundir import format_differences
 from dare.threads import ThreadChoice, choose_threads, load_warning
 
 
@@ -50,13 +51,14 @@ def test_dare_run_enters_each_stage_once_and_keeps_its_console_in_run_log(tmp_pa
 
     calls = []
     for name in ("setup", *STAGES):
-        original = getattr(Pipeline, name)
+        original = getattr(pipeline, name)
 
-        def recorded(self, _name=name, _original=original):
+        def recorded(run, rundir, state, _name=name, _original=original):
+            assert rundir == run.rundir  # each stage is a function of (run, run directory, command state)
             calls.append(_name)
-            return _original(self)
+            return _original(run, rundir, state)
 
-        monkeypatch.setattr(Pipeline, name, recorded)
+        monkeypatch.setattr(pipeline, name, recorded)
     out = tmp_path / "run"
     (tmp_path / "s.yaml").write_text(yaml.safe_dump(_spec(tiny_llada_dir, out)))
     main(["run", str(tmp_path / "s.yaml")])
@@ -83,7 +85,8 @@ def test_dare_run_enters_each_stage_once_and_keeps_its_console_in_run_log(tmp_pa
     assert again.startswith(log) and again.count("== dare run ") == 2
 
 
-def test_an_eval_only_spec_sets_cpu_threads_without_a_train_section(tmp_path, tiny_llada_dir, restore_threads):
+def test_an_eval_only_spec_sets_cpu_threads_without_a_train_section(tmp_path, tiny_llada_dir, restore_threads,
+                                                                     monkeypatch):
     from dare.run import Run
     from dare.spec import load_spec
 
@@ -91,17 +94,14 @@ def test_an_eval_only_spec_sets_cpu_threads_without_a_train_section(tmp_path, ti
     spec["eval"]["num_threads"] = 1
     (tmp_path / "e.yaml").write_text(yaml.safe_dump(spec))
     seen = []
-    original = Pipeline.evaluate_before
+    original = pipeline.evaluate_before
 
-    def record(self):
+    def record(run, rundir, state):
         seen.append(torch.get_num_threads())
-        return original(self)
+        return original(run, rundir, state)
 
-    Pipeline.evaluate_before = record
-    try:
-        Run(load_spec(tmp_path / "e.yaml", check=False), source=str(tmp_path / "e.yaml")).execute(train=False)
-    finally:
-        Pipeline.evaluate_before = original
+    monkeypatch.setattr(pipeline, "evaluate_before", record)
+    Run(load_spec(tmp_path / "e.yaml", check=False), source=str(tmp_path / "e.yaml")).execute(train=False)
     assert seen == [1]
     machine = json.loads((tmp_path / "ev" / "report.json").read_text())["provenance"]["machine"]
     assert (machine["torch_threads"], machine["torch_threads_from"]) == (1, "eval.num_threads")

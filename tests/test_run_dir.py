@@ -161,7 +161,7 @@ def test_resume_prints_the_checkpoint(tmp_path, capsys):
 
 
 def test_evaluation_only_overwrite_never_deletes_a_trained_run(tmp_path):
-    from dare.rundir import plan_output_dir
+    from dare.run.rundir import plan_output_dir
 
     out = tmp_path / "run"
     (out / "model").mkdir(parents=True)

@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from dare.errors import SpecError
-from dare.rundir import run_record
+from dare.run.rundir import run_record
 from dare.spec import load_spec, spec_hash
 
 

@@ -13,7 +13,7 @@ import line.
 
 Errors caused by input (:class:`dare.errors.DareError`) are printed as one paragraph without a
 traceback, and the command exits with status 2. A run's console output is kept in its ``run.log``
-(:mod:`dare.runlog`) for the whole command.
+(:mod:`dare.run.log`) for the whole command.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from dare.sweep.cli import sweep as _sweep
 from dare.cli.group import ARGV, cli
 from dare.errors import DareError
 from dare.progress import check_environment as check_progress_environment
-from dare.runlog import command as command_log
+from dare.run.log import command as command_log
 
 __all__ = ["main", "cli"]
 

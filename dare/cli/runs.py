@@ -61,20 +61,20 @@ def eval_cmd(spec, overrides, unset):
     r, out = run_resumably(spec, overrides, unset, train=False, evaluate=True)
     if is_main():
         _print_stages(out["stages"])
-        click.echo(f"report: {r.dir / 'report.md'}")
+        click.echo(f"report: {r.rundir.report_md}")
 
 
 def run_resumably(path: str, overrides, unset, **kwargs):
     """``(run, r.execute(**kwargs))`` of the spec file ``path``, holding the run directory's lock
-    (:mod:`dare.runlock`) from before the slow checks (model config and weights, data files) to the end: the
+    (:mod:`dare.run.lock`) from before the slow checks (model config and weights, data files) to the end: the
     spec's structure is read first (it names ``output.dir``), then the lock is taken, then the run is resolved and
     executed, so a second command on the same ``output.dir`` stops at once. On Ctrl-C or SIGTERM
-    (:mod:`dare.signals`), say what was saved and that the same command resumes (exit 130 or 143). ``dare eval``
+    (:mod:`dare.run.signals`), say what was saved and that the same command resumes (exit 130 or 143). ``dare eval``
     (``train=False``) needs an ``eval:`` section."""
     from dare.io import disk_errors_explained
     from dare.run import Run
-    from dare.runlock import hold_run_dir
-    from dare.signals import exit_status, stop_message, terminate_as_interrupt
+    from dare.run.rundir import RunDir
+    from dare.run.signals import exit_status, stop_message, terminate_as_interrupt
     from dare.spec import load_spec
 
     spec = load_spec(path, overrides=list(overrides), check=False, unset=list(unset))
@@ -82,7 +82,7 @@ def run_resumably(path: str, overrides, unset, **kwargs):
         raise DareError("the spec has no eval: section; add eval.benchmarks")
     r = None
     try:
-        with terminate_as_interrupt(), hold_run_dir(spec.output.dir):
+        with terminate_as_interrupt(), RunDir(spec.output.dir).hold():
             r = Run.from_file(path, list(overrides), list(unset), spec=spec)
             with disk_errors_explained(r.dir):
                 try:

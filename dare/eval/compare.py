@@ -30,7 +30,9 @@ from pathlib import Path
 from typing import Any
 
 from dare.errors import DareError
+from dare.eval.merge import read_report
 from dare.io import atomic_write_json, atomic_write_text
+from dare.run.rundir import RunDir
 
 __all__ = ["parse_entry", "load_stage", "compare_runs"]
 
@@ -58,26 +60,22 @@ def load_stage(run_dir: Path, stage: str) -> list[dict[str, Any]]:
 
     :raises DareError: the run has no such evaluation.
     """
-    f = run_dir / "eval" / f"{stage}.json"
+    rundir = RunDir(run_dir)
+    f = rundir.eval_file(stage)
     if not run_dir.exists():
         raise DareError(f"run directory {run_dir} does not exist; give LABEL=RUN_DIR[:STAGE] with the output.dir of a "
                         f"run")
     if not run_dir.is_dir():
         raise DareError(f"{run_dir} is not a directory; give LABEL=RUN_DIR[:STAGE] with the output.dir of a run")
     if not f.is_file():
-        have = sorted(p.stem for p in (run_dir / "eval").glob("*.json")) if (run_dir / "eval").is_dir() else []
-        raise DareError(f"{run_dir} has no '{stage}' evaluation ({f} is missing; it has: {', '.join(have) or 'none'}); "
-                        f"run it first")
+        have = sorted(p.stem for p in rundir.eval_dir.glob("*.json")) if rundir.eval_dir.is_dir() else []
+        raise DareError(f"{run_dir} has no '{stage}' evaluation ({f} is missing; it has: {', '.join(have) or 'none'}); run it first")
     return json.loads(f.read_text())["results"]
 
 
 def _report(run_dir: Path) -> dict[str, Any]:
     """The run's ``report.json`` ({} when absent or unreadable: the comparison then shows "?")."""
-    try:
-        data = json.loads((run_dir / "report.json").read_text())
-    except (OSError, json.JSONDecodeError):
-        return {}
-    return data if isinstance(data, dict) else {}
+    return read_report(run_dir) or {}
 
 
 def _context(run_dir: Path, stage: str) -> dict[str, Any]:
@@ -252,7 +250,7 @@ def _panels(parsed, rows) -> dict[str, Any]:
         if run_dir.resolve() in seen:
             continue
         seen.add(run_dir.resolve())
-        recs = read_metrics(run_dir / "metrics.jsonl")
+        recs = read_metrics(RunDir(run_dir).metrics)
         kind, curve = training_curve(recs)
         if not curve:
             continue

@@ -22,7 +22,8 @@ import numpy as np
 
 from dare.eval.stats import (ALPHA, BCA_MIN_SEEDS, CONFIDENCE, ITEM_RESAMPLES, MIN_SEEDS, TARGET_POWER, apply_holm,
                              item_bootstrap, iqm, paired_difference, seeds_for_power, summarize)
-from dare.rundir import spec_differences, stored_spec
+from dare.run.differences import spec_differences
+from dare.run.rundir import RunDir, stored_spec
 
 __all__ = ["SEED_KEYS", "METRICS", "Group", "expand_sweeps", "group_entries", "item_scores", "group_statistics",
            "grouped_markdown", "plot_groups", "figure_size"]
@@ -84,8 +85,7 @@ def expand_sweeps(parsed: list[tuple[str, Path, str]]) -> list[tuple[str, Path, 
             out.append((label, d, stage))
             continue
         out += [(f"{label}/{r['name']}", d / r["name"], stage) for r in runs
-                if isinstance(r, dict) and isinstance(r.get("name"), str)
-                and (d / r["name"] / "eval" / f"{stage}.json").is_file()]
+                if isinstance(r, dict) and isinstance(r.get("name"), str) and RunDir(d / r["name"]).eval_file(stage).is_file()]
     return out
 
 

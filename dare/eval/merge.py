@@ -1,6 +1,6 @@
 """What a report keeps from an earlier command of the same run directory.
 
-Two cases (:mod:`dare.pipeline`'s report stage):
+Two cases (:mod:`dare.run.stages`'s report stage):
 
 * the same finished run, run again (:func:`keep_run_facts`): nothing is trained or evaluated again, so the
   report keeps the run's own training metrics, ``run`` block and provenance;
@@ -15,6 +15,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from dare.run.rundir import RunDir
+
 __all__ = ["read_report", "earlier_run_report", "keep_run_facts", "merge_later_evaluation", "LATER_KEYS"]
 
 #: what ``provenance["evaluated_later"]`` records of the later command
@@ -24,7 +26,7 @@ LATER_KEYS = ("created", "machine", "sampler", "seed", "git_sha", "versions")
 def read_report(run_dir: str | Path) -> dict[str, Any] | None:
     """``report.json`` of ``run_dir`` as a dict; None when absent, unreadable or not a JSON object."""
     try:
-        old = json.loads((Path(run_dir) / "report.json").read_text())
+        old = json.loads(RunDir(run_dir).report_json.read_text())
     except (OSError, json.JSONDecodeError):
         return None
     return old if isinstance(old, dict) else None

@@ -103,7 +103,7 @@ def plot_training(metrics_file: str | Path, out_png: str | Path, before: dict[st
     :param before: / :param after: benchmark name -> result (``accuracy``, ``mean_reward``; a ``BenchmarkResult``
         or a dict).
     :param labels: legend labels naming each set: in-training prefix -> text, ``"before:<name>"``/``"after:<name>"``
-        -> text (:func:`dare.runinfo.eval_set_labels`).
+        -> text (:func:`dare.run.info.eval_set_labels`).
     :returns: the PNG path, or None without metrics.
     """
     import matplotlib

@@ -21,6 +21,7 @@ from dare.io import atomic_write_json, atomic_write_text
 from dare.eval.plots import (draw_training_curve, eval_series, plot_training,
                              read_metrics,  # noqa: F401 - their old home
                              training_curve)
+from dare.run.rundir import RunDir
 
 __all__ = ["provenance", "machine_info", "write_report", "markdown_table", "column_notes", "run_lines", "machine_lines",
            "COLUMNS"]
@@ -186,7 +187,7 @@ def _component(d: dict | None) -> str:
 
 def run_lines(info: dict[str, Any], stages: dict[str, list] | None = None) -> list[str]:
     """Markdown table rows (``| what | value |``) of a run's context: objective, steps, wall time, training data,
-    sampler, in-training evaluation and the evaluated sets (``info``: :meth:`dare.run.Run.run_info`)."""
+    sampler, in-training evaluation and the evaluated sets (``info``: :func:`dare.run.info.run_info`)."""
     rows = []
     if info.get("objective"):
         rows.append(("objective", _component(info["objective"])))
@@ -252,31 +253,31 @@ def machine_lines(machine: dict[str, Any] | None) -> list[str]:
     ]
 
 
-def write_report(out_dir: str | Path, stages: dict[str, list], prov: dict[str, Any],
-                 extra: dict[str, Any] | None = None, name: str = "report",
+def write_report(out_dir: str | Path, stages: dict[str, list], prov: dict[str, Any], extra: dict[str, Any] | None = None,
                  evaluators: dict[str, str] | None = None) -> tuple[Path, Path]:
-    """Write ``<name>.json`` (metrics, samples, provenance) and ``<name>.md`` atomically.
+    """Write the run directory ``out_dir``'s ``report.json`` (metrics, provenance), ``samples/`` (per-row completions
+    and rewards) and ``report.md``, each atomically (paths: :class:`dare.run.rundir.RunDir`).
 
-    ``<name>.md``: the results table, what its columns mean and how each row's tokens/s was timed, the run's
+    ``report.md``: the results table, what its columns mean and how each row's tokens/s was timed, the run's
     context (``extra["run"]``, :func:`run_lines`), the machine and what depends on it (:func:`machine_lines`),
     and the provenance.
 
     :param stages: stage label (e.g. ``before``, ``after``) -> list of ``BenchmarkResult``.
     :param evaluators: benchmark name -> its description (what accuracy and mean reward mean there).
     """
-    out_dir = Path(out_dir)
+    rundir = RunDir(out_dir)
     extra = extra or {}
     data = {
         "results": {s: [r.to_dict(with_samples=False) for r in rs] for s, rs in stages.items()},
         "provenance": prov,
         **extra,
     }
-    js = out_dir / f"{name}.json"
+    js = rundir.report_json
     atomic_write_json(js, data)
     for s, rs in stages.items():
         for r in rs:
-            atomic_write_json(out_dir / "samples" / f"{s}-{r.name}.json", r.samples)
-    md, p = out_dir / f"{name}.md", prov
+            atomic_write_json(rundir.samples_file(s, r.name), r.samples)
+    md, p = rundir.report_md, prov
     title = extra.get("run_dir")
     body = [f"# DARE report{': ' + str(title) if title else ''}\n", markdown_table(stages), "What the columns mean:\n"]
     body += column_notes(evaluators)

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 from dare.errors import CheckpointError
 from dare.io import looks_local, resolve_path
 from dare.plugins import get_registry, register_auto_classes
+from dare.run.rundir import RunDir
 
 if TYPE_CHECKING:  # pragma: no cover
     from dare.components import ModelFamily
@@ -91,7 +92,8 @@ def _hub_failure(repo_id: str, exc: BaseException) -> str:
 
 def trained_model_dir(path: Path) -> Path:
     """``path/model`` when ``path`` is a DARE run directory (``run.json``) holding a trained model, else ``path``."""
-    return path / "model" if (path / "run.json").is_file() and (path / "model" / "config.json").is_file() else path
+    rundir = RunDir(path)
+    return rundir.model if rundir.is_run() and rundir.has_model() else path
 
 
 def missing_local_path(path: str | Path) -> str | None:
@@ -111,8 +113,8 @@ def run_first_hint(path: str | Path) -> str:
     ``/checkpoints/checkpoint-N``, its parent holds ``run.json``, or its
     run folder is named like an ``examples/*.yaml`` spec; else ``""``."""
     p = Path(str(path).rstrip("/\\"))
-    run_dir = p.parent if p.name == "model" else p
-    if p.parent.name == "checkpoints" and p.name.startswith("checkpoint-"):  # a run's checkpoint
+    run_dir = p.parent if p.name == RunDir.MODEL else p
+    if p.parent.name == RunDir.CHECKPOINTS and p.name.startswith(RunDir.CHECKPOINT_PREFIX):  # a run's checkpoint
         run_dir = p.parent.parent
     candidates = [run_dir.name, p.parent.name]
     for examples in (Path("examples"), Path(__file__).resolve().parents[2] / "examples"):
@@ -120,7 +122,7 @@ def run_first_hint(path: str | Path) -> str:
             if stem and (examples / f"{stem}.yaml").is_file():
                 shown = Path("examples") / f"{stem}.yaml" if examples == Path("examples") else examples / f"{stem}.yaml"
                 return f" or run the spec that produces it first (e.g. dare run {shown})"
-    if p.name == "model" or (resolve_path(str(p.parent)) / "run.json").is_file():
+    if p.name == RunDir.MODEL or RunDir(resolve_path(str(p.parent))).is_run():
         return f" or run the spec whose output.dir is {str(run_dir)!r} first"
     return ""
 

@@ -7,7 +7,7 @@ has the family's mask token and fits the embedding; a path that looks local and 
 reported, never looked up on the hub; ``model.new`` names a family, preset and valid config overrides;
 ``model.lora`` targets exist), datasets and benchmark files (exist, have rows and the columns the
 templates use, offsets inside the file), held-out validation rows (disjoint from training and test
-rows), ``train.keep_best`` and ``output.dir`` (writable, and the rules of :mod:`dare.rundir`).
+rows), ``train.keep_best`` and ``output.dir`` (writable, and the rules of :mod:`dare.run.rundir`).
 :func:`dare.spec.resolve.resolve_spec` runs them.
 """
 
@@ -25,8 +25,9 @@ from dare.eval.paths import benchmark_path
 from dare.io import looks_local, resolve_path
 from dare.modeling.locate import ADAPTER_CONFIG, adapter_base, one_line, run_first_hint, trained_model_dir
 from dare.plugins import register_auto_classes
-from dare.rundir import plan_output_dir
+from dare.run.rundir import plan_output_dir
 from dare.spec.models import BenchmarkSpec, DatasetSpec, RunSpec, spec_hash
+from dare.trainers.checkpoints import resume_problem
 
 # torch and transformers (dare.modeling.checkpoint, dare.modeling.lora) are imported only by the checks that build
 # a config or a meta-device model, so validating a spec that needs neither does not import them.
@@ -370,7 +371,7 @@ def check_keep_best(spec: RunSpec, problems: Problems) -> None:
 
 
 def check_output(spec: RunSpec, problems: Problems, command: str | None = None) -> None:
-    """``output.dir`` rules of :mod:`dare.rundir`, as the command that uses the spec applies them.
+    """``output.dir`` rules of :mod:`dare.run.rundir`, as the command that uses the spec applies them.
 
     ``command`` ``run`` or ``train`` (``dare validate``'s default is ``run``): a spec that trains (``algorithm`` and
     ``train``) is checked as training checks it, ``train.resume`` included, so ``dare validate`` accepts exactly what
@@ -383,12 +384,12 @@ def check_output(spec: RunSpec, problems: Problems, command: str | None = None) 
     resume = spec.train.resume if spec.train is not None else True
     if command in ("run", "train") and trains:
         _, found = plan_output_dir(spec.output.dir, spec_hash(spec), spec.output.overwrite, resume=resume, train=True,
-                                   spec=dump)
+                                   spec=dump, damaged=resume_problem)
         problems.extend(found)
         return
     _, found = plan_output_dir(spec.output.dir, spec_hash(spec), spec.output.overwrite, train=False, spec=dump)
     if found and trains and command is None:
         _, as_training = plan_output_dir(spec.output.dir, spec_hash(spec), spec.output.overwrite, resume=resume,
-                                         train=True, spec=dump)
+                                         train=True, spec=dump, damaged=resume_problem)
         found = found if as_training else []
     problems.extend(found)

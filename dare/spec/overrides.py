@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from dare.errors import SpecError
-from dare.rundir import is_run_record
+from dare.run.rundir import is_run_record
 from dare.spec.yamlload import NotYAMLError, load_yaml
 
 __all__ = ["read_spec_file", "apply_override", "apply_unset", "parse_override_value"]
@@ -27,7 +27,7 @@ def read_spec_file(path: str | os.PathLike, overrides: list[str] | None = None,
     """The YAML mapping of the spec file at ``path`` with ``overrides`` (``dotted.key=value``) applied, then the
     keys ``unset`` (dotted) removed (:func:`apply_unset`).
 
-    A run directory's ``run.json`` (:func:`dare.rundir.run_record`, written by ``dare run``) is read as the
+    A run directory's ``run.json`` (:func:`dare.run.rundir.run_record`, written by ``dare run``) is read as the
     spec it holds, so ``dare eval runs/x/run.json`` evaluates that run as it was specified.
 
     :raises SpecError: the file is missing, not YAML, not a mapping, breaks a limit of

@@ -11,7 +11,7 @@ Layout of the sweep directory ``DIR``::
     comparison.{md,json,png}   the grouped comparison of the finished runs (dare.eval.compare)
 
 Re-running the same command skips finished runs (never retrained) and starts the others, each resuming from
-its last checkpoint by the run-directory rules (:mod:`dare.rundir`, :mod:`dare.run`). One sweep command at a
+its last checkpoint by the run-directory rules (:mod:`dare.run.rundir`, :mod:`dare.run`). One sweep command at a
 time may use ``DIR`` (a lock, released when the process dies, even by ``kill -9``).
 """
 
@@ -26,6 +26,7 @@ from typing import Any
 
 from dare.errors import DareError
 from dare.io import atomic_write_json
+from dare.run.rundir import RunDir
 from dare.sweep.plan import (
     DEFAULT_MAX_RUNS,
     SEED_KEYS,
@@ -96,8 +97,8 @@ def run_sweep(spec_path: str, grid: list[tuple[str, list[Any]]], seeds: list[int
     """
     check_run_count(grid, len(seeds), max_runs)
     out_dir = Path(out_dir)
-    if (out_dir / "run.json").is_file():
-        raise DareError(f"{out_dir} is a run directory (it has run.json); give the sweep its own directory with -o DIR")
+    if RunDir(out_dir).is_run():
+        raise DareError(f"{out_dir} is a run directory (it has {RunDir.RECORD}); give the sweep its own directory with -o DIR")
     runs = plan_runs(spec_path, grid, seeds, out_dir, overrides)
     removed: dict[str, list[str]] = {}
     for r in runs:  # the spec's params of the component a grid value replaces, which the named one lacks or refuses
@@ -155,7 +156,7 @@ def _states(runs: list[SweepRun], record: dict[str, Any] | None) -> dict[str, st
         elif recorded.get(r.name) in ("failed", "interrupted"):
             states[r.name] = recorded[r.name]
         else:
-            states[r.name] = "interrupted" if (r.dir / "run.json").is_file() else "pending"
+            states[r.name] = "interrupted" if RunDir(r.dir).is_run() else "pending"
     return states
 
 
@@ -168,10 +169,10 @@ def write_comparison(out_dir: Path, runs: list[SweepRun], states: dict[str, str]
     from dare.eval.compare import compare_runs
 
     finished = [r for r in runs if states[r.name] == "finished"]
-    done = [r for r in finished if (r.dir / "eval" / "after.json").is_file()]
-    entries = [(f"{r.name} (before)", r.dir, "before") for r in done if (r.dir / "eval" / "before.json").is_file()]
+    done = [r for r in finished if RunDir(r.dir).eval_file("after").is_file()]
+    entries = [(f"{r.name} (before)", r.dir, "before") for r in done if RunDir(r.dir).eval_file("before").is_file()]
     entries += [(r.name, r.dir, "after") for r in done]
-    entries += [(r.name, r.dir, "eval") for r in finished if r not in done and (r.dir / "eval" / "eval.json").is_file()]
+    entries += [(r.name, r.dir, "eval") for r in finished if r not in done and RunDir(r.dir).eval_file("eval").is_file()]
     if not entries:
         return None
     md, _, _ = compare_runs(entries, out_dir, title=title, min_seeds=min_seeds, power_effect=power_effect)

@@ -9,8 +9,8 @@ How a run is launched (processes, nodes, GPUs per node, accelerate config) is re
 
 On SLURM every run is a :class:`RunJob`, a submitit ``Checkpointable``: ``S`` seconds before the time limit
 (``--signal=USR2@S``, the save window) the job lets a checkpoint being written finish, stops the run (SIGTERM:
-``dare run`` stops as on Ctrl-C, :mod:`dare.signals`) and requeues itself; the requeued job runs the same
-command, which resumes from the last complete checkpoint (the run-directory rules, :mod:`dare.rundir`).
+``dare run`` stops as on Ctrl-C, :mod:`dare.run.signals`) and requeues itself; the requeued job runs the same
+command, which resumes from the last complete checkpoint (the run-directory rules, :mod:`dare.run.rundir`).
 
 A launcher reports every state change through ``on_update(run, state, **info)`` (``state``: running,
 finished, failed, interrupted); the sweep writes them to ``sweep.json``. It never writes into a run
@@ -34,7 +34,9 @@ from typing import Any
 from submitit.helpers import Checkpointable
 
 from dare.errors import DareError
+from dare.run.rundir import RunDir
 from dare.sweep.plan import SweepRun
+from dare.trainers.checkpoints import STAGING_DIR
 
 __all__ = ["RunLaunch", "resolve_launch", "run_command", "RunJob", "LocalLauncher", "SubmititLauncher", "Update"]
 
@@ -242,7 +244,7 @@ class RunJob(Checkpointable):
             return None if proc is None else proc.returncode
         window = self.save_window_s if window_s is None else window_s
         margin = min(60.0, window / 3) if margin_s is None else margin_s
-        staging = Path(self.run_dir) / "checkpoints" / ".staging"
+        staging = RunDir(self.run_dir).checkpoints / STAGING_DIR
         deadline = time.monotonic() + max(window - margin, 0.0)
         while proc.poll() is None and time.monotonic() < deadline and staging.is_dir() and any(staging.iterdir()):
             time.sleep(0.5)

@@ -6,7 +6,7 @@ a component's ``name`` also removes the spec's params that the replacing compone
 (``train.seed`` and ``eval.seed``: the seed of every random stream of the run, see :data:`SEED_KEYS`) and
 ``output.dir`` = ``DIR/<name>``, where the name lists the run's settings (``algorithm.name=d1,seed=0``, characters
 outside ``[A-Za-z0-9._=,+-]`` replaced by ``_``). Every run is validated as ``dare validate`` does, and its
-directory is checked by the run-directory rules (:func:`dare.rundir.plan_output_dir`), before any run starts.
+directory is checked by the run-directory rules (:func:`dare.run.rundir.plan_output_dir`), before any run starts.
 """
 
 from __future__ import annotations
@@ -22,6 +22,8 @@ from typing import Any
 import yaml
 
 from dare.errors import DareError, SpecError
+from dare.run.rundir import RunDir, plan_output_dir
+from dare.trainers.checkpoints import resume_problem
 
 __all__ = ["SEED_KEYS", "DEFAULT_MAX_RUNS", "SweepRun", "parse_grid", "parse_seeds", "count_seeds", "check_run_count",
            "plan_runs", "run_name", "is_finished", "replaced_params"]
@@ -250,7 +252,6 @@ def plan_runs(spec_path: str, grid: list[tuple[str, list[Any]]], seeds: list[int
     :raises DareError: a grid value the spec refuses (naming ``--grid KEY``), an unknown grid key, the spec's
         own problems, two runs with one directory name, or a run directory that holds a different run.
     """
-    from dare.rundir import plan_output_dir
     from dare.spec import load_spec, spec_hash
 
     overrides = list(overrides or [])
@@ -292,7 +293,8 @@ def plan_runs(spec_path: str, grid: list[tuple[str, list[Any]]], seeds: list[int
                                 f"in letters or digits")
             resume = spec.train.resume if spec.train is not None else True
             action, found = plan_output_dir(run_dir, run.spec_hash, spec.output.overwrite, resume=resume,
-                                            train=spec.algorithm is not None, spec=spec.model_dump(mode="json"))
+                                            train=spec.algorithm is not None, spec=spec.model_dump(mode="json"),
+                                            damaged=resume_problem)
             problems += [f"run {name}: {loc}: {msg}" for loc, msg in found]
             runs.append(run)
     if problems:
@@ -306,9 +308,7 @@ def plan_runs(spec_path: str, grid: list[tuple[str, list[Any]]], seeds: list[int
 def is_finished(run: SweepRun) -> bool:
     """The run's directory holds this run (same spec hash in ``run.json``) and what ``dare run`` writes last: its
     report (``report.json``), or for a spec without ``eval:`` its trained ``model/``."""
-    try:
-        stored = json.loads((run.dir / "run.json").read_text()).get("spec_hash")
-    except (OSError, json.JSONDecodeError, AttributeError):
+    rundir = RunDir(run.dir)
+    if rundir.stored_hash() != run.spec_hash:
         return False
-    last = run.dir / "report.json" if run.evaluates else run.dir / "model" / "config.json"
-    return stored == run.spec_hash and last.is_file()
+    return rundir.report_json.is_file() if run.evaluates else rundir.has_model()

@@ -42,8 +42,8 @@ from transformers import Trainer, TrainingArguments
 
 from dare import distributed, sharding
 from dare.diffusion.packing import packed_denoiser_logits
-from dare.trainers.callbacks import (JsonlMetricsCallback, LogFinalStepCallback, ProgressCallback,
-                                     TensorBoardMetricsCallback)
+from dare.run.rundir import RunDir
+from dare.trainers.callbacks import JsonlMetricsCallback, LogFinalStepCallback, ProgressCallback, TensorBoardMetricsCallback
 from dare.trainers.checkpoints import last_complete_checkpoint, read_best
 from dare.trainers.guards import NonFiniteGuard
 from dare.trainers.precision import upcast_trainable_to_fp32
@@ -121,10 +121,9 @@ class DareTrainer(CheckpointSaving, Trainer):
             targs.eval_strategy = "steps"
             kwargs.setdefault("eval_dataset", [0])  # placeholder: evaluate() is ours
         callbacks = [LogFinalStepCallback(), *(kwargs.pop("callbacks", None) or [])]
-        callbacks.append(JsonlMetricsCallback(targs.metrics_file or os.path.join(targs.output_dir, "metrics.jsonl")))
+        callbacks.append(JsonlMetricsCallback(targs.metrics_file or os.path.join(targs.output_dir, RunDir.METRICS)))
         if targs.tensorboard:
-            tb_dir = targs.tensorboard_dir or os.path.join(targs.output_dir, "tensorboard")
-            callbacks.append(TensorBoardMetricsCallback(tb_dir))
+            callbacks.append(TensorBoardMetricsCallback(targs.tensorboard_dir or os.path.join(targs.output_dir, RunDir.TENSORBOARD)))
         self._progress_callback = ProgressCallback()
         callbacks.append(self._progress_callback)
         super().__init__(*args, callbacks=callbacks, **kwargs)

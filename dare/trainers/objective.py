@@ -123,8 +123,8 @@ class TrainerObjective(Objective):
         # process (a zero-gradient term instead would make AdamW step it: 2 processes would differ from 1)
         moe = any(getattr(run.model.config, k, None) for k in ("num_experts", "num_local_experts", "n_routed_experts"))
         overrides = {"ddp_find_unused_parameters": bool(moe), **self.config_overrides(run)}
-        config = config_from_spec(spec.train, str(run.checkpoint_dir), metrics_file=str(run.dir / "metrics.jsonl"),
-                                  tensorboard_dir=str(run.dir / "tensorboard"), run_name=run.dir.name, **overrides)
+        config = config_from_spec(spec.train, str(run.rundir.checkpoints), metrics_file=str(run.rundir.metrics),
+                                  tensorboard_dir=str(run.rundir.tensorboard), run_name=run.dir.name, **overrides)
         with tracker_environment(spec.train.report_to, run.dir):  # the trackers' stores under the run directory
             trainer, out, metrics = self._fit(run, config, datasets)
         trainer.save_final(run.model_dir, card=run.model_card() if hasattr(run, "model_card") else None)

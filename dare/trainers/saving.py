@@ -26,7 +26,8 @@ from dare import distributed
 from dare.errors import DareError
 from dare.io import WRITE_ERRORS, describe_write_error, replace_dir
 from dare.modeling.lora import is_peft_model, save_merged
-from dare.trainers.checkpoints import (BEST_DIR, STAGING_DIR, check_resume_batch, drop_metrics_after,
+from dare.run.rundir import RunDir
+from dare.trainers.checkpoints import (BEST_DIR, STAGING_DIR, TRAINER_STATE, check_resume_batch, drop_metrics_after,
                                        last_complete_checkpoint, logged_losses, read_best, rotate_checkpoints,
                                        write_batch_record)
 
@@ -81,7 +82,7 @@ class CheckpointSaving:
         return super()._get_output_dir(trial)
 
     def _save_checkpoint(self, model, trial):
-        name = f"checkpoint-{self.state.global_step}"
+        name = f"{RunDir.CHECKPOINT_PREFIX}{self.state.global_step}"
 
         def write(staged: str) -> None:
             self._dare_staging = str(Path(staged).parent)
@@ -146,7 +147,7 @@ class CheckpointSaving:
         def write(staged: str) -> None:
             self.save_model(staged, _internal_call=True)
             if distributed.is_main():
-                (Path(staged) / "best.json").write_text(json.dumps(record))
+                (Path(staged) / RunDir.BEST_RECORD).write_text(json.dumps(record))
 
         target = os.path.join(self.args.output_dir, BEST_DIR)
         self._publish(target, f"the best weights (step {record['step']})", write)
@@ -195,7 +196,7 @@ class CheckpointSaving:
         out_dir = self.args.output_dir
         staging = os.path.join(out_dir, STAGING_DIR)
         if not resume:
-            old = sorted(p.name for p in Path(out_dir).glob("checkpoint-*"))
+            old = sorted(p.name for p in Path(out_dir).glob(f"{RunDir.CHECKPOINT_PREFIX}*"))
             if old:
                 raise DareError(f"train.resume is false but {out_dir} already holds {', '.join(old)}; set "
                                 "train.resume: true to continue from them, or output.overwrite: true to start fresh")
@@ -206,7 +207,7 @@ class CheckpointSaving:
         if distributed.is_main():
             shutil.rmtree(staging, ignore_errors=True)
             step = int(Path(ckpt).name.split("-")[-1]) if ckpt is not None else 0
-            drop_metrics_after(self.args.metrics_file or os.path.join(out_dir, "metrics.jsonl"), step)
+            drop_metrics_after(self.args.metrics_file or os.path.join(out_dir, RunDir.METRICS), step)
             if ckpt is None:  # a fresh start: a best/ left by a run that died before its first checkpoint
                 shutil.rmtree(os.path.join(out_dir, BEST_DIR), ignore_errors=True)
         distributed.barrier()
@@ -217,7 +218,7 @@ class CheckpointSaving:
             if self.is_world_process_zero():
                 print(f"resuming from {ckpt}", file=sys.stderr)
         if ckpt is not None and self.args.max_steps > 0:
-            state = json.loads((Path(ckpt) / "trainer_state.json").read_text())
+            state = json.loads((Path(ckpt) / TRAINER_STATE).read_text())
             if state.get("global_step", 0) >= self.args.max_steps:
                 out = self._finished_from(ckpt, state)
                 if self.args.keep_best_metric:

@@ -1,6 +1,6 @@
 """``run.log``: what a command printed on the console, kept in its run directory.
 
-Once the run directory exists (:meth:`dare.pipeline.Pipeline.setup`), the main process copies everything it
+Once the run directory exists (:func:`dare.run.stages.setup`), the main process copies everything it
 writes to ``sys.stdout`` and ``sys.stderr`` into ``<output.dir>/run.log`` (appended: each command of the run
 starts with a ``== command (time) ==`` line), ANSI colour and cursor codes removed. Only the main process
 writes the file (:func:`dare.distributed.is_main`: the caller checks), so several processes never interleave

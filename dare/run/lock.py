@@ -2,8 +2,8 @@
 
 Two commands writing one ``output.dir`` at once would mix their ``metrics.jsonl`` and leave ``model/``
 to whichever finished last. :func:`hold_run_dir` takes an exclusive, non-blocking ``flock`` on the
-file ``.<name>.lock`` next to the run directory ``<name>`` (next to it, not in it: the directory's
-own rules, :mod:`dare.rundir`, stay untouched, and the lock exists before the directory does). The
+file :attr:`dare.run.RunDir.lock` (``.<name>.lock`` next to the run directory ``<name>``: next to it, not in it, so
+the directory's own rules stay untouched and the lock exists before the directory does). The
 lock file records who holds it (pid, host, command, start time), so a second command stops at once
 with a message naming the running one.
 
@@ -32,17 +32,11 @@ from pathlib import Path
 
 from dare.errors import DareError
 
-__all__ = ["RunDirLocked", "hold_run_dir", "lock_path", "acquire", "release"]
+__all__ = ["RunDirLocked", "hold_run_dir", "acquire", "release"]
 
 
 class RunDirLocked(DareError):
     """Another command holds the run directory's lock."""
-
-
-def lock_path(run_dir: str | os.PathLike) -> Path:
-    """The lock file of ``run_dir``: ``<parent>/.<name>.lock``."""
-    run_dir = Path(os.path.abspath(run_dir))
-    return run_dir.parent / f".{run_dir.name}.lock"
 
 
 def _holder_text(record: dict | None) -> str:
@@ -63,14 +57,15 @@ def _read_record(fd: int) -> dict | None:
         return None
 
 
-def acquire(run_dir: str | os.PathLike) -> tuple[int, Path, list[Path]] | None:
-    """Take the lock of ``run_dir`` for this process, or raise.
+def acquire(rundir) -> tuple[int, Path, list[Path]] | None:
+    """Take the lock of the run directory ``rundir`` (a :class:`dare.run.rundir.RunDir`: its ``lock`` file) for this
+    process, or raise.
 
     :returns: ``(fd, lock file, parent directories created for it)`` for :func:`release`; None when the
         lock file cannot be created (a read-only or foreign parent: the run's own checks report that).
     :raises RunDirLocked: a live process holds it (named: pid, host, command, start time).
     """
-    path = lock_path(run_dir)
+    run_dir, path = rundir.path, rundir.lock
     created: list[Path] = []
     for p in [path.parent, *path.parent.parents]:
         if p.exists():
@@ -137,8 +132,9 @@ def _remove_dirs(created: list[Path]) -> None:
 
 
 @contextlib.contextmanager
-def hold_run_dir(run_dir: str | os.PathLike) -> Iterator[None]:
-    """Hold the lock of ``run_dir`` for the block (the main process of a launch; see the module docstring).
+def hold_run_dir(rundir) -> Iterator[None]:
+    """Hold the lock of the run directory ``rundir`` (a :class:`dare.run.rundir.RunDir`) for the block (the main
+    process of a launch; see the module docstring); :meth:`dare.run.rundir.RunDir.hold` is the usual way in.
 
     Joins the launch's process group first (:func:`dare.distributed.setup`) when several processes run.
 
@@ -152,7 +148,7 @@ def hold_run_dir(run_dir: str | os.PathLike) -> Iterator[None]:
     handle, refusal = None, None
     if distributed.is_main():
         try:
-            handle = acquire(run_dir)
+            handle = acquire(rundir)
         except RunDirLocked as exc:
             refusal = str(exc)
     if several:

@@ -1,18 +1,9 @@
-"""A run: a validated spec made concrete (model, sampler, rewards, objective, output directory).
+"""A run: a validated spec made concrete (model, sampler, rewards, objective, its run directory).
 
 ``Run.execute()`` is what ``dare run`` does: evaluate before training (optional), train with the
-spec's objective, evaluate after, then write ``report.{json,md}`` and ``plot.png`` in the run
-directory. Layout of ``output.dir``::
-
-    run.json          resolved spec + hash (a re-run of the same spec resumes; another spec is refused
-                      unless output.overwrite, or the earlier run left nothing durable: see dare.rundir)
-    init-model/       the fresh model, when model.new (official format)
-    checkpoints/      trainer checkpoints (official-format model + optimizer/scheduler/RNG state)
-    model/            the trained model (official format; LoRA runs: merged, with the peft adapter in model/adapter/)
-    metrics.jsonl     every logged metric; tensorboard/ the same for TensorBoard
-    eval/<stage>.json per-stage benchmark results; samples/ per-row completions and rewards
-    report.json, report.md, plot.png
-    run.log           the console output of every command of the run (appended; main process only)
+spec's objective, evaluate after, then write the report and plot in the run directory
+(:mod:`dare.run.stages`). The directory's layout and rules are :class:`dare.run.rundir.RunDir`'s
+(``Run.rundir``; ``Run.dir`` is its path).
 
 While it works, a run prints stage banners (evaluate / train / validate / report) and progress with rate
 and time left on stderr (:mod:`dare.progress`, main process only).
@@ -27,7 +18,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-from dare import distributed, runinfo
+from dare import distributed
 from dare.errors import DareError, SpecError
 from dare.eval import BenchmarkResult, evaluate_benchmark
 from dare.io import atomic_write_json
@@ -35,10 +26,12 @@ from dare.modeling import create_model, enable_gradient_checkpointing, load_mode
 from dare.modeling.checkpoint import DTYPES
 from dare.modeling.lora import apply_lora
 from dare.rewards import WeightedReward
-from dare.rundir import (clear_run_dir, discard_new_run_dir, first_missing, format_differences, plan_output_dir,
-                         run_record, spec_differences, stored_spec)
+from dare.run import info as runinfo
+from dare.run.differences import format_differences, spec_differences
+from dare.run.rundir import RunDir
 from dare.sampling.bundle import DecodingBundle
 from dare.spec import ResolvedBenchmark, ResolvedSpec, RunSpec, load_spec, resolve_spec, spec_hash
+from dare.trainers.checkpoints import resume_problem
 
 __all__ = ["Run"]
 
@@ -56,13 +49,15 @@ class Run:
         self.source = source
         self.resolved = resolved if resolved is not None else resolve_spec(spec, source)
         self.resolved.raise_problems()
-        self.dir = Path(spec.output.dir)
+        #: the run directory (``output.dir``): its layout and rules; ``dir`` is its path
+        self.rundir = RunDir(spec.output.dir)
+        self.dir = self.rundir.path
         self.family = self.resolved.family
         self.sampler = self.resolved.sampler
         self.objective = self.resolved.objective
         self.reward = self._weighted(self.resolved.rewards, [r.timeout_s for r in spec.rewards])
         self.hash = spec_hash(spec)
-        self.stage: str | None = None  # the stage dare.pipeline is in (before, train, after, eval): interrupted_message
+        self.stage: str | None = None  # the stage dare.run.stages is in (before, train, after, eval): interrupted_message
         #: extra ``transformers.TrainerCallback``s given to the trainer (e.g. ``dare profile``'s step timer)
         self.callbacks: list = []
         #: the spec hash of the run that owns the directory (differs from ``hash`` only for ``dare eval`` with
@@ -96,14 +91,16 @@ class Run:
     # ------------------------------------------------------------------ directories
     @property
     def checkpoint_dir(self) -> Path:
-        return self.dir / "checkpoints"
+        """``checkpoints/`` of the run directory (:attr:`dare.run.rundir.RunDir.checkpoints`)."""
+        return self.rundir.checkpoints
 
     @property
     def model_dir(self) -> Path:
-        return self.dir / "model"
+        """``model/`` of the run directory (:attr:`dare.run.rundir.RunDir.model`)."""
+        return self.rundir.model
 
     def prepare(self, train: bool = True) -> None:
-        """Create ``output.dir`` and its ``run.json`` by the rules of :func:`dare.rundir.plan_output_dir`.
+        """Create ``output.dir`` and its ``run.json`` by the rules of :meth:`dare.run.rundir.RunDir.plan`.
 
         A non-empty directory without ``run.json`` is refused (never deleted, whatever
         ``output.overwrite``). A run directory is cleared first (its contents deleted) when it holds a
@@ -111,7 +108,7 @@ class Run:
         (no checkpoint, ``model/`` or report: one line on stderr says so), or, when ``train``, when it
         holds training output of this spec with ``train.resume: false`` and ``output.overwrite``.
         An evaluation-only command whose spec differs from the stored one only in evaluation settings
-        (:data:`dare.rundir.EVAL_ONLY_KEYS`) evaluates into the directory and keeps its ``run.json``.
+        (:data:`dare.run.rundir.EVAL_ONLY_KEYS`) evaluates into the directory and keeps its ``run.json``.
 
         With several processes every one decides from the same directory state (before anything changes), and
         only the main process clears, creates and writes; the others wait at a barrier.
@@ -121,15 +118,16 @@ class Run:
         """
         resume = self.spec.train.resume if self.spec.train is not None else True
         dump = self.spec.model_dump(mode="json")
-        action, problems = plan_output_dir(self.dir, self.hash, self.spec.output.overwrite, resume=resume, train=train,
-                                           spec=dump)
-        self.created_dir = first_missing(self.dir) if action == "use" else None  # for discard_unused_dir
+        rundir = self.rundir
+        action, problems = rundir.plan(self.hash, self.spec.output.overwrite, resume=resume, train=train, spec=dump,
+                                       damaged=resume_problem)
+        self.created_dir = rundir.first_missing() if action == "use" else None  # for discard_unused_dir
         distributed.barrier()  # every process decided before the main one changes anything
         if problems:
             raise SpecError(problems, source=self.source)
         if action == "eval-only":
-            self.run_hash = json.loads((self.dir / "run.json").read_text())["spec_hash"]
-            self.eval_overrides = format_differences(spec_differences(stored_spec(self.dir), dump), most=20)
+            self.run_hash = rundir.read_record()["spec_hash"]
+            self.eval_overrides = format_differences(spec_differences(rundir.stored_spec(), dump), most=20)
             if distributed.is_main():
                 print(f"{self.dir}: evaluating the finished run with other evaluation settings: {self.eval_overrides}",
                       file=sys.stderr)
@@ -140,21 +138,19 @@ class Run:
                 print(f"{self.dir}: replacing the files of an earlier unfinished run (no checkpoint, model or report)",
                       file=sys.stderr)
             if action in ("replace", "replace-unfinished"):
-                clear_run_dir(self.dir)
+                rundir.clear()
             try:
-                self.dir.mkdir(parents=True, exist_ok=True)
+                rundir.create(self.hash, self.source, self.spec.model_dump(mode="json"))
             except OSError as exc:  # validation probed it; a race or an odd filesystem may still refuse
                 raise SpecError([("output.dir", f"{str(self.dir)!r} cannot be created: {exc.strerror}")],
                                 source=self.source) from None
-            atomic_write_json(self.dir / "run.json",
-                              run_record(self.hash, self.source, self.spec.model_dump(mode="json")))
         distributed.barrier()
 
     def discard_unused_dir(self) -> None:
         """After a refusal (:class:`DareError`): remove ``output.dir`` if this command created it and nothing was
-        trained or measured in it yet (:func:`dare.rundir.discard_new_run_dir`), so a refused run leaves no files."""
+        trained or measured in it yet (:meth:`dare.run.rundir.RunDir.discard_new`), so a refused run leaves no files."""
         if distributed.is_main() and getattr(self, "created_dir", None) is not None:
-            discard_new_run_dir(self.dir, self.created_dir)
+            self.rundir.discard_new(self.created_dir)
 
     # ------------------------------------------------------------------ model
     @cached_property
@@ -171,9 +167,9 @@ class Run:
         """
         m = self.spec.model
         if m.new is not None:
-            init_dir = self.dir / "init-model"
+            init_dir = self.rundir.init_model
             with distributed.main_first():  # one process creates the fresh model, the others load it
-                if (init_dir / "config.json").is_file():
+                if self.rundir.has_init_model():
                     lm = load_model(init_dir, dtype=m.dtype)
                 else:
                     lm = create_model(self.family, init_dir, preset=m.new.preset, overrides=m.new.config,
@@ -206,7 +202,7 @@ class Run:
 
     def use_trained_model(self) -> bool:
         """Make the run's model the trained ``model/`` of its directory, if there is one (for eval)."""
-        if not (self.model_dir / "config.json").is_file():
+        if not self.rundir.has_model():
             return False
         self.__dict__["lm"] = load_model(self.model_dir, dtype=self.spec.model.dtype)
         if not distributed.shards_model():
@@ -250,13 +246,13 @@ class Run:
             results.append(res)
             log.info("%s %s: accuracy %.4f mean reward %.4f", stage, res.name, res.accuracy, res.mean_reward)
         if save and distributed.is_main():
-            atomic_write_json(self.dir / "eval" / f"{stage}.json", {"spec_hash": self.hash, "results": [r.to_dict() for r in results]})
+            atomic_write_json(self.rundir.eval_file(stage), {"spec_hash": self.hash, "results": [r.to_dict() for r in results]})
         return results
 
     def cached_eval(self, stage: str, spec_hash: str | None = None):
         """Results of an earlier evaluation of this exact spec (``spec_hash``, default this one's) at ``stage``
         (resume), else None."""
-        f = self.dir / "eval" / f"{stage}.json"
+        f = self.rundir.eval_file(stage)
         if not f.is_file():
             return None
         data = json.loads(f.read_text())
@@ -297,9 +293,9 @@ class Run:
         family = getattr(self.family, "name", None)
         return str(model_card(self.spec, results=results, sampler=self.sampler, objective=self.objective, family=family))
 
-    # ------------------------------------------------------------------ descriptions (dare.runinfo)
+    # ------------------------------------------------------------------ descriptions (dare.run.info)
     def facts(self) -> runinfo.RunFacts:
-        """What reports and the Ctrl-C message say about this run, as plain data (:class:`dare.runinfo.RunFacts`)."""
+        """What reports and the Ctrl-C message say about this run, as plain data (:class:`dare.run.info.RunFacts`)."""
         spec = self.spec
         ds = spec.data.train if spec.data is not None else None
         t = spec.train
@@ -315,11 +311,11 @@ class Run:
         )
 
     def eval_set_labels(self, stages: dict[str, list[BenchmarkResult]]) -> dict[str, str]:
-        """Which rows each evaluation scored, in words (:func:`dare.runinfo.eval_set_labels`)."""
+        """Which rows each evaluation scored, in words (:func:`dare.run.info.eval_set_labels`)."""
         return runinfo.eval_set_labels(self.facts(), stages)
 
     def interrupted_message(self, command: str) -> str:
-        """What an interrupted command saved and how to resume (:func:`dare.runinfo.interrupted_message`)."""
+        """What an interrupted command saved and how to resume (:func:`dare.run.info.interrupted_message`)."""
         before = self.spec.train is not None and self.stage != "eval" and bool(self.cached_eval("before", self.run_hash))
         return runinfo.interrupted_message(self.facts(), self.stage, before, command)
 
@@ -329,7 +325,7 @@ class Run:
 
     # ------------------------------------------------------------------ whole run
     def execute(self, train: bool = True, evaluate: bool = True) -> dict[str, Any]:
-        """``dare run``: [eval before] -> train -> eval after -> report + plot (:class:`dare.pipeline.Pipeline`,
+        """``dare run``: [eval before] -> train -> eval after -> report + plot (:func:`dare.run.stages.execute`,
         which enters each stage once). Returns the report data: ``{"stages": {stage: [result dicts]}, "train": metrics}``.
 
         Without training (``dare eval``) the stage is ``eval``; when the run directory already holds
@@ -337,18 +333,18 @@ class Run:
         (never a cached result), not the spec's initial model. The report then keeps the earlier
         ``before``/``after`` rows (from ``eval/before.json``, ``eval/after.json``) and train metrics,
         with the ``eval`` row added, and names the evaluated model (``eval_model``). ``dare eval`` of a
-        finished run may change evaluation settings only (:data:`dare.rundir.EVAL_ONLY_KEYS`); the report
+        finished run may change evaluation settings only (:data:`dare.run.rundir.EVAL_ONLY_KEYS`); the report
         then names them (``eval_overrides``).
 
         One CPU thread count applies to the whole command (:mod:`dare.threads`), so every stage's tokens/s is
         measured with the same threads.
         """
-        from dare.pipeline import Pipeline
+        from dare.run.stages import execute
 
-        return Pipeline(self, train=train, evaluate=evaluate).execute()
+        return execute(self, train=train, evaluate=evaluate)
 
 
 def _row_set(bench: ResolvedBenchmark) -> runinfo.RowSet:
-    """The rows ``bench`` scores, as plain data (:class:`dare.runinfo.RowSet`)."""
+    """The rows ``bench`` scores, as plain data (:class:`dare.run.info.RowSet`)."""
     name = f"validation ({bench.evaluator.name})" if bench.loc == "eval.validation" else bench.evaluator.name
     return runinfo.RowSet(name, bench.spec.path or bench.evaluator.default_path or "?", bench.spec.offset)

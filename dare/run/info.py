@@ -2,7 +2,7 @@
 report (objective, steps, wall time, training data, sampler), and what an interrupted command saved.
 
 Every function here takes plain data (:class:`RunFacts`, :class:`RowSet`, dicts of results), which
-:meth:`dare.run.Run.facts` builds from a run; the report stage of :mod:`dare.pipeline` uses them for
+:meth:`dare.run.Run.facts` builds from a run; the report stage of :mod:`dare.run.stages` uses them for
 ``report.{json,md}`` (the ``run`` block) and ``plot.png``'s legend labels, the CLI for the message printed
 on Ctrl-C; ``dare compare`` reads the ``run`` block back.
 """
@@ -14,7 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from dare.trainers.checkpoints import checkpoint_step, last_complete_checkpoint, read_best
+from dare.run.rundir import RunDir
+from dare.trainers.checkpoints import BEST_DIR, checkpoint_step, last_complete_checkpoint, read_best
 
 __all__ = ["RowSet", "RunFacts", "describe_rows", "eval_set_labels", "run_info", "interrupted_message", "logged_rows"]
 
@@ -50,8 +51,14 @@ class RunFacts:
     benchmarks: tuple[RowSet, ...] = ()
 
     @property
+    def rundir(self) -> RunDir:
+        """The run directory (:class:`dare.run.rundir.RunDir` of :attr:`dir`)."""
+        return RunDir(self.dir)
+
+    @property
     def checkpoint_dir(self) -> Path:
-        return self.dir / "checkpoints"
+        """``checkpoints/`` of the run directory."""
+        return self.rundir.checkpoints
 
 
 def describe_rows(rows: RowSet, n: int | None = None) -> str:
@@ -88,7 +95,7 @@ def eval_set_labels(facts: RunFacts, stages: dict[str, list]) -> dict[str, str]:
     labels: dict[str, str] = {}
     if facts.validation is None and not facts.benchmarks:
         return labels
-    rows = logged_rows(facts.dir / "metrics.jsonl")
+    rows = logged_rows(facts.rundir.metrics)
     if facts.validation is not None:
         labels["validation"] = describe_rows(facts.validation, rows.get("validation"))
     else:
@@ -125,7 +132,7 @@ def run_info(facts: RunFacts, train_metrics: dict[str, Any], train_seconds: floa
 def interrupted_message(facts: RunFacts, stage: str | None, before_saved: bool, command: str) -> str:
     """What an interrupted command (Ctrl-C) saved in ``facts.dir`` and what re-running it does, as one paragraph.
 
-    :param stage: where it stopped (the stage :mod:`dare.pipeline` was in): ``before``/``after``/``eval`` (an
+    :param stage: where it stopped (the stage :mod:`dare.run.stages` was in): ``before``/``after``/``eval`` (an
         evaluation), ``train``, or None (before any stage began).
     :param before_saved: the run's evaluation before training is saved (``eval/before.json`` of its spec).
     :param command: the command that resumes (quoted at the end)."""
@@ -139,19 +146,21 @@ def interrupted_message(facts: RunFacts, stage: str | None, before_saved: bool, 
         saved.append(f"the checkpoint of step {step} of {facts.max_steps} ({ckpt})")
     best = read_best(facts.checkpoint_dir) if trains else None
     if best is not None:
-        saved.append(f"the best weights so far (step {best['step']}, {facts.checkpoint_dir / 'best'})")
+        saved.append(f"the best weights so far (step {best['step']}, {facts.checkpoint_dir / BEST_DIR})")
     kept = trains and before_saved
+    rundir = facts.rundir
     if kept:
-        saved.append(f"the evaluation before training ({facts.dir / 'eval' / 'before.json'})")
-    model = facts.dir / "model"
-    if stage == "after" and (model / "config.json").is_file():  # training finished; only the last evaluation is lost
+        saved.append(f"the evaluation before training ({rundir.eval_file('before')})")
+    model = rundir.model
+    if stage == "after" and rundir.has_model():  # training finished; only the last evaluation is lost
         text = (f"interrupted{where}: training finished and the trained model is in {model}"
-                + (f"; the evaluation before training is saved ({facts.dir / 'eval' / 'before.json'})" if kept else ""))
+                + (f"; the evaluation before training is saved ({rundir.eval_file('before')})" if kept else ""))
         return f"{text}. Re-running the same command evaluates the trained model again (no retraining): {command}"
     if saved:
         text = f"interrupted{where}: saved {'; '.join(saved)}"
-    elif stage in ("before", "eval") and (facts.dir / "run.json").is_file() and not (model / "config.json").is_file():
-        held = "the run's spec (run.json)" + (" and starting model (init-model/)" if (facts.dir / "init-model").is_dir() else "")
+    elif stage in ("before", "eval") and rundir.is_run() and not rundir.has_model():
+        held = (f"the run's spec ({RunDir.RECORD})"
+                + (f" and starting model ({RunDir.INIT_MODEL}/)" if rundir.init_model.is_dir() else ""))
         text = f"interrupted{where}: no results were saved; {facts.dir} holds only {held}"
     else:
         text = f"interrupted{where}: nothing was saved"
