@@ -10,15 +10,15 @@ PIP := $(VENV)/bin/pip
 #   default  `pip install torch==$(TORCH_VERSION)` from pip's configured sources: on PyPI for Linux x86_64 that is
 #            the CUDA build (several GB of CUDA libraries); a machine with local wheels gets what they hold
 #   cpu      torch==$(TORCH_VERSION)+cpu: from pip's configured sources when they hold it (offline, local wheels),
-#            otherwise from PyTorch's CPU index (PyPI stays the index of every other package)
-#   cuda     torch==$(TORCH_VERSION)+$(TORCH_CUDA) the same way, from PyTorch's $(TORCH_CUDA) index
+#            otherwise with PyTorch's CPU index added to them (--extra-index-url; every other package still comes
+#            from pip's configured index)
+#   cuda     torch==$(TORCH_VERSION)+$(TORCH_CUDA) the same way, with PyTorch's $(TORCH_CUDA) index
 # The install prints the build it got and fails when it is not the one asked for. Switching TORCH_BUILD on an
 # existing .venv reinstalls torch. TORCH=<requirement> still replaces the whole choice (e.g. TORCH=torch==2.6.0).
 TORCH_VERSION ?= 2.13.0
 TORCH_BUILD ?= default
 TORCH_CUDA ?= cu128
 TORCH_INDEX_BASE ?= https://download.pytorch.org/whl
-PYPI_INDEX ?= https://pypi.org/simple
 ifeq ($(TORCH_BUILD),cpu)
   TORCH ?= torch==$(TORCH_VERSION)+cpu
   TORCH_INDEX := $(TORCH_INDEX_BASE)/cpu
@@ -31,9 +31,9 @@ else ifeq ($(TORCH_BUILD),default)
 else
   $(error TORCH_BUILD must be cpu, cuda or default (got '$(TORCH_BUILD)'); e.g. make install TORCH_BUILD=cpu)
 endif
-# the PyTorch index only when pip's configured sources cannot install the pinned build on their own
+# PyTorch's index, added to pip's configured sources, only when they cannot install the pinned build on their own
 TORCH_SOURCE := $(if $(TORCH_INDEX),$$($(PIP) install --quiet --dry-run --no-index --no-deps "$(TORCH)" >/dev/null 2>&1 \
-  || echo --index-url $(TORCH_INDEX) --extra-index-url $(PYPI_INDEX)))
+  || echo --extra-index-url $(TORCH_INDEX)))
 TORCH_CHECK := import sys, torch; b, c = sys.argv[1], torch.version.cuda; \
   print("installed torch", torch.__version__, "(" + ("CUDA " + c if c else "CPU") + " build; TORCH_BUILD=" + b + ")"); \
   sys.exit("TORCH_BUILD=" + b + " asked for another build" if (b == "cpu") == bool(c) and b != "default" else 0)

@@ -1,4 +1,5 @@
-"""The ``dare`` command.
+"""The ``dare`` command line: the click group and one module per command group, each parsing its options and
+printing results while the library modules it calls do the work.
 
 ``dare run SPEC`` (eval before, train, eval after, report), ``dare train SPEC``, ``dare eval SPEC``,
 ``dare generate``, ``dare profile SPEC``, ``dare validate SPEC``, ``dare schema``, ``dare plugins``, ``dare

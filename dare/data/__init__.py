@@ -1,4 +1,5 @@
-"""Dataset rows and prompt rendering.
+"""Dataset rows and prompt rendering: reading rows (parquet, JSONL, the hub), checking their columns, rendering
+prompts with chat templates and collating supervised batches.
 
 Rows follow the format of DARE's data files: ``data_source``, ``prompt`` (a list of chat messages
 ``{role, content}``), ``reward_model`` (``{ground_truth, style}``) and ``extra_info`` (a dict). Files

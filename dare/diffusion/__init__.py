@@ -1,4 +1,5 @@
-"""The masked-diffusion forward process and likelihood pieces.
+"""The masked-diffusion forward process and likelihood pieces: corruption, per-token likelihoods and ELBOs,
+block-diffusion attention masks, padding-free packing and the likelihood estimators.
 
 * :mod:`dare.diffusion.forward`: mask ratios ``t`` and corruption masks (Bernoulli-``t`` i.i.d.).
 * :mod:`dare.diffusion.likelihood`: per-token log-probabilities of the clean tokens under a noisy

@@ -1,4 +1,5 @@
-"""Algorithm-independent pieces of online RL, shared by every RL objective.
+"""Algorithm-independent pieces of online RL, shared by every RL objective: the RL step and its hooks, rollouts,
+advantages, losses, KL, reward guards and the GRPO trainer.
 
 * :mod:`dare.rl.advantages`: group advantages (GRPO mean/std, Dr.GRPO, RLOO);
 * :mod:`dare.rl.policy_loss`: the clipped surrogate with dual clip;
