@@ -186,7 +186,7 @@ def first_step_calibration(lm, chunks, gen_length: int) -> list[tuple[float, flo
 
 def bench_family(family: str, args) -> dict:
     from dare.modeling import load_model
-    from dare.plugins import get_registry
+    from dare.plugins.manager import get_registry
     from dare.sampling.text import decode_completions, encode_prompts
 
     model_dir, train_seconds, reused = trained_model(family, args.retrain)

@@ -50,7 +50,7 @@ def main() -> int:
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     from dare.modeling import load_model
-    from dare.plugins import get_registry
+    from dare.plugins.manager import get_registry
     from dare.sampling.kv_cache import kv_logits_of
     from dare.sampling.text import encode_prompts
 

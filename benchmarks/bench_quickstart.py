@@ -95,7 +95,7 @@ def bench_sft(lm, examples, collator, steps: int, batch: int, tmp: str) -> tuple
 
 def bench_sampler(lm, n_prompts: int, batch: int) -> tuple[float, float, bool]:
     from dare.data import Prompter, load_rows
-    from dare.plugins import get_registry
+    from dare.plugins.manager import get_registry
     from dare.sampling import DecodingBundle
     from dare.sampling.text import generate_texts
 

@@ -75,7 +75,7 @@ def bf16_logits(device: str) -> list[str]:
 
 
 def _sampler(family: str, **params):
-    from dare.plugins import get_registry
+    from dare.plugins.manager import get_registry
 
     name = {"llada": "llada", "dream": "dream"}[family]
     return get_registry().get("sampler", name).create(params)

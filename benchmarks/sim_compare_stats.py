@@ -1,15 +1,15 @@
-"""What ``dare compare``'s statistics claim, checked by simulation (:mod:`dare.eval.stats`).
+"""What ``dare compare``'s statistics claim, checked by simulation (:mod:`dare.report.stats`).
 
 For each seed count n, ``--sims`` simulated comparisons draw per-seed scores from a normal distribution
 (``numpy.random.default_rng(seed)``):
 
-* **coverage**: how often the 95 % interval of a group's mean (:func:`dare.eval.stats.summarize`: the t-interval)
+* **coverage**: how often the 95 % interval of a group's mean (:func:`dare.report.stats.summarize`: the t-interval)
   holds the true mean, next to the percentile bootstrap over seeds it replaced (the interval of :func:`scipy.stats.
   bootstrap`, ``method="percentile"``; ``--boot-sims`` of the simulations, it is slow);
-* **false positives**: how often the verdict (:func:`dare.eval.stats.paired_difference`, ``min_seeds=2`` so every n
+* **false positives**: how often the verdict (:func:`dare.report.stats.paired_difference`, ``min_seeds=2`` so every n
   gets a verdict) calls two equal settings significant (nominal 5 %);
 * **power**: how often it calls a difference of one standard deviation of the per-seed differences significant,
-  next to the noncentral-t power :func:`dare.eval.stats.power` the output prints;
+  next to the noncentral-t power :func:`dare.report.stats.power` the output prints;
 * **too few seeds**: the verdict with the default ``min_seeds`` (5), as printed.
 
 Run: ``python benchmarks/sim_compare_stats.py [--sims 4000] [--seeds 3,5,10]``; it prints one markdown table.
@@ -25,7 +25,7 @@ import numpy as np
 def main(argv: list[str] | None = None) -> None:
     from scipy import stats as sps
 
-    from dare.eval.stats import paired_difference, power, summarize
+    from dare.report.stats import paired_difference, power, summarize
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sims", type=int, default=4000, help="simulated comparisons per seed count")

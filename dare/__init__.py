@@ -1,10 +1,12 @@
-"""DARE: the dLLM Alignment and Reinforcement Executor.
+"""DARE, the dLLM Alignment and Reinforcement Executor: the core every plugin builds on, one framework to post-train
+and evaluate diffusion LLMs.
 
-One framework to post-train and evaluate diffusion LLMs. The core defines the plugin surface
-(:mod:`dare.hookspecs`), the component kinds (:mod:`dare.components`), the run spec
-(:mod:`dare.spec`), the forward process and likelihood estimators (:mod:`dare.diffusion`), shared
-decoding pieces (:mod:`dare.sampling`), trainers (:mod:`dare.trainers`) and evaluation
-(:mod:`dare.eval`). Model families, samplers and objectives come from plugins.
+The core defines the plugin system (``dare/plugins/``: the hook surface, discovery, the registry), the component
+kinds (:mod:`dare.components`), the run spec (:mod:`dare.runspec`), the run and its directory (:mod:`dare.run`), the
+forward process and likelihood estimators (:mod:`dare.diffusion`), shared decoding pieces (:mod:`dare.sampling`),
+trainers (:mod:`dare.trainers`), online RL (:mod:`dare.rl`), evaluation (:mod:`dare.eval`), reports
+(:mod:`dare.report`), processes and threads (:mod:`dare.scaling`) and operations outside a run (:mod:`dare.ops`);
+docs/architecture.md draws the layout. Model families, samplers and objectives come from plugins.
 
 ``import dare`` is light: it imports pluggy (``dare.hookimpl``) and the error classes; the component
 base classes (pydantic) load on first access of ``dare.ModelFamily``, ``dare.Params``, ... (PEP 562),
@@ -16,7 +18,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from dare.errors import CheckpointError, DareError, DataError, PluginError, SpecError
-from dare.hookspecs import hookimpl
+from dare.plugins.hookspecs import hookimpl
 
 if TYPE_CHECKING:  # pragma: no cover
     from dare.components import (

@@ -1,7 +1,7 @@
 """What a long command shows while it works: stage banners, progress with rate and time left, log lines.
 
 Everything goes to stderr (stdout keeps the results: tables, JSON) and only from the main process
-(:func:`dare.distributed.is_main`), so several processes print one progress display. Two styles:
+(:func:`dare.scaling.distributed.is_main`), so several processes print one progress display. Two styles:
 
 * ``rich``: live bars (``rich.progress``) when stderr is a terminal; log lines print above them;
 * ``plain``: when stderr is not a terminal (CI, ``> log.txt``): a task prints one line when it has run
@@ -34,7 +34,7 @@ _ENV_INTERVAL = "DARE_PROGRESS_INTERVAL"
 def _is_main() -> bool:
     if "torch" not in sys.modules:  # nothing has started processes: this is the only one
         return True
-    from dare.distributed import is_main
+    from dare.scaling.distributed import is_main
 
     return is_main()
 

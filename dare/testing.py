@@ -69,7 +69,7 @@ def shared_path(*parts: str) -> Path:
 def tiny_model(family: str, out_dir: str | os.PathLike, preset: str = "tiny", seed: int = 0, **overrides):
     """Create (and save) a tiny randomly initialised model of ``family``; returns a ``LoadedModel``."""
     from dare.modeling import create_model
-    from dare.plugins import get_registry
+    from dare.plugins.manager import get_registry
 
     fam = get_registry().get("model_family", family).create()
     return create_model(fam, out_dir, preset=preset, overrides=overrides, seed=seed, overwrite=True)

@@ -39,7 +39,7 @@ def _launch_env(path: Path) -> dict[str, str]:
 
 
 def _family(name: str):
-    from dare.plugins import get_registry
+    from dare.plugins.manager import get_registry
 
     return get_registry().get("model_family", name).create()
 
@@ -113,7 +113,7 @@ def test_an_fsdp_or_deepspeed_launch_on_cpu_warns_that_the_model_is_not_sharded(
     """On a machine without GPUs accelerate runs FSDP/DeepSpeed configs as plain data parallelism: say so."""
     import torch
 
-    from dare import distributed
+    from dare.scaling import distributed
 
     if torch.cuda.is_available():
         pytest.skip("checks the CPU fallback")

@@ -6,6 +6,8 @@
   its ``generation`` module (the checkpoint class must inherit ``generate``), whose ``generate`` reaches the family
   and the decoder back inside the call;
 * no core module is longer than 450 lines;
+* the top of ``dare/`` holds at most 10 modules besides packages, and every package's ``__init__.py`` opens with a
+  paragraph saying what the package owns (docs/architecture.md, "Layout");
 * the core never imports a plugin, and plugins never import each other;
 * no decoder signature takes more than 8 parameters: decoders take what they decode with, the prompts, their mask
   and one options object (``dare.sampling.options.DecodeOptions``);
@@ -35,6 +37,8 @@ ROOT = Path(__file__).resolve().parents[1]
 CORE = ROOT / "dare"
 PLUGINS = ROOT / "plugins"
 MAX_CORE_LINES = 450
+MAX_TOP_MODULES = 10
+MIN_OWNER_WORDS = 8
 
 
 def _modules(pkg_root: Path, top: Path) -> dict[str, Path]:
@@ -197,6 +201,55 @@ def test_no_core_module_over_the_line_limit():
     assert not long, f"core modules over {MAX_CORE_LINES} lines: {long}"
 
 
+def top_modules(pkg_root: Path) -> list[str]:
+    """The modules directly in ``pkg_root`` (``__init__.py`` included), not those of its packages."""
+    return sorted(p.name for p in pkg_root.glob("*.py"))
+
+
+def packages_without_owner(pkg_root: Path) -> list[str]:
+    """Packages under ``pkg_root`` (``pkg_root`` included) whose ``__init__.py`` does not open with a docstring paragraph
+    of at least :data:`MIN_OWNER_WORDS` words, and folders of modules that are no package (no ``__init__.py``)."""
+    bad = []
+    for d in [pkg_root, *sorted(p for p in pkg_root.rglob("*") if p.is_dir() and p.name != "__pycache__")]:
+        init = d / "__init__.py"
+        if not init.is_file():
+            if any(d.glob("*.py")):
+                bad.append(f"{d.relative_to(pkg_root.parent)}: modules without __init__.py")
+            continue
+        doc = ast.get_docstring(ast.parse(init.read_text())) or ""
+        if len(doc.split("\n\n")[0].split()) < MIN_OWNER_WORDS:
+            bad.append(f"{init.relative_to(pkg_root.parent)}: {doc.splitlines()[0] if doc else 'no docstring'}")
+    return bad
+
+
+def test_the_layout_checks_find_what_they_look_for(tmp_path):
+    core = tmp_path / "core"
+    (core / "owned").mkdir(parents=True)
+    (core / "terse").mkdir()
+    (core / "loose").mkdir()
+    (core / "data").mkdir()
+    (core / "__init__.py").write_text('"""The core: every piece of the framework that plugins build on, by package."""\n')
+    (core / "owned" / "__init__.py").write_text('"""Owned: the pieces that read and write the run directory.\n\nMore."""\n')
+    (core / "terse" / "__init__.py").write_text('"""Terse.\n\nWhat it holds comes too late."""\n')
+    (core / "loose" / "a.py").write_text("")
+    (core / "data" / "rows.json").write_text("[]")
+    (core / "io.py").write_text("")
+    assert top_modules(core) == ["__init__.py", "io.py"]
+    assert packages_without_owner(core) == ["core/loose: modules without __init__.py", "core/terse/__init__.py: Terse."]
+
+
+def test_the_top_of_the_core_holds_few_modules():
+    """At most 10 modules at the top of ``dare/`` (``__init__.py`` counted); the rest live in packages whose names
+    say what they hold."""
+    top = top_modules(CORE)
+    assert len(top) <= MAX_TOP_MODULES, f"{len(top)} modules at the top of dare/ (at most {MAX_TOP_MODULES}): {top}"
+
+
+def test_every_core_package_says_what_it_owns():
+    bad = packages_without_owner(CORE)
+    assert not bad, f"packages whose __init__.py does not open with what they own ({MIN_OWNER_WORDS}+ words): {bad}"
+
+
 def _plugin_packages() -> dict[str, Path]:
     """Top-level import package of each first-party plugin -> its src directory."""
     out = {}
@@ -249,7 +302,7 @@ def test_no_objective_copies_the_training_skeleton():
 def test_trainer_configs_declare_no_objective_param():
     """One parameter schema per component: a DareConfig subclass may hold training-loop settings only, never a
     field that an objective's Params declares."""
-    from dare.plugins import get_registry
+    from dare.plugins.manager import get_registry
 
     objective_fields = set()
     for name in get_registry().names("objective"):
@@ -369,7 +422,7 @@ MAX_LINE_CHARS = 120
 #: Core modules whose long lines wait for the changes under way in them (this list only shrinks).
 LONG_LINES_ALLOWED = (
     "dare/run.py", "dare/pipeline.py", "dare/rundir.py", "dare/runinfo.py", "dare/runlock.py", "dare/runlog.py",
-    "dare/registry.py", "dare/diffusion/estimators/", "dare/diffusion/likelihood.py", "dare/rl/step.py",
+    "dare/plugins/registry.py", "dare/diffusion/estimators/", "dare/diffusion/likelihood.py", "dare/rl/step.py",
     "dare/sampling/tokens.py",
 )
 
@@ -551,7 +604,7 @@ def test_the_name_check_matches_whole_names_only():
 
 def test_the_core_names_no_first_party_plugin():
     """The core knows no first-party plugin: no distribution or package name in any file under ``dare/`` (the
-    unknown-name hint asks the plugins themselves, :func:`dare.plugins.provider_of`)."""
+    unknown-name hint asks the plugins themselves, :func:`dare.plugins.manager.provider_of`)."""
     names = _first_party_plugin_names()
     bad = [f"{p.relative_to(ROOT)}: {n}" for p in sorted(CORE.rglob("*"))
            if p.is_file() and p.suffix in {".py", ".j2", ".md", ".toml", ".yaml", ".json", ".txt"}
@@ -560,7 +613,7 @@ def test_the_core_names_no_first_party_plugin():
 
 
 def _first_party_entries():
-    from dare import plugins as P
+    from dare.plugins import manager as P
 
     P.reset()
     return P.get_registry().restricted(P.first_party()).all()
@@ -616,7 +669,7 @@ def _plugin_entry_modules() -> list[Path]:
 
 def test_first_party_register_calls_name_only_the_class():
     """Every ``register(...)`` of the core's built-ins and the first-party plugins passes only ``"module:Class"``:
-    the name, aliases, model types and description are read from the class (``dare.registry.declared_in_source``)."""
+    the name, aliases, model types and description are read from the class (``dare.plugins.registry.declared_in_source``)."""
     bad = []
     for path in _plugin_entry_modules():
         for node in ast.walk(ast.parse(path.read_text())):

@@ -76,7 +76,7 @@ def world(tmp_path_factory, tiny_llada_dir) -> World:
     from dare.modeling import load_model
     from dare.modeling.lora import apply_lora
     from dare.run import Run
-    from dare.spec import LoraSpec, validate_spec
+    from dare.runspec import LoraSpec, validate_spec
 
     root = tmp_path_factory.mktemp("bad-inputs")
     w = World(root, root / "world" / "model", root / "world" / "train.parquet", root / "world" / "adapter",
@@ -128,7 +128,7 @@ def poison(state: dict, value: float = float("nan")) -> None:
 
 def resumable_run(w: World, c: Path, **train) -> tuple[Path, str]:
     """A copy of the world's finished run, re-labelled as the run of this case's spec (same spec hash)."""
-    from dare.spec import spec_hash, validate_spec
+    from dare.runspec import spec_hash, validate_spec
 
     run = Path(shutil.copytree(w.run, c / "out"))
     spec = train_spec(w, str(w.model), "out", **train)
@@ -626,7 +626,7 @@ def _with(spec: dict, dotted: str, value):
 
 def _nan_trained_model(w: World, c: Path) -> list[str]:
     """`dare eval` of a run directory whose trained model/ was saved with NaN weights."""
-    from dare.spec import spec_hash, validate_spec
+    from dare.runspec import spec_hash, validate_spec
 
     run = Path(shutil.copytree(w.run, c / "out"))
     edit_tensors(run / "model", poison)

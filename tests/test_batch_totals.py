@@ -1,5 +1,5 @@
 """Whole-batch normalisers and metrics over processes (dare.rl.batch_totals), with the other process's share
-injected through ``dare.distributed.gather`` (the 2-process runs themselves: tests/test_distributed.py)."""
+injected through ``dare.scaling.distributed.gather`` (the 2-process runs themselves: tests/test_distributed.py)."""
 
 import pytest
 import torch

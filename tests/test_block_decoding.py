@@ -103,7 +103,7 @@ def test_each_block_sampler_decodes_each_block_family_through_one_cache_interfac
                                                                                    sampler_name, params):
     """The KV-cached path equals the recomputing one, and each row of a left-padded batch equals the row alone, for
     every (sampler, family) pair: both samplers only use the family's new_cache/block_logits."""
-    from dare.plugins import get_registry
+    from dare.plugins.manager import get_registry
 
     family, lm = block_models[family_name]
     model, t = lm.model.eval(), lm.tokens

@@ -29,7 +29,7 @@ def test_good_progress_environment_is_accepted(monkeypatch):
 
 
 def test_piped_console_is_wide(monkeypatch):
-    from dare.cli_help import wide_console
+    from dare.cli.helptext import wide_console
 
     monkeypatch.delenv("COLUMNS", raising=False)
     assert wide_console().width == 200  # pytest's stdout is not a terminal
@@ -62,7 +62,7 @@ def test_missing_run_model_suggests_running_its_spec(tmp_path, monkeypatch):
 
 def test_set_typo_names_the_override():
     from dare.errors import SpecError
-    from dare.spec import load_spec
+    from dare.runspec import load_spec
 
     from pathlib import Path
 
@@ -74,7 +74,7 @@ def test_set_typo_names_the_override():
 
 def test_missing_spec_file_has_no_root_prefix(tmp_path):
     from dare.errors import SpecError
-    from dare.spec import load_spec
+    from dare.runspec import load_spec
 
     with pytest.raises(SpecError) as exc:
         load_spec(tmp_path / "nonexist.yaml")

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from dare.errors import DareError
-from dare.eval.compare import compare_runs, parse_entry
+from dare.report.compare import compare_runs, parse_entry
 
 
 def _fake_run(d, stage, acc, reward, metrics):
@@ -49,7 +49,7 @@ def test_missing_run_dir_and_duplicate_labels(tmp_path):
 
 
 def test_one_run_before_and_after_is_labelled_by_each_entry(tmp_path):
-    from dare.eval.compare import _panels
+    from dare.report.compare import _panels
 
     d = tmp_path / "quickstart"
     _fake_run(d, "after", 0.6, 0.9, [{"step": 1, "loss": 2.0}, {"step": 750, "loss": 0.1}])
@@ -71,7 +71,7 @@ def test_one_run_before_and_after_is_labelled_by_each_entry(tmp_path):
 
 def test_rl_runs_plot_reward_with_spread_each_on_its_own_axis(tmp_path):
     """An RL run's panel is its reward (mean, std), not its loss; an SFT run keeps its loss; each has its own steps."""
-    from dare.eval.compare import _panels
+    from dare.report.compare import _panels
 
     _fake_run(tmp_path / "sft", "after", 0.3, 0.7, [{"step": s, "loss": 1.0 / s} for s in (1, 250, 750)])
     _fake_run(tmp_path / "rl", "after", 0.45, 0.8, [
@@ -101,7 +101,7 @@ def test_plots_show_zero_integer_steps_and_distinct_series(tmp_path, monkeypatch
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from dare.eval.plots import draw_training_curve, plot_training
+    from dare.report.plots import draw_training_curve, plot_training
 
     fig, ax = plt.subplots()
     draw_training_curve(ax, "loss", [(1, 7.3, None)])

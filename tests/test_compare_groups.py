@@ -9,8 +9,8 @@ import pytest
 from scipy import stats as sps
 
 from dare.errors import DareError
-from dare.eval.compare import compare_runs
-from dare.eval.stats import apply_holm, holm, item_bootstrap, iqm, paired_difference, power, seeds_for_power, summarize
+from dare.report.compare import compare_runs
+from dare.report.stats import apply_holm, holm, item_bootstrap, iqm, paired_difference, power, seeds_for_power, summarize
 
 
 def test_group_interval_is_the_t_interval_and_bca_from_20_seeds():
@@ -229,7 +229,7 @@ def _run_items(d, seed, algo, correct: dict[str, np.ndarray]):
 def test_five_seeds_three_settings_holm_items_aggregate_power_and_plot(tmp_path):
     from statsmodels.stats.multitest import multipletests
 
-    from dare.eval.stats import item_bootstrap as boot
+    from dare.report.stats import item_bootstrap as boot
     from dare.sweep import power_lines
 
     rng = np.random.default_rng(11)
@@ -276,7 +276,7 @@ def test_five_seeds_three_settings_holm_items_aggregate_power_and_plot(tmp_path)
 
 
 def test_gain_is_after_minus_before_in_any_order_and_the_plot_width_is_capped(tmp_path):
-    from dare.eval.groups import figure_size
+    from dare.report.groups import figure_size
 
     entries = []
     for seed, (before, after) in enumerate([(0.40, 0.50), (0.41, 0.49), (0.42, 0.55), (0.40, 0.52), (0.43, 0.50)]):

@@ -426,7 +426,7 @@ def test_sigkill_on_two_processes_then_resume_is_bit_exact(tmp_path):
         time.sleep(0.02)
     os.killpg(proc.pid, signal.SIGKILL)  # torchrun (its workers run in sessions of their own)
     proc.wait()
-    # the workers die with their launcher (PR_SET_PDEATHSIG, dare.distributed): no orphan goes on writing the run
+    # the workers die with their launcher (PR_SET_PDEATHSIG, dare.scaling.distributed): no orphan goes on writing the run
     deadline = time.monotonic() + 30
     while _processes_running(str(killed_spec)):
         assert time.monotonic() < deadline, "the workers outlived torchrun by 30 s"

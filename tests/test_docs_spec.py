@@ -1,4 +1,4 @@
-"""docs/run-spec.md documents every field of every model of the run spec (dare/spec/models.py), and nothing else;
+"""docs/run-spec.md documents every field of every model of the run spec (dare/runspec/models.py), and nothing else;
 README.md stays short, lists every CLI command and holds one complete run spec that validates."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import re
 
 from pydantic import BaseModel
 
-import dare.spec.models as models
+import dare.runspec.models as models
 from dare.testing import repo_root
 
 

@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from dare.errors import DataError, SpecError
-from dare.spec import validate_spec
+from dare.runspec import validate_spec
 
 pytest.importorskip("dare_dpo")
 
@@ -69,7 +69,7 @@ def preference_spec(tmp_path, family: str, train: str, held_out: str | None = No
 
 
 def _installed(family: str) -> None:
-    from dare.plugins import get_registry
+    from dare.plugins.manager import get_registry
 
     if get_registry().find("model_family", family) is None:
         pytest.skip(f"model family {family!r} is not installed")

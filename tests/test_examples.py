@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from dare.spec import validate_spec
+from dare.runspec import validate_spec
 
 EXAMPLES = sorted((Path(__file__).resolve().parents[1] / "examples").glob("*.yaml"))
 
@@ -65,7 +65,7 @@ def test_checkpoint_of_a_longer_constant_lr_run_equals_the_shorter_run(tmp_path,
     from safetensors.torch import load_file
 
     from dare.run import Run
-    from dare.spec import load_spec
+    from dare.runspec import load_spec
 
     def spec(name, steps, **train):
         raw = {"model": {"path": str(tiny_llada_dir)},

@@ -9,8 +9,8 @@ import torch
 from safetensors import safe_open
 
 from dare.errors import CheckpointError
-from dare.export import export_model
-from dare.spec import LoraSpec
+from dare.ops.export import export_model
+from dare.runspec import LoraSpec
 
 
 @pytest.fixture(autouse=True)
@@ -152,7 +152,7 @@ def test_adapter_directory_as_model_path(tiny_llada_dir, adapter_dir, tmp_path):
     """SFT -> RL hand-off: a later spec starts from an earlier run's adapter directory."""
     from dare.modeling import load_model
     from dare.run import Run
-    from dare.spec import validate_spec
+    from dare.runspec import validate_spec
 
     ids = torch.randint(10, 200, (2, 16), generator=torch.Generator().manual_seed(0))
     lm = load_model(adapter_dir)  # base + adapter, merged into a plain LLaDA model

@@ -147,7 +147,7 @@ def test_generate_run_answers_like_the_runs_own_samples(finished):
     assert json.loads(out)["completions"] == [s["completion"] for s in samples[:3]]
     assert f"{d}: its trained model {d / 'model'}" in err and "chat template on, system prompt" in err
     # the run's prompt format is what made the difference: without its system prompt the prompts differ
-    from dare.generate import render_prompts
+    from dare.ops.generate import render_prompts
     from dare.modeling import load_model
 
     tok = load_model(d / "model").tokenizer
@@ -246,7 +246,7 @@ def test_generate_model_of_a_run_uses_the_runs_prompt_format_and_says_so(finishe
 
 
 def test_generate_model_settings_of_a_run_trained_without_chat_template(tmp_path):
-    from dare.generate import model_settings
+    from dare.ops.generate import model_settings
 
     run = tmp_path / "run"
     (run / "model").mkdir(parents=True)
@@ -261,7 +261,7 @@ def test_generate_model_settings_of_a_run_trained_without_chat_template(tmp_path
 def test_generate_run_of_an_unfinished_run_uses_its_last_checkpoint(tmp_path):
     """A run stopped before model/ was written: --run loads its newest complete checkpoint and says so (not the
     untrained init-model/); a checkpoint cut short (no trainer_state.json) is not used; with none, the start model."""
-    from dare.generate import run_settings
+    from dare.ops.generate import run_settings
 
     run = tmp_path / "run"
     for d in ("init-model", "checkpoints/checkpoint-2", "checkpoints/checkpoint-4", "checkpoints/checkpoint-6"):

@@ -71,7 +71,7 @@ def test_spec_differences_name_the_keys():
 
 
 def test_refused_output_dir_names_the_differing_keys(tmp_path):
-    from dare.spec import RunSpec, spec_hash
+    from dare.runspec import RunSpec, spec_hash
 
     base = {"model": {"new": {"family": "llada"}}, "train": {"learning_rate": 1e-3, "max_steps": 750},
             "eval": {"benchmarks": ["sudoku"], "batch_size": 250}, "output": {"dir": str(tmp_path / "run")}}
@@ -168,7 +168,7 @@ def test_local_dataset_folders_load_through_datasets(tmp_path):
 def test_a_spec_validates_with_a_dataset_folder(tmp_path, tiny_llada_dir):
     import datasets
 
-    from dare.spec import validate_spec
+    from dare.runspec import validate_spec
 
     datasets.Dataset.from_list(_rows(4)).save_to_disk(str(tmp_path / "data"))
     raw = {"model": {"path": str(tiny_llada_dir)}, "algorithm": {"name": "sft"},
@@ -190,7 +190,7 @@ def test_tests_run_in_their_own_directory():
 def test_examples_validate_whatever_runs_holds(example, tiny_llada_dir):
     """What a user's earlier `dare run examples/...` leaves in runs/ (another run of that output.dir, with its model)
     does not change what the tests see: relative paths resolve in the test's own directory."""
-    from dare.spec import load_spec
+    from dare.runspec import load_spec
 
     spec = yaml.safe_load((repo_root() / "examples" / example).read_text())
     out = Path(spec["output"]["dir"])

@@ -23,7 +23,7 @@ SUDOKU = {"path": "dare://sudoku/train.parquet", "prompt_template": "{{ extra_in
 
 def _sampler(family: str, **extra) -> dict:
     """The family's default sampler with an 8-token completion (block families keep their model's block length)."""
-    from dare.plugins import get_registry
+    from dare.plugins.manager import get_registry
 
     fam = get_registry().get("model_family", family).cls()
     entry = get_registry().get("sampler", fam.default_sampler)
@@ -93,7 +93,7 @@ def test_rl_step_on_cuda(tmp_path, family, preset):
 def test_greedy_decoding_on_cuda_equals_cpu(tmp_path, family, preset):
     pytest.importorskip(f"dare_{family}")
     from dare.data import load_rows
-    from dare.plugins import get_registry
+    from dare.plugins.manager import get_registry
     from dare.sampling import DecodingBundle
     from dare.sampling.text import generate_texts
     from dare.testing import tiny_model

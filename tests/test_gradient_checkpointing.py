@@ -17,7 +17,7 @@ FAMILIES = [("llada", "tiny"), ("dream", "tiny"), ("sdar", "tiny"), ("sdar", "ti
 
 
 def _family(name: str):
-    from dare.plugins import get_registry
+    from dare.plugins.manager import get_registry
 
     return get_registry().get("model_family", name).create()
 

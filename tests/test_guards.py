@@ -74,7 +74,7 @@ def test_three_nan_steps_in_a_row_stop_the_run_with_a_clear_error(tmp_path, monk
 
 def test_one_nan_forward_skips_one_step_and_training_goes_on(tmp_path, monkeypatch):
     from dare.run import Run
-    from dare.spec import validate_spec
+    from dare.runspec import validate_spec
     from dare_llada.family import LLaDAFamily
 
     calls = {"n": 0}
@@ -97,7 +97,7 @@ def test_one_nan_forward_skips_one_step_and_training_goes_on(tmp_path, monkeypat
 def test_non_finite_weights_are_never_saved(tmp_path):
     from dare.errors import DareError
     from dare.run import Run
-    from dare.spec import validate_spec
+    from dare.runspec import validate_spec
     from dare.trainers.guards import NonFiniteError
 
     run = Run(validate_spec(_spec(tmp_path, max_steps=2)))
@@ -126,7 +126,7 @@ def test_a_full_disk_during_a_checkpoint_is_one_clear_error(tmp_path, monkeypatc
 
     from dare.errors import DareError
     from dare.run import Run
-    from dare.spec import validate_spec
+    from dare.runspec import validate_spec
 
     original = transformers.Trainer._save_optimizer_and_scheduler
 

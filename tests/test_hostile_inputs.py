@@ -2,7 +2,7 @@
 30-second limit and must end with a non-zero exit status, one ``error:`` paragraph naming the field or file (no
 traceback), and nothing written where it should not be.
 
-YAML: an alias bomb, a recursive alias, a 10 MB value and duplicate keys (:mod:`dare.spec.yamlload`).
+YAML: an alias bomb, a recursive alias, a 10 MB value and duplicate keys (:mod:`dare.runspec.yamlload`).
 """
 
 from __future__ import annotations
@@ -99,7 +99,7 @@ def test_recursive_alias_is_refused(tmp_path):
 def test_small_aliases_still_work(tmp_path):
     text = "base: &lr 0.002\n" + _spec_text().replace("learning_rate: 0.001", "learning_rate: *lr")
     (tmp_path / "spec.yaml").write_text(text.replace("base: &lr", "x-lr: &lr"))
-    from dare.spec.overrides import read_spec_file
+    from dare.runspec.overrides import read_spec_file
 
     assert read_spec_file(tmp_path / "spec.yaml")["train"]["learning_rate"] == 0.002
 
@@ -114,7 +114,7 @@ def test_ten_megabyte_value_names_its_field(tmp_path, cmd):
 
 
 def test_value_at_the_size_limit_is_accepted():
-    from dare.spec.yamlload import MAX_STRING_CHARS, load_yaml
+    from dare.runspec.yamlload import MAX_STRING_CHARS, load_yaml
 
     assert load_yaml(f"a: {'x' * MAX_STRING_CHARS}\n") == {"a": "x" * MAX_STRING_CHARS}
     with pytest.raises(Exception, match=r"a: a value of 65537 characters \(line 1\)"):
@@ -123,7 +123,7 @@ def test_value_at_the_size_limit_is_accepted():
 
 def test_deep_nesting_is_refused():
     from dare.errors import SpecError
-    from dare.spec.yamlload import MAX_DEPTH, load_yaml
+    from dare.runspec.yamlload import MAX_DEPTH, load_yaml
 
     assert load_yaml("a: " + "[" * (MAX_DEPTH - 1) + "]" * (MAX_DEPTH - 1))["a"] is not None
     for depth in (MAX_DEPTH + 1, 999, 5000):  # 5000: libyaml's own limit (1000) answers first
@@ -143,7 +143,7 @@ def test_duplicate_top_level_key_names_both_lines(tmp_path):
 
 def test_duplicate_nested_key_and_merge_keys(tmp_path):
     from dare.errors import SpecError
-    from dare.spec.yamlload import load_yaml
+    from dare.runspec.yamlload import load_yaml
 
     with pytest.raises(SpecError, match=r"data\.train\.limit: the key 'limit' is given twice in one mapping \(lines 3 and 5\)"):
         load_yaml("data:\n  train:\n    limit: 1\n    path: x\n    limit: 2\n")
@@ -539,7 +539,7 @@ def test_a_null_in_a_string_column_fails_validation(tmp_path):
     import pyarrow.parquet as pq
 
     from dare.errors import SpecError
-    from dare.spec import validate_spec
+    from dare.runspec import validate_spec
 
     pq.write_table(pa.table({"prompt": ["1+1=", "2+2="], "response": [None, "4"]}), tmp_path / "d.parquet")
     raw = {"model": {"new": {"family": "llada", "preset": "tiny"}},

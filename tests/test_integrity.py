@@ -116,7 +116,7 @@ class _Tok:
 def _card_config(name):
     from transformers import AutoConfig
 
-    from dare.plugins import register_auto_classes
+    from dare.plugins.manager import register_auto_classes
 
     register_auto_classes()  # the families' config classes (get_registry() alone imports no family module)
     return AutoConfig.from_pretrained(str(shared_path("model-cards", name)))
@@ -127,7 +127,7 @@ def test_released_tokenizers_fit_their_models(card):
     """Cards with their vocabulary files: the real tokenizer is accepted (vocab_size is padded past it)."""
     from transformers import AutoTokenizer
 
-    from dare.plugins import get_registry
+    from dare.plugins.manager import get_registry
 
     d = shared_path("model-cards", card)
     config, tok = _card_config(card), AutoTokenizer.from_pretrained(str(d))
@@ -158,7 +158,7 @@ def test_cards_missing_their_vocabulary_files_are_refused(card):
     """No vocab.json/merges.txt: transformers builds a 27-token tokenizer of the added tokens (mask id 26)."""
     from transformers import AutoTokenizer
 
-    from dare.plugins import get_registry
+    from dare.plugins.manager import get_registry
 
     d = shared_path("model-cards", card)
     config, tok = _card_config(card), AutoTokenizer.from_pretrained(str(d))

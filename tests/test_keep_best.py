@@ -13,7 +13,7 @@ from safetensors.torch import load_file
 from dare.data import load_rows
 from dare.errors import SpecError
 from dare.run import Run
-from dare.spec import load_spec, validate_spec
+from dare.runspec import load_spec, validate_spec
 
 PROMPT = "{{ extra_info.puzzle }}"
 BENCH = {"name": "sudoku", "chat_template": False, "prompt_template": PROMPT,

@@ -12,7 +12,7 @@ from transformers import AutoConfig, AutoModel
 from dare.errors import CheckpointError
 from dare.modeling import load_model
 from dare.modeling.checkpoint import expected_shapes, verify_checkpoint
-from dare.plugins import get_registry
+from dare.plugins.manager import get_registry
 from dare.testing import shared_path
 
 

@@ -34,7 +34,7 @@ def _stub():
 
 
 def _family():
-    from dare.plugins import get_registry
+    from dare.plugins.manager import get_registry
 
     return get_registry().get("model_family", "llada").create()
 
@@ -83,7 +83,7 @@ def test_random_remasking_uses_the_generator():
 
 
 def test_sampler_component_returns_trajectory_and_completion_mask():
-    from dare.plugins import get_registry
+    from dare.plugins.manager import get_registry
 
     sampler = get_registry().get("sampler", "llada").create({"gen_length": 8, "block_length": 4, "steps": 4})
     tokens = SpecialTokens(mask_id=MASK, eos_id=EOS, pad_id=EOS)
@@ -113,7 +113,7 @@ def test_cfg_counts_two_evaluations_per_step():
     ],
 )
 def test_params_validation(params, field):
-    from dare.plugins import get_registry
+    from dare.plugins.manager import get_registry
 
     cls = get_registry().get("sampler", "llada").cls
     with pytest.raises(ValidationError, match=field.replace("(", r"\(").replace(")", r"\)")):

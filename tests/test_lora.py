@@ -11,7 +11,7 @@ from safetensors import safe_open
 
 from dare.errors import SpecError
 from dare.modeling.lora import ReferencePolicy, apply_lora, resolve_lora_targets, trainable_parameter_count
-from dare.spec import LoraSpec, validate_spec
+from dare.runspec import LoraSpec, validate_spec
 
 FAMILIES = ("llada", "dream", "sdar", "llada2")
 
@@ -25,7 +25,7 @@ def one_thread():
 
 
 def _tiny(family: str, path):
-    from dare.plugins import get_registry
+    from dare.plugins.manager import get_registry
     from dare.testing import tiny_model
 
     if get_registry().find("model_family", family) is None:

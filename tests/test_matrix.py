@@ -1,4 +1,4 @@
-"""The families x online-RL objectives table (``dare.matrix``, ``dare plugins --matrix``): regenerated from the
+"""The families x online-RL objectives table (``dare.plugins.matrix``, ``dare plugins --matrix``): regenerated from the
 registry and compared with docs/algorithms.md §11, and checked on pairs whose status is known by construction."""
 
 from __future__ import annotations
@@ -13,14 +13,14 @@ BEGIN, END = "<!-- matrix:begin (dare plugins --matrix) -->\n", "<!-- matrix:end
 
 @pytest.fixture(scope="module")
 def matrix():
-    from dare.matrix import objective_family_matrix
-    from dare.plugins import first_party, get_registry
+    from dare.plugins.matrix import objective_family_matrix
+    from dare.plugins.manager import first_party, get_registry
 
     return objective_family_matrix(get_registry().restricted(first_party()))  # a user's own plugins add no row
 
 
 def test_the_docs_table_is_the_generated_one(matrix):
-    from dare.matrix import matrix_markdown
+    from dare.plugins.matrix import matrix_markdown
 
     text = (REPO / "docs/algorithms.md").read_text(encoding="utf-8")
     assert BEGIN in text and END in text, "docs/algorithms.md §11 lost its generated-table markers"
@@ -66,10 +66,10 @@ def test_known_statuses(matrix):
 def test_the_cli_prints_the_table(monkeypatch):
     from click.testing import CliRunner
 
-    import dare.matrix
+    import dare.plugins.matrix
     from dare.cli import cli
 
-    monkeypatch.setattr(dare.matrix, "matrix_markdown", lambda registry=None, matrix=None: "| objective |\n")
+    monkeypatch.setattr(dare.plugins.matrix, "matrix_markdown", lambda registry=None, matrix=None: "| objective |\n")
     result = CliRunner().invoke(cli, ["plugins", "--matrix"])
     assert result.exit_code == 0, result.output
     assert result.output == "| objective |\n"

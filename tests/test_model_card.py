@@ -1,5 +1,5 @@
 """model/README.md: a Hugging Face model card that huggingface_hub.ModelCard.load parses, written with every trained
-model (dare.modelcard, dare.trainers.saving)."""
+model (dare.report.modelcard, dare.trainers.saving)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import json
 import yaml
 from huggingface_hub import ModelCard
 
-from dare.modelcard import model_card, write_model_card
-from dare.spec.models import RunSpec
+from dare.report.modelcard import model_card, write_model_card
+from dare.runspec.models import RunSpec
 
 
 def _spec(**extra):

@@ -11,7 +11,7 @@ from dare.builtins.multiple_choice import ChoiceReward, MultipleChoice, sudoku_c
 from dare.errors import DataError, SpecError
 from dare.eval.multiple_choice import argmax
 from dare.run import Run
-from dare.spec import load_spec
+from dare.runspec import load_spec
 
 
 def test_sudoku_choices_are_the_solution_and_three_rule_breaking_grids():

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from dare.diffusion.estimators import Pass, ScoringBatch
-from dare.paramdocs import official_values
+from dare.plugins.paramdocs import official_values
 from dare.rl.conventions import attend_prompt_padding, keep_through_first_stop, score_through_first_stop
 from dare_grpo.objectives.coupled_grpo import CoupledGRPOParams
 from dare_grpo.objectives.d1 import D1Params
@@ -120,7 +120,7 @@ def test_official_rows_resolve_per_family():
 
 
 def test_the_right_file_for_each_family_and_a_refused_family_named():
-    from dare.paramdocs import official_by_family, official_note
+    from dare.plugins.paramdocs import official_by_family, official_note
 
     from dare_grpo.objectives.tracerl import TraceRLParams
 
@@ -139,7 +139,7 @@ def test_the_right_file_for_each_family_and_a_refused_family_named():
 
 def test_a_spec_on_a_family_the_release_did_not_train_is_refused_at_validation(tmp_path):
     from dare.errors import SpecError
-    from dare.spec import load_spec
+    from dare.runspec import load_spec
 
     spec = {"model": {"new": {"family": "dream", "preset": "tiny"}}, "data": {"train": {"path": str(tmp_path / "gsm8k.jsonl")}},
             "train": {"learning_rate": 1e-5, "max_steps": 1},
@@ -223,9 +223,9 @@ def test_source_file_drops_the_line_numbers_only():
 def test_a_hub_models_family_decides_the_official_rows(tmp_path, monkeypatch, caplog):
     """model.path a hub id: its config.json (the hub or its cache) gives the family before preset: official resolves;
     when it cannot be read, the release's main family applies and the log says so."""
-    import dare.spec.resolve as resolve
+    import dare.runspec.resolve as resolve
     from dare.errors import CheckpointError, SpecError
-    from dare.spec import load_spec
+    from dare.runspec import load_spec
     from dare_dream.family import DreamFamily
 
     (tmp_path / "rows.jsonl").write_text('{"prompt": "1+1?", "answer": "2"}\n')
@@ -241,7 +241,7 @@ def test_a_hub_models_family_decides_the_official_rows(tmp_path, monkeypatch, ca
         raise CheckpointError("offline")
 
     monkeypatch.setattr(resolve, "family_of", offline)
-    with caplog.at_level(logging.WARNING, logger="dare.spec"):
+    with caplog.at_level(logging.WARNING, logger="dare.runspec"):
         ctx = resolve.resolve_spec(load_spec(tmp_path / "s.yaml", check=False))
     assert ctx.objective.params.group_size == 6 and ctx.objective.params.preset_family() == "llada"
     assert "family of some-org/some-dream-model is unknown" in caplog.text
@@ -250,7 +250,7 @@ def test_a_hub_models_family_decides_the_official_rows(tmp_path, monkeypatch, ca
 def test_every_objectives_table_is_well_formed():
     """Every official row names a real field and, where it names families, families its table holds; every family's
     values validate (the preset builds a valid Params for each family the release trained)."""
-    from dare.plugins import get_registry
+    from dare.plugins.manager import get_registry
 
     reg = get_registry()
     tables = 0

@@ -9,7 +9,7 @@ import yaml
 
 from dare.cli import main
 from dare.errors import SpecError
-from dare.spec.overrides import read_spec_file
+from dare.runspec.overrides import read_spec_file
 
 ROOT = __import__("pathlib").Path(__file__).resolve().parents[1]
 

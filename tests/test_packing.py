@@ -20,7 +20,7 @@ FAMILIES = ["llada", "dream", "sdar", "llada2"]
 
 @pytest.fixture(scope="module")
 def models(tmp_path_factory):
-    from dare.plugins import get_registry
+    from dare.plugins.manager import get_registry
     from dare.testing import tiny_model
 
     out = {}
@@ -278,7 +278,7 @@ def test_rl_trainer_likelihood_routes_through_packing(monkeypatch):
 
 # ---------------------------------------------------------------------------------------------- spec
 def test_packing_spec_switch_and_checks(tmp_path):
-    from dare.spec import RunSpec
+    from dare.runspec import RunSpec
     from dare.trainers.config import config_from_spec
 
     base = {"learning_rate": 1e-4, "max_steps": 1}
@@ -361,7 +361,7 @@ def test_packed_sft_with_gradient_checkpointing(family, tmp_path):
     pytest.importorskip("dare_sft")
     from dare.diffusion.packing import needs_dense_mask
     from dare.modeling import enable_gradient_checkpointing
-    from dare.plugins import get_registry
+    from dare.plugins.manager import get_registry
     from dare.testing import tiny_model
 
     if get_registry().find("model_family", family) is None:

@@ -1,4 +1,4 @@
-"""The stages of `dare run` (dare.run.stages), the CPU threads a run chooses (dare.threads), its run.log
+"""The stages of `dare run` (dare.run.stages), the CPU threads a run chooses (dare.scaling.threads), its run.log
 (dare.run.log) and the report's line naming the evaluation settings that differ from the run's."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from dare.run import log as runlog
 from dare.run import stages as pipeline
 from dare.run.stages import STAGES
 from dare.run.rundir import format_differences
-from dare.threads import ThreadChoice, choose_threads, load_warning
+from dare.scaling.threads import ThreadChoice, choose_threads, load_warning
 
 
 def _spec(model_dir, out_dir, steps=2, train=True):
@@ -88,7 +88,7 @@ def test_dare_run_enters_each_stage_once_and_keeps_its_console_in_run_log(tmp_pa
 def test_an_eval_only_spec_sets_cpu_threads_without_a_train_section(tmp_path, tiny_llada_dir, restore_threads,
                                                                      monkeypatch):
     from dare.run import Run
-    from dare.spec import load_spec
+    from dare.runspec import load_spec
 
     spec = _spec(tiny_llada_dir, tmp_path / "ev", train=False)
     spec["eval"]["num_threads"] = 1

@@ -1,6 +1,6 @@
 """A spec that names a component of a plugin that is not loaded (installed but left out by ``DARE_LOAD_PLUGINS``)
 or not installed (a plugin of the DARE checkout) fails at validation with an error naming the plugin to install;
-the plugin is found from the plugins' own metadata (:func:`dare.plugins.provider_of`), not from a list in the core."""
+the plugin is found from the plugins' own metadata (:func:`dare.plugins.manager.provider_of`), not from a list in the core."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import sys
 import pytest
 import yaml
 
-from dare import plugins as P
-from dare.registry import Registry
+from dare.plugins import manager as P
+from dare.plugins.registry import Registry
 from tests.test_spec import base_spec
 
 

@@ -99,7 +99,7 @@ def test_bf16_weights_train_with_fp32_master_weights(tmp_path):
 
 def test_pure_16bit_training_at_a_small_learning_rate_is_refused_naming_the_fix(tmp_path):
     from dare.errors import SpecError
-    from dare.spec import load_spec
+    from dare.runspec import load_spec
     from dare.trainers.precision import pure_16bit_problem
 
     assert pure_16bit_problem("bfloat16", bf16=False, lora=False, learning_rate=1e-5) is not None

@@ -1,4 +1,4 @@
-"""``dare profile SPEC``: parameters, peak memory and throughput of a few training steps (dare.profiling)."""
+"""``dare profile SPEC``: parameters, peak memory and throughput of a few training steps (dare.ops.profiling)."""
 
 from __future__ import annotations
 
@@ -41,7 +41,7 @@ def test_profile_reports_positive_measurements_and_counts_trainable_parameters(t
     assert full["tokens_per_step"] % 4 == 0  # whole sequences of a batch of 4
     assert full["tokens_per_second"] == pytest.approx(full["tokens_per_step"] / full["seconds_per_step"], rel=1e-9)
 
-    from dare.profiling import ProfileResult
+    from dare.ops.profiling import ProfileResult
 
     table = dict(ProfileResult(**full).rows())  # what the table (no --json) shows
     assert table["parameters (trainable)"] == f"{full['trainable_parameters']:,}"

@@ -68,7 +68,7 @@ def test_every_recipe_is_known():
 
 @pytest.mark.parametrize("path", RECIPES, ids=lambda p: p.stem)
 def test_recipe_validates_against_the_release_config(path, monkeypatch, tmp_path):
-    from dare.spec import load_spec
+    from dare.runspec import load_spec
 
     raw = _raw(path)
     card = _card(raw)
@@ -84,7 +84,7 @@ def test_recipe_validates_against_the_release_config(path, monkeypatch, tmp_path
 def test_config_only_still_checks_the_weight_index(tmp_path):
     """A card whose index names a tensor the config does not imply is refused (the check is not a no-op)."""
     from dare.errors import SpecError
-    from dare.spec import load_spec
+    from dare.runspec import load_spec
 
     card = shared_path("model-cards", "LLaDA-8B-Instruct")
     if not (card / "config.json").is_file():
@@ -106,8 +106,8 @@ def test_config_only_still_checks_the_weight_index(tmp_path):
 
 @pytest.mark.parametrize("path", RECIPES, ids=lambda p: p.stem)
 def test_recipe_memory_estimate(path, tmp_path):
-    from dare.memory_estimate import estimate_memory
-    from dare.spec import load_spec, resolve_spec
+    from dare.ops.memory_estimate import estimate_memory
+    from dare.runspec import load_spec, resolve_spec
 
     raw = _raw(path)
     card = _card(raw)
@@ -136,11 +136,11 @@ def test_recipe_memory_estimate_equals_what_the_code_holds(path, tmp_path):
     import torch
     from transformers import AutoConfig
 
-    from dare.memory_estimate import estimate_memory, strategy_from_accelerate_config
+    from dare.ops.memory_estimate import estimate_memory, strategy_from_accelerate_config
     from dare.modeling.lora import ReferencePolicy, apply_lora
-    from dare.plugins import register_auto_classes
+    from dare.plugins.manager import register_auto_classes
     from dare.rl.value import value_model_from
-    from dare.spec import load_spec, resolve_spec
+    from dare.runspec import load_spec, resolve_spec
     from dare.trainers.precision import upcast_trainable_to_fp32
 
     raw = _raw(path)
@@ -188,8 +188,8 @@ def test_recipe_memory_estimate_equals_what_the_code_holds(path, tmp_path):
 
 def test_memory_estimate_by_hand(tmp_path):
     """The d1 recipe's terms, computed by hand from LLaDA-8B-Instruct's config (ZeRO-2, LoRA r 128)."""
-    from dare.memory_estimate import estimate_memory
-    from dare.spec import load_spec, resolve_spec
+    from dare.ops.memory_estimate import estimate_memory
+    from dare.runspec import load_spec, resolve_spec
 
     path = ROOT / "examples/recipes/d1-llada-8b-gsm8k.yaml"
     card = _card(_raw(path))
@@ -211,8 +211,8 @@ def test_memory_estimate_by_hand(tmp_path):
 def test_memory_estimate_counts_tracerls_value_model(tmp_path):
     """The TraceRL recipe with ``value_model: {}``: a replicated copy of the model with a 1-wide head, in fp32
     master weights (train.bf16): 4 x 4 bytes per parameter on every GPU."""
-    from dare.memory_estimate import estimate_memory
-    from dare.spec import load_spec, resolve_spec
+    from dare.ops.memory_estimate import estimate_memory
+    from dare.runspec import load_spec, resolve_spec
 
     path = ROOT / "examples/recipes/tracerl-sdar-8b-math.yaml"
     card = _card(_raw(path))
@@ -268,7 +268,7 @@ def _dry_run_overrides(raw: dict, model_dir: Path, out: Path) -> list[str]:
 @pytest.mark.parametrize("path", RECIPES, ids=lambda p: p.stem)
 def test_recipe_dry_run_two_steps_on_a_tiny_model(path, tmp_path, monkeypatch):
     from dare.run import Run
-    from dare.spec import load_spec
+    from dare.runspec import load_spec
     from dare.testing import tiny_model
 
     raw = _raw(path)
@@ -298,7 +298,7 @@ def test_recipe_dry_run_two_steps_on_a_tiny_model(path, tmp_path, monkeypatch):
     ("ddp.yaml", (False, False, False, False)), ("zero2.yaml", (False, True, True, True)),
     ("zero3.yaml", (True, True, True, True)), ("fsdp2.yaml", (True, True, True, False))])
 def test_strategy_of_each_shipped_accelerate_config(name, expected):
-    from dare.memory_estimate import strategy_from_accelerate_config
+    from dare.ops.memory_estimate import strategy_from_accelerate_config
 
     s = strategy_from_accelerate_config(str(ROOT / "examples" / "accelerate" / name))
     assert (s.shard_params, s.shard_grads, s.shard_optimizer, s.deepspeed) == expected
@@ -307,7 +307,7 @@ def test_strategy_of_each_shipped_accelerate_config(name, expected):
 
 def test_profile_estimate_names_what_is_missing(tmp_path):
     from dare.errors import SpecError
-    from dare.memory_estimate import estimate_report
+    from dare.ops.memory_estimate import estimate_report
 
     spec = tmp_path / "s.yaml"
     spec.write_text(yaml.safe_dump({"model": {"new": {"family": "llada"}}, "algorithm": {"name": "sft"},
@@ -339,7 +339,7 @@ def official_table_problems(path: Path, tmp_path: Path) -> list[str]:
     wherever its (algorithm, family) has an official table, states only what the table lacks, and resolves (against
     its release's model card) to every official value except the deviations its header lists, each with a reason
     and each actually deviating."""
-    from dare.spec import load_spec, resolve_spec
+    from dare.runspec import load_spec, resolve_spec
 
     raw = _raw(path)
     card = _card(raw)

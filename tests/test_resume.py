@@ -74,7 +74,7 @@ def test_sigkill_then_resume_equals_uninterrupted(tmp_path):
     assert got.keys() == want.keys()
     assert all(torch.equal(got[k], want[k]) for k in want), "resumed weights differ from the uninterrupted run"
     # the last trainer checkpoint exports to the same official-format weights
-    from dare.export import export_model
+    from dare.ops.export import export_model
 
     export_model(tmp_path / "killed" / "checkpoints" / "checkpoint-20", tmp_path / "exported")
     exported = load_file(tmp_path / "exported" / "model.safetensors")
@@ -104,7 +104,7 @@ def test_resume_keeps_the_global_batch(tmp_path):
 
 
 def test_interrupted_message_of_several_processes_names_the_launch(monkeypatch):
-    from dare import distributed
+    from dare.scaling import distributed
     from dare.cli.runs import relaunch_command
 
     monkeypatch.setattr(distributed, "world_size", lambda: 1)

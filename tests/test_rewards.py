@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from dare.data import load_rows
-from dare.plugins import get_registry
+from dare.plugins.manager import get_registry
 from dare.rewards import WeightedReward, last_answer_tag, last_boxed
 from dare.testing import shared_path
 

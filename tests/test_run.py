@@ -9,7 +9,7 @@ import yaml
 from transformers import AutoModel
 
 from dare.run import Run
-from dare.spec import load_spec
+from dare.runspec import load_spec
 
 
 def _spec(model_dir, out_dir, steps=6):
@@ -93,10 +93,10 @@ def test_reported_nfe_is_per_prompt_whatever_the_batch_size(tmp_path):
     """NFE in reports = forward passes spent on each prompt (6 denoising steps), not summed over batches."""
     from dare.builtins.rewards import SudokuReward
     from dare.eval.runner import evaluate_benchmark
-    from dare.plugins import get_registry
+    from dare.plugins.manager import get_registry
     from dare.rewards import WeightedReward
     from dare.sampling import DecodingBundle
-    from dare.spec import BenchmarkSpec
+    from dare.runspec import BenchmarkSpec
     from dare.testing import tiny_model
     from dare_llada.sampler import LLaDASampler
 

@@ -11,7 +11,7 @@ from safetensors.torch import load_file
 
 from dare.errors import DareError, SpecError
 from dare.run import Run
-from dare.spec import load_spec
+from dare.runspec import load_spec
 
 
 def _spec(out_dir, steps=4, **model):
@@ -218,7 +218,7 @@ def test_an_evaluation_reward_past_its_time_limit_stops_naming_the_reward(tmp_pa
     import time
 
     from dare.builtins.rewards import SudokuReward
-    from dare.spec.models import RunSpec, spec_hash
+    from dare.runspec.models import RunSpec, spec_hash
 
     monkeypatch.setattr(SudokuReward, "score", lambda self, completion, sample: time.sleep(60) or 0.0)
     spec = _spec(tmp_path / "run")

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-from dare.plugins import get_registry
+from dare.plugins.manager import get_registry
 from dare.sampling import DecodingBundle
 from dare.sampling.text import generate_texts
 from dare.testing import tiny_model

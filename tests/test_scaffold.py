@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from dare.errors import DareError
-from dare.scaffold import names_for, render_plugin
+from dare.ops.scaffold import names_for, render_plugin
 
 BIN = Path(sys.executable).parent
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import json
 
-from dare.plugins import first_party, get_registry
-from dare.spec import json_schema
+from dare.plugins.manager import first_party, get_registry
+from dare.runspec import json_schema
 from dare.testing import repo_root
 
 

@@ -180,7 +180,7 @@ def test_blockwise_mask_draws_padding_blocks_with_their_weight():
 def test_padding_block_weight_needs_block_length(tmp_path):
     """padding_block_weight without block_length names the field and the fix."""
     from dare.errors import SpecError
-    from dare.spec import validate_spec
+    from dare.runspec import validate_spec
 
     spec = {"model": {"new": {"family": "llada", "preset": "tiny"}},
             "data": {"train": {"path": "dare://sudoku/train.parquet", "prompt_template": "{{ extra_info.puzzle }}",
@@ -242,7 +242,7 @@ def test_blockwise_sft_loss_replays_by_hand(tiny_llada_dir, tmp_path, weight):
 def test_blockwise_sft_refused_for_block_diffusion_families(tmp_path):
     """block_length names the field and the fix for SDAR/LLaDA2 (their blocks sit on an absolute grid)."""
     from dare.errors import SpecError
-    from dare.spec import validate_spec
+    from dare.runspec import validate_spec
 
     spec = {"model": {"new": {"family": "sdar", "preset": "tiny"}},
             "data": {"train": {"path": "dare://sudoku/train.parquet", "prompt_template": "{{ extra_info.puzzle }}",

@@ -93,7 +93,7 @@ def _fsdp2(spec_path: Path, command: str = "run", timeout: float = 600, config: 
     try:
         out, err = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)  # the workers die with their launcher (dare.distributed)
+        os.killpg(proc.pid, signal.SIGKILL)  # the workers die with their launcher (dare.scaling.distributed)
         pytest.fail(f"the sharded run did not finish within {timeout} s")
     assert proc.returncode == 0, "\n".join(x for x in err.splitlines() if "rank0" in x or "Error" in x)[-6000:]
     assert sharded in err, err[-3000:]  # the launch's sharding really applied (not DDP)

@@ -1,4 +1,4 @@
-"""The pieces of dare.sharding that need no process group: padded slices, DeepSpeed configs without "auto", no-ops.
+"""The pieces of dare.scaling.sharding that need no process group: padded slices, DeepSpeed configs without "auto", no-ops.
 
 The 2-process behaviour (lock-step decoding, FSDP2/ZeRO on CPU processes) is tests/test_sharding.py.
 """
@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from dare import distributed, sharding
+from dare.scaling import distributed, sharding
 
 
 @pytest.mark.parametrize("n,world,rank,expected", [
@@ -105,7 +105,7 @@ def _compare_placements(policy, ids, Accelerator):
 
 def test_the_default_reference_placement_keeps_the_spec_hash():
     """Specs written before ``train.reference_placement`` existed keep their hash (their runs still resume)."""
-    from dare.spec.models import RunSpec, spec_hash
+    from dare.runspec.models import RunSpec, spec_hash
 
     base = {"model": {"path": "m"}, "output": {"dir": "o"}, "train": {"learning_rate": 1e-3, "max_steps": 2}}
     default = RunSpec.model_validate(base)

@@ -12,7 +12,7 @@ import yaml
 
 from dare.errors import SpecError
 from dare.run.rundir import run_record
-from dare.spec import load_spec, spec_hash
+from dare.runspec import load_spec, spec_hash
 
 
 def base_spec(model_dir: Path, out_dir: Path) -> dict:

@@ -57,7 +57,7 @@ def sft_spec(tmp_path, tiny_llada_dir):
 
 
 def test_plan_sets_the_seeds_and_the_directory(sft_spec, tmp_path):
-    from dare.spec import load_spec
+    from dare.runspec import load_spec
 
     runs = plan_runs(str(sft_spec), parse_grid(["train.learning_rate=1e-3,2e-3"]), [0, 7], tmp_path / "sw")
     # values as typed (YAML reads 1e-3 as text; the spec's float field converts it)
@@ -162,7 +162,7 @@ def test_a_run_is_launched_as_its_spec_says_unless_flags_override_it():
 
 def test_a_launch_whose_processes_do_not_divide_over_its_machines_is_refused(sft_spec, tmp_path):
     from dare.errors import SpecError
-    from dare.spec import load_spec
+    from dare.runspec import load_spec
 
     with pytest.raises(SpecError, match="num_processes 8 is not a multiple of num_machines 3"):
         load_spec(str(sft_spec), overrides=["launch.num_processes=8", "launch.num_machines=3"])

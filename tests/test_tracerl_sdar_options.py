@@ -112,7 +112,7 @@ def test_official_rows_per_family():
 
 
 def _resolve(tmp_path, family: str, sampler: str, params: str):
-    from dare.spec import load_spec, resolve_spec
+    from dare.runspec import load_spec, resolve_spec
 
     spec_path = tmp_path / "spec.yaml"
     spec_path.write_text(

@@ -3,14 +3,14 @@ benchmarks of :mod:`dare.builtins.benchmarks` and the likelihood estimators of
 :mod:`dare.diffusion.estimators` (as components, so objectives that allow several take one by name and
 ``dare plugins`` lists them).
 
-The host loads this module by path (``dare.plugins.DEFAULT_PLUGINS``), whatever ``DARE_LOAD_PLUGINS``
-says. It registers lazy references (see :mod:`dare.hookspecs`): the modules are imported when a spec
+The host loads this module by path (``dare.plugins.manager.DEFAULT_PLUGINS``), whatever ``DARE_LOAD_PLUGINS``
+says. It registers lazy references (see :mod:`dare.plugins.hookspecs`): the modules are imported when a spec
 or command first uses one of their components, not when plugins are listed.
 """
 
 from __future__ import annotations
 
-from dare.hookspecs import hookimpl
+from dare.plugins.hookspecs import hookimpl
 
 __all__ = ["register_estimators", "register_evaluators", "register_rewards"]
 

@@ -3,7 +3,7 @@ printing results while the library modules it calls do the work.
 
 ``dare run SPEC`` (eval before, train, eval after, report), ``dare train SPEC``, ``dare eval SPEC``,
 ``dare generate``, ``dare profile SPEC``, ``dare validate SPEC``, ``dare schema``, ``dare plugins``, ``dare
-new-plugin``, ``dare create-model``, ``dare export``, ``dare compare``, ``dare sweep`` (:mod:`dare.sweep.cli`). Plugins
+new-plugin``, ``dare create-model``, ``dare export``, ``dare compare``, ``dare sweep`` (:mod:`dare.cli.sweep`). Plugins
 add commands through the ``register_commands`` hook.
 
 One module per command group, each registering its commands on the click group of :mod:`dare.cli.group` when
@@ -26,7 +26,7 @@ import sys
 import click
 
 from dare.cli import components, generate, models, profile, runs, specs  # noqa: F401 - they register their commands
-from dare.sweep.cli import sweep as _sweep
+from dare.cli.sweep import sweep as _sweep
 from dare.cli.group import ARGV, cli
 from dare.errors import DareError
 from dare.progress import check_environment as check_progress_environment
@@ -39,7 +39,7 @@ cli.add_command(_sweep)
 
 def _load_plugin_commands():
     try:
-        from dare.plugins import get_plugin_manager
+        from dare.plugins.manager import get_plugin_manager
 
         get_plugin_manager().hook.register_commands(cli=cli)
     except DareError:
@@ -62,9 +62,9 @@ def _quiet_libraries() -> None:
 
 
 def _leave_process_group() -> None:
-    """After a multi-process command: barrier, then destroy the process group (dare.distributed.teardown)."""
+    """After a multi-process command: barrier, then destroy the process group (dare.scaling.distributed.teardown)."""
     if "torch" in sys.modules:
-        from dare.distributed import teardown
+        from dare.scaling.distributed import teardown
 
         teardown()
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 
 from dare.cli.group import cli
-from dare.cli_help import wide_console
+from dare.cli.helptext import wide_console
 
 __all__ = ["plugins", "new_plugin"]
 
@@ -27,23 +27,23 @@ def plugins(name, as_json, with_params, check, matrix):
     `dare plugins NAME` shows the component(s) called NAME (e.g. tracerl, llada) with their params:
     name, type, default and description; every key is what `params:` of that component accepts.
     """
-    from dare.plugins import get_plugin_manager
+    from dare.plugins.manager import get_plugin_manager
 
     get_plugin_manager()  # main() loaded them already (plugin commands); loading again would repeat every hook call
-    from dare import plugins as P
+    from dare.plugins import manager as P
 
     reg = P._registry
     if matrix:
-        from dare.matrix import matrix_markdown
+        from dare.plugins.matrix import matrix_markdown
 
         click.echo(matrix_markdown(reg), nl=False)
         return
     if name is not None:
-        from dare.cli_help import show_component
+        from dare.cli.helptext import show_component
 
         show_component(reg, name, as_json)
         return
-    from dare.cli_help import list_components
+    from dare.cli.helptext import list_components
 
     list_components(reg, as_json, with_params, check, wide_console)
 
@@ -58,7 +58,7 @@ def plugins(name, as_json, with_params, check, matrix):
 @click.option("--output", "-o", default=".", show_default=True, help="Parent directory of the new package.")
 def new_plugin(name, kind, output):
     """Scaffold an installable plugin package NAME with one component of KIND and a passing test."""
-    from dare.scaffold import render_plugin
+    from dare.ops.scaffold import render_plugin
 
     path = render_plugin(name, kind, Path(output))
     click.echo(f"created {path}\nnext: pip install -e {path} && dare plugins && pytest {path}")

@@ -1,4 +1,4 @@
-"""``dare generate``: prompt in, text out, with a model or with everything a run used (:mod:`dare.generate`)."""
+"""``dare generate``: prompt in, text out, with a model or with everything a run used (:mod:`dare.ops.generate`)."""
 
 from __future__ import annotations
 
@@ -34,9 +34,9 @@ __all__ = ["generate"]
 @click.option("--json", "as_json", is_flag=True, help="Print JSON with the trajectory and NFE.")
 def generate(model_path, run_dir, prompts, sampler_name, params, chat, dtype, seed, as_json):
     """Prompt in, text out: with --model (and --sampler/--param), or with everything a run used (--run DIR)."""
-    from dare.generate import (check_generate_options, generate as generate_texts, model_settings, prompt_format_line,
+    from dare.ops.generate import (check_generate_options, generate as generate_texts, model_settings, prompt_format_line,
                                run_settings)
-    from dare.spec import parse_override_value
+    from dare.runspec import parse_override_value
 
     if (model_path is None) == (run_dir is None):
         raise DareError("give exactly one of --model DIR (a checkpoint) or --run DIR (a run directory: its model, "

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import click
 
-from dare.cli_help import EPILOG
+from dare.cli.helptext import EPILOG
 
 __all__ = ["cli", "spec_overrides", "is_main", "ARGV", "OVERRIDE_HELP", "UNSET_HELP"]
 
@@ -41,6 +41,6 @@ def spec_overrides(command):
 
 def is_main() -> bool:
     """Whether this process prints results (the main one when several processes run the command)."""
-    from dare.distributed import is_main as main_process
+    from dare.scaling.distributed import is_main as main_process
 
     return main_process()

@@ -6,7 +6,7 @@ from __future__ import annotations
 import click
 
 from dare.cli.group import cli
-from dare.cli_help import CreateModelCommand
+from dare.cli.helptext import CreateModelCommand
 from dare.errors import DareError
 
 __all__ = ["create_model_cmd", "export_cmd"]
@@ -27,8 +27,8 @@ def create_model_cmd(family, out_dir, preset, overrides, seed, overwrite):
     """
     from dare.modeling import create_model
     from dare.modeling.checkpoint import new_config_problems
-    from dare.plugins import get_registry
-    from dare.spec import parse_override_value
+    from dare.plugins.manager import get_registry
+    from dare.runspec import parse_override_value
 
     fam = get_registry().get("model_family", family).create()
     cfg = {}
@@ -59,7 +59,7 @@ def create_model_cmd(family, out_dir, preset, overrides, seed, overwrite):
 @click.option("--overwrite", is_flag=True, help="Replace a non-empty OUT.")
 def export_cmd(src, out, base, dtype, overwrite):
     """Write SRC (a LoRA adapter, model or trainer checkpoint directory) to OUT in the official format."""
-    from dare.export import export_model
+    from dare.ops.export import export_model
 
     kind = export_model(src, out, base=base, dtype=dtype, overwrite=overwrite)
     click.echo(f"exported {'merged adapter' if kind == 'adapter' else 'checkpoint'} {src} -> {out}")

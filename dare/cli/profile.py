@@ -8,7 +8,7 @@ import sys
 import click
 
 from dare.cli.group import cli, is_main, spec_overrides
-from dare.cli_help import wide_console
+from dare.cli.helptext import wide_console
 
 __all__ = ["profile"]
 
@@ -20,21 +20,21 @@ __all__ = ["profile"]
 @click.option("--json", "as_json", is_flag=True, help="Print the measurements as JSON.")
 @click.option("--estimate", is_flag=True, help="Do not train: per-GPU memory from config.json on the meta device (a "
               "model card is enough) under the spec's launch.accelerate_config, for --gpus process counts "
-              "(dare.memory_estimate).")
+              "(dare.ops.memory_estimate).")
 @click.option("--gpus", default=None, help="With --estimate: process counts to estimate for, comma-separated.  "
               "[default: 1 and the spec's launch.num_processes]")
 def profile(spec, steps, overrides, unset, as_json, estimate, gpus):
     """Parameters, peak memory, tokens/s and seconds per step of SPEC's training, over a few steps in a
-    temporary directory (dare.profiling); with --estimate, a per-GPU memory estimate without weights."""
+    temporary directory (dare.ops.profiling); with --estimate, a per-GPU memory estimate without weights."""
     import contextlib
 
     if estimate:
-        from dare.memory_estimate import estimate_report
+        from dare.ops.memory_estimate import estimate_report
 
         click.echo(estimate_report(spec, overrides, gpus, as_json, unset=unset))
         return
 
-    from dare.profiling import profile_spec
+    from dare.ops.profiling import profile_spec
 
     # with --json, stdout carries only the JSON (the trainer's progress lines go to stderr)
     with contextlib.redirect_stdout(sys.stderr) if as_json else contextlib.nullcontext():

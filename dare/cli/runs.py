@@ -12,7 +12,7 @@ from pathlib import Path
 import click
 
 from dare.cli.group import ARGV, cli, is_main, spec_overrides
-from dare.cli_help import wide_console
+from dare.cli.helptext import wide_console
 from dare.errors import DareError
 
 __all__ = ["run", "train", "eval_cmd", "compare", "run_resumably", "relaunch_command"]
@@ -75,7 +75,7 @@ def run_resumably(path: str, overrides, unset, **kwargs):
     from dare.run import Run
     from dare.run.rundir import RunDir
     from dare.run.signals import exit_status, stop_message, terminate_as_interrupt
-    from dare.spec import load_spec
+    from dare.runspec import load_spec
 
     spec = load_spec(path, overrides=list(overrides), check=False, unset=list(unset))
     if kwargs.get("train") is False and spec.eval is None:
@@ -101,7 +101,7 @@ def run_resumably(path: str, overrides, unset, **kwargs):
 def relaunch_command(command: str) -> str:
     """``command`` as the user must re-run it: under a launcher of N processes the same launch, since resuming
     with another process count would change the global batch (refused on resume)."""
-    from dare.distributed import world_size
+    from dare.scaling.distributed import world_size
 
     n = world_size()
     if n == 1:
@@ -140,7 +140,7 @@ def compare(entries, output, title, min_seeds, power_effect):
     RUN_DIR may be a `dare sweep` directory (all its runs). Runs that differ only by seed form groups: n, mean, std
     and 95% t-interval per benchmark, and paired differences (gain = after - before) with a paired t-test verdict,
     Holm-corrected, from --min-seeds seeds on (docs/scaling.md, "Reading the comparison")."""
-    from dare.eval.compare import compare_runs
+    from dare.report.compare import compare_runs
 
     md, _, png = compare_runs(list(entries), output, title=title, min_seeds=min_seeds, power_effect=power_effect)
     click.echo(Path(md).read_text())

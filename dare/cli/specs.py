@@ -24,7 +24,7 @@ __all__ = ["validate", "schema"]
                    "this run's checkpoints in output.dir is refused for run and train, as they refuse it).")
 def validate(spec, overrides, unset, config_only, command):
     """Validate SPEC (structure, component params, files, model config) without loading weights."""
-    from dare.spec import load_spec
+    from dare.runspec import load_spec
 
     load_spec(spec, overrides=list(overrides), unset=list(unset), config_only=config_only, command=command)
     click.echo(f"{spec}: valid")
@@ -39,8 +39,8 @@ def validate(spec, overrides, unset, config_only, command):
 def schema(output, check, first_party):
     """Print the JSON Schema of the run spec, covering every installed component's params (-o FILE: write it)."""
     from dare.io import atomic_write_text
-    from dare import plugins
-    from dare.spec import json_schema
+    from dare.plugins import manager as plugins
+    from dare.runspec import json_schema
 
     registry = plugins.get_registry().restricted(plugins.first_party()) if first_party else None
     text = json.dumps(json_schema(registry), indent=2, sort_keys=True) + "\n"

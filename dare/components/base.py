@@ -49,7 +49,7 @@ class Component:
     def check(self, ctx, loc: str) -> list[tuple[str, str]]:
         """Cross-field checks against the rest of the spec; return ``(yaml_path, message)`` pairs.
 
-        ``ctx`` is the :class:`dare.spec.ResolvedSpec` being validated (``ctx.spec``, ``ctx.family``,
+        ``ctx`` is the :class:`dare.runspec.ResolvedSpec` being validated (``ctx.spec``, ``ctx.family``,
         ``ctx.model_config``, ``ctx.tokenizer``, ``ctx.sampler``, ...).
 
         ``loc`` is this component's YAML path (e.g. ``"sampler"``). The default finds nothing.

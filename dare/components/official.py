@@ -10,7 +10,7 @@ explicitly, and refuses, by name, a family the release did not train. A value th
 wins and is reported (a warning, and :meth:`OfficialParams.preset_kept`). ``preset: dare`` (the default)
 changes nothing, so DARE's defaults and the examples built on them stay as they are. ``dare plugins NAME``
 prints the official value beside each default, per family, with the file each family's rows come from
-(:func:`dare.paramdocs.official_values`); docs/algorithms.md §10 has the same tables with their citations.
+(:func:`dare.plugins.paramdocs.official_values`); docs/algorithms.md §10 has the same tables with their citations.
 """
 
 from __future__ import annotations

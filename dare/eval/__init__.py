@@ -1,4 +1,5 @@
-"""Verifiable evaluation: run benchmarks with a sampler and a reward, write reports.
+"""Verifiable evaluation: run benchmarks with a sampler and a reward (generation or likelihood scoring) and score
+them; the reports made of the results are :mod:`dare.report`'s.
 
 The names below are imported from their submodules on first access (PEP 562): the runner needs torch,
 while spec validation imports only the torch-free :mod:`dare.eval.paths`.
@@ -12,7 +13,6 @@ from dare.lazy import lazy_exports
 
 if TYPE_CHECKING:  # pragma: no cover
     from dare.eval.paths import benchmark_path
-    from dare.eval.report import provenance, write_report
     from dare.eval.runner import BenchmarkResult, evaluate_benchmark
 
 #: Public name -> the submodule that defines it.
@@ -20,8 +20,6 @@ _HOME = {
     "BenchmarkResult": "runner",
     "evaluate_benchmark": "runner",
     "benchmark_path": "paths",
-    "write_report": "report",
-    "provenance": "report",
 }
 
 __all__ = list(_HOME)

@@ -43,7 +43,7 @@ ADAPTER_ARGS: dict[str, str] = {
 
 
 def _problem(loc: str, msg: str) -> str:
-    """A spec problem of :func:`dare.spec.resolve_generate`, in model-argument words."""
+    """A spec problem of :func:`dare.runspec.resolve_generate`, in model-argument words."""
     msg = msg.replace("model.path", "model")
     if loc == "model.path":
         return f"model: {msg}"
@@ -57,7 +57,7 @@ def _problem(loc: str, msg: str) -> str:
 def _resolve_sampler(model_path: str, name: str | None, params: dict[str, Any]):
     """``(sampler component, family)`` after ``dare generate``'s checks (model directory, sampler params, sampler
     vs model). :raises DareError: naming each problem by its model argument."""
-    from dare.spec import resolve_generate
+    from dare.runspec import resolve_generate
 
     ctx = resolve_generate(model_path, name, params)
     if ctx.problems:
@@ -316,7 +316,7 @@ class HarnessModel:
     def settings(self) -> dict[str, Any]:
         """Everything that determines a number: model, family, sampler and params, seeds, estimator,
         batch size, dtype, device and package versions (record it next to every score)."""
-        from dare.eval.report import provenance
+        from dare.report.report import provenance
 
         prov = provenance(sampler=self.sampler, seed=self.seed)
         sampler = prov["sampler"]

@@ -18,7 +18,7 @@ Choice ``c`` of row ``i`` (``i`` counted from the first evaluated row) draws its
 lm-eval ``dare`` model on the same rows (whose keys are ``(doc_id, choice)``).
 
 The estimator, ``mc_samples``, scheme and seed are recorded in each result's ``extra`` (and so in
-``report.json`` and ``report.md``). With several processes (:mod:`dare.distributed`) each scores a
+``report.json`` and ``report.md``). With several processes (:mod:`dare.scaling.distributed`) each scores a
 contiguous slice of the rows and the per-row records are gathered, as for generation benchmarks.
 """
 
@@ -103,7 +103,7 @@ def evaluate_multiple_choice(
         standard error of each choice, prediction).
     :raises DataError: unreadable data, a template referring to a missing field, or a malformed row.
     """
-    from dare import distributed
+    from dare.scaling import distributed
     from dare.data import Prompter, load_rows
     from dare.eval.likelihood import elbo_loglikelihood, encode_pair, max_context_length
     from dare.eval.runner import BenchmarkResult, benchmark_path

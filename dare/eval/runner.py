@@ -7,7 +7,7 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from dare import distributed, sharding
+from dare.scaling import distributed, sharding
 from dare.data import Prompter, load_rows
 from dare.errors import DareError
 from dare.eval.paths import benchmark_path, data_root
@@ -86,11 +86,11 @@ def evaluate_benchmark(
         than one (start-up: first-call allocations and kernel selection), so it measures the steady state.
     :raises DataError: unreadable data or a prompt template referring to a missing field.
 
-    With several processes (:mod:`dare.distributed`) each decodes and scores a contiguous slice of the rows;
+    With several processes (:mod:`dare.scaling.distributed`) each decodes and scores a contiguous slice of the rows;
     the per-row records are gathered, so every process returns the same result. A sharded model (FSDP2, ZeRO-3)
     runs the same forwards on every process: the slices are padded to the same length (the padding rows are
     decoded, then dropped from the scores, NFE and token counts) and the decoders run in lock-step
-    (:func:`dare.sharding.lockstep`). Row ``i``'s sampling noise
+    (:func:`dare.scaling.sharding.lockstep`). Row ``i``'s sampling noise
     is keyed by ``(seed, i)``, so the completions do not depend on the process count or ``batch_size``.
     """
     own = getattr(evaluator, "score_benchmark", None)

@@ -2,7 +2,7 @@
 
 A model directory is always what the family's release ships: ``config.json`` (official keys and
 ``model_type``), safetensors with the official tensor names, tokenizer files. Family plugins
-register their classes with transformers' Auto classes (:func:`dare.plugins.register_auto_classes`,
+register their classes with transformers' Auto classes (:func:`dare.plugins.manager.register_auto_classes`,
 called here before transformers reads or creates a checkpoint), so ``AutoModel.from_pretrained(dir)``
 works without ``trust_remote_code``.
 """
@@ -43,7 +43,7 @@ from dare.modeling.locate import (  # re-exported: the torch-free helpers of mod
     trained_model_dir,
 )
 from dare.modeling.tokenizer import build_byte_tokenizer
-from dare.plugins import get_registry, register_auto_classes
+from dare.plugins.manager import get_registry, register_auto_classes
 
 __all__ = [
     "LoadedModel", "load_model", "create_model", "resolve_family", "family_of", "checkpoint_shapes",

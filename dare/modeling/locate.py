@@ -1,7 +1,7 @@
 """Model directories without torch: a checkpoint's family from its ``config.json``, DARE run and LoRA
 adapter directories, and which paths count as local.
 
-Spec validation (:mod:`dare.spec`) uses these before any weights load, so they import neither torch nor
+Spec validation (:mod:`dare.runspec`) uses these before any weights load, so they import neither torch nor
 transformers at module level (a hub id's config is read through transformers when asked for);
 :mod:`dare.modeling.checkpoint` re-exports them.
 """
@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 from dare.errors import CheckpointError
 from dare.io import looks_local, resolve_path
-from dare.plugins import get_registry, register_auto_classes
+from dare.plugins.manager import get_registry, register_auto_classes
 from dare.run.rundir import RunDir
 
 if TYPE_CHECKING:  # pragma: no cover

@@ -1,6 +1,6 @@
 """LoRA adapters (through peft) for every model family, and the reference policy they imply.
 
-A spec's ``model.lora`` (a ``dare.spec.LoraSpec``: ``r``, ``alpha``, ``dropout``, ``target_modules``,
+A spec's ``model.lora`` (a ``dare.runspec.LoraSpec``: ``r``, ``alpha``, ``dropout``, ``target_modules``,
 ``include_lm_head``, ``path``) becomes a peft ``LoraConfig`` (LoRA, arXiv
 2106.09685: ``W x + (alpha / r) B A x`` with ``B = 0`` at init, as DARE's recipes build it,
 docs/algorithms.md §2.5). Target names come from the family adapter, never from a family name:
@@ -229,7 +229,7 @@ class ReferencePolicy:
 
     :param accelerator: the trainer's ``accelerate.Accelerator``. The copy is taken before the trainer shards and
         places the policy; at its first use it is sharded and placed like the policy
-        (:func:`dare.sharding.place_frozen`: FSDP2 units on the policy's mesh, a ZeRO-3 inference engine, or the
+        (:func:`dare.scaling.sharding.place_frozen`: FSDP2 units on the policy's mesh, a ZeRO-3 inference engine, or the
         policy's device), so each process holds its shard of it, not a whole CPU copy.
     :param placement: ``like_policy`` (above) or ``device_bf16``: a whole bf16 copy on the process's device
         (``train.reference_placement``).
@@ -264,7 +264,7 @@ class ReferencePolicy:
         """The reference model for the duration of the block (dropout off)."""
         if self._copy is not None:
             if not self._placed:
-                from dare.sharding import place_frozen
+                from dare.scaling.sharding import place_frozen
 
                 self._copy = place_frozen(self._copy, self.accelerator, placement=self.placement)
                 self._placed = True

@@ -4,7 +4,7 @@ Under data parallelism (docs/scaling.md) each process holds some groups of the r
 processes to train and log the same numbers, the per-pass loss divides by counts of the *whole* batch (scored
 tokens per pass, rows, response tokens), and each process's loss is multiplied by the world size because DDP
 averages gradients; the loss metrics computed with those normalisers are each process's share, so the batch's
-value is their sum. Both exchanges are one small ``all_gather_object`` (:func:`dare.distributed.gather`); with
+value is their sum. Both exchanges are one small ``all_gather_object`` (:func:`dare.scaling.distributed.gather`); with
 one process nothing is exchanged and the values are the process's own.
 """
 
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import torch
 
-from dare import distributed
+from dare.scaling import distributed
 from dare.diffusion.estimators import Pass, ScoringBatch
 
 __all__ = ["whole_batch_normalisers", "whole_batch_sums", "whole_batch_metrics", "whole_batch_values"]

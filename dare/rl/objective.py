@@ -41,7 +41,7 @@ from dare.data.checks import context_length
 from dare.errors import DataError
 from dare.rl.losses import LossTerms, PassLossInput, RLParams, SequenceLossInput, clipped_token_loss
 from dare.rl.prompts import PromptDataset, collate_prompts
-from dare.spec.problems import pydantic_problems
+from dare.runspec.problems import pydantic_problems
 from dare.trainers.objective import TrainerObjective
 
 __all__ = [
@@ -175,7 +175,7 @@ def sync_problems(params: RLParams, ctx, loc: str) -> list[tuple[str, str]]:
     if getattr(getattr(ctx.spec, "model", None), "lora", None) is not None:
         return []  # a LoRA reference is the base with the adapters disabled: nothing is mixed
     from dare.errors import SpecError
-    from dare.memory_estimate import strategy_from_accelerate_config
+    from dare.ops.memory_estimate import strategy_from_accelerate_config
 
     try:
         strategy = strategy_from_accelerate_config(launch.accelerate_config, ctx.source)

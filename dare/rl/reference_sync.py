@@ -42,7 +42,7 @@ class ReferenceSync(TrainerCallback):
         """Write the mixed reference copy into the staged checkpoint ``output_dir`` (safetensors, main process)."""
         from safetensors.torch import save_file
 
-        from dare import distributed
+        from dare.scaling import distributed
 
         copy = self.reference._copy
         if copy is not None and distributed.is_main():

@@ -3,7 +3,7 @@
 A NaN or infinite reward makes the group's advantages, then the loss, non-finite, so the optimizer step
 is skipped (:mod:`dare.trainers.guards`), whose warning can only blame "the loss or gradient".
 :class:`NonFiniteRewardGuard` looks at the rewards themselves at every rollout (all processes' values,
-:func:`dare.distributed.gather`): a rollout with a non-finite value prints a warning naming each such
+:func:`dare.scaling.distributed.gather`): a rollout with a non-finite value prints a warning naming each such
 reward, its values and the samples' indices; ``max_consecutive`` such rollouts in a row (or every
 rollout of a run shorter than that) stop training with :class:`NonFiniteRewardError`, a
 :class:`~dare.errors.DareError` (one paragraph, exit status 2).
@@ -14,7 +14,7 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from dare import distributed
+from dare.scaling import distributed
 from dare.errors import DareError
 
 __all__ = ["NonFiniteRewardError", "NonFiniteRewardGuard", "describe_nonfinite"]

@@ -12,7 +12,7 @@ from typing import Any, Callable
 
 import torch
 
-from dare import sharding
+from dare.scaling import sharding
 from dare.diffusion.estimators import Pass, ScoringBatch
 from dare.randomness import RowGenerators
 from dare.sampling import completion_mask as family_completion_mask
@@ -54,7 +54,7 @@ def sample_completions(decoding: DecodingBundle, prompts: list[str], group_size:
                        generator: torch.Generator | None = None, batch_size: int | None = None,
                        on_batch: Callable[[int], None] | None = None) -> tuple[ScoringBatch, dict[str, float]]:
     """Generate ``group_size`` completions per prompt with ``decoding``'s sampler (model in eval mode). A sharded
-    model (FSDP2, ZeRO-3) decodes in lock-step with the other processes (:func:`dare.sharding.lockstep`).
+    model (FSDP2, ZeRO-3) decodes in lock-step with the other processes (:func:`dare.scaling.sharding.lockstep`).
 
     Positions the sampler never committed (still the mask token) become EOS, as DARE's rollouts do;
     for families with ``pad_in_response = False`` the completion mask is then recomputed and

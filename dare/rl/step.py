@@ -29,7 +29,7 @@ from typing import Any, Callable, ContextManager
 
 import torch
 
-from dare import distributed
+from dare.scaling import distributed
 from dare.components import Estimator
 from dare.diffusion.estimators import Pass, PassScore, ScoringBatch, score_pass
 from dare.rl.advantages import group_advantages, groups_in_range, overlong_as_incorrect

@@ -18,7 +18,7 @@ __all__ = ["EVAL_ONLY_KEYS", "spec_differences", "format_differences", "is_eval_
 #: finished run may override them (``eval.validation`` is not among them: it selected ``train.keep_best``'s weights)
 EVAL_ONLY_KEYS = ("eval.benchmarks", "eval.batch_size", "eval.seed", "eval.before_train", "eval.num_threads")
 
-#: keys the spec hash ignores (:func:`dare.spec.spec_hash`), so never a difference between runs
+#: keys the spec hash ignores (:func:`dare.runspec.spec_hash`), so never a difference between runs
 _IGNORED = ("output.overwrite", "train.resume", "train.report_to", "launch")
 
 

@@ -11,7 +11,7 @@ with a message naming the running one.
   normal exit the lock file is also removed. A lock file left by a killed process is *stale*: the
   next command takes the lock and says whose it was.
 * Several processes of one launch (``torchrun``/``accelerate launch``): only the main process takes the
-  lock; it tells the others whether it got it (:func:`dare.distributed.from_main`), so every process
+  lock; it tells the others whether it got it (:func:`dare.scaling.distributed.from_main`), so every process
   of a refused launch stops with the same error and none of them waits at a barrier.
 * The lock is advisory: it keeps out other DARE commands, not other programs.
 """
@@ -136,11 +136,11 @@ def hold_run_dir(rundir) -> Iterator[None]:
     """Hold the lock of the run directory ``rundir`` (a :class:`dare.run.rundir.RunDir`) for the block (the main
     process of a launch; see the module docstring); :meth:`dare.run.rundir.RunDir.hold` is the usual way in.
 
-    Joins the launch's process group first (:func:`dare.distributed.setup`) when several processes run.
+    Joins the launch's process group first (:func:`dare.scaling.distributed.setup`) when several processes run.
 
     :raises RunDirLocked: on every process of the launch, when another command holds the lock.
     """
-    from dare import distributed
+    from dare.scaling import distributed
 
     several = distributed._requested_world_size() > 1
     if several:

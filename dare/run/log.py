@@ -3,7 +3,7 @@
 Once the run directory exists (:func:`dare.run.stages.setup`), the main process copies everything it
 writes to ``sys.stdout`` and ``sys.stderr`` into ``<output.dir>/run.log`` (appended: each command of the run
 starts with a ``== command (time) ==`` line), ANSI colour and cursor codes removed. Only the main process
-writes the file (:func:`dare.distributed.is_main`: the caller checks), so several processes never interleave
+writes the file (:func:`dare.scaling.distributed.is_main`: the caller checks), so several processes never interleave
 in it. rich's live progress bars redraw many times a second and are not copied: the progress module writes
 them to :func:`console_stream` and copies each finished line with :func:`note` (in that style, text other code
 prints while a bar is live goes through rich's display and is not copied).

@@ -18,7 +18,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-from dare import distributed
+from dare.scaling import distributed
 from dare.errors import DareError, SpecError
 from dare.eval import BenchmarkResult, evaluate_benchmark
 from dare.io import atomic_write_json
@@ -30,7 +30,7 @@ from dare.run import info as runinfo
 from dare.run.differences import format_differences, spec_differences
 from dare.run.rundir import RunDir
 from dare.sampling.bundle import DecodingBundle
-from dare.spec import ResolvedBenchmark, ResolvedSpec, RunSpec, load_spec, resolve_spec, spec_hash
+from dare.runspec import ResolvedBenchmark, ResolvedSpec, RunSpec, load_spec, resolve_spec, spec_hash
 from dare.trainers.checkpoints import resume_problem
 
 __all__ = ["Run"]
@@ -80,7 +80,7 @@ class Run:
         except SpecError as exc:  # a semantic problem of a --set value: say where it came from
             if not overrides and not unset:
                 raise
-            from dare.spec.problems import mark_overrides
+            from dare.runspec.problems import mark_overrides
 
             raise SpecError(mark_overrides(exc.problems, overrides or [], unset), source=exc.source) from None
 
@@ -161,7 +161,7 @@ class Run:
         :func:`dare.modeling.lora.load_adapter_checkpoint`). With ``model.lora`` the model is wrapped in
         peft adapters (:func:`dare.modeling.lora.apply_lora`, initialised under ``train.seed``), so
         every trainer trains only the adapters. The model is moved to this process's device
-        (:func:`dare.distributed.device`: ``cuda:LOCAL_RANK`` on GPU machines) unless FSDP/DeepSpeed will shard
+        (:func:`dare.scaling.distributed.device`: ``cuda:LOCAL_RANK`` on GPU machines) unless FSDP/DeepSpeed will shard
         it. ``model.gradient_checkpointing`` switches on the model's
         per-layer gradient checkpointing (:func:`dare.modeling.enable_gradient_checkpointing`) before that.
         """
@@ -286,9 +286,9 @@ class Run:
         return fn
 
     def model_card(self, results: list[dict[str, Any]] | None = None) -> str:
-        """The text of ``model/README.md`` (:func:`dare.modelcard.model_card`): this run's spec, objective, sampler and
+        """The text of ``model/README.md`` (:func:`dare.report.modelcard.model_card`): this run's spec, objective, sampler and
         family, with ``results`` (the evaluation after training, as dicts) in its ``model-index``."""
-        from dare.modelcard import model_card
+        from dare.report.modelcard import model_card
 
         family = getattr(self.family, "name", None)
         return str(model_card(self.spec, results=results, sampler=self.sampler, objective=self.objective, family=family))
@@ -336,7 +336,7 @@ class Run:
         finished run may change evaluation settings only (:data:`dare.run.rundir.EVAL_ONLY_KEYS`); the report
         then names them (``eval_overrides``).
 
-        One CPU thread count applies to the whole command (:mod:`dare.threads`), so every stage's tokens/s is
+        One CPU thread count applies to the whole command (:mod:`dare.scaling.threads`), so every stage's tokens/s is
         measured with the same threads.
         """
         from dare.run.stages import execute

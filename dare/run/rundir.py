@@ -15,7 +15,7 @@ Layout of ``output.dir`` (the names are the class attributes of :class:`RunDir`;
     run.log           the console output of every command of the run (appended; main process only)
     ../.<name>.lock   the lock of the command working in it (next to the directory, :mod:`dare.run.lock`)
 
-Both spec validation (:func:`dare.spec.load_spec`) and a run's preparation apply :meth:`RunDir.plan`
+Both spec validation (:func:`dare.runspec.load_spec`) and a run's preparation apply :meth:`RunDir.plan`
 (:func:`plan_output_dir`), so what validation accepts is exactly what a run does:
 
 * a missing or empty directory is used;

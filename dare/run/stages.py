@@ -4,10 +4,10 @@ Each stage is a function of ``(run, rundir, state)``: the :class:`dare.run.Run` 
 :class:`dare.run.rundir.RunDir` (where the stage reads and writes) and the :class:`CommandState` of this command
 (what the stages before it did). :func:`execute` calls :func:`setup`, then each stage of :data:`STAGES` once; a
 stage that has nothing to do (``dare train`` evaluates nothing, ``dare eval`` trains nothing) returns at once.
-:func:`setup` prepares the run directory, the CPU threads (:mod:`dare.threads`), the run's console log
+:func:`setup` prepares the run directory, the CPU threads (:mod:`dare.scaling.threads`), the run's console log
 (``run.log``, :mod:`dare.run.log`) and the model to evaluate. Where training resumes is decided in one place
 (:func:`resume_point`); what the report keeps from an earlier command of the same run directory is
-:mod:`dare.eval.merge`'s.
+:mod:`dare.report.merge`'s.
 """
 
 from __future__ import annotations
@@ -20,11 +20,12 @@ from typing import Any
 
 import torch
 
-from dare import distributed, progress, sharding, threads
-from dare.eval import provenance, write_report
-from dare.eval.merge import earlier_run_report, keep_run_facts, merge_later_evaluation, read_report
-from dare.eval.plots import plot_training
-from dare.eval.report import machine_info
+from dare import progress
+from dare.scaling import distributed, sharding, threads
+from dare.report.report import provenance, write_report
+from dare.report.merge import earlier_run_report, keep_run_facts, merge_later_evaluation, read_report
+from dare.report.plots import plot_training
+from dare.report.report import machine_info
 from dare.run import info as runinfo
 from dare.run import log as runlog
 from dare.run.rundir import RunDir
@@ -48,7 +49,7 @@ class ResumePoint:
 
 def resume_point(checkpoint_dir: Path, resume: bool, max_steps: int) -> ResumePoint:
     """The last complete checkpoint in ``checkpoint_dir`` when ``resume`` (``train.resume``), as the main
-    process sees it (:func:`dare.distributed.from_main`: collective, every process calls it)."""
+    process sees it (:func:`dare.scaling.distributed.from_main`: collective, every process calls it)."""
     ckpt = distributed.from_main(last_complete_checkpoint(checkpoint_dir) if resume else None)
     step = checkpoint_step(ckpt) if ckpt else None
     return ResumePoint(step, step is not None and step >= max_steps)
@@ -104,7 +105,7 @@ def setup(run, rundir: RunDir, state: CommandState) -> None:
     """Run directory (:meth:`dare.run.Run.prepare`), ``run.log``, CPU threads, seed, and for ``dare eval``
     the run's trained model when its directory holds one.
 
-    One thread count applies to the whole command (:func:`dare.threads.choose_threads`), so every stage's
+    One thread count applies to the whole command (:func:`dare.scaling.threads.choose_threads`), so every stage's
     tokens/s is measured with the same CPU threads."""
     distributed.setup()
     run.prepare(train=state.do_train)
@@ -174,14 +175,14 @@ def _card_with_scores(run, rundir: RunDir, results) -> None:
     if not distributed.is_main() or not rundir.has_model():
         return
     from dare.io import atomic_write_text
-    from dare.modelcard import CARD_NAME
+    from dare.report.modelcard import CARD_NAME
 
     rows = [r if isinstance(r, dict) else r.to_dict(with_samples=False) for r in results]
     atomic_write_text(rundir.model / CARD_NAME, run.model_card(rows))
 
 
 def report(run, rundir: RunDir, state: CommandState) -> None:
-    """``report.{json,md}`` (with what :mod:`dare.eval.merge` keeps of an earlier command) and, after
+    """``report.{json,md}`` (with what :mod:`dare.report.merge` keeps of an earlier command) and, after
     training, ``plot.png``; main process only."""
     prov = provenance(run.spec, run.sampler, run.spec.eval.seed if run.spec.eval else None, machine=state.machine)
     facts = run.facts()

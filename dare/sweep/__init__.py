@@ -1,6 +1,6 @@
 """``dare sweep``: a grid of spec settings times seeds, each a normal run directory, run by a launcher
 (:mod:`dare.sweep.launchers`), recorded in ``sweep.json``, and compared over seeds at the end
-(:mod:`dare.eval.groups`).
+(:mod:`dare.report.groups`).
 
 Layout of the sweep directory ``DIR``::
 
@@ -8,7 +8,7 @@ Layout of the sweep directory ``DIR``::
                           (pending, running, finished, failed, interrupted), job id, log; written atomically
     <run name>/           one run directory per run (dare.run), e.g. algorithm.name=d1,seed=0/
     logs/                 <run name>.log (local launcher), submitit/ (submitit's job logs)
-    comparison.{md,json,png}   the grouped comparison of the finished runs (dare.eval.compare)
+    comparison.{md,json,png}   the grouped comparison of the finished runs (dare.report.compare)
 
 Re-running the same command skips finished runs (never retrained) and starts the others, each resuming from
 its last checkpoint by the run-directory rules (:mod:`dare.run.rundir`, :mod:`dare.run`). One sweep command at a
@@ -85,7 +85,7 @@ def run_sweep(spec_path: str, grid: list[tuple[str, list[Any]]], seeds: list[int
               overrides: list[str] | None = None, dry_run: bool = False, min_seeds: int = 5,
               power_effect: float | None = None, max_runs: int = DEFAULT_MAX_RUNS) -> dict[str, Any]:
     """Plan, validate and run the sweep; write ``sweep.json`` and the grouped comparison (``min_seeds``,
-    ``power_effect``: :func:`dare.eval.compare.compare_runs`).
+    ``power_effect``: :func:`dare.report.compare.compare_runs`).
 
     :param launcher: a :class:`dare.sweep.launchers.LocalLauncher` or :class:`~dare.sweep.launchers.SubmititLauncher`.
     :param max_runs: the most runs (grid combinations x seeds) planned; more is refused before any validation.
@@ -166,7 +166,7 @@ def write_comparison(out_dir: Path, runs: list[SweepRun], states: dict[str, str]
     their ``before`` evaluations first (when the spec has ``eval.before_train``), so each setting's gain (after minus
     before, per seed) is a paired difference too. A sweep of a spec without ``algorithm:`` compares the runs'
     ``eval`` evaluations."""
-    from dare.eval.compare import compare_runs
+    from dare.report.compare import compare_runs
 
     finished = [r for r in runs if states[r.name] == "finished"]
     done = [r for r in finished if RunDir(r.dir).eval_file("after").is_file()]

@@ -4,7 +4,7 @@ time), or submitit (https://github.com/facebookincubator/submitit): SLURM job ar
 same code path without a cluster, used by the tests).
 
 How a run is launched (processes, nodes, GPUs per node, accelerate config) is read from the run's own spec
-(``launch:``, :class:`dare.spec.models.LaunchSpec`) unless the sweep's flags override it
+(``launch:``, :class:`dare.runspec.models.LaunchSpec`) unless the sweep's flags override it
 (:func:`resolve_launch`); the sweep prints and records what each run asks for.
 
 On SLURM every run is a :class:`RunJob`, a submitit ``Checkpointable``: ``S`` seconds before the time limit

@@ -199,7 +199,7 @@ def replaced_params(raw: dict, settings: dict[str, Any]) -> list[str]:
     ``group_size`` or ``rollout_sampler``, which both have, are kept. A value equal to the spec's own name, or a
     name no installed plugin registers (validation reports it), unsets nothing."""
     from dare.errors import PluginError
-    from dare.plugins import get_registry
+    from dare.plugins.manager import get_registry
 
     out = []
     for key, value in settings.items():
@@ -222,7 +222,7 @@ def _load_replacing(spec_path: str, overrides: list[str], unset: list[str], raw:
     """The run's spec with ``unset`` removed, and with the spec's params that a component named by the grid
     refuses (SPG refuses ``clip_eps_low``: it has no ratio) removed too, so their defaults apply; returns the spec
     and every removed key. :raises SpecError: the problems that remain."""
-    from dare.spec import load_spec
+    from dare.runspec import load_spec
 
     replaced = {key[: -len(".name")]: _lookup(raw, key[: -len(".name")]) for key, value in settings.items()
                 if key.endswith(".name") and isinstance(_lookup(raw, key[: -len(".name")]), dict)
@@ -252,11 +252,11 @@ def plan_runs(spec_path: str, grid: list[tuple[str, list[Any]]], seeds: list[int
     :raises DareError: a grid value the spec refuses (naming ``--grid KEY``), an unknown grid key, the spec's
         own problems, two runs with one directory name, or a run directory that holds a different run.
     """
-    from dare.spec import load_spec, spec_hash
+    from dare.runspec import load_spec, spec_hash
 
     overrides = list(overrides or [])
     base = load_spec(spec_path, overrides=overrides, check=False)  # the spec's own structural problems first
-    from dare.spec.overrides import read_spec_file
+    from dare.runspec.overrides import read_spec_file
 
     raw = read_spec_file(spec_path, overrides)
     seed_keys = [k for k in SEED_KEYS if getattr(base, k.split(".")[0]) is not None]

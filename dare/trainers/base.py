@@ -40,7 +40,7 @@ from typing import Any, Callable
 import torch
 from transformers import Trainer, TrainingArguments
 
-from dare import distributed, sharding
+from dare.scaling import distributed, sharding
 from dare.diffusion.packing import packed_denoiser_logits
 from dare.run.rundir import RunDir
 from dare.trainers.callbacks import JsonlMetricsCallback, LogFinalStepCallback, ProgressCallback, TensorBoardMetricsCallback
@@ -86,7 +86,7 @@ class DareConfig(TrainingArguments):
                                                            "packing.packed_denoiser_logits)."})
     reference_placement: str = field(default="like_policy", metadata={
         "help": "The frozen reference policy: like_policy (sharded/placed like the policy) or device_bf16 "
-                "(dare.sharding.place_frozen)."})
+                "(dare.scaling.sharding.place_frozen)."})
     packing_max_tokens: int | None = field(default=None, metadata={
         "help": "Tokens per packed row (default: the whole batch in one row; "
                 "dare.diffusion.packing.packed_denoiser_logits)."})
@@ -137,7 +137,7 @@ class DareTrainer(CheckpointSaving, Trainer):
         self._skipped_since_log = 0
 
     def create_accelerator_and_postprocess(self) -> None:
-        """transformers' accelerator creation, under :func:`dare.sharding.sharding_accelerator_state`: with
+        """transformers' accelerator creation, under :func:`dare.scaling.sharding.sharding_accelerator_state`: with
         ``DARE_CPU_SHARDING=1`` an FSDP2 launch shards the model on CPU processes too (docs/scaling.md)."""
         with sharding.sharding_accelerator_state():
             super().create_accelerator_and_postprocess()

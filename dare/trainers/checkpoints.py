@@ -6,7 +6,7 @@ Layout of ``<run>/checkpoints``::
     best/             the weights of the best in-training evaluation (``train.keep_best``) + best.json
     .staging/         where checkpoints, best/ and the final model are written before being renamed
 
-Only the main process creates, renames or deletes here (:mod:`dare.distributed`); the others write their
+Only the main process creates, renames or deletes here (:mod:`dare.scaling.distributed`); the others write their
 own shards/RNG files into the staged checkpoint and wait at a barrier.
 """
 

@@ -14,7 +14,7 @@ def config_from_spec(train, output_dir: str, config_cls=None, **extra: Any):
 
     Only training-loop settings live in the config; an objective's own settings are its ``Params``.
 
-    :param train: a ``dare.spec.TrainSpec``. :param output_dir: checkpoint directory.
+    :param train: a ``dare.runspec.TrainSpec``. :param output_dir: checkpoint directory.
     :param extra: more config fields (override the mapped ones), e.g. ``metrics_file``.
     """
     from dare.trainers.trackers import integrations

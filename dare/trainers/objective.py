@@ -89,7 +89,7 @@ class TrainerObjective(Objective):
     # ------------------------------------------------------------------ helpers for subclasses
     @staticmethod
     def dataset_spec(run, split: str = "train"):
-        """The spec's ``data.<split>`` (a ``dare.spec.DatasetSpec``) or None."""
+        """The spec's ``data.<split>`` (a ``dare.runspec.DatasetSpec``) or None."""
         data = run.spec.data
         return getattr(data, split) if data is not None else None
 

@@ -22,7 +22,7 @@ from typing import Any, Callable
 
 from transformers.trainer_utils import TrainOutput
 
-from dare import distributed
+from dare.scaling import distributed
 from dare.errors import DareError
 from dare.io import WRITE_ERRORS, describe_write_error, replace_dir
 from dare.modeling.lora import is_peft_model, save_merged
@@ -121,7 +121,7 @@ class CheckpointSaving:
         adapter in ``adapter/``): staged, renamed by the main process, never with non-finite weights, and without
         ``Trainer``'s ``training_args.bin`` (a pickle: never shipped with a model).
 
-        :param card: the model card's text (:mod:`dare.modelcard`), staged as ``README.md`` with the weights."""
+        :param card: the model card's text (:mod:`dare.report.modelcard`), staged as ``README.md`` with the weights."""
         def write(staged: str) -> None:
             self.save_model(staged)
             for p in Path(staged).rglob("training_args.bin") if distributed.is_main() else ():

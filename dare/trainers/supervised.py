@@ -89,7 +89,7 @@ class SupervisedObjective(TrainerObjective):
             ex.index = len(examples)
             examples.append(ex)
         if check is not None and (line := check.report()) is not None:
-            from dare import distributed
+            from dare.scaling import distributed
 
             if distributed.is_main():
                 print(line, file=sys.stderr)

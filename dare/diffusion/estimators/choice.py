@@ -14,8 +14,8 @@ from pydantic import Field, ValidationError
 
 from dare.components import Estimator, Params
 from dare.errors import PluginError, SpecError
-from dare.plugins import get_registry
-from dare.spec.problems import pydantic_problems
+from dare.plugins.manager import get_registry
+from dare.runspec.problems import pydantic_problems
 
 __all__ = ["EstimatorChoice", "estimator_problems", "build_estimator"]
 

@@ -413,8 +413,8 @@ def test_isolation_choice(monkeypatch):
 def test_code_reward_and_benchmarks_are_registered(monkeypatch):
     """Through the plugin's entry point (``dare_code.plugin``), which registers lazy references."""
     from dare.eval.runner import benchmark_path
-    from dare.plugins import get_registry
-    from dare.spec import BenchmarkSpec
+    from dare.plugins.manager import get_registry
+    from dare.runspec import BenchmarkSpec
 
     reg = get_registry()
     assert reg.get("reward", "code").distribution == "dare-plugin-code"

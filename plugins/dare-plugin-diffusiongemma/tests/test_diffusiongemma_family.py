@@ -10,7 +10,7 @@ from transformers import DiffusionGemmaForBlockDiffusion
 
 from dare.diffusion import bernoulli_mask, uniform_noise
 from dare.modeling import load_model
-from dare.plugins import get_registry
+from dare.plugins.manager import get_registry
 from dare.randomness import RowGenerators
 from dare.testing import tiny_model
 from dare_diffusiongemma.family import DiffusionGemmaFamily

@@ -13,7 +13,7 @@ import yaml
 from dare.errors import SpecError
 from dare.modeling import load_model
 from dare.run import Run
-from dare.spec import load_spec, validate_spec
+from dare.runspec import load_spec, validate_spec
 
 PROMPT = "{{ extra_info.puzzle }}"
 EVAL = {"batch_size": 8, "benchmarks": [{"name": "sudoku", "limit": 8, "chat_template": False, "prompt_template": PROMPT,

@@ -12,7 +12,7 @@ import yaml
 from dare.errors import SpecError
 from dare.modeling import load_model
 from dare.run import Run
-from dare.spec import load_spec, validate_spec
+from dare.runspec import load_spec, validate_spec
 
 DATA = {"path": "dare://sudoku/train.parquet", "limit": 16, "chat_template": False,
         "prompt_template": "{{ extra_info.puzzle }}", "response_template": "{{ reward_model.ground_truth }}"}

@@ -111,7 +111,7 @@ def test_new_config_takes_vocab_and_ids_from_the_tokenizer():
 
 def test_created_checkpoint_loads_back_bit_exact_with_its_tokens(tiny_dream_dir):
     from dare.modeling import load_model
-    from dare.plugins import get_registry
+    from dare.plugins.manager import get_registry
 
     lm = load_model(tiny_dream_dir)
     assert lm.family.name == "dream" and type(lm.model).__name__ == "DreamModel"
@@ -160,7 +160,7 @@ def test_release_tokenizer_loads_without_remote_code_and_gives_the_release_ids(r
 
 def test_all_linear_lora_targets_every_projection_but_not_the_head(tiny):
     from dare.modeling.lora import resolve_lora_targets
-    from dare.spec import LoraSpec
+    from dare.runspec import LoraSpec
 
     targets, exclude = resolve_lora_targets(tiny, DreamFamily(), LoraSpec())
     assert targets == ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"] and exclude == []

@@ -6,7 +6,7 @@ from dare.testing import repo_root
 
 
 def test_entry_point_registers_the_family_and_sampler():
-    from dare.plugins import get_registry
+    from dare.plugins.manager import get_registry
 
     reg = get_registry()
     fam, sampler = reg.get("model_family", "dream"), reg.get("sampler", "dream")
@@ -15,7 +15,7 @@ def test_entry_point_registers_the_family_and_sampler():
 
 
 def test_example_spec_validates(tmp_path):
-    from dare.spec import load_spec
+    from dare.runspec import load_spec
 
     # output.dir in a temporary folder: the checkout's runs/dream-sft (a user's own run) must not decide the outcome
     spec = load_spec(repo_root() / "examples" / "dream-sft.yaml", overrides=[f"output.dir={tmp_path / 'run'}"])

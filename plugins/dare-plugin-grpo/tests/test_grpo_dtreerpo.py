@@ -180,7 +180,7 @@ def _validate(tmp_path, objective: str, params: dict, sampler: dict, family: str
     import yaml
 
     from dare.errors import SpecError
-    from dare.spec import load_spec
+    from dare.runspec import load_spec
 
     spec = {"model": {"new": {"family": family, "preset": "tiny"}},
             "data": {"train": {"path": "dare://sudoku/train.parquet", "limit": 2}},

@@ -55,7 +55,7 @@ def test_position_chunks_give_the_clipped_token_mean_over_all_tokens(tmp_path):
 
 def _validate(tmp_path, sampler: dict, params: dict | None = None, family: str = "llada"):
     from dare.errors import SpecError
-    from dare.spec import load_spec
+    from dare.runspec import load_spec
 
     spec = {"model": {"new": {"family": family, "preset": "tiny"}},
             "data": {"train": {"path": "dare://sudoku/train.parquet", "limit": 2}},

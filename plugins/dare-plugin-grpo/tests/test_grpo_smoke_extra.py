@@ -9,7 +9,7 @@ import pytest
 import torch
 import yaml
 
-from dare.plugins import first_party, get_registry
+from dare.plugins.manager import first_party, get_registry
 
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -101,7 +101,7 @@ def _spec(tmp_path, model_dir, objective, sampler, sparams, params, steps):
 def test_short_run_or_reasoned_rejection(tmp_path, family_models, family, objective):
     from dare.errors import SpecError
     from dare.run import Run
-    from dare.spec import load_spec
+    from dare.runspec import load_spec
 
     sampler, sparams, params, rejection = plan(objective, family)
     steps = 2

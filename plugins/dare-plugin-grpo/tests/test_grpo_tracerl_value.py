@@ -78,7 +78,7 @@ def test_value_model_trains_saves_and_resumes_bit_exact(tmp_path, tiny_llada_dir
     from safetensors.torch import load_file
 
     from dare.run import Run
-    from dare.spec import load_spec
+    from dare.runspec import load_spec
 
     # an untrained model never writes 16 digits: score the distinct characters instead, so groups have advantages
     monkeypatch.setattr("dare.builtins.rewards.sudoku_score", lambda completion, *a: len(set(completion)) / 8)
@@ -123,7 +123,7 @@ def test_rows_scored_under_the_rollout_policy_follow_the_token_advantages(tmp_pa
     """With 2 inner iterations (old-policy scores needed) and skip_zero_advantage, the rows to score are chosen from
     the token advantages: a tied group (group advantage 0) still trains once its values are non-zero."""
     from dare.run import Run
-    from dare.spec import load_spec
+    from dare.runspec import load_spec
     from dare_grpo.objectives.tracerl.trainer import TraceRLValueTrainer
 
     seen = []
@@ -150,7 +150,7 @@ def test_bf16_weights_train_policy_and_value_model_in_fp32_master_weights_and_re
     from safetensors.torch import load_file
 
     from dare.run import Run
-    from dare.spec import load_spec
+    from dare.runspec import load_spec
 
     monkeypatch.setattr("dare.builtins.rewards.sudoku_score", lambda completion, *a: len(set(completion)) / 8)
     out = tmp_path / "run"

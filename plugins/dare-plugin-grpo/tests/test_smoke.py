@@ -7,7 +7,7 @@ import json
 import pytest
 import yaml
 
-from dare.plugins import first_party, get_registry
+from dare.plugins.manager import first_party, get_registry
 from test_grpo_smoke_extra import SMALL as EXTRA  # objectives with their own rollouts or pairing rules run there
 
 #: first-party families (they have tiny presets) whose forward process masks; the uniform-noise family runs the RL
@@ -65,7 +65,7 @@ def test_two_rl_steps(tmp_path, family_models, family, objective):
     }
     (tmp_path / "s.yaml").write_text(yaml.safe_dump(spec))
     from dare.run import Run
-    from dare.spec import load_spec
+    from dare.runspec import load_spec
 
     run = Run(load_spec(tmp_path / "s.yaml"))
     run.prepare()

@@ -191,7 +191,7 @@ def test_reference_sync_in_the_trainer_follows_trls_rule(tmp_path, tiny_llada_di
 
 def test_reference_of_a_peft_model_is_the_base_without_a_copy(tmp_path, tiny_llada_dir):
     from dare.modeling.lora import apply_lora
-    from dare.spec import LoraSpec
+    from dare.runspec import LoraSpec
 
     lm = load_model(tiny_llada_dir)
     lm.model = apply_lora(lm.model, lm.family, LoraSpec(r=2, alpha=4))
@@ -228,7 +228,7 @@ def test_resume_reproduces_masks_rollouts_and_weights(tmp_path, tiny_llada_dir, 
     import shutil
 
     from dare.run import Run
-    from dare.spec import load_spec
+    from dare.runspec import load_spec
 
     seen: dict[int, list] = {}
     original = GRPOTrainer.draw_passes
@@ -282,7 +282,7 @@ def test_tracerl_trains_on_fast_dllm_rollouts_from_the_spec(tmp_path, tiny_llada
     TraceRL run: the accelerated decoder runs, records every completion token's step (unmask_step, in block order),
     and the policy trains on those trajectories."""
     from dare.run import Run
-    from dare.spec import load_spec
+    from dare.runspec import load_spec
 
     decoders, seen = [], []
     generate, draw = LLaDASampler.generate, GRPOTrainer.draw_passes

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from dare.errors import SpecError
-from dare.spec import validate_spec
+from dare.runspec import validate_spec
 
 
 def spec(model_dir, tmp_path, **algorithm):
@@ -113,7 +113,7 @@ def test_the_rollout_sampler_is_resolved_once_with_the_yaml_path_of_each_setting
     """The spec resolution builds the rollout sampler (sampler.params + algorithm.params.rollout_sampler) once; the
     objectives' checks read it, and name the path that set a value."""
     from dare.rl import OnlineRLObjective
-    from dare.spec import resolve_spec, structure
+    from dare.runspec import resolve_spec, structure
 
     calls = []
     original = OnlineRLObjective.resolve_rollout_sampler
@@ -133,7 +133,7 @@ def test_the_rollout_sampler_is_resolved_once_with_the_yaml_path_of_each_setting
 
 
 def test_a_rejected_rollout_override_leaves_no_rollout_sampler(tiny_llada_dir, tmp_path):
-    from dare.spec import resolve_spec, structure
+    from dare.runspec import resolve_spec, structure
 
     ctx = resolve_spec(structure(spec(tiny_llada_dir, tmp_path, params={"rollout_sampler": {"steps": 3}})))
     assert ctx.rollout_sampler is None

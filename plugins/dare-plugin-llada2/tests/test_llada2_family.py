@@ -10,7 +10,7 @@ import torch
 
 from dare.diffusion.block import block_causal_mask, block_diffusion_inputs
 from dare.modeling.tokenizer import build_byte_tokenizer
-from dare.plugins import get_registry
+from dare.plugins.manager import get_registry
 from dare.testing import shared_path
 from dare_llada2.family import LLaDA2Family
 from dare_llada2.sampler import LLaDA2Sampler, decode, decode_options
@@ -92,7 +92,7 @@ def test_lora_all_linear_adapts_attention_dense_shared_and_routed_experts(tiny_l
     from peft.tuners.lora import LoraLayer
 
     from dare.modeling.lora import apply_lora
-    from dare.spec import LoraSpec
+    from dare.runspec import LoraSpec
 
     model = LLaDA2Family().model_class()(tiny_llada2.model.config)
     model.load_state_dict(tiny_llada2.model.state_dict())

@@ -12,7 +12,7 @@ from pydantic import ValidationError
 from dare.components import SpecialTokens
 from dare.errors import DareError
 from dare.sampling import NonFiniteLogitsError
-from dare.plugins import get_registry
+from dare.plugins.manager import get_registry
 from dare.testing import LogitsStub
 from dare_llada2.family import LLaDA2Family
 from dare_llada2.sampler import LLaDA2Sampler, decode, decode_options, generate, generate_v21

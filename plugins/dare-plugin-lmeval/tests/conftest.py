@@ -63,7 +63,7 @@ def trained_sudoku_model(tmp_path_factory):
     import yaml
 
     from dare.run import Run
-    from dare.spec import load_spec
+    from dare.runspec import load_spec
 
     root = tmp_path_factory.mktemp("lmeval-model")
     spec = {

@@ -29,7 +29,7 @@ def _lm_eval_outputs(out_dir):
 
 def _dare_eval(tmp_path, model_dir, mc_samples, batch_size):
     from dare.run import Run
-    from dare.spec import load_spec
+    from dare.runspec import load_spec
 
     compact = {"limit": 50, "prompt_template": "{{ extra_info.puzzle }}", "chat_template": False}
     spec = {

@@ -44,7 +44,7 @@ def engine(model_dir):
 
 def test_generate_is_dare_evals_decoding(engine, model_dir):
     from dare.modeling import load_model
-    from dare.plugins import get_registry
+    from dare.plugins.manager import get_registry
     from dare.sampling import DecodingBundle
     from dare.sampling.text import generate_texts
 

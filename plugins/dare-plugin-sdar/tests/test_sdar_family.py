@@ -9,7 +9,7 @@ from transformers import AutoTokenizer
 
 from dare.diffusion.block import block_diffusion_inputs, block_diffusion_mask
 from dare.modeling import load_model
-from dare.plugins import get_registry
+from dare.plugins.manager import get_registry
 from dare.testing import shared_path, tiny_model
 from dare_sdar import SDARMoeForCausalLM
 from dare_sdar.family import DEFAULT_BLOCK_SIZE, SDAR_CHAT_TEMPLATE, SDARFamily
@@ -128,7 +128,7 @@ def test_left_padding_is_invisible_to_logits_and_denoiser_logits(dense):
 
 def test_lora_all_linear_adapts_attention_mlp_and_experts_but_not_router_or_head(tmp_path):
     from dare.modeling.lora import apply_lora
-    from dare.spec import LoraSpec
+    from dare.runspec import LoraSpec
 
     lm = tiny_model("sdar", tmp_path, preset="tiny-moe", seed=5)
     model = apply_lora(lm.model, lm.family, LoraSpec(r=2, alpha=4))

@@ -10,7 +10,7 @@ import torch
 from dare.components import SpecialTokens
 from dare.errors import DareError, SpecError
 from dare.sampling import NonFiniteLogitsError
-from dare.spec import validate_spec
+from dare.runspec import validate_spec
 from dare.testing import LogitsStub, tiny_model
 from dare_sdar.errors import SDARInputError
 from dare_sdar.family import SDARFamily

@@ -7,9 +7,9 @@ import torch
 
 from dare.data.supervised import SupervisedCollator, SupervisedExample
 from dare.modeling import load_model
-from dare.plugins import get_registry
+from dare.plugins.manager import get_registry
 from dare.run import Run
-from dare.spec import validate_spec
+from dare.runspec import validate_spec
 from dare.testing import tiny_model
 from dare_sdar import SDARForCausalLM
 from dare_sdar.family import SDARFamily

@@ -1,6 +1,6 @@
 """Entry point of ``dare-plugin-code``: registers the code-execution reward and the code benchmarks.
 
-Lazy references (see :mod:`dare.hookspecs`): :mod:`dare_code.reward` and :mod:`dare_code.benchmarks`
+Lazy references (see :mod:`dare.plugins.hookspecs`): :mod:`dare_code.reward` and :mod:`dare_code.benchmarks`
 are imported when a spec first uses one of them.
 """
 

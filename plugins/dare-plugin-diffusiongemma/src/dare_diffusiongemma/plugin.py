@@ -1,6 +1,6 @@
 """Entry point of ``dare-plugin-diffusiongemma``: registers the DiffusionGemma family and its sampler.
 
-Lazy references (:mod:`dare.hookspecs`): the family and sampler modules are imported when a spec or command
+Lazy references (:mod:`dare.plugins.hookspecs`): the family and sampler modules are imported when a spec or command
 first uses them, and :mod:`dare_diffusiongemma.auto` (transformers) when DARE first reads or creates a checkpoint.
 """
 

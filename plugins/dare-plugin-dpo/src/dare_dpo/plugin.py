@@ -1,6 +1,6 @@
 """Entry point of ``dare-plugin-dpo``: registers the preference objectives (DPO, VRPO).
 
-Lazy references (see :mod:`dare.hookspecs`): ``dare_dpo.objective`` is imported when a spec first
+Lazy references (see :mod:`dare.plugins.hookspecs`): ``dare_dpo.objective`` is imported when a spec first
 uses one of them.
 """
 

@@ -26,7 +26,7 @@ from typing import Any
 
 import torch
 
-from dare import distributed, sharding
+from dare.scaling import distributed, sharding
 from dare.diffusion.estimators import Pass, ScoringBatch, score_pass
 from dare.errors import DareError
 from dare.modeling.lora import ReferencePolicy
@@ -135,7 +135,7 @@ class DPOTrainer(DareTrainer):
     def preference_metrics(self, pairs: list) -> dict[str, float]:
         """Held-out preference metrics, the corruptions keyed by ``eval_seed`` and each pair's index (the same
         every time); each process scores its slice of the pairs and the sums are gathered. A sharded policy (FSDP2,
-        ZeRO-3) scores as many batches on every process (:func:`dare.sharding.padded_shard`).
+        ZeRO-3) scores as many batches on every process (:func:`dare.scaling.sharding.padded_shard`).
 
         :returns: ``loss``, ``rewards/accuracies`` (implicit reward of chosen > rejected),
             ``rewards/margins``, ``elbo/accuracy`` (the policy's own ELBO prefers chosen), means over pairs.

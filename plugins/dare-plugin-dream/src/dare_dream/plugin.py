@@ -1,6 +1,6 @@
 """Entry point of ``dare-plugin-dream``: registers the Dream family and sampler.
 
-Lazy references (see :mod:`dare.hookspecs`): ``dare_dream.family`` and ``dare_dream.sampler`` are
+Lazy references (see :mod:`dare.plugins.hookspecs`): ``dare_dream.family`` and ``dare_dream.sampler`` are
 imported when a spec or command first uses them, and ``dare_dream.auto`` (transformers) when DARE
 first reads or creates a checkpoint, so listing plugins does not import torch.
 """

@@ -1,9 +1,9 @@
 """Entry point of ``dare-plugin-grpo``: registers the online-RL objectives (and EBPO's response-block ELBO
 estimator).
 
-Lazy references (see :mod:`dare.hookspecs`): an objective's module (with the RL trainer stack) is
+Lazy references (see :mod:`dare.plugins.hookspecs`): an objective's module (with the RL trainer stack) is
 imported when a spec first uses it. Each line names a class; its name, aliases and description are
-read from the class's source (the one place they are written, :func:`dare.registry.declared_in_source`).
+read from the class's source (the one place they are written, :func:`dare.plugins.registry.declared_in_source`).
 """
 
 from dare import hookimpl

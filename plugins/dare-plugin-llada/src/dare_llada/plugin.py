@@ -1,6 +1,6 @@
 """Entry point of ``dare-plugin-llada``: registers the LLaDA family and sampler.
 
-Lazy references (see :mod:`dare.hookspecs`): ``dare_llada.family`` and ``dare_llada.sampler`` are
+Lazy references (see :mod:`dare.plugins.hookspecs`): ``dare_llada.family`` and ``dare_llada.sampler`` are
 imported when a spec or command first uses them, and ``dare_llada.auto`` (transformers) when DARE
 first reads or creates a checkpoint, so listing plugins does not import torch.
 """

@@ -1,6 +1,6 @@
 """Entry point of ``dare-plugin-llada2``: registers the LLaDA2.x family and its block decoder.
 
-Lazy references (see :mod:`dare.hookspecs`): ``dare_llada2.family`` and ``dare_llada2.sampler`` are
+Lazy references (see :mod:`dare.plugins.hookspecs`): ``dare_llada2.family`` and ``dare_llada2.sampler`` are
 imported when a spec or command first uses them, and ``dare_llada2.auto`` (transformers) when DARE
 first reads or creates a checkpoint, so listing plugins does not import torch.
 """

@@ -28,7 +28,7 @@ __all__ = ["write_sudoku_tasks"]
 
 _UTILS = '''"""Scoring of the dare_sudoku_gen task with DARE's own sudoku reward (written by dare_lmeval.sudoku_tasks)."""
 
-from dare.plugins import get_registry
+from dare.plugins.manager import get_registry
 
 _REWARD = get_registry().get("reward", "sudoku").create({"require_answer_tags": False})
 

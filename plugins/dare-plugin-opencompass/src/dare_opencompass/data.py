@@ -34,7 +34,7 @@ def load_benchmark_rows(path: str | None = None, benchmark: str | None = None, l
     from dare.data import Prompter, load_rows
     from dare.errors import DataError
     from dare.eval import benchmark_path
-    from dare.plugins import get_registry
+    from dare.plugins.manager import get_registry
 
     if path is None:
         if benchmark is None:

@@ -76,7 +76,7 @@ class DareEngine:
         system_prompt: str | None = None,
         mc_samples: int = 32,
     ):
-        from dare.plugins import get_registry
+        from dare.plugins.manager import get_registry
 
         if (batch_size is not None and batch_size < 1) or mc_samples < 1:
             raise DareHarnessError(f"batch_size and mc_samples must be >= 1 (got {batch_size}, {mc_samples})")

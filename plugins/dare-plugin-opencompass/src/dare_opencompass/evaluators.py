@@ -28,7 +28,7 @@ class DareRewardEvaluator(BaseEvaluator):
 
     def __init__(self, benchmark: str, reward: dict[str, Any] | None = None, **kwargs: Any):
         super().__init__(**kwargs)
-        from dare.plugins import get_registry
+        from dare.plugins.manager import get_registry
         from dare.rewards import WeightedReward
 
         registry = get_registry()

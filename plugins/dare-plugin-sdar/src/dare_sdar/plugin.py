@@ -1,6 +1,6 @@
 """Entry point of ``dare-plugin-sdar``: registers the SDAR family and its block decoder.
 
-Lazy references (see :mod:`dare.hookspecs`): ``dare_sdar.family`` and ``dare_sdar.sampler`` are
+Lazy references (see :mod:`dare.plugins.hookspecs`): ``dare_sdar.family`` and ``dare_sdar.sampler`` are
 imported when a spec or command first uses them, and ``dare_sdar.auto`` (transformers) when DARE
 first reads or creates a checkpoint, so listing plugins does not import torch.
 """

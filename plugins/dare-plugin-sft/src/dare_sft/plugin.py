@@ -1,6 +1,6 @@
 """Entry point of ``dare-plugin-sft``: registers the masked-diffusion SFT objective.
 
-A lazy reference (see :mod:`dare.hookspecs`): ``dare_sft.objective`` is imported when a spec first
+A lazy reference (see :mod:`dare.plugins.hookspecs`): ``dare_sft.objective`` is imported when a spec first
 uses it.
 """
 

@@ -61,7 +61,7 @@ from typing import Any, ClassVar, Literal
 import torch
 from pydantic import Field, model_validator
 
-from dare import distributed
+from dare.scaling import distributed
 from dare.components import Params
 from dare.components.official import OfficialSetting
 
@@ -261,12 +261,12 @@ class TraceRL(OnlineRLObjective):
         """The value model is replicated and its gradients all-reduced by hand: one process or DDP. The launch is the
         spec's ``launch.accelerate_config``, else the accelerate launch running this command (``accelerate launch
         --config_file`` sets ``ACCELERATE_USE_FSDP`` / ``ACCELERATE_USE_DEEPSPEED`` in every process it starts:
-        :func:`dare.distributed.shards_model`), so ``dare run`` refuses it before loading any weights."""
+        :func:`dare.scaling.distributed.shards_model`), so ``dare run`` refuses it before loading any weights."""
         launch = getattr(ctx.spec, "launch", None)
         config = launch.accelerate_config if launch is not None else None
         if config:
             from dare.errors import SpecError
-            from dare.memory_estimate import strategy_from_accelerate_config
+            from dare.ops.memory_estimate import strategy_from_accelerate_config
 
             try:
                 strategy = strategy_from_accelerate_config(config, ctx.source).name

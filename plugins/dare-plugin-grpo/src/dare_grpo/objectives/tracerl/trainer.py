@@ -44,7 +44,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file, save_file
 
-from dare import distributed
+from dare.scaling import distributed
 from dare.rl import step
 from dare.rl.batch_totals import whole_batch_sums
 from dare.rl.rollout import Rollout

@@ -6,8 +6,8 @@ from typing import Any, Literal, Union
 
 from pydantic import BaseModel, Field, create_model
 
-from dare.plugins import get_registry
-from dare.spec.models import BenchmarkSpec, ComponentSpec, EvalSpec, ModelSpec, NewModelSpec, RewardSpec, RunSpec
+from dare.plugins.manager import get_registry
+from dare.runspec.models import BenchmarkSpec, ComponentSpec, EvalSpec, ModelSpec, NewModelSpec, RewardSpec, RunSpec
 
 __all__ = ["json_schema"]
 

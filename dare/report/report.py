@@ -4,7 +4,7 @@
 context next to the numbers (objective, steps, wall time, training data, sampler, which rows were
 evaluated), the machine (CPU model, torch CPU capability, threads, device, processes, load) and what
 depends on it, and the provenance (spec, sampler params, seed, versions, git SHA). ``plot.png`` is
-:mod:`dare.eval.plots`'.
+:mod:`dare.report.plots`'.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from dare.io import atomic_write_json, atomic_write_text
-from dare.eval.plots import (draw_training_curve, eval_series, plot_training,
+from dare.report.plots import (draw_training_curve, eval_series, plot_training,
                              read_metrics,  # noqa: F401 - their old home
                              training_curve)
 from dare.run.rundir import RunDir
@@ -46,14 +46,14 @@ def machine_info() -> dict[str, Any]:
     ``cpu_model`` (``/proc/cpuinfo`` "model name", else ``platform.processor()``), ``cpu_count``,
     ``torch_cpu_capability`` (``torch.backends.cpu.get_cpu_capability()``: the vector ISA torch's CPU
     kernels use, e.g. AVX2, AVX512), ``torch_threads`` (``torch.get_num_threads()``), ``device`` (``cpu`` or
-    the CUDA device name), ``processes`` (:func:`dare.distributed.world_size`) and ``load_average``
+    the CUDA device name), ``processes`` (:func:`dare.scaling.distributed.world_size`) and ``load_average``
     (1-minute: other work on the machine slows every timing).
     """
     import os
 
     import torch
 
-    from dare import distributed
+    from dare.scaling import distributed
 
     cpu = None
     try:

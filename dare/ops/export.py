@@ -27,7 +27,7 @@ Sources (detected from the files in ``src``; a run directory stands for its trai
   and tokenizer files come from ``src``, else from ``--base``.
 
 The output is written by the family's model class (``save_pretrained``: official tensor names,
-sharding, ``config.json``) plus the tokenizer and a model card (``README.md``, :func:`dare.modelcard.export_card`),
+sharding, ``config.json``) plus the tokenizer and a model card (``README.md``, :func:`dare.report.modelcard.export_card`),
 verified against the config, into a temporary
 directory renamed into place (:func:`dare.io.atomic_dir`). It loads with ``AutoModel.from_pretrained``.
 """
@@ -290,7 +290,7 @@ def export_model(src: str | Path, out: str | Path, base: str | None = None, dtyp
     """
     from dare.io import atomic_dir
     from dare.modeling.checkpoint import DTYPES, resolve_family, trained_model_dir, verify_checkpoint
-    from dare.plugins import get_registry, register_auto_classes
+    from dare.plugins.manager import get_registry, register_auto_classes
 
     given, out = Path(src), Path(out)
     src = trained_model_dir(given)
@@ -311,7 +311,7 @@ def export_model(src: str | Path, out: str | Path, base: str | None = None, dtyp
     kind = "adapter" if (src / "adapter_config.json").is_file() else "checkpoint"
     model, tokenizer = (_merge_adapter if kind == "adapter" else _convert_checkpoint)(src, base, dtype, registry)
     family = resolve_family(model.config.model_type, registry)
-    from dare.modelcard import CARD_NAME, export_card
+    from dare.report.modelcard import CARD_NAME, export_card
     from dare.modeling.lora import adapter_base
 
     card = export_card(src, base or (adapter_base(src) if kind == "adapter" else None), family.name, kind)

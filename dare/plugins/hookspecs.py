@@ -13,7 +13,7 @@ that validates its ``params:`` block in a run spec. ``register`` takes either
 * a lazy reference, the usual form: ``register("my_pkg.reward:MyReward")``. The component's name,
   aliases, one-line description and (a model family's) ``model_types`` are written once, in the class
   (literals of its body, the docstring's first line), and read from its source without importing it
-  (:func:`dare.registry.declared_in_source`); ``my_pkg.reward`` is imported when the component is first
+  (:func:`dare.plugins.registry.declared_in_source`); ``my_pkg.reward`` is imported when the component is first
   used, so a plugin module that imports only ``dare.hookimpl`` keeps ``dare`` quick to start;
 * the class: ``register(MyReward)`` (its module is imported with the plugin).
 
@@ -101,7 +101,7 @@ def register_auto_classes():
     classes (``AutoConfig.register``, ``AutoModel.register``, ...), so ``AutoModel.from_pretrained(dir)``
     loads the family's checkpoints without ``trust_remote_code``.
 
-    DARE calls it once per process (:func:`dare.plugins.register_auto_classes`) before it reads or
+    DARE calls it once per process (:func:`dare.plugins.manager.register_auto_classes`) before it reads or
     creates a checkpoint through transformers. Import the modeling modules inside the hook, not at the
     plugin module's top level, so that ``dare --help``, ``dare plugins`` and ``dare validate`` do not
     import them.

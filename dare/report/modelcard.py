@@ -38,7 +38,7 @@ def model_card(spec, results: list[dict[str, Any]] | None = None, sampler=None, 
                family: str | None = None):
     """The card of a model trained from ``spec``.
 
-    :param spec: the run's :class:`dare.spec.models.RunSpec`.
+    :param spec: the run's :class:`dare.runspec.models.RunSpec`.
     :param results: the evaluation after training, ``eval/after.json``'s results (``name``, ``n``, ``accuracy``,
         ``mean_reward``); None before it ran (no ``model-index``).
     :param sampler: the evaluation's sampler (a component, or the spec's ``sampler:``); ``objective``: the training

@@ -21,7 +21,7 @@ is trained, ``N`` processes, and ``shard(x) = x / N`` where the strategy shards 
 * reference policy: ``shard_p(P * w)`` when the objective keeps one (preference objectives, RL with ``beta >
   0`` against the reference) and the model has no LoRA adapters (with LoRA the reference is the base with
   adapters disabled). It is a copy taken before training, so 16-bit when ``model.dtype`` is; it is sharded and
-  placed like the policy (``dare.distributed.place_frozen``: FSDP2 units, a ZeRO-3 engine), so sharded exactly
+  placed like the policy (``dare.scaling.distributed.place_frozen``: FSDP2 units, a ZeRO-3 engine), so sharded exactly
   when the weights are, replicated under DDP and ZeRO-1/2;
 * TraceRL's value model (``algorithm.params.value_model``): a copy of the model with a 1-wide head, ``P_v = P -
   V h + h`` parameters, replicated on every process (one process or DDP only): weights, gradients and torch
@@ -67,7 +67,7 @@ FORMULA = (
     "when kept without LoRA; value model (TraceRL) = 4*P_v*m_v; activations = K*(L*s*b*h*w + s*b*(10h+4i)*w) with "
     "gradient checkpointing, else K*L*s*b*(10h+4i)*w; logits = K*s*b*V*(w+4); K = forwards kept before one "
     "backward (a preference estimator's passes, e.g. VRPO mc_num); shard(x) = x/N where the strategy shards it "
-    "(dare/memory_estimate.py)"
+    "(dare/ops/memory_estimate.py)"
 )
 
 
@@ -237,14 +237,14 @@ def _keeps_reference(ctx) -> bool:
 def estimate_memory(ctx, processes: list[int]) -> list[MemoryEstimate]:
     """Per-GPU memory of ``ctx``'s training for each process count in ``processes``.
 
-    :param ctx: a :class:`~dare.spec.resolve.ResolvedSpec` with its family, config, objective and ``train``
+    :param ctx: a :class:`~dare.runspec.resolve.ResolvedSpec` with its family, config, objective and ``train``
         section resolved (``resolve_spec(..., config_only=True)`` suffices: no weights).
     :raises SpecError: the spec has no objective or train section, or the config lacks the sizes needed.
     """
     from transformers import AutoConfig
 
     from dare.modeling.locate import trained_model_dir
-    from dare.plugins import register_auto_classes
+    from dare.plugins.manager import register_auto_classes
 
     spec = ctx.spec
     missing = [(loc, what) for loc, what, absent in (
@@ -309,7 +309,7 @@ def estimate_report(spec: str, overrides: list[str], gpus: str | None, as_json: 
     import json
 
     from dare.errors import DareError
-    from dare.spec import load_spec, resolve_spec
+    from dare.runspec import load_spec, resolve_spec
 
     loaded = load_spec(spec, overrides=list(overrides), unset=list(unset or []), check=False)
     if gpus is None:

@@ -5,7 +5,7 @@ An :class:`Entry` is one component: its kind, name, aliases, one-line descriptio
 use of :attr:`Entry.cls` when the plugin registered a lazy ``"module:Class"`` reference (the metadata
 then read from the class's source by :func:`declared_in_source`, so it is written once, in the class). A
 :class:`Registrar` is the ``register`` callback one plugin's ``register_*`` hook receives
-(:mod:`dare.hookspecs`); :mod:`dare.plugins` discovers the plugins and calls their hooks.
+(:mod:`dare.plugins.hookspecs`); :mod:`dare.plugins.manager` discovers the plugins and calls their hooks.
 """
 
 from __future__ import annotations
@@ -95,7 +95,7 @@ def _source(path: str, mtime_ns: int) -> str:
 
 
 def clear_caches() -> None:
-    """Forget where packages were found (after installing a plugin in-process; :func:`dare.plugins.reset`)."""
+    """Forget where packages were found (after installing a plugin in-process; :func:`dare.plugins.manager.reset`)."""
     _package_parents.cache_clear()
 
 
@@ -284,7 +284,7 @@ class Registry:
     conflicts: list[str] = field(default_factory=list)
     plugins: dict[str, tuple[str, str]] = field(default_factory=dict)  # plugin -> (dist, version)
     #: ``(kind, name) -> distribution`` of a plugin that would register ``name`` but is not loaded, or ``None``
-    #: (:func:`dare.plugins.provider_of`); asked only for the unknown-name error.
+    #: (:func:`dare.plugins.manager.provider_of`); asked only for the unknown-name error.
     provider: Callable[[str, str], str | None] | None = field(default=None, repr=False)
 
     def names(self, kind: str) -> list[str]:
@@ -364,7 +364,7 @@ class Registry:
 
 class Registrar:
     """The ``register`` callback that one plugin's ``register_<kind>`` hook receives (see
-    :mod:`dare.hookspecs`): records components of ``kind`` attributed to ``plugin``/``dist``."""
+    :mod:`dare.plugins.hookspecs`): records components of ``kind`` attributed to ``plugin``/``dist``."""
 
     def __init__(self, reg: Registry, kind: str, plugin: str, dist: str, version: str, source_roots=()):
         self.reg, self.kind, self.plugin, self.dist, self.version = reg, kind, plugin, dist, version

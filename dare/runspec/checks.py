@@ -8,7 +8,7 @@ reported, never looked up on the hub; ``model.new`` names a family, preset and v
 ``model.lora`` targets exist), datasets and benchmark files (exist, have rows and the columns the
 templates use, offsets inside the file), held-out validation rows (disjoint from training and test
 rows), ``train.keep_best`` and ``output.dir`` (writable, and the rules of :mod:`dare.run.rundir`).
-:func:`dare.spec.resolve.resolve_spec` runs them.
+:func:`dare.runspec.resolve.resolve_spec` runs them.
 """
 
 from __future__ import annotations
@@ -24,9 +24,9 @@ from dare.errors import DareError, SpecError
 from dare.eval.paths import benchmark_path
 from dare.io import looks_local, resolve_path
 from dare.modeling.locate import ADAPTER_CONFIG, adapter_base, one_line, run_first_hint, trained_model_dir
-from dare.plugins import register_auto_classes
+from dare.plugins.manager import register_auto_classes
 from dare.run.rundir import plan_output_dir
-from dare.spec.models import BenchmarkSpec, DatasetSpec, RunSpec, spec_hash
+from dare.runspec.models import BenchmarkSpec, DatasetSpec, RunSpec, spec_hash
 from dare.trainers.checkpoints import resume_problem
 
 # torch and transformers (dare.modeling.checkpoint, dare.modeling.lora) are imported only by the checks that build
@@ -52,7 +52,7 @@ Problems = list[tuple[str, str]]
 def check_model(ctx, problems: Problems) -> None:
     """``model.path`` / ``model.new``; sets ``ctx.family`` and ``ctx.model_config`` when they resolve.
 
-    :param ctx: the :class:`~dare.spec.resolve.ResolvedSpec` being built.
+    :param ctx: the :class:`~dare.runspec.resolve.ResolvedSpec` being built.
     """
     spec = ctx.spec
     reg = ctx.registry

@@ -169,7 +169,7 @@ def generate(settings: GenerateSettings, sampler, texts: list[str], strict_chat:
     """
     import torch
 
-    from dare import distributed
+    from dare.scaling import distributed
     from dare.modeling import load_model
     from dare.sampling.text import decode_completions, encode_prompts
 
@@ -187,11 +187,11 @@ def generate(settings: GenerateSettings, sampler, texts: list[str], strict_chat:
 
 
 def check_generate_options(model_path: str, sampler: str | None, params: dict):
-    """``dare generate``'s input checks (:func:`dare.spec.resolve_generate`), problems named by the options.
+    """``dare generate``'s input checks (:func:`dare.runspec.resolve_generate`), problems named by the options.
 
     :returns: the sampler component. :raises DareError: naming ``--model``, ``--sampler``, ``--param KEY``.
     """
-    from dare.spec import resolve_generate
+    from dare.runspec import resolve_generate
 
     ctx = resolve_generate(model_path, sampler, params)
     if not ctx.problems:

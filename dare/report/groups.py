@@ -2,7 +2,7 @@
 their seeds (:data:`SEED_KEYS`) and output directory form one group; per group and benchmark the report gives
 n, mean, standard deviation and the 95 % t-interval of the mean over seeds (and one over seeds x test items), for
 every two groups evaluated on common seeds the paired difference with its intervals and a Holm-corrected paired
-t-test verdict, and with several benchmarks each group's interquartile mean (:mod:`dare.eval.stats`).
+t-test verdict, and with several benchmarks each group's interquartile mean (:mod:`dare.report.stats`).
 
 Groups are found from each run's ``run.json`` (the spec it ran); a run directory without one is a group of its
 own. An entry may name a sweep directory (``LABEL=DIR``): it stands for the sweep's runs (:func:`expand_sweeps`). A
@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from dare.eval.stats import (ALPHA, BCA_MIN_SEEDS, CONFIDENCE, ITEM_RESAMPLES, MIN_SEEDS, TARGET_POWER, apply_holm,
+from dare.report.stats import (ALPHA, BCA_MIN_SEEDS, CONFIDENCE, ITEM_RESAMPLES, MIN_SEEDS, TARGET_POWER, apply_holm,
                              item_bootstrap, iqm, paired_difference, seeds_for_power, summarize)
 from dare.run.differences import spec_differences
 from dare.run.rundir import RunDir, stored_spec
@@ -101,7 +101,7 @@ def _common_label(g: Group) -> str:
 
 
 def group_entries(parsed: list[tuple[str, Path, str]]) -> list[Group]:
-    """Group ``parsed`` entries (:func:`dare.eval.compare.parse_entry`) by spec without seeds, and by stage; in the
+    """Group ``parsed`` entries (:func:`dare.report.compare.parse_entry`) by spec without seeds, and by stage; in the
     order of their first entry. Entries of one run directory at one stage are never grouped twice."""
     groups: list[Group] = []
     keys: list[str] = []
@@ -163,19 +163,19 @@ def _item_matrix(per_run: list[dict[int, float] | None]) -> np.ndarray | None:
 
 def group_statistics(groups: list[Group], rows: list[dict[str, Any]], items: dict[str, Any] | None = None,
                      min_seeds: int = MIN_SEEDS, power_effect: float | None = None) -> dict[str, Any]:
-    """The statistics of a grouped comparison (:mod:`dare.eval.stats`).
+    """The statistics of a grouped comparison (:mod:`dare.report.stats`).
 
-    Per group, benchmark and metric: the per-seed values, :func:`~dare.eval.stats.summarize` (t-interval, or BCa from
-    :data:`~dare.eval.stats.BCA_MIN_SEEDS` seeds) and, with per-item scores, the seeds x items bootstrap interval. Per
+    Per group, benchmark and metric: the per-seed values, :func:`~dare.report.stats.summarize` (t-interval, or BCa from
+    :data:`~dare.report.stats.BCA_MIN_SEEDS` seeds) and, with per-item scores, the seeds x items bootstrap interval. Per
     pair of comparable groups (two settings at one stage, not ``before``: the later group minus the earlier; one
     setting before and after training: always ``after - before``, the gain) with at least 2 common seeds:
-    :func:`~dare.eval.stats.paired_difference`, its per-seed differences and the paired seeds x items bootstrap; the
+    :func:`~dare.report.stats.paired_difference`, its per-seed differences and the paired seeds x items bootstrap; the
     tested differences of one metric are Holm-corrected together. With several benchmarks, each group's IQM over its
-    seeds x benchmarks (:func:`~dare.eval.stats.iqm`). With ``power_effect`` (score units), the seeds each difference
+    seeds x benchmarks (:func:`~dare.report.stats.iqm`). With ``power_effect`` (score units), the seeds each difference
     needs for 80 % power at that effect given its per-seed standard deviation
-    (:func:`~dare.eval.stats.seeds_for_power`).
+    (:func:`~dare.report.stats.seeds_for_power`).
 
-    :param rows: the per-entry rows of :func:`dare.eval.compare.compare_runs` (``label``, ``name`` and the metrics).
+    :param rows: the per-entry rows of :func:`dare.report.compare.compare_runs` (``label``, ``name`` and the metrics).
     :param items: entry label -> :func:`item_scores` of its evaluation (None: no test-item intervals).
     :returns: JSON-ready ``{"confidence", "min_seeds", "alpha", "groups", "differences", "aggregate", "power"}``.
     """

@@ -2,7 +2,7 @@
 
 The package has a ``pyproject.toml`` with the ``dare`` entry point, one module with the chosen
 component (a pydantic ``Params`` model included; its class holds the name and description), ``plugin.py``
-registering it lazily by its ``"module:Class"`` path alone (see :mod:`dare.hookspecs`), a README and tests
+registering it lazily by its ``"module:Class"`` path alone (see :mod:`dare.plugins.hookspecs`), a README and tests
 that pass on day one. ``pip install -e <dir>`` makes the component appear in ``dare plugins`` and
 usable from a spec. The templates live in ``dare/templates/plugin``, so they ship with the package.
 """
@@ -91,7 +91,7 @@ def test_{module}_trains_two_rl_steps_from_a_spec(tmp_path):
     import json
 
     from dare.run import Run
-    from dare.spec import validate_spec
+    from dare.runspec import validate_spec
     from dare.testing import tiny_model
 
     reset()
@@ -172,7 +172,7 @@ def names_for(name: str) -> dict[str, str]:
 
 
 def _templates_dir() -> Path:
-    cand = Path(__file__).resolve().parent / "templates" / "plugin"
+    cand = Path(__file__).resolve().parents[1] / "templates" / "plugin"
     if cand.is_dir():
         return cand
     raise DareError("the plugin templates are missing from this installation (dare/templates/plugin)")
@@ -186,7 +186,7 @@ def _refuse_installed(name: str, n: dict[str, str], reg_kind: str, label: str) -
     """
     from importlib import metadata
 
-    from dare.plugins import get_registry
+    from dare.plugins.manager import get_registry
 
     suggest = f"choose another name, e.g. my-{n['component']}"
     try:

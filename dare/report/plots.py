@@ -9,7 +9,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from dare.eval.plotstyle import reward_marker, step_axis
+from dare.report.plotstyle import reward_marker, step_axis
 
 __all__ = ["read_metrics", "training_curve", "eval_series", "draw_training_curve", "plot_training"]
 

@@ -16,7 +16,7 @@ unique. The output:
 
 An entry may name a ``dare sweep`` directory (``LABEL=DIR``): it stands for the sweep's runs. Runs that differ only by
 seed (their ``run.json`` specs agree but for ``train.seed``/``eval.seed`` and ``output.dir``) form groups
-(:mod:`dare.eval.groups`): the comparison then starts with each group's n, mean, standard deviation and 95 % t-interval
+(:mod:`dare.report.groups`): the comparison then starts with each group's n, mean, standard deviation and 95 % t-interval
 per benchmark (and one over seeds x test items, from the runs' per-item scores), the paired difference of every two
 groups on their common seeds with a Holm-corrected paired t-test verdict (from ``min_seeds`` seeds on), an interquartile
 mean over several benchmarks and, with ``power_effect``, the seeds that effect needs; ``comparison.png`` shows each
@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from dare.errors import DareError
-from dare.eval.merge import read_report
+from dare.report.merge import read_report
 from dare.io import atomic_write_json, atomic_write_text
 from dare.run.rundir import RunDir
 
@@ -97,7 +97,7 @@ def compare_runs(entries: list, out_dir: str | Path, title: str = "DARE comparis
 
     :param entries: ``LABEL=RUN_DIR[:STAGE]`` strings, or ``(label, run_dir, stage)`` tuples (labels may then hold
     ``=``).
-    :param min_seeds: common seeds a paired difference needs for a verdict (:func:`dare.eval.stats.paired_difference`).
+    :param min_seeds: common seeds a paired difference needs for a verdict (:func:`dare.report.stats.paired_difference`).
     :param power_effect: a difference in score units (e.g. 0.02): the grouped comparison then gives the seeds each
         paired difference needs to detect it with 80 % power, from its per-seed standard deviation.
     :raises DareError: a malformed entry, a missing evaluation, ``min_seeds < 2`` or a zero or non-finite
@@ -111,11 +111,11 @@ def compare_runs(entries: list, out_dir: str | Path, title: str = "DARE comparis
     if power_effect is not None and not (math.isfinite(power_effect) and power_effect != 0.0):
         raise DareError(f"--power takes the difference to detect in score units, a non-zero number such as 0.02 "
                         f"(2 points of accuracy); got {power_effect!r}")
-    from dare.eval.report import column_notes, machine_lines, run_lines
+    from dare.report.report import column_notes, machine_lines, run_lines
     from dare.progress import format_seconds
 
     out_dir = Path(out_dir)
-    from dare.eval.groups import expand_sweeps
+    from dare.report.groups import expand_sweeps
 
     parsed = expand_sweeps([parse_entry(e) if isinstance(e, str) else (e[0], Path(e[1]), e[2]) for e in entries])
     if not parsed:
@@ -128,7 +128,7 @@ def compare_runs(entries: list, out_dir: str | Path, title: str = "DARE comparis
     if dups:
         raise DareError(f"compare labels must be unique, but {', '.join(repr(d) for d in dups)} is given more than "
                         f"once; name each entry differently, e.g. untrained=RUN:before sft=RUN:after")
-    from dare.eval.groups import item_scores
+    from dare.report.groups import item_scores
 
     rows, items = [], {}
     for label, run_dir, stage in parsed:
@@ -169,7 +169,7 @@ def compare_runs(entries: list, out_dir: str | Path, title: str = "DARE comparis
         md += ["", f"## {run_dir}\n", "| | |", "|---|---|",
                *run_lines(rep.get("run") or {}, rep.get("results") or {}), "",
                *machine_lines((rep.get("provenance") or {}).get("machine"))]
-    from dare.eval.groups import group_entries, group_statistics, grouped_markdown
+    from dare.report.groups import group_entries, group_statistics, grouped_markdown
 
     groups = group_entries(parsed)
     stats = (group_statistics(groups, rows, items, min_seeds=min_seeds, power_effect=power_effect)
@@ -199,14 +199,14 @@ def _save(fig, out_png: Path) -> Path:
 
 
 def _plot_groups(stats: dict[str, Any], out_dir: Path, title: str) -> Path:
-    """``comparison.png`` of a grouped comparison (:func:`dare.eval.groups.plot_groups`), its size capped by
-    :func:`dare.eval.groups.figure_size`."""
+    """``comparison.png`` of a grouped comparison (:func:`dare.report.groups.plot_groups`), its size capped by
+    :func:`dare.report.groups.figure_size`."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from dare.eval.groups import figure_size, plot_groups
+    from dare.report.groups import figure_size, plot_groups
 
     fig = plt.figure(figsize=figure_size(stats), layout="constrained")
     plot_groups(fig, stats)
@@ -217,7 +217,7 @@ def _plot_groups(stats: dict[str, Any], out_dir: Path, title: str) -> Path:
 def _evaluator_description(name: str) -> str:
     """The benchmark's description from the plugin registry ("" when it is not installed)."""
     try:
-        from dare.plugins import get_registry
+        from dare.plugins.manager import get_registry
 
         return get_registry().get("evaluator", name).cls.description()
     except Exception:  # noqa: BLE001 - a comparison of finished runs does not need the plugin
@@ -235,8 +235,8 @@ def _panels(parsed, rows) -> dict[str, Any]:
     """Plot content: ``accuracy`` / ``mean_reward``: ``(entry label, {benchmark: value})`` for every entry, in order;
     ``rows``:
     ``{benchmark: sorted row counts}``; ``runs``: one ``(curve label, kind, curve points, eval series,
-    set labels, steps, objective)`` per run directory that trained (:func:`dare.eval.plots.training_curve`)."""
-    from dare.eval.plots import eval_series, read_metrics, training_curve
+    set labels, steps, objective)`` per run directory that trained (:func:`dare.report.plots.training_curve`)."""
+    from dare.report.plots import eval_series, read_metrics, training_curve
 
     panels: dict[str, Any] = {"accuracy": [], "mean_reward": [], "rows": {}, "runs": []}
     for label, _, _ in parsed:
@@ -273,8 +273,8 @@ def _plot(parsed, out_png: Path, title: str, rows=()) -> Path | None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from dare.eval.plotstyle import reward_marker, step_axis
-    from dare.eval.plots import draw_training_curve
+    from dare.report.plotstyle import reward_marker, step_axis
+    from dare.report.plots import draw_training_curve
 
     panels = _panels(parsed, rows)
     runs = panels["runs"]

@@ -3,14 +3,14 @@
 A spec has the sections ``model / data / algorithm / sampler / rewards / train / eval / output``
 (docs/run-spec.md). Validation runs before any weights are loaded, in two passes:
 
-1. structure: :class:`RunSpec` (pydantic, ``extra="forbid"`` everywhere; :mod:`dare.spec.models`);
-2. components and semantics (:mod:`dare.spec.resolve`, :mod:`dare.spec.checks`): each ``name`` is
+1. structure: :class:`RunSpec` (pydantic, ``extra="forbid"`` everywhere; :mod:`dare.runspec.models`);
+2. components and semantics (:mod:`dare.runspec.resolve`, :mod:`dare.runspec.checks`): each ``name`` is
    resolved in the plugin registry and its ``params`` validated against that component's own
    ``Params`` model; then cross-field checks (files exist and have the needed columns, the model
    directory has a ``config.json`` an installed family loads, the tokenizer has a mask token, the
    sampler fits the family, the output directory does not hold a different run).
 
-Every problem is reported as ``yaml.path: message`` (:mod:`dare.spec.problems`); :func:`load_spec`
+Every problem is reported as ``yaml.path: message`` (:mod:`dare.runspec.problems`); :func:`load_spec`
 raises one :class:`~dare.errors.SpecError` listing all of them. The package's modules: ``models``
 (structure), ``problems`` (pydantic errors as YAML paths), ``overrides`` (``--set``), ``checks``
 (semantic checks), ``resolve`` (the typed :class:`ResolvedSpec`), ``schema`` (JSON Schema).
@@ -24,7 +24,7 @@ from pydantic import ValidationError
 
 from dare.errors import SpecError
 from dare.io import resolve_path
-from dare.spec.models import (
+from dare.runspec.models import (
     BenchmarkSpec,
     ComponentSpec,
     DataSpec,
@@ -39,10 +39,10 @@ from dare.spec.models import (
     TrainSpec,
     spec_hash,
 )
-from dare.spec.overrides import parse_override_value, read_spec_file
-from dare.spec.problems import mark_overrides, pydantic_problems
-from dare.spec.resolve import ResolvedBenchmark, ResolvedSpec, SpecContext, resolve_generate, resolve_spec
-from dare.spec.schema import json_schema
+from dare.runspec.overrides import parse_override_value, read_spec_file
+from dare.runspec.problems import mark_overrides, pydantic_problems
+from dare.runspec.resolve import ResolvedBenchmark, ResolvedSpec, SpecContext, resolve_generate, resolve_spec
+from dare.runspec.schema import json_schema
 
 __all__ = [
     "RunSpec",
@@ -89,7 +89,7 @@ def validate_spec(raw: dict | RunSpec, source: str | None = None, check: bool = 
 
     :param config_only: ``model.path`` is a model card without weights (config and weight index only).
     :param command: the command the spec is validated for (``run``, ``train``, ``eval``): the output directory is
-        checked by that command's rules (:func:`dare.spec.checks.check_output`); None accepts a directory that suits
+        checked by that command's rules (:func:`dare.runspec.checks.check_output`); None accepts a directory that suits
         either a training or an evaluation-only command.
     :raises SpecError: listing every problem with its YAML path.
     """

@@ -1,4 +1,4 @@
-"""Plugin manager: discovery and hook calls; the components land in a :class:`~dare.registry.Registry`.
+"""Plugin manager: discovery and hook calls; the components land in a :class:`~dare.plugins.registry.Registry`.
 
 Discovery: every installed distribution's entry points in the group ``dare`` are imported and
 registered with a pluggy ``PluginManager``; DARE's own built-ins (``DEFAULT_PLUGINS``) are loaded by
@@ -7,7 +7,7 @@ rest still load. ``pm.check_pending()`` then fails loudly on misspelt hook imple
 
 Registration runs through pluggy: for every plugin that implements a ``register_*`` hook, the host
 calls that hook (``pm.subset_hook_caller``: the hook with only this plugin's implementation) with a
-``register`` callback (:class:`~dare.registry.Registrar`) bound to the plugin, its distribution and
+``register`` callback (:class:`~dare.plugins.registry.Registrar`) bound to the plugin, its distribution and
 version. So each component is attributed to the plugin that registered it, a plugin whose hook raises
 is recorded as a load failure while the others still register, and ``DARE_TRACE_PLUGINS=1`` shows every
 call. Two components with the same kind and name (or alias) raise :class:`~dare.errors.PluginError`
@@ -15,7 +15,7 @@ naming both distributions.
 
 Components are imported lazily: a plugin registers a ``"module:Class"`` reference, the registry reads
 the name, aliases, model types and description from the class's source (written once, in the class), and
-:attr:`Entry.cls <dare.registry.Entry.cls>` imports the module on first use; a plugin may also register the
+:attr:`Entry.cls <dare.plugins.registry.Entry.cls>` imports the module on first use; a plugin may also register the
 class itself. The core lists no plugin: an unknown name's error asks the plugins that are not loaded or not
 installed (:func:`provider_of`), and the first-party distributions are the checkout's (:func:`first_party`).
 So listing plugins, ``dare --help`` and validating a spec import only the plugin modules (which import
@@ -42,9 +42,9 @@ from pathlib import Path
 
 import pluggy
 
-from dare import hookspecs, registry
+from dare.plugins import hookspecs, registry
 from dare.errors import PluginError
-from dare.registry import HOOK_FOR_KIND, Entry, LoadFailure, Registrar, Registry
+from dare.plugins.registry import HOOK_FOR_KIND, Entry, LoadFailure, Registrar, Registry
 
 __all__ = [
     "CHECKOUT_PLUGINS",
@@ -66,7 +66,7 @@ __all__ = [
 DEFAULT_PLUGINS = ("dare.builtins",)
 
 #: Where the plugins shipped with DARE live in a source checkout (beside the ``dare`` package).
-CHECKOUT_PLUGINS = Path(__file__).resolve().parent.parent / "plugins"
+CHECKOUT_PLUGINS = Path(__file__).resolve().parents[2] / "plugins"
 
 
 def checkout_plugins() -> list[tuple[str, Path, dict[str, str]]]:

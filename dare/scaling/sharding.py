@@ -5,7 +5,7 @@ in the same order (docs/scaling.md, "Sharded models: the same forwards on every 
 process's slice to the same length (:func:`padded_shard`) and decoders run in lock-step (:func:`lockstep`). A frozen
 copy of the policy (the reference policy) is sharded and placed like the policy (:func:`place_frozen`); ``dare eval``
 shards the model it evaluates (:func:`shard_for_evaluation`). ``DARE_CPU_SHARDING=1``
-(:func:`dare.distributed.cpu_sharding`) applies a launch's FSDP2/ZeRO on CPU processes
+(:func:`dare.scaling.distributed.cpu_sharding`) applies a launch's FSDP2/ZeRO on CPU processes
 (:func:`sharding_accelerator_state`).
 """
 
@@ -20,7 +20,7 @@ from typing import Any
 
 import torch
 
-from dare.distributed import (CPU_SHARDING_ENV, LaunchError, cpu_sharding, device, is_main, shard, shards_model,
+from dare.scaling.distributed import (CPU_SHARDING_ENV, LaunchError, cpu_sharding, device, is_main, shard, shards_model,
                               world_size)
 
 __all__ = [
@@ -115,7 +115,7 @@ def padded_shard(n: int) -> tuple[list[int], int]:
 
 def _any(flag: bool) -> bool:
     """Whether ``flag`` is true on any process (an all-reduce; collective). The flag travels on this process's device
-    (:func:`dare.distributed.device`: nccl groups reduce GPU tensors only)."""
+    (:func:`dare.scaling.distributed.device`: nccl groups reduce GPU tensors only)."""
     t = torch.tensor([1 if flag else 0], dtype=torch.int64, device=device())
     torch.distributed.all_reduce(t, op=torch.distributed.ReduceOp.MAX)
     return bool(t.item())

@@ -55,7 +55,7 @@ def _spec(family: str, objective: str, sampler: str, sampler_params: dict, rollo
 
 def _cell(reg, first_party: set[str], family: str, objective: str) -> Cell:
     from dare.errors import SpecError
-    from dare.spec import validate_spec
+    from dare.runspec import validate_spec
 
     fam = reg.get("model_family", family).cls()
     sampler = reg.get("sampler", fam.default_sampler)
@@ -84,9 +84,9 @@ def objective_family_matrix(registry=None) -> tuple[list[str], list[str], dict[t
     """``(families, objectives, {(family, objective): Cell})`` over every registered model family and online-RL
     objective (names sorted). Validates one spec per pair (no model is built; a few seconds in all).
 
-    :param registry: a :class:`dare.registry.Registry` (default: the installed plugins').
+    :param registry: a :class:`dare.plugins.registry.Registry` (default: the installed plugins').
     """
-    from dare import plugins
+    from dare.plugins import manager as plugins
 
     reg = registry or plugins.get_registry()
     fams = reg.entries["model_family"]

@@ -112,7 +112,7 @@ def sweep(spec, grids, seeds, out_dir, overrides, dry_run, min_seeds, power_effe
         check_run_count(grid, n_seeds, max_runs)
     seed_list = parse_seeds(seeds)
     if out_dir is None:
-        from dare.spec import load_spec
+        from dare.runspec import load_spec
 
         out_dir = load_spec(spec, overrides=list(overrides), check=False).output.dir.rstrip("/") + "-sweep"
     if launcher == "local":

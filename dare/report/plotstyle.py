@@ -1,5 +1,5 @@
-"""Shared plot styling of ``plot.png`` (:func:`dare.eval.plots.plot_training`) and ``comparison.png``
-(:mod:`dare.eval.compare`): integer step axes and the markers that keep every evaluation series distinct."""
+"""Shared plot styling of ``plot.png`` (:func:`dare.report.plots.plot_training`) and ``comparison.png``
+(:mod:`dare.report.compare`): integer step axes and the markers that keep every evaluation series distinct."""
 
 from __future__ import annotations
 

@@ -33,7 +33,7 @@ from pathlib import Path
 import torch
 from transformers import TrainerCallback
 
-from dare import distributed
+from dare.scaling import distributed
 from dare.errors import DareError
 from dare.modeling.lora import is_peft_model
 

@@ -72,7 +72,7 @@ def choose_threads(train_threads: int | None, eval_threads: int | None, training
 
 
 def apply(spec, training: bool) -> ThreadChoice:
-    """Choose (:func:`choose_threads`) from ``spec`` (a :class:`dare.spec.RunSpec`) and set torch's threads.
+    """Choose (:func:`choose_threads`) from ``spec`` (a :class:`dare.runspec.RunSpec`) and set torch's threads.
 
     On a CUDA machine the CPU threads are left as torch chose them unless the spec sets them (``reason`` says so).
     """

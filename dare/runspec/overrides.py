@@ -17,7 +17,7 @@ from typing import Any
 
 from dare.errors import SpecError
 from dare.run.rundir import is_run_record
-from dare.spec.yamlload import NotYAMLError, load_yaml
+from dare.runspec.yamlload import NotYAMLError, load_yaml
 
 __all__ = ["read_spec_file", "apply_override", "apply_unset", "parse_override_value"]
 
@@ -31,7 +31,7 @@ def read_spec_file(path: str | os.PathLike, overrides: list[str] | None = None,
     spec it holds, so ``dare eval runs/x/run.json`` evaluates that run as it was specified.
 
     :raises SpecError: the file is missing, not YAML, not a mapping, breaks a limit of
-        :func:`dare.spec.yamlload.load_yaml` (alias expansion, value size, duplicate key), is not UTF-8, or an override
+        :func:`dare.runspec.yamlload.load_yaml` (alias expansion, value size, duplicate key), is not UTF-8, or an override
         is malformed.
     """
     path = Path(path)
@@ -59,7 +59,7 @@ def parse_override_value(value: str, where: str = "") -> Any:
     """A ``--set``/``--param`` value: YAML, or the literal string when it is not valid YAML or reads as a
     mapping from a Jinja ``{{ ... }}`` (e.g. ``prompt_template={{ extra_info.x }}``).
 
-    :raises SpecError: the value breaks a limit of :func:`dare.spec.yamlload.load_yaml` (``where`` named)."""
+    :raises SpecError: the value breaks a limit of :func:`dare.runspec.yamlload.load_yaml` (``where`` named)."""
     try:
         parsed = load_yaml(value, where=where)
     except NotYAMLError:

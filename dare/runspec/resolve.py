@@ -2,7 +2,7 @@
 
 Every component the spec names is looked up in the plugin registry and built with its ``params``
 validated by the component's own ``Params`` model; then the semantic checks of
-:mod:`dare.spec.checks` and each component's own ``check`` run. Nothing here loads weights. The
+:mod:`dare.runspec.checks` and each component's own ``check`` run. Nothing here loads weights. The
 result is what :class:`dare.run.Run` consumes and what component ``check`` methods receive.
 """
 
@@ -19,8 +19,8 @@ from dare.components import Evaluator, ModelFamily, Objective, ResolvedSampler, 
 from dare.errors import DareError, PluginError, SpecError
 from dare.io import looks_local, resolve_path
 from dare.modeling.locate import adapter_base, family_of, trained_model_dir
-from dare.plugins import get_registry, register_auto_classes
-from dare.spec.checks import (
+from dare.plugins.manager import get_registry, register_auto_classes
+from dare.runspec.checks import (
     check_benchmark_data,
     check_dataset,
     check_gradient_checkpointing,
@@ -33,10 +33,10 @@ from dare.spec.checks import (
     check_output,
     check_validation_rows,
 )
-from dare.spec.models import BenchmarkSpec, ComponentSpec, ModelSpec, OutputSpec, RunSpec
-from dare.spec.problems import pydantic_problems
+from dare.runspec.models import BenchmarkSpec, ComponentSpec, ModelSpec, OutputSpec, RunSpec
+from dare.runspec.problems import pydantic_problems
 
-log = logging.getLogger("dare.spec")
+log = logging.getLogger("dare.runspec")
 
 __all__ = ["ResolvedBenchmark", "ResolvedSpec", "SpecContext", "resolve_spec", "resolve_generate"]
 

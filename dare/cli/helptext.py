@@ -50,7 +50,7 @@ class CreateModelCommand(click.Command):
 def _family_presets() -> list[tuple[str, str]]:
     """``(family, "preset (d_model 64, 2 layers), ...")`` for every installed model family."""
     try:
-        from dare.plugins import get_registry
+        from dare.plugins.manager import get_registry
 
         reg = get_registry()
         out = []
@@ -70,10 +70,10 @@ def _preset_summary(cfg: dict) -> str:
 
 
 def print_params(con, entry) -> None:
-    """A component's params as a table (:func:`dare.paramdocs.param_rows`)."""
+    """A component's params as a table (:func:`dare.plugins.paramdocs.param_rows`)."""
     from rich.table import Table
 
-    from dare.paramdocs import official_by_family, official_note, param_rows
+    from dare.plugins.paramdocs import official_by_family, official_note, param_rows
 
     rows = param_rows(entry.cls.Params)
     by_family = official_by_family(entry.cls.Params)
@@ -98,7 +98,7 @@ def show_component(reg, name: str, as_json: bool) -> None:
     import difflib
 
     from dare.errors import PluginError
-    from dare.paramdocs import official_by_family, official_values, param_rows
+    from dare.plugins.paramdocs import official_by_family, official_values, param_rows
 
     found = [e for e in reg.all() if e.name == name]
     if not found:
@@ -154,7 +154,7 @@ def list_components(reg, as_json: bool, with_params: bool, check: bool, console)
         con = console()
         con.print(t)
         if with_params:
-            from dare.cli_help import print_params
+            from dare.cli.helptext import print_params
 
             for e in reg.all():
                 print_params(con, e)
