@@ -34,8 +34,8 @@ __all__ = ["generate"]
 @click.option("--json", "as_json", is_flag=True, help="Print JSON with the trajectory and NFE.")
 def generate(model_path, run_dir, prompts, sampler_name, params, chat, dtype, seed, as_json):
     """Prompt in, text out: with --model (and --sampler/--param), or with everything a run used (--run DIR)."""
-    from dare.ops.generate import (check_generate_options, generate as generate_texts, model_settings, prompt_format_line,
-                               run_settings)
+    from dare.ops.generate import (check_generate_options, generate as generate_texts, model_settings,
+                                   prompt_format_line, run_settings)
     from dare.runspec import parse_override_value
 
     if (model_path is None) == (run_dir is None):

@@ -27,8 +27,8 @@ Sources (detected from the files in ``src``; a run directory stands for its trai
   and tokenizer files come from ``src``, else from ``--base``.
 
 The output is written by the family's model class (``save_pretrained``: official tensor names,
-sharding, ``config.json``) plus the tokenizer and a model card (``README.md``, :func:`dare.report.modelcard.export_card`),
-verified against the config, into a temporary
+sharding, ``config.json``) plus the tokenizer and a model card (``README.md``,
+:func:`dare.report.modelcard.export_card`), verified against the config, into a temporary
 directory renamed into place (:func:`dare.io.atomic_dir`). It loads with ``AutoModel.from_pretrained``.
 """
 

@@ -160,7 +160,8 @@ def names_for(name: str) -> dict[str, str]:
     base = name.strip().lower().replace("_", "-")
     base = base[len("dare-plugin-") :] if base.startswith("dare-plugin-") else base
     if not re.fullmatch(r"[a-z][a-z0-9-]*[a-z0-9]", base or ""):
-        raise DareError(f"plugin name {name!r}: use lowercase letters, digits and hyphens, starting with a letter (e.g. my-reward)")
+        raise DareError(f"plugin name {name!r}: use lowercase letters, digits and hyphens, starting with a letter "
+                        "(e.g. my-reward)")
     dist = f"dare-plugin-{base}"
     return {
         "dist": dist,
@@ -194,8 +195,8 @@ def _refuse_installed(name: str, n: dict[str, str], reg_kind: str, label: str) -
     except metadata.PackageNotFoundError:
         dist = None
     if dist is not None:
-        raise DareError(f"plugin name {name!r}: the distribution {n['dist']} ({dist.version}) is already installed, and "
-                        f"installing the new package would replace it; {suggest}")
+        raise DareError(f"plugin name {name!r}: the distribution {n['dist']} ({dist.version}) is already installed, "
+                        f"and installing the new package would replace it; {suggest}")
     entry = get_registry().find(reg_kind, n["component"])
     if entry is not None:
         raise DareError(f"plugin name {name!r}: an installed {label} is already called {entry.name!r} (from "

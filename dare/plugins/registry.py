@@ -238,7 +238,8 @@ class Entry:
         except Exception as exc:  # noqa: BLE001 - any import-time error of a plugin's module
             raise PluginError(
                 f"could not import {self._where()} from {self.target}: {type(exc).__name__}: {exc}; "
-                f"reinstall or fix {self.distribution}, or uninstall it (`dare plugins --check` lists every such failure)"
+                f"reinstall or fix {self.distribution}, or uninstall it "
+                "(`dare plugins --check` lists every such failure)"
             ) from exc
         base = _kind_base(self.kind)
         if not (isinstance(obj, type) and issubclass(obj, base)):

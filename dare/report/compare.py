@@ -16,11 +16,11 @@ unique. The output:
 
 An entry may name a ``dare sweep`` directory (``LABEL=DIR``): it stands for the sweep's runs. Runs that differ only by
 seed (their ``run.json`` specs agree but for ``train.seed``/``eval.seed`` and ``output.dir``) form groups
-(:mod:`dare.report.groups`): the comparison then starts with each group's n, mean, standard deviation and 95 % t-interval
-per benchmark (and one over seeds x test items, from the runs' per-item scores), the paired difference of every two
-groups on their common seeds with a Holm-corrected paired t-test verdict (from ``min_seeds`` seeds on), an interquartile
-mean over several benchmarks and, with ``power_effect``, the seeds that effect needs; ``comparison.png`` shows each
-group's per-seed points, mean and interval, and a forest plot of the paired differences.
+(:mod:`dare.report.groups`): the comparison then starts with each group's n, mean, standard deviation and 95 %
+t-interval per benchmark (and one over seeds x test items, from the runs' per-item scores), the paired difference of
+every two groups on their common seeds with a Holm-corrected paired t-test verdict (from ``min_seeds`` seeds on), an
+interquartile mean over several benchmarks and, with ``power_effect``, the seeds that effect needs; ``comparison.png``
+shows each group's per-seed points, mean and interval, and a forest plot of the paired differences.
 """
 
 from __future__ import annotations
@@ -69,7 +69,8 @@ def load_stage(run_dir: Path, stage: str) -> list[dict[str, Any]]:
         raise DareError(f"{run_dir} is not a directory; give LABEL=RUN_DIR[:STAGE] with the output.dir of a run")
     if not f.is_file():
         have = sorted(p.stem for p in rundir.eval_dir.glob("*.json")) if rundir.eval_dir.is_dir() else []
-        raise DareError(f"{run_dir} has no '{stage}' evaluation ({f} is missing; it has: {', '.join(have) or 'none'}); run it first")
+        raise DareError(f"{run_dir} has no '{stage}' evaluation ({f} is missing; it has: {', '.join(have) or 'none'}); "
+                        "run it first")
     return json.loads(f.read_text())["results"]
 
 
@@ -97,7 +98,8 @@ def compare_runs(entries: list, out_dir: str | Path, title: str = "DARE comparis
 
     :param entries: ``LABEL=RUN_DIR[:STAGE]`` strings, or ``(label, run_dir, stage)`` tuples (labels may then hold
     ``=``).
-    :param min_seeds: common seeds a paired difference needs for a verdict (:func:`dare.report.stats.paired_difference`).
+    :param min_seeds: common seeds a paired difference needs for a verdict
+        (:func:`dare.report.stats.paired_difference`).
     :param power_effect: a difference in score units (e.g. 0.02): the grouped comparison then gives the seeds each
         paired difference needs to detect it with 80 % power, from its per-seed standard deviation.
     :raises DareError: a malformed entry, a missing evaluation, ``min_seeds < 2`` or a zero or non-finite

@@ -85,7 +85,8 @@ def expand_sweeps(parsed: list[tuple[str, Path, str]]) -> list[tuple[str, Path, 
             out.append((label, d, stage))
             continue
         out += [(f"{label}/{r['name']}", d / r["name"], stage) for r in runs
-                if isinstance(r, dict) and isinstance(r.get("name"), str) and RunDir(d / r["name"]).eval_file(stage).is_file()]
+                if isinstance(r, dict) and isinstance(r.get("name"), str)
+                and RunDir(d / r["name"]).eval_file(stage).is_file()]
     return out
 
 

@@ -129,7 +129,8 @@ def export_card(src: str | Path, base: str | None, family: str | None, kind: str
     from dare.run.rundir import RunDir
 
     for cand in (src / CARD_NAME, src.parent / CARD_NAME, RunDir(src.parent.parent).model / CARD_NAME):
-        try:  # a DARE card (a run's model/, above its adapter/ or its checkpoints/checkpoint-N); not peft's adapter card
+        try:  # a DARE card (a run's model/, above its adapter/ or its checkpoints/checkpoint-N); not peft's
+            # adapter card
             card = ModelCard.load(cand) if cand.is_file() else None
         except Exception:  # noqa: BLE001 - not a card: write our own
             card = None

@@ -253,8 +253,8 @@ def machine_lines(machine: dict[str, Any] | None) -> list[str]:
     ]
 
 
-def write_report(out_dir: str | Path, stages: dict[str, list], prov: dict[str, Any], extra: dict[str, Any] | None = None,
-                 evaluators: dict[str, str] | None = None) -> tuple[Path, Path]:
+def write_report(out_dir: str | Path, stages: dict[str, list], prov: dict[str, Any],
+                 extra: dict[str, Any] | None = None, evaluators: dict[str, str] | None = None) -> tuple[Path, Path]:
     """Write the run directory ``out_dir``'s ``report.json`` (metrics, provenance), ``samples/`` (per-row completions
     and rewards) and ``report.md``, each atomically (paths: :class:`dare.run.rundir.RunDir`).
 

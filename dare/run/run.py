@@ -57,7 +57,8 @@ class Run:
         self.objective = self.resolved.objective
         self.reward = self._weighted(self.resolved.rewards, [r.timeout_s for r in spec.rewards])
         self.hash = spec_hash(spec)
-        self.stage: str | None = None  # the stage dare.run.stages is in (before, train, after, eval): interrupted_message
+        # the stage dare.run.stages is in (before, train, after, eval): interrupted_message
+        self.stage: str | None = None
         #: extra ``transformers.TrainerCallback``s given to the trainer (e.g. ``dare profile``'s step timer)
         self.callbacks: list = []
         #: the spec hash of the run that owns the directory (differs from ``hash`` only for ``dare eval`` with
@@ -232,7 +233,8 @@ class Run:
         return evaluate_benchmark(decoding, bench.evaluator, bench.spec, reward, batch_size=self.spec.eval.batch_size,
                                   seed=self.spec.eval.seed, limit=limit, progress=progress)
 
-    def evaluate(self, stage: str, model=None, limit: int | None = None, benchmarks: list[int] | None = None, save: bool = True):
+    def evaluate(self, stage: str, model=None, limit: int | None = None, benchmarks: list[int] | None = None,
+                 save: bool = True):
         """Run the spec's benchmarks (``eval.benchmarks``, or the indices ``benchmarks``) on ``model``.
 
         :returns: list of ``BenchmarkResult``; also written to ``eval/<stage>.json`` when ``save``.
@@ -246,7 +248,8 @@ class Run:
             results.append(res)
             log.info("%s %s: accuracy %.4f mean reward %.4f", stage, res.name, res.accuracy, res.mean_reward)
         if save and distributed.is_main():
-            atomic_write_json(self.rundir.eval_file(stage), {"spec_hash": self.hash, "results": [r.to_dict() for r in results]})
+            atomic_write_json(self.rundir.eval_file(stage),
+                              {"spec_hash": self.hash, "results": [r.to_dict() for r in results]})
         return results
 
     def cached_eval(self, stage: str, spec_hash: str | None = None):
@@ -281,17 +284,19 @@ class Run:
                 return {"validation/accuracy": res.accuracy, "validation/mean_reward": res.mean_reward,
                         "validation/rows": res.n}
             (res,) = self.evaluate("validate", model=model, limit=limit, benchmarks=[0], save=False)
-            return {f"{res.name}/accuracy": res.accuracy, f"{res.name}/mean_reward": res.mean_reward, f"{res.name}/rows": res.n}
+            return {f"{res.name}/accuracy": res.accuracy, f"{res.name}/mean_reward": res.mean_reward,
+                    f"{res.name}/rows": res.n}
 
         return fn
 
     def model_card(self, results: list[dict[str, Any]] | None = None) -> str:
-        """The text of ``model/README.md`` (:func:`dare.report.modelcard.model_card`): this run's spec, objective, sampler and
-        family, with ``results`` (the evaluation after training, as dicts) in its ``model-index``."""
+        """The text of ``model/README.md`` (:func:`dare.report.modelcard.model_card`): this run's spec, objective,
+        sampler and family, with ``results`` (the evaluation after training, as dicts) in its ``model-index``."""
         from dare.report.modelcard import model_card
 
         family = getattr(self.family, "name", None)
-        return str(model_card(self.spec, results=results, sampler=self.sampler, objective=self.objective, family=family))
+        return str(model_card(self.spec, results=results, sampler=self.sampler, objective=self.objective,
+                              family=family))
 
     # ------------------------------------------------------------------ descriptions (dare.run.info)
     def facts(self) -> runinfo.RunFacts:
@@ -299,14 +304,16 @@ class Run:
         spec = self.spec
         ds = spec.data.train if spec.data is not None else None
         t = spec.train
-        component = lambda c: {"name": c.name, "params": c.params.model_dump(mode="json")} if c is not None else None  # noqa: E731
+        component = lambda c: {"name": c.name,  # noqa: E731
+                               "params": c.params.model_dump(mode="json")} if c is not None else None
         return runinfo.RunFacts(
             dir=self.dir, objective=component(self.objective), sampler=component(self.sampler),
             max_steps=t.max_steps if t is not None else None, save_steps=t.save_steps if t is not None else None,
             training_data={"path": ds.path, "offset": ds.offset, "limit": ds.limit} if ds is not None else None,
             in_training_eval=({"every_steps": t.eval_steps, "rows": t.eval_limit}
                               if t is not None and t.eval_steps and spec.eval is not None else None),
-            validation=_row_set(self.resolved.validation) if spec.eval is not None and self.resolved.validation else None,
+            validation=(_row_set(self.resolved.validation)
+                        if spec.eval is not None and self.resolved.validation else None),
             benchmarks=tuple(_row_set(b) for b in self.resolved.benchmarks) if spec.eval is not None else (),
         )
 
@@ -316,7 +323,8 @@ class Run:
 
     def interrupted_message(self, command: str) -> str:
         """What an interrupted command saved and how to resume (:func:`dare.run.info.interrupted_message`)."""
-        before = self.spec.train is not None and self.stage != "eval" and bool(self.cached_eval("before", self.run_hash))
+        before = (self.spec.train is not None and self.stage != "eval"
+                  and bool(self.cached_eval("before", self.run_hash)))
         return runinfo.interrupted_message(self.facts(), self.stage, before, command)
 
     def evaluator_descriptions(self) -> dict[str, str]:
@@ -326,7 +334,8 @@ class Run:
     # ------------------------------------------------------------------ whole run
     def execute(self, train: bool = True, evaluate: bool = True) -> dict[str, Any]:
         """``dare run``: [eval before] -> train -> eval after -> report + plot (:func:`dare.run.stages.execute`,
-        which enters each stage once). Returns the report data: ``{"stages": {stage: [result dicts]}, "train": metrics}``.
+        which enters each stage once). Returns the report data:
+        ``{"stages": {stage: [result dicts]}, "train": metrics}``.
 
         Without training (``dare eval``) the stage is ``eval``; when the run directory already holds
         this spec's trained ``model/`` (an earlier ``dare run``/``dare train``), that model is evaluated

@@ -171,7 +171,8 @@ class TrainSpec(_Strict):
     bf16: bool = Field(False, description="bf16 autocast.")
     resume: bool = Field(True, description="Resume from the last checkpoint in the output directory, if any.")
     num_threads: int | None = Field(None, gt=0, description="torch CPU threads of a command that trains, for all its "
-                                    "stages (default: eval.num_threads, else DARE's choice: see dare/scaling/threads.py).")
+                                    "stages (default: eval.num_threads, else DARE's choice: "
+                                    "see dare/scaling/threads.py).")
     max_nonfinite_steps: int = Field(3, gt=0, description="Optimizer steps with a NaN/Inf loss or gradient (RL: or a "
                                      "NaN/Inf reward, named in the error) that are skipped in a row before training "
                                      "stops with an error.")

@@ -31,8 +31,8 @@ def read_spec_file(path: str | os.PathLike, overrides: list[str] | None = None,
     spec it holds, so ``dare eval runs/x/run.json`` evaluates that run as it was specified.
 
     :raises SpecError: the file is missing, not YAML, not a mapping, breaks a limit of
-        :func:`dare.runspec.yamlload.load_yaml` (alias expansion, value size, duplicate key), is not UTF-8, or an override
-        is malformed.
+        :func:`dare.runspec.yamlload.load_yaml` (alias expansion, value size, duplicate key), is not UTF-8, or an
+        override is malformed.
     """
     path = Path(path)
     if not path.is_file():

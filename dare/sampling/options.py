@@ -1,10 +1,11 @@
 """The settings of one decoder call as one typed object: :class:`DecodeOptions`.
 
 A decoder (each model-family plugin's ``decoding.decode`` or ``decoding.block_decode``) takes what it decodes
-with (a logits function, or a model and its family's KV-cache interface), the prompts, their attention mask and one :class:`DecodeOptions`: the sampler's ``Params``
-(the decoding settings a spec gives under ``sampler.params``), the special token ids, and the run-time pieces of
-the call (the random generator, the family's cached forward). Samplers build it from their validated ``Params``;
-the release-compatible ``generate()`` functions build it from their keyword arguments (:meth:`DecodeOptions.of`).
+with (a logits function, or a model and its family's KV-cache interface), the prompts, their attention mask and one
+:class:`DecodeOptions`: the sampler's ``Params`` (the decoding settings a spec gives under ``sampler.params``), the
+special token ids, and the run-time pieces of the call (the random generator, the family's cached forward). Samplers
+build it from their validated ``Params``; the release-compatible ``generate()`` functions build it from their keyword
+arguments (:meth:`DecodeOptions.of`).
 """
 
 from __future__ import annotations

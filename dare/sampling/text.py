@@ -90,9 +90,9 @@ def generate_texts(decoding: DecodingBundle, prompts: list[str], batch_size: int
         Without ``seed``, every batch draws from ``generator``.
     :param on_batch: called with the number of prompts of each finished batch (progress display).
 
-    A sharded model (FSDP2, ZeRO-3: :func:`dare.scaling.sharding.is_sharded`) decodes in lock-step with the other processes
-    (:func:`dare.scaling.sharding.lockstep`): every process must call this (give each the same number of prompts,
-    :func:`dare.scaling.sharding.padded_shard`, so the batches line up too).
+    A sharded model (FSDP2, ZeRO-3: :func:`dare.scaling.sharding.is_sharded`) decodes in lock-step with the other
+    processes (:func:`dare.scaling.sharding.lockstep`): every process must call this (give each the same number of
+    prompts, :func:`dare.scaling.sharding.padded_shard`, so the batches line up too).
     """
     indices = list(range(len(prompts))) if indices is None else list(indices)
     model = decoding.model

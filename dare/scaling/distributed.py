@@ -9,7 +9,8 @@ the rows (:func:`shard`) and the results are gathered (:func:`gather`) before sc
 Misconfigured launches that would silently train alone are refused by :func:`check_launch`.
 
 Sharded models (FSDP2, ZeRO-3: lock-step decoding, the reference policy's placement, the CPU switch) are
-:mod:`dare.scaling.sharding`; ``DARE_CPU_SHARDING=1`` (:func:`cpu_sharding`) applies a launch's sharding on CPU processes.
+:mod:`dare.scaling.sharding`; ``DARE_CPU_SHARDING=1`` (:func:`cpu_sharding`) applies a launch's sharding on CPU
+processes.
 """
 
 from __future__ import annotations
@@ -136,7 +137,8 @@ def shards_model() -> bool:
 
 def cpu_sharding() -> bool:
     """Whether ``DARE_CPU_SHARDING`` (``1``/``true``) asks for the launch's sharding (FSDP2, DeepSpeed ZeRO) on CPU
-    processes, where accelerate 1.16 silently falls back to DDP (:func:`dare.scaling.sharding.sharding_accelerator_state`)."""
+    processes, where accelerate 1.16 silently falls back to DDP
+    (:func:`dare.scaling.sharding.sharding_accelerator_state`)."""
     return os.environ.get(CPU_SHARDING_ENV, "").lower() in ("1", "true")
 
 

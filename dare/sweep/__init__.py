@@ -98,7 +98,8 @@ def run_sweep(spec_path: str, grid: list[tuple[str, list[Any]]], seeds: list[int
     check_run_count(grid, len(seeds), max_runs)
     out_dir = Path(out_dir)
     if RunDir(out_dir).is_run():
-        raise DareError(f"{out_dir} is a run directory (it has {RunDir.RECORD}); give the sweep its own directory with -o DIR")
+        raise DareError(f"{out_dir} is a run directory (it has {RunDir.RECORD}); give the sweep its own "
+                        "directory with -o DIR")
     runs = plan_runs(spec_path, grid, seeds, out_dir, overrides)
     removed: dict[str, list[str]] = {}
     for r in runs:  # the spec's params of the component a grid value replaces, which the named one lacks or refuses
@@ -172,7 +173,8 @@ def write_comparison(out_dir: Path, runs: list[SweepRun], states: dict[str, str]
     done = [r for r in finished if RunDir(r.dir).eval_file("after").is_file()]
     entries = [(f"{r.name} (before)", r.dir, "before") for r in done if RunDir(r.dir).eval_file("before").is_file()]
     entries += [(r.name, r.dir, "after") for r in done]
-    entries += [(r.name, r.dir, "eval") for r in finished if r not in done and RunDir(r.dir).eval_file("eval").is_file()]
+    entries += [(r.name, r.dir, "eval") for r in finished
+                if r not in done and RunDir(r.dir).eval_file("eval").is_file()]
     if not entries:
         return None
     md, _, _ = compare_runs(entries, out_dir, title=title, min_seeds=min_seeds, power_effect=power_effect)

@@ -41,7 +41,6 @@ from dare.trainers.checkpoints import STAGING_DIR
 __all__ = ["RunLaunch", "resolve_launch", "run_command", "RunJob", "LocalLauncher", "SubmititLauncher", "Update"]
 
 Update = Callable[..., None]
-
 #: placeholders of a multi-node command, filled on each node by :class:`RunJob` (node index, first node's host, port)
 NODE_RANK, MASTER_ADDR, MASTER_PORT = "{node_rank}", "{master_addr}", "{master_port}"
 
@@ -308,9 +307,8 @@ class LocalLauncher:
                     log_path = log_dir / f"{run.name}.log"
                     log = open(log_path, "ab")  # noqa: SIM115 - closed when the run ends
                     cmd = run_command(spec_path, run, launch)
-                    proc = subprocess.Popen(cmd, stdout=log,
-                                            stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
-                                            preexec_fn=_die_with_sweep)
+                    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                            env=env, preexec_fn=_die_with_sweep)
                     active[slot] = (run, proc, log)
                     on_update(run, "running", pid=proc.pid, log=str(log_path), command=cmd)
                 time.sleep(self.poll_seconds)

@@ -43,7 +43,8 @@ from transformers import Trainer, TrainingArguments
 from dare.scaling import distributed, sharding
 from dare.diffusion.packing import packed_denoiser_logits
 from dare.run.rundir import RunDir
-from dare.trainers.callbacks import JsonlMetricsCallback, LogFinalStepCallback, ProgressCallback, TensorBoardMetricsCallback
+from dare.trainers.callbacks import (JsonlMetricsCallback, LogFinalStepCallback, ProgressCallback,
+                                     TensorBoardMetricsCallback)
 from dare.trainers.checkpoints import last_complete_checkpoint, read_best
 from dare.trainers.guards import NonFiniteGuard
 from dare.trainers.precision import upcast_trainable_to_fp32
@@ -123,7 +124,8 @@ class DareTrainer(CheckpointSaving, Trainer):
         callbacks = [LogFinalStepCallback(), *(kwargs.pop("callbacks", None) or [])]
         callbacks.append(JsonlMetricsCallback(targs.metrics_file or os.path.join(targs.output_dir, RunDir.METRICS)))
         if targs.tensorboard:
-            callbacks.append(TensorBoardMetricsCallback(targs.tensorboard_dir or os.path.join(targs.output_dir, RunDir.TENSORBOARD)))
+            callbacks.append(TensorBoardMetricsCallback(
+                targs.tensorboard_dir or os.path.join(targs.output_dir, RunDir.TENSORBOARD)))
         self._progress_callback = ProgressCallback()
         callbacks.append(self._progress_callback)
         super().__init__(*args, callbacks=callbacks, **kwargs)

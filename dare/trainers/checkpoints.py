@@ -22,8 +22,9 @@ from dare.errors import DareError
 from dare.io import atomic_write_text
 from dare.run.rundir import RunDir
 
-__all__ = ["BEST_DIR", "STAGING_DIR", "BATCH_RECORD", "TRAINER_STATE", "check_trainer_files", "resume_problem", "read_best", "checkpoint_step", "last_complete_checkpoint",
-           "rotate_checkpoints", "drop_metrics_after", "logged_losses", "write_batch_record", "check_resume_batch"]
+__all__ = ["BEST_DIR", "STAGING_DIR", "BATCH_RECORD", "TRAINER_STATE", "check_trainer_files", "resume_problem",
+           "read_best", "checkpoint_step", "last_complete_checkpoint", "rotate_checkpoints", "drop_metrics_after",
+           "logged_losses", "write_batch_record", "check_resume_batch"]
 
 BEST_DIR = RunDir.BEST
 STAGING_DIR = RunDir.STAGING

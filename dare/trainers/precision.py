@@ -5,8 +5,9 @@ learning rate (``lr * m / sqrt(v)`` with ``|m / sqrt(v)|`` near 1), and the roun
 whenever the step is below half the spacing of 16-bit numbers at that weight: for bfloat16, ``|w| * 2**-8`` to
 ``|w| * 2**-9``. At ``lr = 1e-5`` every bfloat16 weight above about 2.6e-3 in magnitude never changes (measured in
 docs/results.md, benchmarks/bf16_updates.py: after 10 steps of a tiny LLaDA, 2.7 % of the weights had changed at
-all, against 85.9 % with fp32 master weights, as many as with fp32 weights). Mixed-precision training therefore keeps fp32 master weights and computes in 16 bits (Micikevicius et al.,
-*Mixed Precision Training*, arXiv 1710.03740, Sec. 3.1).
+all, against 85.9 % with fp32 master weights, as many as with fp32 weights). Mixed-precision training therefore keeps
+fp32 master weights and computes in 16 bits (Micikevicius et al., *Mixed Precision Training*, arXiv 1710.03740,
+Sec. 3.1).
 
 What each launch does with ``train.bf16: true`` and 16-bit trainable weights (``model.dtype: bfloat16``):
 
@@ -67,6 +68,7 @@ def pure_16bit_problem(dtype: str, bf16: bool, lora: bool, learning_rate: float)
     if dtype == "float32" or bf16 or lora or learning_rate >= MIN_PURE_16BIT_LR:
         return None
     return (f"model.dtype {dtype} with train.bf16: false trains the {dtype} weights themselves (no fp32 master "
-            f"weights): an AdamW step of about the learning rate ({learning_rate:g}) is below half the {dtype} spacing of "
-            "most weights and rounds away (10 steps at lr 1e-5 changed 2.7 % of a tiny model's weights, against 85.9 % "
-            "with fp32 master weights). Set train.bf16: true (bf16 compute, fp32 master weights), or model.dtype: float32")
+            f"weights): an AdamW step of about the learning rate ({learning_rate:g}) is below half the {dtype} "
+            "spacing of most weights and rounds away (10 steps at lr 1e-5 changed 2.7 % of a tiny model's weights, "
+            "against 85.9 % with fp32 master weights). Set train.bf16: true (bf16 compute, fp32 master weights), or "
+            "model.dtype: float32")
