@@ -55,7 +55,8 @@ import yaml
 from dare.errors import SpecError
 from dare.io import resolve_path
 
-__all__ = ["Strategy", "MemoryEstimate", "strategy_from_accelerate_config", "estimate_memory", "estimate_report", "FORMULA"]
+__all__ = ["Strategy", "MemoryEstimate", "strategy_from_accelerate_config", "layer_activation_bytes", "logits_bytes",
+           "estimate_memory", "estimate_report", "FORMULA"]
 
 _BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 #: the formula, printed under the table
@@ -233,6 +234,22 @@ def _keeps_reference(ctx) -> bool:
     return False
 
 
+def layer_activation_bytes(config, rows: int, seq_len: int, bytes_per_value: int,
+                           gradient_checkpointing: bool = False) -> float:
+    """Bytes a training forward of ``rows`` x ``seq_len`` tokens keeps for its backward in the layers (module
+    docstring): ``L * s * b * (10 h + 4 i) * w``, or with gradient checkpointing ``L * s * b * h * w + s * b * (10 h +
+    4 i) * w`` (each layer's input plus one recomputed layer). ``config`` is the model's ``config.json`` (hidden size,
+    layers, MLP width). :raises SpecError: the config lacks a hidden size or a layer count."""
+    h, n_layers, i = _hidden(config), _layers(config), _mlp_width(config)
+    layer = seq_len * rows * (10 * h + 4 * i) * bytes_per_value
+    return float(n_layers * seq_len * rows * h * bytes_per_value + layer if gradient_checkpointing else n_layers * layer)
+
+
+def logits_bytes(config, rows: int, seq_len: int, bytes_per_value: int) -> float:
+    """Bytes of the logits of ``rows`` x ``seq_len`` tokens and their float32 log-softmax: ``s * b * V * (w + 4)``."""
+    return float(seq_len * rows * int(getattr(config, "vocab_size")) * (bytes_per_value + 4))
+
+
 def estimate_memory(ctx, processes: list[int]) -> list[MemoryEstimate]:
     """Per-GPU memory of ``ctx``'s training for each process count in ``processes``.
 
@@ -265,11 +282,9 @@ def estimate_memory(ctx, processes: list[int]) -> list[MemoryEstimate]:
     b, s = _micro_batch(ctx)
     if ctx.family.attention == "block":
         s *= 2
-    h, n_layers, i = _hidden(config), _layers(config), _mlp_width(config)
-    vocab = int(getattr(config, "vocab_size"))
+    h = _hidden(config)
     k = forwards_before_backward(ctx, config)
-    layer = s * b * (10 * h + 4 * i) * w
-    act = k * (n_layers * s * b * h * w + layer if spec.model.gradient_checkpointing else n_layers * layer)
+    act = k * layer_activation_bytes(config, b, s, w, spec.model.gradient_checkpointing)
     value = 0.0
     if _keeps_value_model(ctx):
         value = 4.0 * (total - head + h) * (4 if mixed else w)
@@ -289,7 +304,7 @@ def estimate_memory(ctx, processes: list[int]) -> list[MemoryEstimate]:
             "reference policy": shard(total * w, strategy.shard_params) if _keeps_reference(ctx) else 0.0,
             "value model": value,
             "activations": float(act),
-            "logits": float(k * s * b * vocab * (w + 4)),
+            "logits": float(k * logits_bytes(config, b, s, w)),
         }
         out.append(MemoryEstimate(n, strategy.name, total, trainable, b, s, terms, k))
     return out

@@ -151,6 +151,11 @@ class TraceRLParams(RLParams):
         "reference", description="reference = the KL estimator against the reference policy, token mean per "
         "transition; rollout = k3 against the rollout policy summed over each transition's tokens (the released "
         "trainer).")
+    activation_budget_mib: float | Literal["auto"] | None = Field(
+        "auto", description="RLParams.activation_budget_mib with TraceRL's default, auto: one pass (transition) per "
+        "backward over every completion would hold the activations of all of them, so the update runs as many "
+        "completions at once as fit the policy's training state (weights, gradients, AdamW moments); the release "
+        "runs one at a time. null = every completion at once; micro_batch_size takes precedence.")
     value_model: bool = Field(False, description="Train TraceRL's diffusion value model and use its step-level GAE "
                               "token advantages (dare_grpo.trainer_tracerl); one process or DDP.")
     gamma: float = Field(1.0, ge=0.0, le=1.0, description="GAE discount over transitions (value_model only).")
