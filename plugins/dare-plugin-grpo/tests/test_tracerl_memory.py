@@ -56,7 +56,8 @@ def test_row_activation_bytes_and_training_state_by_hand(tmp_path):
     fn = step.row_activation_bytes(lm.model, lm.family)
     # fp32: L * S * (10 h + 4 i) * 4 in the layers + S * V * (4 + 4) for the logits and their log-softmax
     assert fn(30) == L * 30 * (10 * 64 + 4 * 128) * 4 + 30 * V * 8
-    assert step.row_activation_bytes(lm.model, lm.family, bf16=True)(30) == L * 30 * (10 * 64 + 4 * 128) * 2 + 30 * V * 6
+    bf16 = step.row_activation_bytes(lm.model, lm.family, bf16=True)
+    assert bf16(30) == L * 30 * (10 * 64 + 4 * 128) * 2 + 30 * V * 6
     params = sum(p.numel() for p in lm.model.parameters())
     assert step.training_state_bytes(lm.model) == params * 4 * 4  # weights, gradients, two AdamW moments
 
