@@ -44,10 +44,10 @@ from dare.rl.conventions import (
 from dare.rl.losses import LossTerms, PassLossInput, RLParams, SequenceLossInput, vanishes_at_zero_advantage
 from dare.rl.rollout import Rollout, content_lengths
 
-__all__ = ["LogitsFn", "StepSettings", "Backprop", "row_activation_bytes", "training_state_bytes", "rollout_batch", "overlong_rewards", "rollout_advantages",
-           "kept_groups", "drop_filtered_groups", "draw_passes", "row_chunks",
-           "score_passes", "token_scores", "trained_rows", "update", "update_per_pass", "update_pass_mean",
-           "accumulate_metrics"]
+__all__ = ["LogitsFn", "StepSettings", "Backprop", "row_activation_bytes", "training_state_bytes", "rollout_batch",
+           "overlong_rewards", "rollout_advantages", "kept_groups", "drop_filtered_groups", "draw_passes",
+           "row_chunks", "score_passes", "token_scores", "trained_rows", "update", "update_per_pass",
+           "update_pass_mean", "accumulate_metrics"]
 
 #: ``fn(noisy_ids [N, S], clean_ids [N, S], attention_mask [N, S] | None) -> [N, S, V]`` aligned logits of the
 #: policy being scored (``family.denoiser_logits`` of a model); called with the keyword ``block_anchor`` too when the
@@ -230,11 +230,13 @@ def row_activation_bytes(model, family, bf16: bool = False) -> Callable[[int], f
                             + logits_bytes(config, 1, factor * seq_len, w))
 
 
-def training_state_bytes(model) -> float:
+def training_state_bytes(model, fp32_master: bool = False) -> float:
     """Bytes of ``model``'s training state on this process: every parameter, plus a gradient and AdamW's two moments
-    for each trainable one (their element size), the ``auto`` activation budget (``RLParams.activation_budget_mib``)."""
+    for each trainable one (their element size; 4 bytes each with ``fp32_master``, the float32 master weights of
+    ``train.bf16``, dare/trainers/precision.py), the ``auto`` activation budget (``RLParams.activation_budget_mib``)."""
     seen = {id(p): p for p in model.parameters()}.values()
-    return float(sum(p.numel() * p.element_size() * (4 if p.requires_grad else 1) for p in seen))
+    return float(sum(p.numel() * (4 * (4 if fp32_master else p.element_size()) if p.requires_grad else p.element_size())
+                     for p in seen))
 
 
 def row_chunks(n: int, micro_batch_size: int | None) -> list[slice]:

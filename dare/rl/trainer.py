@@ -165,7 +165,8 @@ class GRPOTrainer(RLStepHooks, DareTrainer):
         row_bytes = step.row_activation_bytes(model, self.family, bool(self.args.bf16))
         if row_bytes is None:  # a model without the config sizes: nothing to size, every row at once
             return None, None
-        return row_bytes, step.training_state_bytes(model) if budget == "auto" else float(budget) * 2**20
+        bf16 = bool(self.args.bf16)  # trainable weights become float32 master weights when training starts
+        return row_bytes, step.training_state_bytes(model, bf16) if budget == "auto" else float(budget) * 2**20
 
     def _accumulated_backward(self, loss: torch.Tensor) -> None:
         self.accelerator.backward(loss / self.current_gradient_accumulation_steps)

@@ -60,6 +60,9 @@ def test_row_activation_bytes_and_training_state_by_hand(tmp_path):
     assert bf16(30) == L * 30 * (10 * 64 + 4 * 128) * 2 + 30 * V * 6
     params = sum(p.numel() for p in lm.model.parameters())
     assert step.training_state_bytes(lm.model) == params * 4 * 4  # weights, gradients, two AdamW moments
+    half = lm.model.to(torch.bfloat16)
+    assert step.training_state_bytes(half) == params * 2 * 4  # bf16 weights trained as they are
+    assert step.training_state_bytes(half, fp32_master=True) == params * 4 * 4  # float32 master weights
 
 
 def _tracerl_update(model, batch, passes, advantages, settings):
