@@ -27,8 +27,9 @@ is trained, ``N`` processes, and ``shard(x) = x / N`` where the strategy shards 
   V h + h`` parameters, replicated on every process (one process or DDP only): weights, gradients and torch
   AdamW's two moments, ``4 * P_v * m_v`` (``m_v`` = 4 with ``train.bf16``: its fp32 master weights, else ``w``);
 * activations of one micro-batch of ``b`` rows of ``s`` tokens (block-diffusion families run ``[x_t ; x_0]``,
-  so ``s`` doubles), hidden size ``h``, ``L`` layers and MLP width ``i`` (MoE: ``moe_intermediate_size *
-  num_experts_per_tok`` plus shared experts): a layer keeps about ``s * b * (10 h + 4 i) * w`` bytes for the
+  so ``s`` doubles; an online-RL objective's ``activation_budget_mib`` bounds ``b`` as its update does), hidden
+  size ``h``, ``L`` layers and MLP width ``i`` (MoE: ``moe_intermediate_size * num_experts_per_tok`` plus shared
+  experts): a layer keeps about ``s * b * (10 h + 4 i) * w`` bytes for the
   backward pass (attention inputs, q/k/v, output, norms, residuals; MLP input, gate, up, activation and
   product; fused SDPA keeps no ``s x s`` score matrix); with gradient checkpointing only each layer's input,
   ``L * s * b * h * w``, plus one recomputed layer; without it ``L`` layers. Times ``K``, the forwards kept
@@ -218,6 +219,20 @@ def _micro_batch(ctx) -> tuple[int, int]:
     return int(rows), int(train.max_length)
 
 
+def _budget_rows(ctx, config, rows: int, seq_len: int, w: int, state: float) -> int:
+    """``rows`` bounded by an online-RL objective's ``activation_budget_mib`` (with ``micro_batch_size`` null) as the
+    update bounds its row chunks (:meth:`dare.rl.step.StepSettings.micro_batch_size`): ``auto`` is the unsharded
+    training ``state`` (weights, gradients, AdamW moments), a number is MiB."""
+    params = getattr(ctx.objective, "params", None)
+    budget = getattr(params, "activation_budget_mib", None)
+    if ctx.objective.stage != "online_rl" or budget is None or params.micro_batch_size is not None:
+        return rows
+    per_row = (layer_activation_bytes(config, 1, seq_len, w, ctx.spec.model.gradient_checkpointing)
+               + logits_bytes(config, 1, seq_len, w))
+    total = state if budget == "auto" else float(budget) * 2**20
+    return max(1, min(rows, int(total // per_row)))
+
+
 def _keeps_value_model(ctx) -> bool:
     return ctx.objective.stage == "online_rl" and ctx.objective.params.trains_value_model()
 
@@ -242,7 +257,9 @@ def layer_activation_bytes(config, rows: int, seq_len: int, bytes_per_value: int
     layers, MLP width). :raises SpecError: the config lacks a hidden size or a layer count."""
     h, n_layers, i = _hidden(config), _layers(config), _mlp_width(config)
     layer = seq_len * rows * (10 * h + 4 * i) * bytes_per_value
-    return float(n_layers * seq_len * rows * h * bytes_per_value + layer if gradient_checkpointing else n_layers * layer)
+    if gradient_checkpointing:
+        return float(n_layers * seq_len * rows * h * bytes_per_value + layer)
+    return float(n_layers * layer)
 
 
 def logits_bytes(config, rows: int, seq_len: int, bytes_per_value: int) -> float:
@@ -283,6 +300,7 @@ def estimate_memory(ctx, processes: list[int]) -> list[MemoryEstimate]:
     if ctx.family.attention == "block":
         s *= 2
     h = _hidden(config)
+    b = _budget_rows(ctx, config, b, s, w, frozen * w + 4 * trainable * m)
     k = forwards_before_backward(ctx, config)
     act = k * layer_activation_bytes(config, b, s, w, spec.model.gradient_checkpointing)
     value = 0.0
