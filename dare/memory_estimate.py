@@ -67,7 +67,8 @@ FORMULA = (
     "optimizer = DeepSpeed shard_o(12*T) (16-bit weights) or torch AdamW shard_o(2*T*m); reference = shard_p(P*w) "
     "when kept without LoRA; value model (TraceRL) = 4*P_v*m_v; activations = K*(L*s*b*h*w + s*b*(10h+4i)*w) with "
     "gradient checkpointing, else K*L*s*b*(10h+4i)*w; logits = K*s*b*V*(w+4); K = forwards kept before one "
-    "backward (a preference estimator's passes, e.g. VRPO mc_num); shard(x) = x/N where the strategy shards it "
+    "backward (a preference estimator's passes, e.g. VRPO mc_num); RL rows b at most what activation_budget_mib "
+    "allows (auto: weights + gradients + optimizer, unsharded); shard(x) = x/N where the strategy shards it "
     "(dare/memory_estimate.py)"
 )
 
