@@ -91,7 +91,8 @@ class LLaDALayerNorm(nn.Module):
         if self.weight is None:
             return h
         w = (1 + self.weight) if self.kind == "gemma_rms" else self.weight
-        if h is not x and w.dtype == h.dtype and not torch.is_grad_enabled():
+        same = w.dtype == h.dtype and (self.bias is None or self.bias.dtype == h.dtype)
+        if h is not x and same and not torch.is_grad_enabled():
             # inference: scale the fresh normalised tensor in place (w * h == h * w exactly, one allocation less)
             h = h.mul_(w)
             return h.add_(self.bias) if self.bias is not None else h
