@@ -58,6 +58,7 @@ FILE_KIND: dict[str, str] = {
     "test_grpo_mdpo.py": "train",
     "test_grpo_smoke_extra.py": "train",
     "test_grpo_spg.py": "train",
+    "test_tracerl_memory.py": "train",      # TraceRL's update under an activation budget against every row at once
     "test_smoke.py": "train",
     "test_trainer.py": "train",
     "test_sdar_training.py": "train",

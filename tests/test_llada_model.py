@@ -151,3 +151,59 @@ def test_replace_position_runs_a_span_against_the_cache(tiny_llada_dir):
             lm.model(x[:, 3:6], replace_position=replace)
         with pytest.raises(ValueError, match="input has 3 tokens"):
             lm.model(x[:, 3:6], past_key_values=full.past_key_values, replace_position=replace)
+
+
+def _plain_forward(model, ids, attention_mask):
+    """LLaDA's forward written with out-of-place tensor ops only (the release's formulas, no cache), from the
+    model's own weights: the reference the in-place forward must equal bit for bit."""
+    import torch.nn.functional as F
+
+    t, cfg = model.model.transformer, model.config
+
+    def norm(mod, x):
+        h = x.float()
+        h = (h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + mod.eps)).to(x.dtype)
+        return mod.weight * h
+
+    def rotate(x, cos, sin):
+        x1, x2 = x.chunk(2, dim=-1)
+        return (x * cos) + (torch.cat((-x2, x1), dim=-1) * sin)
+
+    x = t.wte(ids)
+    B, L = ids.shape
+    key = ((1.0 - attention_mask.float()) * torch.finfo(torch.float).min)[:, None, None, :]
+    for blk in t.blocks:
+        h = norm(blk.attn_norm, x)
+        q, k, v = (p(h).view(B, L, blk.n_heads, blk.head_dim).transpose(1, 2)
+                   for p in (blk.q_proj, blk.k_proj, blk.v_proj))
+        sin, cos = blk.rotary_emb.tables(L, x.device)
+        q, k = rotate(q, cos, sin), rotate(k, cos, sin)
+        att = F.scaled_dot_product_attention(q, k, v, attn_mask=key.expand(B, 1, L, L))
+        x = x + blk.attn_out(att.transpose(1, 2).contiguous().view(B, L, -1))
+        h = norm(blk.ff_norm, x)
+        x = x + blk.ff_out(F.silu(blk.ff_proj(h)) * blk.up_proj(h))
+    return t.ff_out(norm(t.ln_f, x)) if not cfg.weight_tying else F.linear(norm(t.ln_f, x), t.wte.weight)
+
+
+def test_in_place_forward_equals_the_plain_formulas_bit_for_bit(tiny_llada_dir):
+    """The forward combines fresh tensors in place (residual sums, RoPE; without gradient also the gated MLP and the
+    norm's scale): logits and gradients equal the out-of-place formulas exactly, with and without gradient."""
+    lm = load_model(tiny_llada_dir)
+    model = lm.model.eval()
+    g = torch.Generator().manual_seed(0)
+    ids = torch.randint(3, 200, (3, 12), generator=g)
+    am = torch.ones_like(ids)
+    am[0, :4] = 0
+    weight = torch.randn(3, 12, model.config.embedding_size, generator=g)
+    with torch.no_grad():
+        assert torch.equal(model(ids, attention_mask=am).logits, _plain_forward(model, ids, am))
+    model.zero_grad()
+    fast = model(ids, attention_mask=am).logits
+    (fast * weight).sum().backward()
+    grads = {k: p.grad.clone() for k, p in model.named_parameters()}
+    model.zero_grad()
+    plain = _plain_forward(model, ids, am)
+    (plain * weight).sum().backward()
+    assert torch.equal(fast, plain)
+    for k, p in model.named_parameters():
+        assert torch.equal(grads[k], p.grad), k

@@ -27,8 +27,9 @@ is trained, ``N`` processes, and ``shard(x) = x / N`` where the strategy shards 
   V h + h`` parameters, replicated on every process (one process or DDP only): weights, gradients and torch
   AdamW's two moments, ``4 * P_v * m_v`` (``m_v`` = 4 with ``train.bf16``: its fp32 master weights, else ``w``);
 * activations of one micro-batch of ``b`` rows of ``s`` tokens (block-diffusion families run ``[x_t ; x_0]``,
-  so ``s`` doubles), hidden size ``h``, ``L`` layers and MLP width ``i`` (MoE: ``moe_intermediate_size *
-  num_experts_per_tok`` plus shared experts): a layer keeps about ``s * b * (10 h + 4 i) * w`` bytes for the
+  so ``s`` doubles; an online-RL objective's ``activation_budget_mib`` bounds ``b`` as its update does), hidden
+  size ``h``, ``L`` layers and MLP width ``i`` (MoE: ``moe_intermediate_size * num_experts_per_tok`` plus shared
+  experts): a layer keeps about ``s * b * (10 h + 4 i) * w`` bytes for the
   backward pass (attention inputs, q/k/v, output, norms, residuals; MLP input, gate, up, activation and
   product; fused SDPA keeps no ``s x s`` score matrix); with gradient checkpointing only each layer's input,
   ``L * s * b * h * w``, plus one recomputed layer; without it ``L`` layers. Times ``K``, the forwards kept
@@ -55,8 +56,8 @@ import yaml
 from dare.errors import SpecError
 from dare.io import resolve_path
 
-__all__ = ["Strategy", "MemoryEstimate", "strategy_from_accelerate_config", "estimate_memory", "estimate_report",
-           "FORMULA"]
+__all__ = ["Strategy", "MemoryEstimate", "strategy_from_accelerate_config", "layer_activation_bytes", "logits_bytes",
+           "estimate_memory", "estimate_report", "FORMULA"]
 
 _BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 #: the formula, printed under the table
@@ -66,7 +67,8 @@ FORMULA = (
     "optimizer = DeepSpeed shard_o(12*T) (16-bit weights) or torch AdamW shard_o(2*T*m); reference = shard_p(P*w) "
     "when kept without LoRA; value model (TraceRL) = 4*P_v*m_v; activations = K*(L*s*b*h*w + s*b*(10h+4i)*w) with "
     "gradient checkpointing, else K*L*s*b*(10h+4i)*w; logits = K*s*b*V*(w+4); K = forwards kept before one "
-    "backward (a preference estimator's passes, e.g. VRPO mc_num); shard(x) = x/N where the strategy shards it "
+    "backward (a preference estimator's passes, e.g. VRPO mc_num); RL rows b at most what activation_budget_mib "
+    "allows (auto: weights + gradients + optimizer, unsharded); shard(x) = x/N where the strategy shards it "
     "(dare/ops/memory_estimate.py)"
 )
 
@@ -218,6 +220,20 @@ def _micro_batch(ctx) -> tuple[int, int]:
     return int(rows), int(train.max_length)
 
 
+def _budget_rows(ctx, config, rows: int, seq_len: int, w: int, state: float) -> int:
+    """``rows`` bounded by an online-RL objective's ``activation_budget_mib`` (with ``micro_batch_size`` null) as the
+    update bounds its row chunks (:meth:`dare.rl.step.StepSettings.micro_batch_size`): ``auto`` is the unsharded
+    training ``state`` (weights, gradients, AdamW moments), a number is MiB."""
+    params = getattr(ctx.objective, "params", None)
+    budget = getattr(params, "activation_budget_mib", None)
+    if ctx.objective.stage != "online_rl" or budget is None or params.micro_batch_size is not None:
+        return rows
+    per_row = (layer_activation_bytes(config, 1, seq_len, w, ctx.spec.model.gradient_checkpointing)
+               + logits_bytes(config, 1, seq_len, w))
+    total = state if budget == "auto" else float(budget) * 2**20
+    return max(1, min(rows, int(total // per_row)))
+
+
 def _keeps_value_model(ctx) -> bool:
     return ctx.objective.stage == "online_rl" and ctx.objective.params.trains_value_model()
 
@@ -232,6 +248,24 @@ def _keeps_reference(ctx) -> bool:
     if ctx.objective.stage == "online_rl":
         return ctx.objective.params.uses_reference_policy()
     return False
+
+
+def layer_activation_bytes(config, rows: int, seq_len: int, bytes_per_value: int,
+                           gradient_checkpointing: bool = False) -> float:
+    """Bytes a training forward of ``rows`` x ``seq_len`` tokens keeps for its backward in the layers (module
+    docstring): ``L * s * b * (10 h + 4 i) * w``, or with gradient checkpointing ``L * s * b * h * w + s * b * (10 h +
+    4 i) * w`` (each layer's input plus one recomputed layer). ``config`` is the model's ``config.json`` (hidden size,
+    layers, MLP width). :raises SpecError: the config lacks a hidden size or a layer count."""
+    h, n_layers, i = _hidden(config), _layers(config), _mlp_width(config)
+    layer = seq_len * rows * (10 * h + 4 * i) * bytes_per_value
+    if gradient_checkpointing:
+        return float(n_layers * seq_len * rows * h * bytes_per_value + layer)
+    return float(n_layers * layer)
+
+
+def logits_bytes(config, rows: int, seq_len: int, bytes_per_value: int) -> float:
+    """Bytes of the logits of ``rows`` x ``seq_len`` tokens and their float32 log-softmax: ``s * b * V * (w + 4)``."""
+    return float(seq_len * rows * int(getattr(config, "vocab_size")) * (bytes_per_value + 4))
 
 
 def estimate_memory(ctx, processes: list[int]) -> list[MemoryEstimate]:
@@ -266,11 +300,10 @@ def estimate_memory(ctx, processes: list[int]) -> list[MemoryEstimate]:
     b, s = _micro_batch(ctx)
     if ctx.family.attention == "block":
         s *= 2
-    h, n_layers, i = _hidden(config), _layers(config), _mlp_width(config)
-    vocab = int(getattr(config, "vocab_size"))
+    h = _hidden(config)
+    b = _budget_rows(ctx, config, b, s, w, frozen * w + 4 * trainable * m)
     k = forwards_before_backward(ctx, config)
-    layer = s * b * (10 * h + 4 * i) * w
-    act = k * (n_layers * s * b * h * w + layer if spec.model.gradient_checkpointing else n_layers * layer)
+    act = k * layer_activation_bytes(config, b, s, w, spec.model.gradient_checkpointing)
     value = 0.0
     if _keeps_value_model(ctx):
         value = 4.0 * (total - head + h) * (4 if mixed else w)
@@ -290,7 +323,7 @@ def estimate_memory(ctx, processes: list[int]) -> list[MemoryEstimate]:
             "reference policy": shard(total * w, strategy.shard_params) if _keeps_reference(ctx) else 0.0,
             "value model": value,
             "activations": float(act),
-            "logits": float(k * s * b * vocab * (w + 4)),
+            "logits": float(k * logits_bytes(config, b, s, w)),
         }
         out.append(MemoryEstimate(n, strategy.name, total, trainable, b, s, terms, k))
     return out

@@ -103,8 +103,16 @@ class RLParams(OfficialParams):
     ref_model_mixup_alpha: float = Field(0.6, ge=0.0, le=1.0, description="Weight alpha of the policy in a reference "
                                          "sync (TRL's ref_model_mixup_alpha; 1 = copy the policy).")
     rollout_batch_size: int | None = Field(None, gt=0, description="Completions per sampler call (null = all at once).")
-    micro_batch_size: int | None = Field(None, gt=0, description="Completions per likelihood forward/backward (null = "
-                                                                 "all).")
+    micro_batch_size: int | None = Field(None, gt=0, description="Completions per likelihood forward/backward (null = all, "
+                                                                 "or as many as activation_budget_mib allows).")
+    activation_budget_mib: float | Literal["auto"] | None = Field(
+        None,
+        description="With micro_batch_size null: the update's forward/backward runs as many completions at once as "
+        "keep their estimated activations (layers and logits, dare/ops/memory_estimate.py) within this many MiB, at "
+        "least one. auto = the policy's training state on this process (weights, gradients and AdamW moments), so "
+        "the update's activations at most double the step's memory; null = every completion at once. "
+        "micro_batch_size, when set, takes precedence.",
+    )
     skip_zero_advantage: bool = Field(
         True,
         description="Skip the update's forward/backward of rows that add exactly zero gradient: advantage 0 (a group "
@@ -126,6 +134,14 @@ class RLParams(OfficialParams):
         ``dare profile --estimate`` counts): False here; TraceRL's ``value_model`` overrides it."""
         return False
 
+
+    @field_validator("activation_budget_mib")
+    @classmethod
+    def _positive_budget(cls, value):
+        if isinstance(value, (int, float)) and not value > 0:
+            raise ValueError(f"activation_budget_mib must be a positive number of MiB, auto or null, got {value}: "
+                             "use e.g. 4096, or auto (the training state's size)")
+        return value
 
     @field_validator("group_filter")
     @classmethod

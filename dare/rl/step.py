@@ -44,10 +44,10 @@ from dare.rl.conventions import (
 from dare.rl.losses import LossTerms, PassLossInput, RLParams, SequenceLossInput, vanishes_at_zero_advantage
 from dare.rl.rollout import Rollout, content_lengths
 
-__all__ = ["LogitsFn", "StepSettings", "Backprop", "rollout_batch", "overlong_rewards", "rollout_advantages",
-           "kept_groups", "drop_filtered_groups", "draw_passes", "row_chunks",
-           "score_passes", "token_scores", "trained_rows", "update", "update_per_pass", "update_pass_mean",
-           "accumulate_metrics"]
+__all__ = ["LogitsFn", "StepSettings", "Backprop", "row_activation_bytes", "training_state_bytes", "rollout_batch",
+           "overlong_rewards", "rollout_advantages", "kept_groups", "drop_filtered_groups", "draw_passes",
+           "row_chunks", "score_passes", "token_scores", "trained_rows", "update", "update_per_pass",
+           "update_pass_mean", "accumulate_metrics"]
 
 #: ``fn(noisy_ids [N, S], clean_ids [N, S], attention_mask [N, S] | None) -> [N, S, V]`` aligned logits of the
 #: policy being scored (``family.denoiser_logits`` of a model); called with the keyword ``block_anchor`` too when the
@@ -65,10 +65,27 @@ class StepSettings:
     objective: Any
     temperature: float = 1.0
     stop_ids: tuple[int, ...] = ()
+    #: ``fn(seq_len) -> bytes``: one row's training activations at ``seq_len`` tokens (:func:`row_activation_bytes`
+    #: bound to the model), and the budget in bytes (``params.activation_budget_mib`` resolved); both None: no bound
+    row_bytes: Callable[[int], float] | None = None
+    activation_budget: float | None = None
 
     @property
     def params(self) -> RLParams:
         return self.objective.params
+
+    def micro_batch_size(self, batch: ScoringBatch) -> int | None:
+        """Rows of one forward/backward of the update: ``params.micro_batch_size`` when set, else as many rows as
+        keep ``row_bytes(S) * rows <= activation_budget`` (at least 1; ``S`` the batch's sequence length), else None
+        (every row). Chunking changes only the float summation order of the loss and gradients (the normalisers
+        are the whole batch's)."""
+        explicit = self.params.micro_batch_size
+        if explicit is not None or self.row_bytes is None or self.activation_budget is None:
+            return explicit
+        per_row = self.row_bytes(batch.input_ids.shape[1])
+        if per_row <= 0:
+            return None
+        return max(1, min(batch.num_rows, int(self.activation_budget // per_row)))
 
 
 @dataclass
@@ -189,6 +206,39 @@ def draw_passes(estimator: Estimator, batch: ScoringBatch, generator, params: RL
 
 
 # ---------------------------------------------------------------------------------------------- scores
+def row_activation_bytes(model, family, bf16: bool = False) -> Callable[[int], float] | None:
+    """``fn(seq_len) -> bytes``: the activations one row of ``seq_len`` tokens keeps for the backward of a training
+    forward of ``model`` (layers and logits, :func:`dare.ops.memory_estimate.layer_activation_bytes` and
+    :func:`~dare.ops.memory_estimate.logits_bytes`; block-diffusion families run ``[x_t ; x_0]``, twice the tokens),
+    at 2 bytes a value under bf16 autocast, else the weights' element size; with gradient checkpointing only each
+    layer's input is kept. An estimate, used to size the update's row chunks (:meth:`StepSettings.micro_batch_size`).
+
+    None when the model has no ``config`` with a hidden size, a layer count and a vocabulary size (nothing to size).
+    """
+    from dare.errors import SpecError
+    from dare.ops.memory_estimate import layer_activation_bytes, logits_bytes
+
+    config = getattr(model, "config", None)
+    w = 2 if bf16 else next(model.parameters()).element_size()
+    ckpt = bool(getattr(model, "is_gradient_checkpointing", False))
+    factor = 2 if getattr(family, "attention", None) == "block" else 1
+    try:
+        layer_activation_bytes(config, 1, 1, w, ckpt) + logits_bytes(config, 1, 1, w)
+    except (SpecError, TypeError, ValueError, AttributeError):
+        return None
+    return lambda seq_len: (layer_activation_bytes(config, 1, factor * seq_len, w, ckpt)
+                            + logits_bytes(config, 1, factor * seq_len, w))
+
+
+def training_state_bytes(model, fp32_master: bool = False) -> float:
+    """Bytes of ``model``'s training state on this process: every parameter, plus a gradient and AdamW's two moments
+    for each trainable one (their element size; 4 bytes each with ``fp32_master``, the float32 master weights of
+    ``train.bf16``, dare/trainers/precision.py), the ``auto`` activation budget (``RLParams.activation_budget_mib``)."""
+    seen = {id(p): p for p in model.parameters()}.values()
+    return float(sum(p.numel() * (4 * (4 if fp32_master else p.element_size()) if p.requires_grad else p.element_size())
+                     for p in seen))
+
+
 def row_chunks(n: int, micro_batch_size: int | None) -> list[slice]:
     """``n`` rows cut into slices of ``micro_batch_size`` rows (one slice when None)."""
     step = micro_batch_size or max(n, 1)
@@ -288,8 +338,9 @@ def update_per_pass(settings: StepSettings, fn: LogitsFn, rollout: Rollout, iter
     :returns: ``(loss of the whole batch, metrics)``: ``nfe/update``, ``entropy`` and the loss's metrics summed.
     """
     backprop = backprop or Backprop()
-    objective, T, micro = settings.objective, settings.temperature, settings.params.micro_batch_size
+    objective, T = settings.objective, settings.temperature
     batch, passes = rollout.batch, rollout.passes[iteration]
+    micro = settings.micro_batch_size(batch)
     lengths = batch.response_lengths
     num_tokens, num_sequences, response_tokens, world, num_passes = whole_batch_normalisers(passes, batch)
     (row_passes,), _ = whole_batch_sums(sum(float(p.scored.any(dim=-1).sum()) for p in passes))
@@ -338,8 +389,9 @@ def update_pass_mean(settings: StepSettings, fn: LogitsFn, rollout: Rollout, ite
     :returns: ``(loss, metrics)`` as :func:`update_per_pass`.
     """
     backprop = backprop or Backprop()
-    objective, T, micro = settings.objective, settings.temperature, settings.params.micro_batch_size
+    objective, T = settings.objective, settings.temperature
     batch, passes = rollout.batch, rollout.passes[iteration]
+    micro = settings.micro_batch_size(batch)
     P = len(passes)
     with backprop.context():
         scores = score_passes(fn, batch, passes, T, micro, with_entropy=True)

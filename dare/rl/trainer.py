@@ -115,7 +115,8 @@ class GRPOTrainer(RLStepHooks, DareTrainer):
         self.reward = reward
         self.reward_guard = NonFiniteRewardGuard(self.args.max_nonfinite_steps)
         self.likelihood_temperature = objective.resolved_likelihood_temperature(sampler)
-        self.step_settings = step.StepSettings(objective, self.likelihood_temperature, tuple(self.tokens.stop_ids))
+        self.step_settings = step.StepSettings(objective, self.likelihood_temperature, tuple(self.tokens.stop_ids),
+                                               *self._activation_bound())
         #: the step's backwards: ``accelerator.backward`` over the gradient-accumulation steps, under autocast
         self.backprop = step.Backprop(backward=self._accumulated_backward, context=self.compute_loss_context_manager)
         # per-example generators (dare.randomness), keyed by (seed, step, completion index) at each rollout
@@ -153,6 +154,20 @@ class GRPOTrainer(RLStepHooks, DareTrainer):
             raise DareError("trajectory replay (TraceRL) with a reference policy (beta > 0 and kl_target: reference) "
                             "gives a wrong KL under ZeRO-3: launch with FSDP2, DDP or ZeRO-1/2, or set "
                             "algorithm.params.kl_target: rollout (the release's) or beta: 0")
+
+    def _activation_bound(self) -> tuple[Any, float | None]:
+        """``(row_bytes, budget bytes)`` of :class:`dare.rl.step.StepSettings` from ``params.activation_budget_mib``
+        (``auto``: the policy's training state, :func:`dare.rl.step.training_state_bytes`), or ``(None, None)`` (no
+        budget, an explicit ``micro_batch_size``, or a model whose config gives no sizes)."""
+        budget = self.params.activation_budget_mib
+        if budget is None or self.params.micro_batch_size is not None:
+            return None, None
+        model = self.accelerator.unwrap_model(self.model)
+        row_bytes = step.row_activation_bytes(model, self.family, bool(self.args.bf16))
+        if row_bytes is None:  # a model without the config sizes: nothing to size, every row at once
+            return None, None
+        bf16 = bool(self.args.bf16)  # trainable weights become float32 master weights when training starts
+        return row_bytes, step.training_state_bytes(model, bf16) if budget == "auto" else float(budget) * 2**20
 
     def _accumulated_backward(self, loss: torch.Tensor) -> None:
         self.accelerator.backward(loss / self.current_gradient_accumulation_steps)

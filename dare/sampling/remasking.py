@@ -83,16 +83,24 @@ def confidence_scores(
 
 
 def topk_transfer(confidence: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
-    """Select the ``k[b]`` most confident positions of each row (``torch.topk`` per row, official tie order).
+    """Select the ``k[b]`` most confident positions of each row (``torch.topk`` per row, official tie order; one
+    batched call per distinct quota).
 
     :param confidence: ``[B, L]`` float, ``-inf`` where a position may not be chosen.
     :param k: ``[B]`` int64 quota per row.
     :returns: ``[B, L]`` bool transfer mask.
     """
     transfer = torch.zeros_like(confidence, dtype=torch.bool)
-    for j in range(confidence.shape[0]):
-        kj = int(k[j])
-        if kj > 0:
-            _, idx = torch.topk(confidence[j], k=kj)
-            transfer[j, idx] = True
+    quotas = k.tolist()
+    for kj in sorted(set(quotas)):
+        if kj <= 0:
+            continue
+        # the rows sharing a quota in one call: torch.topk ranks each row of a matrix alone, with the tie order of
+        # the row's own 1-D call, so the chosen positions are those of the per-row loop of the release
+        if len(quotas) == 1 or quotas.count(kj) == len(quotas):
+            transfer.scatter_(1, torch.topk(confidence, k=kj, dim=-1).indices, True)
+            continue
+        rows = torch.tensor([j for j, q in enumerate(quotas) if q == kj], device=confidence.device)
+        idx = torch.topk(confidence[rows], k=kj, dim=-1).indices
+        transfer[rows] = transfer[rows].scatter(1, idx, True)
     return transfer

@@ -91,12 +91,25 @@ class LLaDALayerNorm(nn.Module):
         if self.weight is None:
             return h
         w = (1 + self.weight) if self.kind == "gemma_rms" else self.weight
+        same = w.dtype == h.dtype and (self.bias is None or self.bias.dtype == h.dtype)
+        if h is not x and same and not torch.is_grad_enabled():
+            # inference: scale the fresh normalised tensor in place (w * h == h * w exactly, one allocation less)
+            h = h.mul_(w)
+            return h.add_(self.bias) if self.bias is not None else h
         return w * h + self.bias if self.bias is not None else w * h
 
 
 def _rotate_half(x: torch.Tensor) -> torch.Tensor:
     x1, x2 = x.chunk(2, dim=-1)
     return torch.cat((-x2, x1), dim=-1)
+
+
+def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """``x * cos + rotate_half(x) * sin`` (RoPE), ``x`` ``[B, H, L, hd]`` and tables broadcasting to it, in ``x``'s
+    dtype. The products are fresh tensors that no backward reads (a product's backward keeps its factors, the
+    tables here, not its result), so they are combined in place: the same values, bit for bit, with two
+    allocations of ``x``'s size less per call, with or without gradient."""
+    return (x * cos).add_(_rotate_half(x).mul_(sin))
 
 
 class LLaDARotary(nn.Module):
@@ -142,8 +155,8 @@ class LLaDARotary(nn.Module):
                 sin, cos = self.tables(lk, q_.device)
                 sin, cos = sin.type_as(q_), cos.type_as(q_)
                 qs, qc = sin[:, :, q0 : q0 + lq], cos[:, :, q0 : q0 + lq]
-            q_ = ((q_ * qc) + (_rotate_half(q_) * qs)).to(q_.dtype)
-            k_ = ((k_ * cos) + (_rotate_half(k_) * sin)).to(k_.dtype)
+            q_ = _rotate(q_, qc, qs)
+            k_ = _rotate(k_, cos, sin)
         return q_.type_as(q), k_.type_as(k)
 
 
@@ -233,11 +246,27 @@ class LLaDALlamaBlock(GradientCheckpointingLayer):
 
     def forward(self, x, attention_bias=None, layer_past=None, use_cache=False, span=None, position_ids=None):
         att, present = self.attention(self.attn_norm(x), attention_bias, layer_past, use_cache, span, position_ids)
-        x = x + F.dropout(att, self.residual_dropout, self.training)
+        x = self._residual(x, att)
         h = self.ff_norm(x)
-        h = self.ff_out(self.act(self.ff_proj(h)) * self.up_proj(h))
-        x = x + F.dropout(h, self.residual_dropout, self.training)
+        x = self._residual(x, self.ff_out(self._gated(h)))
         return x, present
+
+    def _gated(self, h: torch.Tensor) -> torch.Tensor:
+        """``act(ff_proj h) * up_proj h``. Without gradient (decoding, old/reference scores) the activation and the
+        product run in place on ``ff_proj``'s fresh output: the same values bit for bit, two ``[B, T, hidden]``
+        allocations less; with gradient the backward needs both factors, so they stay."""
+        gate = self.ff_proj(h)
+        if torch.is_grad_enabled() or self.act is F.gelu:
+            return self.act(gate) * self.up_proj(h)
+        return self.act(gate, inplace=True).mul_(self.up_proj(h))
+
+    def _residual(self, x: torch.Tensor, branch: torch.Tensor) -> torch.Tensor:
+        """``x + dropout(branch)``. When the dropout is the identity the sum is written into ``branch`` (a fresh
+        output of ``attn_out``/``ff_out`` that no backward reads; ``branch + x == x + branch`` exactly), with or
+        without gradient; a dtype or shape that would broadcast or promote keeps the plain sum."""
+        if (self.residual_dropout == 0.0 or not self.training) and branch.dtype == x.dtype and branch.shape == x.shape:
+            return branch.add_(x)
+        return x + F.dropout(branch, self.residual_dropout, self.training)
 
 
 class LLaDAModel(nn.Module):

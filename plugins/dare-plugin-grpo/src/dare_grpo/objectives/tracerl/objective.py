@@ -179,6 +179,11 @@ class TraceRLParams(RLParams):
         "reference", description="reference = the KL estimator against the reference policy, token mean per "
         "transition; rollout = k3 against the rollout policy summed over each transition's tokens (the released "
         "trainer).")
+    activation_budget_mib: float | Literal["auto"] | None = Field(
+        "auto", description="RLParams.activation_budget_mib with TraceRL's default, auto: one pass (transition) per "
+        "backward over every completion would hold the activations of all of them, so the update runs as many "
+        "completions at once as fit the policy's training state (weights, gradients, AdamW moments); the release "
+        "runs one at a time. null = every completion at once; micro_batch_size takes precedence.")
     value_model: ValueModelParams | None = Field(
         None, description="Train TraceRL's diffusion value model and use its step-level GAE token advantages "
         "(dare_grpo.objectives.tracerl.trainer; one process or DDP): {gamma, lam, learning_rate, clip_eps}, {} = the "
