@@ -103,8 +103,9 @@ class RLParams(OfficialParams):
     ref_model_mixup_alpha: float = Field(0.6, ge=0.0, le=1.0, description="Weight alpha of the policy in a reference "
                                          "sync (TRL's ref_model_mixup_alpha; 1 = copy the policy).")
     rollout_batch_size: int | None = Field(None, gt=0, description="Completions per sampler call (null = all at once).")
-    micro_batch_size: int | None = Field(None, gt=0, description="Completions per likelihood forward/backward (null = all, "
-                                                                 "or as many as activation_budget_mib allows).")
+    micro_batch_size: int | None = Field(None, gt=0, description="Completions per likelihood forward/backward "
+                                                                 "(null = all, or as many as activation_budget_mib "
+                                                                 "allows).")
     activation_budget_mib: float | Literal["auto"] | None = Field(
         None,
         description="With micro_batch_size null: the update's forward/backward runs as many completions at once as "

@@ -153,9 +153,9 @@ def rollout_batch(batch: ScoringBatch, params: RLParams) -> ScoringBatch:
 
 def overlong_rewards(rewards: torch.Tensor, batch: ScoringBatch, params: RLParams,
                      stop_ids: tuple[int, ...]) -> torch.Tensor:
-    """``[N]`` rewards with the overlong rule (``params.overlong_margin``, :func:`dare.rl.advantages.overlong_as_incorrect`):
-    a completion within the margin of the generation budget scores as incorrect; ``rewards`` unchanged when the rule
-    is off."""
+    """``[N]`` rewards with the overlong rule (``params.overlong_margin``,
+    :func:`dare.rl.advantages.overlong_as_incorrect`): a completion within the margin of the generation budget scores
+    as incorrect; ``rewards`` unchanged when the rule is off."""
     if params.overlong_margin is None:
         return rewards
     lengths = content_lengths(batch.input_ids[:, batch.prompt_length:], stop_ids)
@@ -289,7 +289,8 @@ def trained_rows(objective, advantages: torch.Tensor) -> torch.Tensor | None:
     return torch.nonzero((advantages != 0).reshape(advantages.shape[0], -1).any(dim=1)).flatten()
 
 
-def _jobs(passes: list[Pass], rows: torch.Tensor | None, num_rows: int, micro_batch_size: int | None) -> list[tuple[int, Any]]:
+def _jobs(passes: list[Pass], rows: torch.Tensor | None, num_rows: int,
+          micro_batch_size: int | None) -> list[tuple[int, Any]]:
     """``(pass index, rows)`` of every forward/backward job: each pass over row chunks of ``rows`` (all rows when
     None), without the jobs whose rows the pass does not score (their loss would be a constant)."""
     if rows is None:

@@ -1,9 +1,9 @@
 """Token proposals: one ``sample_tokens`` for every decoder, and the non-finite-logits check.
 
 A denoising step turns the logits of the positions it may commit into a proposed token and a
-confidence per position (docs/algorithms.md §5.3-5.5; docs/model-families.md §2.7, §3.5 and §5.6). The official samplers agree on the pipeline (temperature, top-k/top-p
-filtering, softmax, one categorical draw; argmax at temperature 0) and differ in four details, which
-:class:`ProposalRule` names:
+confidence per position (docs/algorithms.md §5.3-5.5; docs/model-families.md §2.7, §3.5 and §5.6). The official
+samplers agree on the pipeline (temperature, top-k/top-p filtering, softmax, one categorical draw; argmax at
+temperature 0) and differ in four details, which :class:`ProposalRule` names:
 
 ===================  =======================================  ======================================
 detail               block decoders (SDAR ``generate.py``,     Dream ``generation_utils.sample_tokens``
@@ -199,7 +199,7 @@ def require_finite_logits(logits: torch.Tensor, where: str) -> None:
     neg_inf = int(torch.isneginf(logits).sum())
     raise NonFiniteLogitsError(
         f"the model produced non-finite logits at {where} ({nan} NaN and {pos_inf + neg_inf} infinite values among "
-        f"{logits.numel()}; {dead} position(s) without any finite logit), so no token can be chosen. The checkpoint has "
-        "most likely diverged in training or is corrupted (check its weights for NaN/Inf and the training loss); an fp16 "
-        "model can also overflow, then load it in bf16 or fp32."
+        f"{logits.numel()}; {dead} position(s) without any finite logit), so no token can be chosen. The checkpoint "
+        "has most likely diverged in training or is corrupted (check its weights for NaN/Inf and the training loss); "
+        "an fp16 model can also overflow, then load it in bf16 or fp32."
     )

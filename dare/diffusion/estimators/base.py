@@ -64,7 +64,8 @@ class ScoringBatch:
     * ``unmask_step``: ``[N, G]`` int64 or None, the denoising step that committed each completion
       token (``SamplerOutput.unmask_step``; -1 = never), for trajectory replay;
     * ``block_anchor``: None (blocks of block families start at each row's first real token), or the column
-      where a block starts in every row (``P``: the padded prompt's end, :func:`dare.rl.conventions.align_blocks_at_prompt_end`),
+      where a block starts in every row (``P``: the padded prompt's end,
+      :func:`dare.rl.conventions.align_blocks_at_prompt_end`),
       passed to the logits function as ``block_anchor=`` (:meth:`dare.modeling.BlockDiffusionFamily.denoiser_logits`).
     """
 

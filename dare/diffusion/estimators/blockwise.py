@@ -48,7 +48,8 @@ def response_blocks(batch: ScoringBatch, block_length: int) -> torch.Tensor:
     return torch.where(batch.completion_mask, blocks, torch.full_like(blocks, -1))
 
 
-def blockwise_passes(batch: ScoringBatch, block_length: int, mc_num: int, generator: torch.Generator | None = None) -> list[Pass]:
+def blockwise_passes(batch: ScoringBatch, block_length: int, mc_num: int,
+                     generator: torch.Generator | None = None) -> list[Pass]:
     """``mc_num`` passes (one per MC row, ``K = 1`` each) of the composite ELBO (module docstring).
 
     :raises ValueError: ``mc_num < 1`` or ``block_length < 1``.

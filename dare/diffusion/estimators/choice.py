@@ -27,7 +27,8 @@ class EstimatorChoice(Params):
     params: dict[str, Any] = Field(default_factory=dict, description="Validated by the estimator's own Params.")
 
 
-def _resolve(choice: EstimatorChoice, level: Literal["token", "sequence"] | None, loc: str) -> tuple[Estimator | None, list]:
+def _resolve(choice: EstimatorChoice, level: Literal["token", "sequence"] | None,
+             loc: str) -> tuple[Estimator | None, list]:
     registry = get_registry()
     try:
         entry = registry.get("estimator", choice.name)
@@ -50,7 +51,8 @@ def estimator_problems(choice: EstimatorChoice, level: Literal["token", "sequenc
 
 
 def build_estimator(choice: EstimatorChoice, family, model_config, sampler=None,
-                    level: Literal["token", "sequence"] | None = None, loc: str = "algorithm.params.estimator") -> Estimator:
+                    level: Literal["token", "sequence"] | None = None,
+                    loc: str = "algorithm.params.estimator") -> Estimator:
     """The estimator ``choice`` names, bound to the run (:meth:`dare.components.Estimator.bind`).
 
     :raises SpecError: the problems of :func:`estimator_problems`.

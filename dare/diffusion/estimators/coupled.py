@@ -65,7 +65,8 @@ class CoupledParams(Params):
 
     t_min: float = Field(0.2, gt=0.0, lt=1.0, description="Smallest mask ratio t of the first copy.")
     t_max: float = Field(0.8, gt=0.0, lt=1.0, description="Largest mask ratio t of the first copy.")
-    full_mask_term: bool = Field(True, description="Average in a third copy with the whole completion masked (the released DiffuCoder trainer, DARE).")
+    full_mask_term: bool = Field(True, description="Average in a third copy with the whole completion masked (the "
+                                 "released DiffuCoder trainer, DARE).")
 
     @model_validator(mode="after")
     def _order(self):

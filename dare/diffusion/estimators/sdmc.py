@@ -60,7 +60,7 @@ class SDMCParams(Params):
 
 
 class SDMCEstimator(Estimator):
-    """GDPO's semi-deterministic Monte-Carlo ELBO: quadrature over the mask ratio, exact-count random masks at each node."""
+    """GDPO's semi-deterministic Monte-Carlo ELBO: quadrature over the mask ratio, exact-count random masks per node."""
 
     name = "sdmc-elbo"
     level = "sequence"

@@ -17,8 +17,8 @@ response position of the canvas, corrupted or not, no ``1/t`` weight), which DAR
 where ``y_{t_k}`` is the completion with each response token replaced, with probability ``t_k``, by a uniformly random
 token, and ``x~_k`` the prompt with each real token replaced with probability ``p_mask_prompt``. The sequence score
 ``sum_g s[n, g]`` is the Monte-Carlo estimate of ``E_t E_q [sum_g log p_theta(y_g | x, y_t)]``, the x0-prediction
-term that D3PM adds to its variational bound (Austin et al. §3.4, the auxiliary loss ``L_lambda``). It is **not** a bound
-on ``log p(y | x)``: the exact uniform-state ELBO (Schiff et al. arXiv 2412.10193, UDLM; Sahoo et al. arXiv
+term that D3PM adds to its variational bound (Austin et al. §3.4, the auxiliary loss ``L_lambda``). It is **not** a
+bound on ``log p(y | x)``: the exact uniform-state ELBO (Schiff et al. arXiv 2412.10193, UDLM; Sahoo et al. arXiv
 2506.10892, Duo) also involves the probabilities the model gives every other token of the vocabulary, which the
 pass form (the clean token's log-probability only) does not carry. With ``t = 1`` and ``K = 1`` it is d1's one-step
 mean-field estimator under uniform noise (the completion is pure noise: the decoder's first denoising state).
@@ -58,7 +58,8 @@ def vocab_size_of(model_config) -> int:
         text = model_config.get_text_config() if hasattr(model_config, "get_text_config") else model_config
         size = getattr(text, "vocab_size", None) or getattr(model_config, "vocab_size", None)
     if not size:
-        raise ValueError("the model config has no vocab_size; uniform-noise corruption draws tokens from [0, vocab_size)")
+        raise ValueError("the model config has no vocab_size; uniform-noise corruption draws tokens from "
+                         "[0, vocab_size)")
     return int(size)
 
 
@@ -96,7 +97,7 @@ class UniformELBOParams(Params):
 
 
 class UniformELBOEstimator(Estimator):
-    """Uniform-noise denoising score (NeMo's flat canvas cross-entropy): every response token under ``mc_num`` noise levels."""
+    """Uniform-noise denoising score (NeMo's flat canvas cross-entropy) of every response token at ``mc_num`` levels."""
 
     name = "uniform-elbo"
     level = "token"
@@ -118,7 +119,8 @@ class UniformELBOEstimator(Estimator):
         :raises ValueError: the estimator has no vocabulary size (build it with :meth:`bind`).
         """
         if self.vocab_size is None:
-            raise ValueError("uniform-elbo needs the model's vocabulary size: build it with .bind(family, model_config, "
+            raise ValueError("uniform-elbo needs the model's vocabulary size: build it with "
+                             ".bind(family, model_config, "
                              "sampler) or UniformELBOEstimator(vocab_size=V)")
         p = self.params
         resp = batch.completion_mask
