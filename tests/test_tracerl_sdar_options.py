@@ -150,3 +150,13 @@ def test_block_family_conventions_are_refused_on_a_full_attention_family(tmp_pat
     assert all("'llada'" in msg for _, msg in ctx.problems)
     ctx = _resolve(tmp_path, "sdar", SDAR_SAMPLER, "{preset: official, value_model: {}}")
     assert [loc for loc, _ in ctx.problems] == ["algorithm.params.row_layout"]
+
+
+def test_an_overlong_margin_past_the_budget_and_a_non_finite_group_filter_are_refused(tmp_path):
+    ctx = _resolve(tmp_path, "llada", LLADA_SAMPLER, "{overlong_margin: 8}")
+    assert [loc for loc, _ in ctx.problems] == ["algorithm.params.overlong_margin"]
+    assert "gen_length is 8" in ctx.problems[0][1]
+    assert not _resolve(tmp_path, "llada", LLADA_SAMPLER, "{overlong_margin: 7}").problems
+    ctx = _resolve(tmp_path, "llada", LLADA_SAMPLER, "{group_filter: [.nan, 0.8]}")
+    assert [loc.split("[")[0] for loc, _ in ctx.problems] == ["algorithm.params.group_filter"]
+    assert "finite" in ctx.problems[0][1]

@@ -132,6 +132,12 @@ class OnlineRLObjective(TrainerObjective):
             problems.append((f"{loc}.params.rollout_sampler", "training rollouts are greedy (temperature 0): the "
                                                               "completions of a group are identical and every "
                                                               "advantage is 0; set e.g. {temperature: 1.0}"))
+        gen_length = getattr(rollout_sampler.params, "gen_length", None)
+        if p.overlong_margin is not None and isinstance(gen_length, int) and p.overlong_margin >= gen_length:
+            problems.append((f"{loc}.params.overlong_margin", f"overlong_margin: {p.overlong_margin} scores every "
+                             f"completion as overlong (a response of at least gen_length - {p.overlong_margin} tokens, "
+                             f"and the sampler's gen_length is {gen_length}), so every reward is 0: use a margin below "
+                             f"gen_length (the TraceRL release: 5), or null"))
         if self.params.likelihood_temperature == "sampler" and not temperature:
             problems.append((f"{loc}.params.likelihood_temperature",
                              "'sampler' needs a rollout sampler with a positive temperature; give a number instead"))
