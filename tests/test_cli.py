@@ -168,3 +168,11 @@ def test_validate_set_literal_template_and_list_item(tmp_path, tiny_llada_dir, r
     code, _, err = run_cli("validate", path, "--set", "eval.benchmarks.1.limit=8")
     assert code == 2
     _assert_one_paragraph(err, "--set eval.benchmarks.1.limit: index 1 is out of range: eval.benchmarks has 1 item(s)")
+
+
+@pytest.mark.parametrize("prompt", ["\udcff\udcfe bad", "x\ud800y"])
+def test_generate_refuses_a_prompt_that_is_not_utf8(prompt, tmp_path, run_cli):
+    # bytes that are not UTF-8 on the command line reach Python as lone surrogates: an error, not a traceback
+    code, _, err = run_cli("generate", "--model", str(tmp_path / "m"), "--prompt", "ok", "--prompt", prompt)
+    assert code == 2
+    _assert_one_paragraph(err, "prompt 2", "not valid UTF-8")
