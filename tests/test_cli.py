@@ -176,3 +176,15 @@ def test_generate_refuses_a_prompt_that_is_not_utf8(prompt, tmp_path, run_cli):
     code, _, err = run_cli("generate", "--model", str(tmp_path / "m"), "--prompt", "ok", "--prompt", prompt)
     assert code == 2
     _assert_one_paragraph(err, "prompt 2", "not valid UTF-8")
+
+
+@pytest.mark.parametrize("key", ["activation_budget_mib", "group_size", "value_model.gamma"])
+def test_component_number_param_refuses_a_boolean(key):
+    # `activation_budget_mib: true` was read as 1 MiB (and value_model.gamma: true as 1.0), silently
+    import pydantic
+    from dare_grpo.objectives.tracerl.objective import TraceRLParams
+
+    value = {"value_model": {"gamma": True}} if key == "value_model.gamma" else {key: True}
+    with pytest.raises(pydantic.ValidationError, match="not a boolean"):
+        TraceRLParams.model_validate(value)
+    TraceRLParams.model_validate({"skip_zero_advantage": False, "activation_budget_mib": "auto"})  # bools stay bools
