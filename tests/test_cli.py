@@ -168,3 +168,23 @@ def test_validate_set_literal_template_and_list_item(tmp_path, tiny_llada_dir, r
     code, _, err = run_cli("validate", path, "--set", "eval.benchmarks.1.limit=8")
     assert code == 2
     _assert_one_paragraph(err, "--set eval.benchmarks.1.limit: index 1 is out of range: eval.benchmarks has 1 item(s)")
+
+
+@pytest.mark.parametrize("prompt", ["\udcff\udcfe bad", "x\ud800y"])
+def test_generate_refuses_a_prompt_that_is_not_utf8(prompt, tmp_path, run_cli):
+    # bytes that are not UTF-8 on the command line reach Python as lone surrogates: an error, not a traceback
+    code, _, err = run_cli("generate", "--model", str(tmp_path / "m"), "--prompt", "ok", "--prompt", prompt)
+    assert code == 2
+    _assert_one_paragraph(err, "prompt 2", "not valid UTF-8")
+
+
+@pytest.mark.parametrize("key", ["activation_budget_mib", "group_size", "value_model.gamma"])
+def test_component_number_param_refuses_a_boolean(key):
+    # `activation_budget_mib: true` was read as 1 MiB (and value_model.gamma: true as 1.0), silently
+    import pydantic
+    from dare_grpo.objectives.tracerl.objective import TraceRLParams
+
+    value = {"value_model": {"gamma": True}} if key == "value_model.gamma" else {key: True}
+    with pytest.raises(pydantic.ValidationError, match="not a boolean"):
+        TraceRLParams.model_validate(value)
+    TraceRLParams.model_validate({"skip_zero_advantage": False, "activation_budget_mib": "auto"})  # bools stay bools

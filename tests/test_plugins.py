@@ -505,3 +505,16 @@ def test_core_modules_that_use_auto_classes_register_them_first():
         if uses and not calls and path.relative_to(core.parent).as_posix() != "dare/plugins/manager.py":
             missing.append(f"{path.relative_to(core.parent)} uses {sorted(uses)}")
     assert not missing, missing
+
+
+def test_load_plugins_allow_list_takes_distribution_names(monkeypatch):
+    # the unknown-component hint names the distribution (dare-plugin-llada): that name loads it too
+    monkeypatch.setenv("DARE_LOAD_PLUGINS", "dare-plugin-llada")
+    P.reset()
+    try:
+        reg = P.get_registry()
+        assert reg.find("model_family", "llada") is not None
+        assert reg.find("objective", "sft") is None
+    finally:
+        monkeypatch.delenv("DARE_LOAD_PLUGINS")
+        P.reset()

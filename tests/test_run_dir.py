@@ -231,3 +231,18 @@ def test_an_evaluation_reward_past_its_time_limit_stops_naming_the_reward(tmp_pa
     other = json.loads(json.dumps(spec))
     other["eval"]["benchmarks"][0]["reward_timeout_s"] = 30
     assert spec_hash(RunSpec.model_validate(spec)) == spec_hash(RunSpec.model_validate(other))
+
+
+@pytest.mark.parametrize("record", ['{"spec_hash": ', "[]", '{"spec": null}'])
+def test_a_damaged_run_json_is_named_not_reported_as_spec_hash_none(tmp_path, record):
+    from dare.run.rundir import RunDir
+
+    out = tmp_path / "run"
+    (out / "checkpoints" / "checkpoint-10").mkdir(parents=True)
+    (out / "run.json").write_text(record)
+    action, problems = RunDir(out).plan("abc123", overwrite=False, spec={"train": {}})
+    assert action == "refuse" and problems[0][0] == "output.dir"
+    message = problems[0][1]
+    assert "run.json cannot be read" in message and "None" not in message, message
+    assert "output.overwrite: true" in message and str(out / "run.json") in message
+    assert RunDir(out).plan("abc123", overwrite=True, spec={"train": {}})[0] == "replace"

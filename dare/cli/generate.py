@@ -43,9 +43,19 @@ def generate(model_path, run_dir, prompts, sampler_name, params, chat, dtype, se
                         "sampler and prompt format)")
     texts = []
     for p in prompts:
-        texts.extend(line.rstrip("\n") for line in sys.stdin) if p == "-" else texts.append(p)
+        try:
+            texts.extend(line.rstrip("\n") for line in sys.stdin) if p == "-" else texts.append(p)
+        except UnicodeDecodeError as exc:
+            raise DareError(f"--prompt -: standard input is not valid UTF-8 text ({exc.reason} at byte {exc.start}); "
+                            "pass the prompts as UTF-8") from None
     if not texts:
         raise DareError("give at least one --prompt")
+    for i, text in enumerate(texts, 1):  # undecodable bytes arrive as lone surrogates, which no tokenizer encodes
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise DareError(f"prompt {i} is not valid UTF-8 text (an undecodable byte or a lone surrogate at "
+                            f"character {exc.start}), which no tokenizer can encode; pass the prompt as UTF-8") from None
     raw = {}
     for kv in params:
         if "=" not in kv:

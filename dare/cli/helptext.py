@@ -24,7 +24,8 @@ docs/architecture.md. `dare COMMAND --help` for one command;
 Environment variables:
   DARE_DATA_DIR           folder of the benchmarks' default data files
                           (rl/test/<name>_1.parquet)
-  DARE_LOAD_PLUGINS       comma-separated plugin entry points to load
+  DARE_LOAD_PLUGINS       comma-separated plugins to load: entry-point or
+                          distribution names (llada, dare-plugin-llada)
                           (default: every installed plugin)
   DARE_TRACE_PLUGINS      1: print every plugin hook call
   DARE_PROGRESS           rich | plain | off (default: rich on a

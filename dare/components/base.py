@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import typing
 from typing import ClassVar
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, field_validator
 
 __all__ = ["Params", "NoParams", "Component"]
 
@@ -13,6 +14,22 @@ class Params(BaseModel):
     """Base for every component's ``Params`` model: unknown keys are errors, values are validated."""
 
     model_config = ConfigDict(extra="forbid", validate_assignment=True, frozen=False, allow_inf_nan=False)
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _no_bool_numbers(cls, value, info):
+        """``true``/``false`` for a number param is a mistake (pydantic would read it as 1/0), as in the run spec's
+        own sections (``dare.runspec.models._Strict``)."""
+        if isinstance(value, bool):
+            field_info = cls.model_fields.get(info.field_name)
+            todo, kinds = [field_info.annotation if field_info else None], set()
+            while todo:
+                a = todo.pop()
+                kinds.add(a)
+                todo.extend(typing.get_args(a))
+            if bool not in kinds and (int in kinds or float in kinds):
+                raise ValueError(f"expected {'an integer' if int in kinds else 'a number'}, not a boolean")
+        return value
 
 
 class NoParams(Params):

@@ -25,8 +25,8 @@ or created).
 
 Environment switches:
 
-* ``DARE_LOAD_PLUGINS``: comma-separated entry-point names to load (empty string: none); unset means
-  all installed plugins.
+* ``DARE_LOAD_PLUGINS``: comma-separated entry-point or distribution names to load (``llada`` or
+  ``dare-plugin-llada``; empty string: none); unset means all installed plugins.
 * ``DARE_TRACE_PLUGINS=1``: print every hook call (pluggy hook-call monitoring) to stderr.
 """
 
@@ -187,9 +187,10 @@ def _load() -> tuple[pluggy.PluginManager, Registry]:
 
     eps = metadata.entry_points(group="dare")
     for ep in sorted(eps, key=lambda e: e.name):
-        if allowed is not None and ep.name not in allowed:
-            continue
         dist = ep.dist.name if ep.dist is not None else "unknown"
+        # an entry-point name (llada) or its distribution's (dare-plugin-llada, as DARE's errors name plugins)
+        if allowed is not None and ep.name not in allowed and dist not in allowed:
+            continue
         version = ep.dist.version if ep.dist is not None else "0"
         if pm.get_plugin(ep.name) is not None:
             other = reg.plugins.get(ep.name, ("?", "?"))[0]

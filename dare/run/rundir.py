@@ -296,6 +296,9 @@ class RunDir:
                 what = f"its spec differs in {format_differences(diffs)}"
                 hint = ("; to only evaluate with other eval settings, use `dare eval`"
                         if train and eval_only(diffs) else "")
+            elif old is None:  # run.json is damaged (e.g. truncated by a full disk) or holds no spec hash
+                what, hint = (f"its {self.RECORD} cannot be read or names no spec, so which run it holds is unknown",
+                              f"; or restore {self.record}")
             else:
                 what, hint = f"spec hash {old} != {spec_hash}", ""
             return "refuse", [("output.dir", f"{shown!r} already holds a different run ({what}); choose another "
