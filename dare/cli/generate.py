@@ -55,7 +55,8 @@ def generate(model_path, run_dir, prompts, sampler_name, params, chat, dtype, se
             text.encode("utf-8")
         except UnicodeEncodeError as exc:
             raise DareError(f"prompt {i} is not valid UTF-8 text (an undecodable byte or a lone surrogate at "
-                            f"character {exc.start}), which no tokenizer can encode; pass the prompt as UTF-8") from None
+                            f"character {exc.start}), which no tokenizer can encode; pass the prompt as "
+                            "UTF-8") from None
     raw = {}
     for kv in params:
         if "=" not in kv:

@@ -25,7 +25,7 @@ Environment variables:
   DARE_DATA_DIR           folder of the benchmarks' default data files
                           (rl/test/<name>_1.parquet)
   DARE_LOAD_PLUGINS       comma-separated plugins to load: entry-point or
-                          distribution names (llada, dare-plugin-llada)
+                          distribution names (myplugin, dare-plugin-myplugin)
                           (default: every installed plugin)
   DARE_TRACE_PLUGINS      1: print every plugin hook call
   DARE_PROGRESS           rich | plain | off (default: rich on a

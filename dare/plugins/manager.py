@@ -25,8 +25,8 @@ or created).
 
 Environment switches:
 
-* ``DARE_LOAD_PLUGINS``: comma-separated entry-point or distribution names to load (``llada`` or
-  ``dare-plugin-llada``; empty string: none); unset means all installed plugins.
+* ``DARE_LOAD_PLUGINS``: comma-separated entry-point or distribution names to load (``myplugin`` or
+  ``dare-plugin-myplugin``; empty string: none); unset means all installed plugins.
 * ``DARE_TRACE_PLUGINS=1``: print every hook call (pluggy hook-call monitoring) to stderr.
 """
 
@@ -188,7 +188,7 @@ def _load() -> tuple[pluggy.PluginManager, Registry]:
     eps = metadata.entry_points(group="dare")
     for ep in sorted(eps, key=lambda e: e.name):
         dist = ep.dist.name if ep.dist is not None else "unknown"
-        # an entry-point name (llada) or its distribution's (dare-plugin-llada, as DARE's errors name plugins)
+        # an entry-point name (myplugin) or its distribution's (dare-plugin-myplugin, as DARE's errors name plugins)
         if allowed is not None and ep.name not in allowed and dist not in allowed:
             continue
         version = ep.dist.version if ep.dist is not None else "0"
