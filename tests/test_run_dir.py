@@ -246,3 +246,20 @@ def test_a_damaged_run_json_is_named_not_reported_as_spec_hash_none(tmp_path, re
     assert "run.json cannot be read" in message and "None" not in message, message
     assert "output.overwrite: true" in message and str(out / "run.json") in message
     assert RunDir(out).plan("abc123", overwrite=True, spec={"train": {}})[0] == "replace"
+
+
+def test_eval_of_a_run_stopped_after_a_checkpoint_names_the_checkpoint(tmp_path, capsys):
+    import shutil
+
+    out = tmp_path / "run"
+    spec = _spec(out)
+    _run(tmp_path, spec).execute()
+    shutil.rmtree(out / "model")  # as a run stopped after checkpoint-4, before its model/ was written
+    capsys.readouterr()
+    ev = _run(tmp_path, spec)
+    ev.execute(train=False, evaluate=True)
+    err = capsys.readouterr().err
+    assert "has no trained model/ yet (its training stopped at checkpoint-4)" in err
+    assert f"--set model.path={out / 'checkpoints' / 'checkpoint-4'}" in err
+    init = load_file(out / "init-model" / "model.safetensors")
+    assert all(torch.equal(v, init[k]) for k, v in ev.model.state_dict().items())

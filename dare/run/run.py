@@ -31,7 +31,7 @@ from dare.run.differences import format_differences, spec_differences
 from dare.run.rundir import RunDir
 from dare.sampling.bundle import DecodingBundle
 from dare.runspec import ResolvedBenchmark, ResolvedSpec, RunSpec, load_spec, resolve_spec, spec_hash
-from dare.trainers.checkpoints import resume_problem
+from dare.trainers.checkpoints import last_complete_checkpoint, resume_problem
 
 __all__ = ["Run"]
 
@@ -202,8 +202,15 @@ class Run:
         return self.lm.tokens
 
     def use_trained_model(self) -> bool:
-        """Make the run's model the trained ``model/`` of its directory, if there is one (for eval)."""
+        """Make the run's model the trained ``model/`` of its directory, if there is one (for eval). Without one,
+        the spec's model is evaluated, and a directory whose training stopped after a checkpoint says so (naming
+        the checkpoint and how to score it)."""
         if not self.rundir.has_model():
+            ckpt = last_complete_checkpoint(self.rundir.checkpoints) if self.rundir.checkpoints.is_dir() else None
+            if ckpt is not None and distributed.is_main():
+                print(f"{self.rundir} has no trained model/ yet (its training stopped at {Path(ckpt).name}), so this "
+                      f"evaluates the spec's model; to score that checkpoint, add --set model.path={ckpt}, or finish "
+                      f"the training with `dare run`", file=sys.stderr)
             return False
         self.__dict__["lm"] = load_model(self.model_dir, dtype=self.spec.model.dtype)
         if not distributed.shards_model():
