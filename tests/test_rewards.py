@@ -217,3 +217,26 @@ def test_non_finite_reward_guard_counts_rollouts_in_a_row():
     short.observe(bad, 1, 2)
     with pytest.raises(NonFiniteRewardError, match="reward 'code' returned nan, -inf"):
         short.observe(bad, 2, 2)
+
+
+def test_the_timeout_interrupts_whatever_sigint_handler_or_mask_the_process_has():
+    """A library's own SIGINT handler, or SIGINT left blocked in the main thread, does not stop the timeout from
+    interrupting the call; both are put back after it."""
+    import signal
+
+    from dare.rewards.deadline import RewardTimeoutError
+
+    def quiet(signum, frame):  # a handler that swallows Ctrl-C (as some libraries install)
+        pass
+
+    previous = signal.signal(signal.SIGINT, quiet)
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        w = WeightedReward([(_Slow("sleep"), 1.0)], timeouts_s=[0.3])
+        with pytest.raises(RewardTimeoutError):
+            w.score_one("x", {"data_source": "t"})
+        assert signal.getsignal(signal.SIGINT) is quiet
+        assert signal.SIGINT in signal.pthread_sigmask(signal.SIG_BLOCK, set())
+    finally:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+        signal.signal(signal.SIGINT, previous)

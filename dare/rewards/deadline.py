@@ -49,6 +49,7 @@ class CallDeadline:
         self._active: int | None = None  # the call being timed
         self._fired: int | None = None  # the last call the watchdog interrupted
         self._thread: threading.Thread | None = None
+        self._restore: tuple[object, bool] | None = None  # the main thread's SIGINT handler and mask to put back
 
     def arm(self, timeout_s: float, describe: Callable[[], str]) -> None:
         """Start timing a call of at most ``timeout_s`` seconds; ``describe()`` says what overran."""
@@ -62,6 +63,8 @@ class CallDeadline:
             self._describe = describe
             # Python runs signal handlers in the main thread only: another caller is not interrupted
             self._target = threading.get_ident() if threading.current_thread() is threading.main_thread() else 0
+            if self._target:
+                self._restore = _default_interrupt()
             self._cv.notify()
 
     def disarm(self) -> bool:
@@ -70,6 +73,9 @@ class CallDeadline:
             overran = self._fired is not None and self._fired == self._active
             self._active = None
             self._cv.notify()
+        if self._restore is not None:
+            _restore_interrupt(*self._restore)
+            self._restore = None
         return overran
 
     def error(self) -> RewardTimeoutError:
@@ -97,3 +103,21 @@ class CallDeadline:
                 sys.stderr.write(f"error: {self.error()}\n")
                 sys.stderr.flush()
                 os._exit(EXIT_STATUS)
+
+
+def _default_interrupt() -> tuple[object, bool]:
+    """Make SIGINT raise :class:`KeyboardInterrupt` in the main thread for the timed call, whatever handler or
+    signal mask the process had (a library's own SIGINT handler, a thread mask left blocked); returns what
+    :func:`_restore_interrupt` puts back. A handler installed from C (``getsignal`` is None) is left alone."""
+    handler = signal.getsignal(signal.SIGINT)
+    if handler is not None and handler is not signal.default_int_handler:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    blocked = signal.SIGINT in signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+    return handler, blocked
+
+
+def _restore_interrupt(handler: object, blocked: bool) -> None:
+    if handler is not None and handler is not signal.default_int_handler:
+        signal.signal(signal.SIGINT, handler)
+    if blocked:
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
