@@ -200,7 +200,7 @@ def test_a_reward_that_never_returns_stops_the_run_naming_it_and_the_sample(tmp_
 
     monkeypatch.setattr("dare.builtins.rewards.sudoku_score", lambda completion, *a: time.sleep(3600))
     # the watchdog's last resort ends the process (os._exit) when the interrupted call has not returned within
-    # GRACE_S: on a loaded machine that would end the test session itself, so this test gives it longer
+    # GRACE_S: on a loaded machine that would end the whole pytest process, so this test gives it longer
     monkeypatch.setattr("dare.rewards.deadline.GRACE_S", 120.0)
     path = tmp_path / "s.yaml"
     path.write_text(yaml.safe_dump(_rl_spec(tmp_path, {"timeout_s": 1.0})))
